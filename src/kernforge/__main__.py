@@ -1,0 +1,3 @@
+from kernforge.cli import main
+
+main()

@@ -1,0 +1,5 @@
+"""capture: record every ATen call a model makes, with device time, ranked by cost."""
+
+from kernforge.capture.recorder import Capture, OpProfile, capture_model, load_capture, load_sample
+
+__all__ = ["Capture", "OpProfile", "capture_model", "load_capture", "load_sample"]

@@ -1,0 +1,167 @@
+"""Load a model from a spec.
+
+Specs understood:
+  path/to/file.py      KernelBench form: `Model`, `get_inputs()`, optional `get_init_inputs()`
+  pkg.module:factory   a callable returning `(model, inputs)`
+  example:NAME         a model bundled with kernforge (kernforge/models/examples/NAME.py)
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from kernforge.errors import UserError
+
+EXAMPLES_DIR = Path(__file__).parent / "examples"
+_RESERVED_PREFIXES = ("torchvision", "timm", "hf", "diffusers")
+
+
+@dataclass
+class LoadedModel:
+    module: torch.nn.Module
+    inputs: tuple[Any, ...]
+    device: torch.device
+    name: str
+    spec: str
+
+
+def resolve_device(device: str) -> torch.device:
+    """'auto' picks the GPU when there is one; an explicit 'cuda' without one is an error."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise UserError("--device cuda was asked for but no CUDA GPU is visible; use --device cpu")
+    try:
+        return torch.device(device)
+    except RuntimeError:
+        raise UserError(f"unknown device '{device}'; use auto, cpu or cuda") from None
+
+
+def bundled_examples() -> list[str]:
+    return sorted(p.stem for p in EXAMPLES_DIR.glob("*.py") if not p.stem.startswith("_"))
+
+
+def load_model(spec: str, device: torch.device) -> LoadedModel:
+    module, inputs, name = _build(spec)
+    module = module.to(device).eval()
+    inputs = tuple(_to_device(x, device) for x in inputs)
+    return LoadedModel(module=module, inputs=inputs, device=device, name=name, spec=spec)
+
+
+def run_forward(loaded: LoadedModel) -> Any:
+    """Run the model once; a forward that raises is the user's problem, said in one line."""
+    try:
+        with torch.no_grad():
+            return loaded.module(*loaded.inputs)
+    except Exception as e:  # noqa: BLE001 - any failure of user code becomes one line
+        raise UserError(
+            f"the model's forward raised {type(e).__name__}: {_first_line(e)}; "
+            "fix the model or the inputs it is given"
+        ) from None
+
+
+def _build(spec: str) -> tuple[torch.nn.Module, tuple[Any, ...], str]:
+    if spec.startswith("example:"):
+        name = spec.split(":", 1)[1]
+        path = EXAMPLES_DIR / f"{name}.py"
+        if not path.is_file():
+            raise UserError(
+                f"no bundled example '{name}'; choose one of: {', '.join(bundled_examples())}"
+            )
+        return _from_kernelbench_file(path)
+    if spec.endswith(".py") or Path(spec).exists():
+        return _from_kernelbench_file(Path(spec))
+    prefix = spec.split(":", 1)[0]
+    if prefix in _RESERVED_PREFIXES:
+        raise UserError(
+            f"'{prefix}:' model specs are not supported yet; give a KernelBench-form .py file "
+            "or pkg.module:factory"
+        )
+    if ":" in spec:
+        return _from_factory(spec)
+    raise UserError(
+        f"cannot read model spec '{spec}'; give a .py file (KernelBench form), "
+        "pkg.module:factory, or example:NAME"
+    )
+
+
+def _from_kernelbench_file(path: Path) -> tuple[torch.nn.Module, tuple[Any, ...], str]:
+    if not path.is_file():
+        raise UserError(f"model file '{path}' not found; give the path to a .py file")
+    mod = _import_file(path)
+    if not hasattr(mod, "Model"):
+        raise UserError(
+            f"'{path}' has no class Model; a KernelBench-form file defines Model, "
+            "get_inputs() and get_init_inputs()"
+        )
+    if not callable(getattr(mod, "get_inputs", None)):
+        raise UserError(f"'{path}' has no get_inputs(); it must return the forward's inputs")
+    init_inputs = _call_user(mod.get_init_inputs, path) if hasattr(mod, "get_init_inputs") else []
+    try:
+        model = mod.Model(*init_inputs)
+    except Exception as e:  # noqa: BLE001
+        raise UserError(
+            f"Model(*get_init_inputs()) in '{path}' raised {type(e).__name__}: {_first_line(e)}"
+        ) from None
+    inputs = _call_user(mod.get_inputs, path)
+    return model, tuple(inputs), path.stem
+
+
+def _from_factory(spec: str) -> tuple[torch.nn.Module, tuple[Any, ...], str]:
+    mod_name, _, attr = spec.partition(":")
+    try:
+        mod = importlib.import_module(mod_name)
+    except ImportError as e:
+        raise UserError(f"cannot import '{mod_name}' ({_first_line(e)}); is it on PYTHONPATH?") from None
+    factory = getattr(mod, attr, None)
+    if not callable(factory):
+        raise UserError(f"'{mod_name}' has no callable '{attr}'; the factory returns (model, inputs)")
+    result = _call_user(factory, spec)
+    if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], torch.nn.Module)):
+        raise UserError(f"'{spec}' must return (model, inputs), with model an nn.Module")
+    model, inputs = result
+    inputs = tuple(inputs) if isinstance(inputs, (list, tuple)) else (inputs,)
+    return model, inputs, attr
+
+
+def _import_file(path: Path) -> Any:
+    name = f"kernforge_user_model_{abs(hash(str(path.resolve())))}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise UserError(f"'{path}' is not an importable Python file")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    try:
+        spec.loader.exec_module(mod)
+    except Exception as e:  # noqa: BLE001
+        raise UserError(f"importing '{path}' raised {type(e).__name__}: {_first_line(e)}") from None
+    return mod
+
+
+def _call_user(fn: Any, where: Any) -> Any:
+    try:
+        return fn()
+    except Exception as e:  # noqa: BLE001
+        raise UserError(f"{fn.__name__}() in '{where}' raised {type(e).__name__}: {_first_line(e)}") from None
+
+
+def _to_device(x: Any, device: torch.device) -> Any:
+    if isinstance(x, torch.Tensor):
+        return x.to(device)
+    if isinstance(x, (list, tuple)):
+        return type(x)(_to_device(v, device) for v in x)
+    if isinstance(x, dict):
+        return {k: _to_device(v, device) for k, v in x.items()}
+    return x
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else "(no message)"
