@@ -114,7 +114,7 @@ def load_capture(out_dir: Path) -> Capture:
 def load_sample(path: Path) -> tuple[list[Any], dict[str, Any]]:
     """Load a saved (args, kwargs) exactly: dtype, strides and values as captured."""
     blob = torch.load(path, weights_only=False, map_location="cpu")
-    return tree_map(_decode_value, blob["args"]), tree_map(_decode_value, blob["kwargs"])
+    return tree_map(decode_value, blob["args"]), tree_map(decode_value, blob["kwargs"])
 
 
 class _Recorder(TorchDispatchMode):
@@ -297,7 +297,7 @@ def _summarise(loaded: LoadedModel, recorders: list[_Recorder], times: list[dict
 _TORCH_ATTR_TYPES = (torch.dtype, torch.layout, torch.memory_format)
 
 
-def _encode_value(x: Any) -> Any:
+def encode_value(x: Any) -> Any:
     if isinstance(x, torch.Tensor):
         return x.cpu()
     if isinstance(x, _TORCH_ATTR_TYPES):
@@ -307,7 +307,7 @@ def _encode_value(x: Any) -> Any:
     return x
 
 
-def _decode_value(x: Any) -> Any:
+def decode_value(x: Any) -> Any:
     if isinstance(x, dict) and "__torch_attr__" in x:
         return getattr(torch, x["__torch_attr__"])
     if isinstance(x, dict) and "__torch_device__" in x:
@@ -328,7 +328,7 @@ def _save(capture: Capture, recorder: _Recorder, out_dir: Path) -> None:
         for k, (args, kwargs) in enumerate(kept):
             rel = f"samples/{sig}/{k}.pt"
             (out_dir / rel).parent.mkdir(parents=True, exist_ok=True)
-            args, kwargs = tree_map(_encode_value, (list(args), kwargs))
+            args, kwargs = tree_map(encode_value, (list(args), kwargs))
             torch.save({"args": args, "kwargs": kwargs}, out_dir / rel)
             by_sig[sig].samples.append(rel)
     (out_dir / "profile.json").write_text(json.dumps(asdict(capture), indent=1))

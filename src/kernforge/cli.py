@@ -1,0 +1,221 @@
+"""The kernforge command line."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from kernforge.errors import UserError
+
+EXAMPLES = """
+[bold]Examples[/bold]
+
+  kernforge optimize example:attention --backend cpu --iterations 10
+
+  kernforge optimize my_model.py --backend triton --top-k 3 --json
+
+  kernforge profile mypkg.models:build_resnet
+
+  kernforge ls; kernforge show 20261129-120000-attention
+"""
+
+app = typer.Typer(
+    help="Make an unmodified PyTorch model faster: profile it, search faster kernels for its hot "
+         "operators, prove them correct on its own tensors and time them honestly.",
+    epilog=EXAMPLES, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode="rich",
+    add_completion=False,
+)
+out = Console()
+err = Console(stderr=True)
+
+SPEC_HELP = ("model spec: a KernelBench-form file.py (Model, get_inputs, get_init_inputs), "
+             "pkg.module:factory returning (model, inputs), or example:NAME (bundled)")
+RUNS_DIR = typer.Option(Path("runs"), "--runs-dir", envvar="KERNFORGE_RUNS_DIR",
+                        help="where run folders are kept")
+
+
+@app.command(epilog=EXAMPLES)
+def optimize(
+    spec: str = typer.Argument(..., help=SPEC_HELP),
+    backend: str = typer.Option("auto", help="auto (triton on a GPU, else cpu), cpu (C + OpenMP) or "
+                                             "triton (GPU; TRITON_INTERPRET=1 checks it on a CPU, untimed)"),
+    proposer: str = typer.Option("builtin", help="where candidates come from: builtin (templates, no LLM)"),
+    strategy: str = typer.Option("greedy", help="search strategy: greedy (keep an improvement, revert a loss)"),
+    iterations: int = typer.Option(10, min=1, help="candidates evaluated per op: the search budget"),
+    top_k: int = typer.Option(2, "--top-k", min=1, help="how many of the hottest supported ops to search"),
+    runs_dir: Path = RUNS_DIR,
+    timeout: float = typer.Option(120.0, min=1.0, help="seconds one candidate may take: build, checks, timing"),
+    as_json: bool = typer.Option(False, "--json", help="print the result as JSON instead of tables"),
+) -> None:
+    """Profile the model, pick its K hottest ops, search faster kernels for each, print the result."""
+    from kernforge.optimize import OptimizeOptions, optimize as run_optimize, summary
+    from kernforge.report import profile_table, results_table
+
+    opts = OptimizeOptions(spec=spec, backend=backend, proposer=proposer, strategy=strategy,
+                           iterations=iterations, top_k=top_k, runs_dir=runs_dir,
+                           candidate_timeout_s=timeout)
+    with _progress(quiet=as_json) as on_event:
+        result = run_optimize(opts, on_event)
+    data = summary(result)
+    if as_json:
+        print(json.dumps(data, indent=1))
+        return
+    out.print(profile_table(result.capture, limit=8))
+    for skipped in data["skipped"]:
+        out.print(f"skipped {skipped['op']} ({skipped['share']:.1%} of time): {skipped['reason']}")
+    out.print(results_table(data["tasks"], title=f"{result.backend} backend on {result.device}, "
+                                                 f"{opts.strategy}, {opts.iterations} iterations per op, "
+                                                 f"{result.wall_s:.0f} s"))
+    out.print(f"run folder: {result.run_dir}")
+
+
+@app.command(epilog=EXAMPLES)
+def profile(
+    spec: str = typer.Argument(..., help=SPEC_HELP),
+    device: str = typer.Option("auto", help="auto (the GPU when there is one), cpu or cuda"),
+    limit: int = typer.Option(25, min=1, help="rows to show"),
+    as_json: bool = typer.Option(False, "--json", help="print the ranked ops as JSON"),
+) -> None:
+    """Capture every ATen op of one forward pass and rank them by device time."""
+    from dataclasses import asdict
+
+    from kernforge.capture import capture_model
+    from kernforge.models import load_model, resolve_device, run_forward
+    from kernforge.report import profile_table
+
+    loaded = load_model(spec, resolve_device(device))
+    run_forward(loaded)
+    capture = capture_model(loaded, out_dir=None)
+    if as_json:
+        print(json.dumps(asdict(capture), indent=1))
+    else:
+        out.print(profile_table(capture, limit=limit))
+
+
+@app.command("ls", epilog=EXAMPLES)
+def list_runs_command(runs_dir: Path = RUNS_DIR) -> None:
+    """List the run folders, newest last."""
+    from kernforge.report import runs_table
+    from kernforge.store import list_runs
+
+    rows = [_run_overview(store) for store in list_runs(runs_dir)]
+    if not rows:
+        out.print(f"no runs in {runs_dir}")
+        return
+    out.print(runs_table(rows))
+
+
+@app.command(epilog=EXAMPLES)
+def show(
+    run: str = typer.Argument(..., help="a run folder, or its name under --runs-dir"),
+    runs_dir: Path = RUNS_DIR,
+    as_json: bool = typer.Option(False, "--json", help="print the run's summary as JSON"),
+) -> None:
+    """Show one run: the result per op, and every candidate tried."""
+    from kernforge.report import results_table
+    from kernforge.store import RunStore
+
+    root = Path(run) if Path(run).is_dir() else runs_dir / run
+    if not (root / "config.json").is_file():
+        raise UserError(f"no run folder '{run}' (looked in {root}); see kernforge ls")
+    store = RunStore(root)
+    config = store.read_json("config.json")
+    data = store.read_json("summary.json") if (root / "summary.json").is_file() else None
+    results = store.results()
+    if as_json:
+        print(json.dumps({"config": config, "summary": data, "results": results}, indent=1))
+        return
+    if data is None:
+        out.print("this run did not finish; results.tsv holds every candidate evaluated before it stopped")
+    else:
+        out.print(results_table(data["tasks"], title=f"{config['model']}: {config['resolved_backend']} "
+                                                     f"backend on {config['device']}"))
+    for row in results:
+        speed = f"{float(row['speedup_vs_eager']):.2f}x" if row["speedup_vs_eager"] else "-"
+        why = f"  {row['failure_reason'][:100]}" if row["failure_reason"] else ""
+        out.print(f"{row['task']} {row['node']} <- {row['parent'] or '-':5} {row['status']:13} {speed:>7} "
+                  f"{'kept' if row['kept'] == 'True' else '    '}{why}")
+    out.print(f"run folder: {root}")
+
+
+def _run_overview(store: Any) -> dict[str, Any]:
+    config = store.read_json("config.json")
+    finished = (store.root / "summary.json").is_file()
+    speedups = [float(r["speedup_vs_eager"]) for r in store.results()
+                if r["status"] == "ok" and r["faster_than_eager"] == "True"]
+    tasks = {r["task"] for r in store.results()}
+    return {"run": store.root.name, "model": config.get("model", "?"),
+            "backend": config.get("resolved_backend", "?"), "device": config.get("device", "?"),
+            "tasks": len(tasks), "best_speedup": max(speedups) if speedups else None,
+            "state": "finished" if finished else "incomplete"}
+
+
+class _progress:
+    """A progress bar on a terminal; plain lines otherwise; nothing with --json."""
+
+    def __init__(self, quiet: bool):
+        self.quiet = quiet
+        self.live = err.is_terminal and not quiet
+        self.bar: Optional[Progress] = None
+        self.bar_task: Any = None
+
+    def __enter__(self):
+        if self.live:
+            self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                TimeElapsedColumn(), console=err)
+            self.bar.start()
+        return self.on_event
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.bar:
+            self.bar.stop()
+
+    def on_event(self, kind: str, *data: Any) -> None:
+        if self.quiet:
+            return
+        if kind == "captured":
+            capture = data[0]
+            self._say(f"captured {len(capture.profiles)} op signatures, {capture.total_time_us / 1e3:.2f} ms "
+                      f"of op time per forward")
+        elif kind == "task_start":
+            task, iterations = data
+            label = f"{task.op} {task.shape_text}"
+            if self.bar:
+                self.bar_task = self.bar.add_task(label, total=iterations)
+            else:
+                self._say(f"searching {label} ({task.share:.1%} of model time), {iterations} iterations")
+        elif kind == "node":
+            outcome, node = data
+            r = node.result
+            speed = f"{r.speedup_vs_eager:.2f}x vs eager" if r.speedup_vs_eager else ""
+            line = f"  {node.node_id} {r.status:13} {speed:16} {node.proposal.rationale[:70]}"
+            if self.bar:
+                self.bar.advance(self.bar_task)
+                self.bar.console.print(line, markup=False, highlight=False)
+            else:
+                self._say(line)
+        elif kind == "task_end" and self.bar and self.bar_task is not None:
+            self.bar.update(self.bar_task, completed=self.bar.tasks[-1].total)
+
+    def _say(self, text: str) -> None:
+        if self.bar:
+            self.bar.console.print(text, markup=False, highlight=False)
+        else:
+            print(text, file=sys.stderr, flush=True)
+
+
+def main() -> None:
+    try:
+        app()
+    except UserError as e:
+        err.print(f"error: {e}", markup=False, highlight=False, soft_wrap=True)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        err.print("interrupted; the run folder keeps every candidate that finished")
+        sys.exit(130)

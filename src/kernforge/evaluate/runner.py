@@ -1,0 +1,140 @@
+"""Run worker jobs in their own process group, with a hard time limit.
+
+The search process never imports a candidate. Whatever a candidate does, a
+segfault, `os._exit`, an endless loop, the search gets back a result: the
+worker's own, or one made here from its exit status and the last lines of its log.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import kernforge
+from kernforge.evaluate.timing import Timing, clearly_faster
+
+LOG_TAIL_LINES = 30
+FRESH_KINDS = ("normal", "large", "mixed")
+
+
+@dataclass
+class EvalResult:
+    status: str  # ok | compile_error | runtime_error | wrong_result | crash | timeout
+    reason: str = ""
+    errors: list[list[float]] = field(default_factory=list)  # per input set, per output
+    timing: Timing | None = None
+    timed: bool = False
+    speedup_vs_eager: float | None = None
+    faster_than_eager: bool = False  # beyond the measured noise
+    log_tail: str = ""
+    wall_s: float = 0.0  # the worker's whole life: start, build, checks, timing
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def to_json(self) -> dict[str, Any]:
+        data = dict(self.__dict__)
+        data["timing"] = self.timing.__dict__ if self.timing else None
+        return data
+
+
+@dataclass
+class Baseline:
+    eager: Timing | None
+    device_name: str
+    labels: list[str]
+    eager_errors: list[list[float]]
+
+
+def run_job(job: dict[str, Any], job_dir: Path, timeout_s: float) -> tuple[dict[str, Any] | None, str, float]:
+    """Run one job; return (result or None if the worker died, log tail, wall seconds)."""
+    job_dir.mkdir(parents=True, exist_ok=True)
+    job = {**job, "result_path": str(job_dir / "result.json")}
+    (job_dir / "job.json").write_text(json.dumps(job, indent=1))
+    Path(job["result_path"]).unlink(missing_ok=True)
+    log_path = job_dir / "log.txt"
+    env = {**os.environ, "PYTHONPATH": _pythonpath(), "PYTHONUNBUFFERED": "1"}
+    started = time.perf_counter()
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "kernforge.evaluate.worker", str(job_dir / "job.json")],
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            tail = _tail(log_path)
+            return None, f"timed out after {timeout_s:.0f} s\n{tail}", time.perf_counter() - started
+        finally:
+            _kill_group(proc)  # nothing the candidate started may outlive its worker
+    wall = time.perf_counter() - started
+    result_path = Path(job["result_path"])
+    if proc.returncode == 0 and result_path.exists():
+        return json.loads(result_path.read_text()), _tail(log_path), wall
+    return None, f"{_exit_text(proc.returncode)}\n{_tail(log_path)}", wall
+
+
+def evaluate_baseline(task_path: Path, reference_path: Path, device: str, job_dir: Path,
+                      timeout_s: float, timed: bool = True) -> Baseline:
+    job = {"mode": "baseline", "task_path": str(task_path), "reference_path": str(reference_path),
+           "device": device, "backend": "none", "fresh_kinds": list(FRESH_KINDS), "timed": timed}
+    result, tail, _ = run_job(job, job_dir, timeout_s)
+    if result is None:
+        raise RuntimeError(f"the baseline for {task_path.parent.name} failed: {tail}")
+    return Baseline(eager=Timing(**result["eager"]), device_name=result["device_name"],
+                    labels=result["labels"], eager_errors=result["eager_errors"])
+
+
+def evaluate_candidate(task_path: Path, reference_path: Path, source: Path, backend: str, device: str,
+                       job_dir: Path, baseline: Baseline, timeout_s: float) -> EvalResult:
+    job = {"mode": "candidate", "task_path": str(task_path), "reference_path": str(reference_path),
+           "source": str(source), "backend": backend, "device": device,
+           "build_dir": str(job_dir / "build")}
+    result, tail, wall = run_job(job, job_dir, timeout_s)
+    if result is None:
+        status = "timeout" if tail.startswith("timed out") else "crash"
+        return EvalResult(status=status, reason=tail.splitlines()[0], log_tail=tail, wall_s=wall)
+    timing = Timing(**result["timing"]) if result.get("timing") else None
+    out = EvalResult(status=result["status"], reason=result.get("reason", ""),
+                     errors=result.get("errors", []), timing=timing, timed=timing is not None,
+                     log_tail=tail, wall_s=wall)
+    if timing and baseline.eager:
+        out.speedup_vs_eager = baseline.eager.p50_ms / timing.p50_ms
+        out.faster_than_eager = clearly_faster(timing, baseline.eager)
+    return out
+
+
+def _pythonpath() -> str:
+    """The worker imports kernforge from wherever this process did (installed or src/)."""
+    root = str(Path(kernforge.__file__).resolve().parent.parent)
+    rest = os.environ.get("PYTHONPATH", "")
+    return root + (os.pathsep + rest if rest else "")
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()
+
+
+def _exit_text(code: int | None) -> str:
+    if code is not None and code < 0:
+        return f"worker killed by signal {signal.Signals(-code).name}"
+    return f"worker exited with status {code} and no result"
+
+
+def _tail(path: Path) -> str:
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    return "\n".join(lines[-LOG_TAIL_LINES:])

@@ -1,0 +1,183 @@
+"""The evaluation worker: one process per job, started by kernforge.evaluate.runner.
+
+Two kinds of job, never mixed in one process:
+  baseline   loads the task's real inputs, draws fresh ones, computes the float64
+             oracle and eager's outputs, errors and time; imports no candidate.
+  candidate  builds one candidate, checks it on every input set against the
+             oracle the baseline saved, and times it the same way as eager.
+
+Usage: python -m kernforge.evaluate.worker JOB.json   (writes the job's result_path)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils._pytree import tree_map
+
+
+def main(job_path: str) -> int:
+    job = json.loads(Path(job_path).read_text())
+    if job["backend"] == "triton" and job["device"] == "cpu":
+        os.environ["TRITON_INTERPRET"] = "1"  # must be set before triton is imported
+    started = time.perf_counter()
+    result = run_baseline(job) if job["mode"] == "baseline" else run_candidate(job)
+    result["worker_s"] = time.perf_counter() - started
+    Path(job["result_path"]).write_text(json.dumps(result, indent=1))
+    return 0
+
+
+# ---------------------------------------------------------------- baseline
+
+def run_baseline(job: dict[str, Any]) -> dict[str, Any]:
+    from kernforge.capture import encode_value, load_sample
+    from kernforge.evaluate.checks import normalised_error, outputs_list, upcast
+    from kernforge.evaluate.timing import time_callable
+    from kernforge.tasks import load_task, resolve_op
+
+    task = load_task(Path(job["task_path"]))
+    device = torch.device(job["device"])
+    op = resolve_op(task.op)
+    torch.manual_seed(job.get("seed", 0))
+    real = [load_sample(Path(p)) for p in task.samples]
+    fresh = [fresh_inputs(real[0], kind) for kind in job["fresh_kinds"]]
+    input_sets = real + fresh
+    labels = [f"real{i}" for i in range(len(real))] + [f"fresh-{k}" for k in job["fresh_kinds"]]
+    oracles, eager_errors, dtypes = [], [], None
+    for args, kwargs in input_sets:
+        dev_args, dev_kwargs = to_device((args, kwargs), device)
+        eager = outputs_list(op(*dev_args, **dev_kwargs))
+        oracle = outputs_list(_oracle(op, dev_args, dev_kwargs, upcast))
+        dtypes = [str(t.dtype) for t in eager]
+        oracles.append([o.cpu() for o in oracle])
+        eager_errors.append([normalised_error(e.to(torch.float64).cpu(), o.cpu())
+                             if e.is_floating_point() else 0.0 for e, o in zip(eager, oracle)])
+    torch.save({"input_sets": tree_map(encode_value, input_sets), "labels": labels, "oracles": oracles,
+                "eager_errors": eager_errors, "dtypes": dtypes}, job["reference_path"])
+    args, kwargs = to_device(input_sets[0], device)
+    timing = time_callable(lambda: op(*args, **kwargs), device)
+    return {"status": "ok", "eager": timing.__dict__, "eager_errors": eager_errors,
+            "labels": labels, "device_name": device_name(device)}
+
+
+def _oracle(op: Any, args: Any, kwargs: Any, upcast: Any) -> Any:
+    try:
+        return op(*upcast(args), **upcast(kwargs))
+    except (RuntimeError, NotImplementedError):
+        # Some device kernels have no float64 version; the CPU has them all.
+        return op(*upcast(to_device(args, torch.device("cpu"))), **upcast(to_device(kwargs, torch.device("cpu"))))
+
+
+def fresh_inputs(sample: tuple[list[Any], dict[str, Any]], kind: str) -> tuple[list[Any], dict[str, Any]]:
+    """New values for every floating tensor, same shape, dtype and strides.
+
+    normal: N(0, 1). large: N(0, 1) x 100, which overflows exp() in any softmax
+    that forgets to subtract the row maximum. mixed: each row scaled by 10^U(-3, 2),
+    so that tiny and large rows meet in one launch.
+    """
+    def draw(x: Any) -> Any:
+        if not (isinstance(x, torch.Tensor) and x.is_floating_point()):
+            return x
+        out = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype)
+        values = torch.randn(x.shape, dtype=torch.float32)
+        if kind == "large":
+            values *= 100.0
+        elif kind == "mixed" and x.dim() >= 1:
+            rows = torch.empty(x.shape[:-1] + (1,)).uniform_(-3, 2)
+            values *= torch.pow(10.0, rows)
+        out.copy_(values)
+        return out
+    return tree_map(draw, sample)
+
+
+# ---------------------------------------------------------------- candidate
+
+def run_candidate(job: dict[str, Any]) -> dict[str, Any]:
+    from kernforge.backends import BuildError, get_backend
+    from kernforge.capture import decode_value
+    from kernforge.evaluate.checks import compare, outputs_list
+    from kernforge.evaluate.timing import time_callable
+    from kernforge.tasks import load_task
+
+    task = load_task(Path(job["task_path"]))
+    device = torch.device(job["device"])
+    backend = get_backend(job["backend"])
+    ref = torch.load(job["reference_path"], weights_only=False)
+    ref["input_sets"] = tree_map(decode_value, ref["input_sets"])
+    dtypes = [getattr(torch, d.replace("torch.", "")) for d in ref["dtypes"]]
+    try:
+        kernel = backend.build(Path(job["source"]), Path(job["build_dir"]), task.outputs)
+    except BuildError as e:
+        return {"status": "compile_error", "reason": str(e)[-4000:]}
+    errors: list[list[float]] = []
+    for label, inputs, oracles, eager_err in zip(ref["labels"], ref["input_sets"], ref["oracles"],
+                                                 ref["eager_errors"]):
+        args, kwargs = to_device(inputs, device)
+        before = [t.clone() for t in _tensors((args, kwargs))]
+        try:
+            outs = outputs_list(kernel(*args, **kwargs))
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+        except Exception as e:  # noqa: BLE001 - the candidate's failure is data
+            return {"status": _failure_kind(e), "reason": f"on {label}: {type(e).__name__}: {e}"[-4000:],
+                    "errors": errors}
+        why, errs = compare(outs, oracles, eager_err, dtypes)
+        errors.append(errs)
+        if why:
+            return {"status": "wrong_result", "reason": f"on {label}: {why}", "errors": errors}
+        changed = _changed_input(before, _tensors((args, kwargs)))
+        if changed is not None:
+            return {"status": "wrong_result", "reason": f"on {label}: input {changed} was modified",
+                    "errors": errors}
+    result: dict[str, Any] = {"status": "ok", "reason": "", "errors": errors, "timed": backend.timeable()}
+    if backend.timeable():
+        kernel.poison = False  # type: ignore[attr-defined]
+        args, kwargs = to_device(ref["input_sets"][0], device)
+        result["timing"] = time_callable(lambda: kernel(*args, **kwargs), device).__dict__
+    return result
+
+
+def _failure_kind(e: Exception) -> str:
+    # Triton compiles a kernel at its first launch, so its compile errors arrive here.
+    return "compile_error" if type(e).__module__.startswith("triton") else "runtime_error"
+
+
+def _tensors(value: Any) -> list[torch.Tensor]:
+    from torch.utils._pytree import tree_flatten
+
+    return [t for t in tree_flatten(value)[0] if isinstance(t, torch.Tensor)]
+
+
+def _changed_input(before: list[torch.Tensor], after: list[torch.Tensor]) -> int | None:
+    for i, (b, a) in enumerate(zip(before, after)):
+        if not torch.equal(b, a) and not (b.is_floating_point() and torch.equal(b.isnan(), a.isnan())
+                                          and torch.equal(b.nan_to_num(), a.nan_to_num())):
+            return i
+    return None
+
+
+# ---------------------------------------------------------------- helpers
+
+def to_device(value: Any, device: torch.device) -> Any:
+    return tree_map(lambda x: x.to(device) if isinstance(x, torch.Tensor) else x, value)
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return "cpu"
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main(sys.argv[1]))
+    except Exception:  # noqa: BLE001 - reported through the log; the runner marks the crash
+        traceback.print_exc()
+        sys.exit(3)

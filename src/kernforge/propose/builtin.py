@@ -1,0 +1,130 @@
+"""The built-in proposer: kernel templates per op family, and moves in their parameter space.
+
+Needs no LLM and no network. Each family (see templates/) says which tasks it
+matches, the parameters its kernels take with their allowed values, a starting
+point, and how to render a source file. A move changes one parameter of the
+parent to a neighbouring value not tried yet; when every neighbour has been
+tried, it jumps to the nearest untried configuration. Two configurations that
+render the same source (a parameter the chosen variant ignores) count as one.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from kernforge.propose import Proposal
+from kernforge.tasks import KernelTask
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    # task -> facts the templates need (shapes, dtype...), or a string saying why not.
+    match: Callable[[KernelTask], dict[str, Any] | str]
+    # (facts, backend) -> {parameter: allowed values, in order}; an empty dict: backend not handled.
+    space: Callable[[dict[str, Any], str], dict[str, list[Any]]]
+    initial: Callable[[dict[str, Any], str], dict[str, Any]]
+    render: Callable[[dict[str, Any], str, dict[str, Any]], str]
+    # (facts, backend, params) -> whether this combination can be built (register budgets...).
+    valid: Callable[[dict[str, Any], str, dict[str, Any]], bool]
+    # (parameter, old value, new value) -> why the move might help.
+    explain: Callable[[str, Any, Any], str]
+
+
+def _families() -> list[Family]:
+    from kernforge.propose.templates import softmax
+
+    return [softmax.FAMILY]
+
+
+class BuiltinProposer:
+    name = "builtin"
+
+    def __init__(self, seed: int = 0):
+        self.rng = random.Random(seed)
+
+    def why_unsupported(self, task: KernelTask, backend: str) -> str | None:
+        reasons = []
+        for family in _families():
+            facts = family.match(task)
+            if isinstance(facts, str):
+                reasons.append(facts)
+            elif not family.space(facts, backend):
+                reasons.append(f"no {backend} template for {family.name}")
+            else:
+                return None
+        return "; ".join(reasons) or f"no built-in template for {task.op}"
+
+    def propose(self, task: KernelTask, backend: str, parent: Proposal | None,
+                tried: list[Proposal]) -> Proposal | None:
+        family, facts = self._family_for(task)
+        space = family.space(facts, backend)
+        seen = {p.source for p in tried}
+
+        def fresh(params: dict[str, Any]) -> bool:
+            return family.valid(facts, backend, params) and family.render(facts, backend, params) not in seen
+
+        if parent is None:
+            params = family.initial(facts, backend)
+            if fresh(params):
+                return self._proposal(family, facts, backend, params, "starting point: " + _describe(params))
+            parent_params = params
+        else:
+            parent_params = parent.params
+        move = self._neighbour(space, parent_params, fresh)
+        if move is not None:
+            name, new = move
+            params = {**parent_params, name: new}
+            why = f"{name} {parent_params[name]} -> {new}: {family.explain(name, parent_params[name], new)}"
+            return self._proposal(family, facts, backend, params, why)
+        jump = self._nearest_untried(space, parent_params, fresh)
+        if jump is None:
+            return None
+        return self._proposal(family, facts, backend, jump,
+                              "every neighbour tried; jump to the nearest untried point: " + _describe(jump))
+
+    def _family_for(self, task: KernelTask) -> tuple[Family, dict[str, Any]]:
+        for family in _families():
+            facts = family.match(task)
+            if not isinstance(facts, str):
+                return family, facts
+        raise ValueError(f"no family matches {task.op}")
+
+    def _proposal(self, family: Family, facts: dict[str, Any], backend: str,
+                  params: dict[str, Any], rationale: str) -> Proposal:
+        return Proposal(source=family.render(facts, backend, params), rationale=rationale,
+                        params=dict(params))
+
+    def _neighbour(self, space: dict[str, list[Any]], params: dict[str, Any],
+                   fresh: Callable[[dict[str, Any]], bool]) -> tuple[str, Any] | None:
+        moves = []
+        for name, values in space.items():
+            i = values.index(params[name])
+            for j in (i - 1, i + 1):
+                if 0 <= j < len(values) and fresh({**params, name: values[j]}):
+                    moves.append((name, values[j]))
+        return self.rng.choice(moves) if moves else None
+
+    def _nearest_untried(self, space: dict[str, list[Any]], params: dict[str, Any],
+                         fresh: Callable[[dict[str, Any]], bool]) -> dict[str, Any] | None:
+        best, best_dist = None, None
+        for candidate in _all_points(space):
+            if not fresh(candidate):
+                continue
+            dist = sum(abs(space[n].index(candidate[n]) - space[n].index(params[n])) for n in space)
+            if best_dist is None or dist < best_dist:
+                best, best_dist = candidate, dist
+        return best
+
+
+def _all_points(space: dict[str, list[Any]]):
+    points: list[dict[str, Any]] = [{}]
+    for name, values in space.items():
+        points = [{**p, name: v} for p in points for v in values]
+    return points
+
+
+def _describe(params: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in params.items())

@@ -1,0 +1,1 @@
+"""Kernel templates of the built-in proposer, one module per op family."""

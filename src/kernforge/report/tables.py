@@ -1,0 +1,51 @@
+"""Rich tables for the terminal; the same rows go out as JSON with --json."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+
+from kernforge.capture import Capture
+
+
+def profile_table(capture: Capture, limit: int = 25) -> Table:
+    table = Table(title=f"{capture.model} on {capture.device}: "
+                        f"{capture.total_time_us / 1e3:.3f} ms of captured op time per forward "
+                        f"(plain forward {capture.forward_ms:.3f} ms)")
+    for name in ("rank", "op", "shape", "dtype", "calls", "time ms", "share", "if 2x faster"):
+        table.add_column(name, justify="right" if name not in ("op", "shape", "dtype") else "left")
+    for i, p in enumerate(capture.ranked()[:limit]):
+        table.add_row(str(i + 1), p.op, p.shape_text, p.dtype_text, str(p.calls), f"{p.time_us / 1e3:.3f}",
+                      f"{p.share:.1%}", f"{p.gain_if_2x:.3f}x")
+    return table
+
+
+def results_table(rows: list[dict[str, Any]], title: str) -> Table:
+    table = Table(title=title)
+    for name in ("op", "shape", "dtype", "share", "eager ms", "best ms", "best speedup vs eager",
+                 "correct/tried", "verdict"):
+        table.add_column(name, justify="left" if name in ("op", "shape", "dtype", "verdict") else "right")
+    for r in rows:
+        table.add_row(r["op"], r["shape"], r["dtype"], f"{r['share']:.1%}", _ms(r["eager_p50_ms"]),
+                      _ms(r["best_p50_ms"]), _speedup(r["best_speedup_vs_eager"]),
+                      f"{r['correct']}/{r['candidates']}", r["verdict"])
+    return table
+
+
+def runs_table(runs: list[dict[str, Any]]) -> Table:
+    table = Table(title="runs")
+    for name in ("run", "model", "backend", "device", "tasks", "best speedup", "state"):
+        table.add_column(name)
+    for r in runs:
+        table.add_row(r["run"], r["model"], r["backend"], r["device"], str(r["tasks"]),
+                      _speedup(r["best_speedup"]), r["state"])
+    return table
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4f}"
+
+
+def _speedup(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"

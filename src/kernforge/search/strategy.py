@@ -1,0 +1,59 @@
+"""Search strategies: which node to expand next, and what to keep.
+
+A strategy drives one task's search through a SearchContext:
+  ctx.propose(parent)   asks the proposer for a candidate expanding `parent`
+                        (None: a first candidate); None when it has nothing new;
+  ctx.evaluate(p, parent, keep_if) builds, checks and times it in a worker and
+                        returns the Node, kept when keep_if(node) says so;
+  ctx.iterations        the budget: how many candidates may be evaluated.
+It returns when the budget is spent or the proposer runs dry. MCTS implements
+the same interface (a later strategy file plus one registry line).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable, Protocol
+
+from kernforge.errors import UserError
+from kernforge.evaluate import clearly_faster
+
+if TYPE_CHECKING:
+    from kernforge.search.engine import Node, SearchContext
+
+
+class Strategy(Protocol):
+    name: str
+
+    def run(self, ctx: "SearchContext") -> None: ...
+
+
+class Greedy:
+    """Keep-or-revert along one path: a child replaces the current node only if clearly faster."""
+
+    name = "greedy"
+
+    def run(self, ctx: "SearchContext") -> None:
+        current: Node | None = None
+        for _ in range(ctx.iterations):
+            proposal = ctx.propose(current)
+            if proposal is None:
+                return
+            node = ctx.evaluate(proposal, current,
+                                lambda n: n.result.ok and (current is None or _better(n, current)))
+            if node.kept:
+                current = node
+
+
+def _better(node: "Node", current: "Node") -> bool:
+    if node.result.timing is None or current.result.timing is None:
+        return False  # untimed (interpreter): the first correct candidate stays
+    return clearly_faster(node.result.timing, current.result.timing)
+
+
+STRATEGIES: dict[str, Callable[[], Strategy]] = {"greedy": Greedy}
+
+
+def get_strategy(name: str) -> Strategy:
+    if name not in STRATEGIES:
+        raise UserError(f"unknown strategy '{name}'; choose one of: {', '.join(STRATEGIES)}")
+    return STRATEGIES[name]()

@@ -1,0 +1,5 @@
+"""store: the run folder, the one place every later stage and the user read from."""
+
+from kernforge.store.run import RESULT_COLUMNS, RunStore, list_runs
+
+__all__ = ["RESULT_COLUMNS", "RunStore", "list_runs"]
