@@ -31,8 +31,9 @@ app = typer.Typer(
     epilog=EXAMPLES, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode="rich",
     add_completion=False,
 )
-out = Console()
-err = Console(stderr=True)
+# Off a terminal rich would wrap tables at 80 columns; a log file can take wide rows.
+out = Console(width=None if sys.stdout.isatty() else 200)
+err = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
 
 SPEC_HELP = ("model spec: a KernelBench-form file.py (Model, get_inputs, get_init_inputs), "
              "pkg.module:factory returning (model, inputs), or example:NAME (bundled)")
@@ -67,8 +68,8 @@ def optimize(
         print(json.dumps(data, indent=1))
         return
     out.print(profile_table(result.capture, limit=8))
-    for skipped in data["skipped"]:
-        out.print(f"skipped {skipped['op']} ({skipped['share']:.1%} of time): {skipped['reason']}")
+    for reason, ops in _group_skipped(data["skipped"]).items():
+        out.print(f"skipped, {reason}: {ops}", markup=False, highlight=False)
     out.print(results_table(data["tasks"], title=f"{result.backend} backend on {result.device}, "
                                                  f"{opts.strategy}, {opts.iterations} iterations per op, "
                                                  f"{result.wall_s:.0f} s"))
@@ -142,6 +143,14 @@ def show(
         out.print(f"{row['task']} {row['node']} <- {row['parent'] or '-':5} {row['status']:13} {speed:>7} "
                   f"{'kept' if row['kept'] == 'True' else '    '}{why}")
     out.print(f"run folder: {root}")
+
+
+def _group_skipped(skipped: list[dict[str, Any]]) -> dict[str, str]:
+    grouped: dict[str, list[str]] = {}
+    for s in skipped:
+        reason = s["reason"].replace(f"for {s['op']}", "").strip()
+        grouped.setdefault(reason, []).append(f"{s['op']} ({s['share']:.1%})")
+    return {reason: ", ".join(ops) for reason, ops in grouped.items()}
 
 
 def _run_overview(store: Any) -> dict[str, Any]:

@@ -30,7 +30,8 @@ RANGE_PREFIX = "kf::"
 # model's capture from filling the disk (a ResNet-50 at batch 32 has ~300 MB of
 # activations per forward).
 DEFAULT_SAMPLES_PER_SIGNATURE = 2
-DEFAULT_SAMPLE_CAP_BYTES = 256 << 20
+DEFAULT_SAMPLE_CAP_BYTES = 256 << 20  # one sample's tensors
+DEFAULT_TOTAL_CAP_BYTES = 2 << 30  # all samples of one capture
 
 _ALLOC_OPS = {
     "empty", "empty_like", "empty_strided", "zeros", "zeros_like", "ones", "ones_like",
@@ -86,14 +87,22 @@ def capture_model(
     repeats: int = 3,
     samples_per_signature: int = DEFAULT_SAMPLES_PER_SIGNATURE,
     sample_cap_bytes: int = DEFAULT_SAMPLE_CAP_BYTES,
+    total_cap_bytes: int = DEFAULT_TOTAL_CAP_BYTES,
 ) -> Capture:
-    """Profile `repeats` forward passes after a warm-up; save input samples under out_dir."""
+    """Profile `repeats` forward passes after a warm-up; save input samples under out_dir.
+
+    Samples are kept for compute ops only (views, copies and allocations are not
+    searched), at most samples_per_signature each, none over sample_cap_bytes,
+    and no more than total_cap_bytes in all.
+    """
+    if out_dir is None:
+        samples_per_signature = 0
     run_forward(loaded)  # warm-up: lazy init, allocator growth, library autotuning
     forward_ms = _median_forward_ms(loaded)
     recorders, events_per_repeat = [], []
     captured_ms = 0.0
     for r in range(repeats):
-        recorder = _Recorder(samples_per_signature if r == 0 else 0, sample_cap_bytes)
+        recorder = _Recorder(samples_per_signature if r == 0 else 0, sample_cap_bytes, total_cap_bytes)
         start = time.perf_counter()
         times = _profiled_forward(loaded, recorder)
         captured_ms = (time.perf_counter() - start) * 1e3
@@ -118,18 +127,20 @@ def load_sample(path: Path) -> tuple[list[Any], dict[str, Any]]:
 
 
 class _Recorder(TorchDispatchMode):
-    def __init__(self, samples_per_signature: int, sample_cap_bytes: int):
+    def __init__(self, samples_per_signature: int, sample_cap_bytes: int, total_cap_bytes: int):
         super().__init__()
         self.calls: list[dict[str, Any]] = []
         self.samples: dict[str, list[tuple[Any, Any]]] = {}
         self.samples_per_signature = samples_per_signature
         self.sample_cap_bytes = sample_cap_bytes
+        self.bytes_left = total_cap_bytes
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         index = len(self.calls)
         sig = signature_of(func, args, kwargs)
-        self._maybe_keep_sample(sig, args, kwargs)  # before the call: in-place ops change inputs
+        if _kind(func) == "compute":
+            self._maybe_keep_sample(sig, args, kwargs)  # before the call: in-place ops change inputs
         with record_function(f"{RANGE_PREFIX}{index}"):
             out = func(*args, **kwargs)
         self.calls.append({"func": func, "signature": sig, "args": args, "kwargs": kwargs,
@@ -142,8 +153,10 @@ class _Recorder(TorchDispatchMode):
         if len(kept) >= self.samples_per_signature:
             return
         tensors = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
-        if sum(t.numel() * t.element_size() for t in tensors) > self.sample_cap_bytes:
+        size = sum(t.numel() * t.element_size() for t in tensors)
+        if size > min(self.sample_cap_bytes, self.bytes_left):
             return
+        self.bytes_left -= size
         kept.append(tree_map(_detached_copy, (args, kwargs)))
 
 

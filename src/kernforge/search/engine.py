@@ -108,8 +108,13 @@ def search_task(
         on_node(outcome, node)
         return node
 
-    strategy.run(SearchContext(task=task, iterations=iterations, propose=propose,
-                               evaluate=evaluate))
+    try:
+        strategy.run(SearchContext(task=task, iterations=iterations, propose=propose,
+                                   evaluate=evaluate))
+    finally:
+        # The oracle outputs are large (float64, several input sets) and can be
+        # recomputed from the saved samples; the run folder keeps what it must.
+        reference_path.unlink(missing_ok=True)
     return outcome
 
 

@@ -3,7 +3,8 @@
     runs/<timestamp>-<model>/
       config.json          the resolved options, versions and device
       capture/             profile.json and samples/<signature>/<k>.pt (real inputs)
-      tasks/<task>/        task.json, reference.pt, baseline/ (job, log, result)
+      tasks/<task>/        task.json, baseline.json, baseline/ (job, log, result);
+                           reference.pt (fresh inputs, float64 oracle) while the task runs
         nodes/<node>/      candidate.c|py as proposed, proposal.json, job, log, result.json
       results.tsv          one row per evaluated candidate, appended as it finishes
       summary.json         the best result per task, written at the end
