@@ -68,7 +68,9 @@ def space(facts: dict[str, Any], backend: str) -> dict[str, list[Any]]:
 
 def initial(facts: dict[str, Any], backend: str) -> dict[str, Any]:
     if backend == "cpu":
-        return {"algorithm": "store_exp", "exp": "libm", "schedule": "static", "simd": False}
+        # The best guess measured on a Zen 4 CPU: exp() stored once, vectorised.
+        store = "store_exp" if facts["dtype"] == "float32" else "recompute"
+        return {"algorithm": store, "exp": "poly", "schedule": "static", "simd": True}
     cols = facts["cols"]
     whole_row = _next_pow2(cols)
     if whole_row <= 8192:
@@ -165,7 +167,7 @@ _C_EXP = {
 _C_ROW = {
     "store_exp": """        float m = -INFINITY;
         SIMD(reduction(max:m))
-        for (int64_t c = 0; c < COLS; ++c) m = fmaxf(m, ld(xr, c));
+        for (int64_t c = 0; c < COLS; ++c) m = KF_MAX(m, ld(xr, c));
         float s = 0.0f;
         SIMD(reduction(+:s))
         for (int64_t c = 0; c < COLS; ++c) { float e = kf_exp(ld(xr, c) - m); st(yr, c, e); s += e; }
@@ -175,7 +177,7 @@ _C_ROW = {
 """,
     "recompute": """        float m = -INFINITY;
         SIMD(reduction(max:m))
-        for (int64_t c = 0; c < COLS; ++c) m = fmaxf(m, ld(xr, c));
+        for (int64_t c = 0; c < COLS; ++c) m = KF_MAX(m, ld(xr, c));
         float s = 0.0f;
         SIMD(reduction(+:s))
         for (int64_t c = 0; c < COLS; ++c) s += kf_exp(ld(xr, c) - m);
@@ -190,8 +192,8 @@ _C_ROW = {
             int64_t c1 = c0 + 64 < COLS ? c0 + 64 : COLS;
             float bm = -INFINITY;
             SIMD(reduction(max:bm))
-            for (int64_t c = c0; c < c1; ++c) bm = fmaxf(bm, ld(xr, c));
-            float nm = fmaxf(m, bm);
+            for (int64_t c = c0; c < c1; ++c) bm = KF_MAX(bm, ld(xr, c));
+            float nm = KF_MAX(m, bm);
             if (nm == -INFINITY) continue;
             float bs = 0.0f;
             SIMD(reduction(+:bs))
@@ -218,6 +220,9 @@ def render_c(facts: dict[str, Any], params: dict[str, Any]) -> str:
 {C_PRELUDE}
 #define ROWS {facts['rows']}LL
 #define COLS {facts['cols']}LL
+/* A plain compare, not fmaxf: fmaxf's NaN rules kept gcc 12 from vectorising the
+ * max reduction (4x slower on a Zen 4 core); a NaN input still ends as a NaN row via exp(). */
+#define KF_MAX(a, b) ((a) > (b) ? (a) : (b))
 typedef {ctype} elem_t;
 {simd_macro}
 {_C_LOAD_STORE[facts['dtype']]}

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Sets up .venv with kernforge and what it needs; safe to run again (installs only what is missing).
+# Usage: bash scripts/setup.sh [extra]   extra: triton (default) or test
+set -euo pipefail
+cd "$(dirname "$0")/.."
+extra=${1:-triton}
+python=${PYTHON:-python3}
+
+need_apt=()
+command -v gcc >/dev/null 2>&1 || need_apt+=(gcc)
+"$python" -c "import venv, ensurepip" >/dev/null 2>&1 || need_apt+=(python3-venv)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "installing ${need_apt[*]} with apt-get" >&2
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
+  else
+    echo "error: kernforge needs ${need_apt[*]}; install them (e.g. sudo apt-get install ${need_apt[*]}) and run again" >&2
+    exit 2
+  fi
+fi
+
+[ -x .venv/bin/python ] || "$python" -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip
+# torch 2.13.0 first: a plain range would pull the newest CUDA build, gigabytes more.
+.venv/bin/python -c "import torch" >/dev/null 2>&1 || .venv/bin/python -m pip install -q "torch==2.13.0"
+.venv/bin/python -m pip install -q -e ".[${extra}]"
