@@ -71,7 +71,8 @@ def optimize(
     for reason, ops in _group_skipped(data["skipped"]).items():
         out.print(f"skipped, {reason}: {ops}", markup=False, highlight=False)
     if not data["tasks"]:
-        out.print(f"none of the {top_k} hottest ops has a {proposer} template yet: nothing was searched")
+        out.print(f"no op of this model has a {proposer} template for the {result.backend} backend yet: "
+                  "nothing was searched")
     out.print(results_table(data["tasks"], title=f"{result.backend} backend on {result.device}, "
                                                  f"{opts.strategy}, {opts.iterations} iterations per op, "
                                                  f"{result.wall_s:.0f} s"))
