@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -55,7 +55,8 @@ def optimize(
     as_json: bool = typer.Option(False, "--json", help="print the result as JSON instead of tables"),
 ) -> None:
     """Profile the model, pick its K hottest ops, search faster kernels for each, print the result."""
-    from kernforge.optimize import OptimizeOptions, optimize as run_optimize, summary
+    from kernforge.optimize import OptimizeOptions, summary
+    from kernforge.optimize import optimize as run_optimize
     from kernforge.report import profile_table, results_table
 
     opts = OptimizeOptions(spec=spec, backend=backend, proposer=proposer, strategy=strategy,
@@ -174,7 +175,7 @@ class _progress:
     def __init__(self, quiet: bool):
         self.quiet = quiet
         self.live = err.is_terminal and not quiet
-        self.bar: Optional[Progress] = None
+        self.bar: Progress | None = None
         self.bar_task: Any = None
 
     def __enter__(self):
@@ -184,7 +185,7 @@ class _progress:
             self.bar.start()
         return self.on_event
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self.bar:
             self.bar.stop()
 
@@ -203,7 +204,7 @@ class _progress:
             else:
                 self._say(f"searching {label} ({task.share:.1%} of model time), {iterations} iterations")
         elif kind == "node":
-            outcome, node = data
+            _, node = data
             r = node.result
             speed = f"{r.speedup_vs_eager:.2f}x vs eager" if r.speedup_vs_eager else ""
             line = f"  {node.node_id} {r.status:13} {speed:16} {node.proposal.rationale[:70]}"

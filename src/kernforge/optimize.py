@@ -7,9 +7,10 @@ import platform
 import shutil
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -153,5 +154,5 @@ def _versions() -> dict[str, str]:
         pass
     if shutil.which("gcc"):
         versions["gcc"] = subprocess.run(["gcc", "-dumpfullversion"], capture_output=True,
-                                         text=True).stdout.strip()
+                                         text=True, check=False).stdout.strip()
     return versions

@@ -94,7 +94,7 @@ def _compile(source: Path, build_dir: Path) -> Path:
         return library
     tmp = build_dir / f"kf_{key}.tmp.so"
     proc = subprocess.run(["gcc", *CFLAGS, "-o", str(tmp), str(source), "-lm"],
-                          capture_output=True, text=True)
+                          capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise BuildError(proc.stderr.strip() or f"gcc exited with {proc.returncode}")
     tmp.replace(library)  # atomic: a half-written library is never picked up from the cache
@@ -107,7 +107,7 @@ _GCC_VERSION: str | None = None
 def _gcc_version() -> str:
     global _GCC_VERSION
     if _GCC_VERSION is None:
-        _GCC_VERSION = subprocess.run(["gcc", "--version"], capture_output=True, text=True).stdout
+        _GCC_VERSION = subprocess.run(["gcc", "--version"], capture_output=True, text=True, check=False).stdout
     return _GCC_VERSION
 
 

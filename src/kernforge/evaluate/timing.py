@@ -9,8 +9,9 @@ on equal terms.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -56,7 +57,7 @@ def _time_cpu(fn: Callable[[], Any]) -> Timing:
         fn()
         samples.append((time.perf_counter() - start) * 1e3)
     samples.sort()
-    pick = lambda q: samples[min(len(samples) - 1, int(q * len(samples)))]  # noqa: E731
+    pick = lambda q: samples[min(len(samples) - 1, int(q * len(samples)))]
     return Timing(p20_ms=pick(0.2), p50_ms=pick(0.5), p80_ms=pick(0.8), runs=len(samples),
                   method="wall-clock")
 

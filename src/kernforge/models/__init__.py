@@ -1,5 +1,11 @@
 """models: turn a model spec into a module and its example inputs on a device."""
 
-from kernforge.models.loader import LoadedModel, bundled_examples, load_model, resolve_device, run_forward
+from kernforge.models.loader import (
+    LoadedModel,
+    bundled_examples,
+    load_model,
+    resolve_device,
+    run_forward,
+)
 
 __all__ = ["LoadedModel", "bundled_examples", "load_model", "resolve_device", "run_forward"]

@@ -7,8 +7,9 @@ sees every configuration tried so far, so that it does not repeat itself.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 from kernforge.errors import UserError
 from kernforge.tasks import KernelTask

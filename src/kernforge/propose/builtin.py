@@ -11,8 +11,9 @@ render the same source (a parameter the chosen variant ignores) count as one.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from kernforge.propose import Proposal
 from kernforge.tasks import KernelTask

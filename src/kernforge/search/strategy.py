@@ -12,7 +12,8 @@ the same interface (a later strategy file plus one registry line).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Protocol
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
 
 from kernforge.errors import UserError
 from kernforge.evaluate import clearly_faster
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
 class Strategy(Protocol):
     name: str
 
-    def run(self, ctx: "SearchContext") -> None: ...
+    def run(self, ctx: SearchContext) -> None: ...
 
 
 class Greedy:
@@ -32,19 +33,22 @@ class Greedy:
 
     name = "greedy"
 
-    def run(self, ctx: "SearchContext") -> None:
+    def run(self, ctx: SearchContext) -> None:
         current: Node | None = None
         for _ in range(ctx.iterations):
             proposal = ctx.propose(current)
             if proposal is None:
                 return
-            node = ctx.evaluate(proposal, current,
-                                lambda n: n.result.ok and (current is None or _better(n, current)))
+            node = ctx.evaluate(proposal, current, lambda n, cur=current: _keeps(n, cur))
             if node.kept:
                 current = node
 
 
-def _better(node: "Node", current: "Node") -> bool:
+def _keeps(node: Node, current: Node | None) -> bool:
+    return node.result.ok and (current is None or _better(node, current))
+
+
+def _better(node: Node, current: Node) -> bool:
     if node.result.timing is None or current.result.timing is None:
         return False  # untimed (interpreter): the first correct candidate stays
     return clearly_faster(node.result.timing, current.result.timing)

@@ -32,7 +32,7 @@ class RunStore:
     root: Path
 
     @classmethod
-    def create(cls, runs_dir: Path, model_name: str) -> "RunStore":
+    def create(cls, runs_dir: Path, model_name: str) -> RunStore:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", model_name)[:40] or "model"
         root = runs_dir / f"{stamp}-{safe}"
