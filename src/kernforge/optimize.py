@@ -100,7 +100,7 @@ def summary(result: OptimizeResult) -> dict[str, Any]:
 def task_row(outcome: TaskOutcome) -> dict[str, Any]:
     """One line of the result table: the best speedup is 1.0 unless a kernel beat eager beyond noise."""
     task, best = outcome.task, outcome.best
-    eager = outcome.baseline.eager if outcome.baseline else None
+    eager = best.result.eager if best else (outcome.baseline.eager if outcome.baseline else None)
     timed = any(n.result.timed for n in outcome.nodes)
     return {
         "task": task.task_id,

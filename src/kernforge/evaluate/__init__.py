@@ -1,6 +1,9 @@
 """evaluate: build, check and time a candidate in a worker process, never in the search process."""
 
 from kernforge.evaluate.runner import Baseline, EvalResult, evaluate_baseline, evaluate_candidate
-from kernforge.evaluate.timing import Timing, clearly_faster
+from kernforge.evaluate.timing import Timing, clearly_faster, clearly_faster_relative
 
-__all__ = ["Baseline", "EvalResult", "Timing", "clearly_faster", "evaluate_baseline", "evaluate_candidate"]
+__all__ = [
+    "Baseline", "EvalResult", "Timing", "clearly_faster", "clearly_faster_relative", "evaluate_baseline",
+    "evaluate_candidate",
+]

@@ -30,6 +30,7 @@ class EvalResult:
     reason: str = ""
     errors: list[list[float]] = field(default_factory=list)  # per input set, per output
     timing: Timing | None = None
+    eager: Timing | None = None  # eager, timed in the same worker just before the candidate
     timed: bool = False
     speedup_vs_eager: float | None = None
     faster_than_eager: bool = False  # beyond the measured noise
@@ -43,6 +44,7 @@ class EvalResult:
     def to_json(self) -> dict[str, Any]:
         data = dict(self.__dict__)
         data["timing"] = self.timing.__dict__ if self.timing else None
+        data["eager"] = self.eager.__dict__ if self.eager else None
         return data
 
 
@@ -93,7 +95,7 @@ def evaluate_baseline(task_path: Path, reference_path: Path, device: str, job_di
 
 
 def evaluate_candidate(task_path: Path, reference_path: Path, source: Path, backend: str, device: str,
-                       job_dir: Path, baseline: Baseline, timeout_s: float) -> EvalResult:
+                       job_dir: Path, timeout_s: float) -> EvalResult:
     job = {"mode": "candidate", "task_path": str(task_path), "reference_path": str(reference_path),
            "source": str(source), "backend": backend, "device": device,
            "build_dir": str(job_dir / "build")}
@@ -102,12 +104,13 @@ def evaluate_candidate(task_path: Path, reference_path: Path, source: Path, back
         status = "timeout" if tail.startswith("timed out") else "crash"
         return EvalResult(status=status, reason=tail.splitlines()[0], log_tail=tail, wall_s=wall)
     timing = Timing(**result["timing"]) if result.get("timing") else None
+    eager = Timing(**result["eager_timing"]) if result.get("eager_timing") else None
     out = EvalResult(status=result["status"], reason=result.get("reason", ""),
-                     errors=result.get("errors", []), timing=timing, timed=timing is not None,
-                     log_tail=tail, wall_s=wall)
-    if timing and baseline.eager:
-        out.speedup_vs_eager = baseline.eager.p50_ms / timing.p50_ms
-        out.faster_than_eager = clearly_faster(timing, baseline.eager)
+                     errors=result.get("errors", []), timing=timing, eager=eager,
+                     timed=timing is not None, log_tail=tail, wall_s=wall)
+    if timing and eager:
+        out.speedup_vs_eager = eager.p50_ms / timing.p50_ms
+        out.faster_than_eager = clearly_faster(timing, eager)
     return out
 
 

@@ -65,3 +65,12 @@ def _time_cpu(fn: Callable[[], Any]) -> Timing:
 def clearly_faster(candidate: Timing, baseline: Timing) -> bool:
     """Faster beyond the measured noise: the candidate's p80 under the baseline's p20."""
     return candidate.p80_ms < baseline.p20_ms
+
+
+def clearly_faster_relative(a: Timing, a_eager: Timing, b: Timing, b_eager: Timing) -> bool:
+    """a beats b beyond the noise, each measured against the eager timing of its own worker.
+
+    Comparing times relative to eager cancels a machine that got busier between
+    the two workers; the p80/p20 bounds keep the verdict outside the noise.
+    """
+    return a.p80_ms / a_eager.p50_ms < b.p20_ms / b_eager.p50_ms

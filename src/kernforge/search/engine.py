@@ -98,14 +98,14 @@ def search_task(
                          {"parent": parent.node_id if parent else None,
                           "rationale": proposal.rationale, "params": proposal.params})
         result = evaluate_candidate(task_path, reference_path, source, backend.name, device, node_dir,
-                                    baseline, candidate_timeout_s)
+                                    candidate_timeout_s)
         node = Node(node_id=node_id, parent_id=parent.node_id if parent else None,
                     proposal=proposal, result=result)
         node.kept = keep_if(node)
         outcome.nodes.append(node)
         store.write_json(f"tasks/{task.task_id}/nodes/{node_id}/result.json",
                          {**result.to_json(), "kept": node.kept})
-        store.append_result(_row(task, node, baseline))
+        store.append_result(_row(task, node))
         on_node(outcome, node)
         return node
 
@@ -119,7 +119,7 @@ def search_task(
     return outcome
 
 
-def _row(task: KernelTask, node: Node, baseline: Baseline) -> dict[str, Any]:
+def _row(task: KernelTask, node: Node) -> dict[str, Any]:
     r = node.result
     return {
         "task": task.task_id, "node": node.node_id, "parent": node.parent_id or "",
@@ -127,7 +127,7 @@ def _row(task: KernelTask, node: Node, baseline: Baseline) -> dict[str, Any]:
         "p50_ms": r.timing.p50_ms if r.timing else None,
         "p20_ms": r.timing.p20_ms if r.timing else None,
         "p80_ms": r.timing.p80_ms if r.timing else None,
-        "eager_p50_ms": baseline.eager.p50_ms if baseline.eager else None,
+        "eager_p50_ms": r.eager.p50_ms if r.eager else None,
         "speedup_vs_eager": r.speedup_vs_eager, "faster_than_eager": r.faster_than_eager,
         "kept": node.kept, "eval_s": r.wall_s, "rationale": node.proposal.rationale,
     }

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from kernforge.errors import UserError
-from kernforge.evaluate import clearly_faster
+from kernforge.evaluate import clearly_faster_relative
 
 if TYPE_CHECKING:
     from kernforge.search.engine import Node, SearchContext
@@ -49,9 +49,10 @@ def _keeps(node: Node, current: Node | None) -> bool:
 
 
 def _better(node: Node, current: Node) -> bool:
-    if node.result.timing is None or current.result.timing is None:
+    a, b = node.result, current.result
+    if not (a.timing and a.eager and b.timing and b.eager):
         return False  # untimed (interpreter): the first correct candidate stays
-    return clearly_faster(node.result.timing, current.result.timing)
+    return clearly_faster_relative(a.timing, a.eager, b.timing, b.eager)
 
 
 STRATEGIES: dict[str, Callable[[], Strategy]] = {"greedy": Greedy}
