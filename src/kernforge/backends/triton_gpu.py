@@ -32,7 +32,8 @@ def unavailable_reason() -> str | None:
 
 def build(source: Path, build_dir: Path, output_meta: list[dict[str, Any]]) -> Kernel:
     # Triton's own cache goes in the candidate's build folder, so that candidates don't share it.
-    os.environ.setdefault("TRITON_CACHE_DIR", str(build_dir / "triton-cache"))
+    # (The worker process is the candidate's alone, so this changes no one else's setting.)
+    os.environ["TRITON_CACHE_DIR"] = str(build_dir / "triton-cache")
     name = f"kf_candidate_{abs(hash(str(source)))}"
     spec = importlib.util.spec_from_file_location(name, source)
     if spec is None or spec.loader is None:

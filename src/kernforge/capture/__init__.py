@@ -4,6 +4,7 @@ from kernforge.capture.recorder import (
     Capture,
     OpProfile,
     capture_model,
+    decode_tree,
     decode_value,
     encode_value,
     load_capture,
@@ -11,6 +12,6 @@ from kernforge.capture.recorder import (
 )
 
 __all__ = [
-    "Capture", "OpProfile", "capture_model", "decode_value", "encode_value", "load_capture",
+    "Capture", "OpProfile", "capture_model", "decode_tree", "decode_value", "encode_value", "load_capture",
     "load_sample",
 ]

@@ -123,7 +123,7 @@ def load_capture(out_dir: Path) -> Capture:
 def load_sample(path: Path) -> tuple[list[Any], dict[str, Any]]:
     """Load a saved (args, kwargs) exactly: dtype, strides and values as captured."""
     blob = torch.load(path, weights_only=False, map_location="cpu")
-    return tree_map(decode_value, blob["args"]), tree_map(decode_value, blob["kwargs"])
+    return decode_tree(blob["args"]), decode_tree(blob["kwargs"])
 
 
 class _Recorder(TorchDispatchMode):
@@ -185,8 +185,11 @@ def _tensor_meta(t: torch.Tensor) -> dict[str, Any]:
 
 
 def _detached_copy(x: Any) -> Any:
+    """A copy with the same strides: clone() would make a non-dense view contiguous."""
     if isinstance(x, torch.Tensor):
-        return x.detach().clone(memory_format=torch.preserve_format)
+        out = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device)
+        out.copy_(x.detach())
+        return out
     return x
 
 
@@ -318,6 +321,15 @@ def encode_value(x: Any) -> Any:
     if isinstance(x, torch.device):
         return {"__torch_device__": str(x)}
     return x
+
+
+def _is_encoded(x: Any) -> bool:
+    return isinstance(x, dict) and ("__torch_attr__" in x or "__torch_device__" in x)
+
+
+def decode_tree(value: Any) -> Any:
+    """decode_value over a nested structure; the encoded dicts are leaves, not containers."""
+    return tree_map(decode_value, value, is_leaf=_is_encoded)
 
 
 def decode_value(x: Any) -> Any:

@@ -84,9 +84,9 @@ def run_job(job: dict[str, Any], job_dir: Path, timeout_s: float) -> tuple[dict[
 
 
 def evaluate_baseline(task_path: Path, reference_path: Path, device: str, job_dir: Path,
-                      timeout_s: float, timed: bool = True) -> Baseline:
+                      timeout_s: float) -> Baseline:
     job = {"mode": "baseline", "task_path": str(task_path), "reference_path": str(reference_path),
-           "device": device, "backend": "none", "fresh_kinds": list(FRESH_KINDS), "timed": timed}
+           "device": device, "backend": "none", "fresh_kinds": list(FRESH_KINDS)}
     result, tail, _ = run_job(job, job_dir, timeout_s)
     if result is None:
         raise RuntimeError(f"the baseline for {task_path.parent.name} failed: {tail}")

@@ -106,7 +106,7 @@ def fresh_inputs(sample: tuple[list[Any], dict[str, Any]], kind: str) -> tuple[l
 
 def run_candidate(job: dict[str, Any]) -> dict[str, Any]:
     from kernforge.backends import BuildError, get_backend
-    from kernforge.capture import decode_value
+    from kernforge.capture import decode_tree
     from kernforge.evaluate.checks import compare, outputs_list
     from kernforge.evaluate.timing import time_callable
     from kernforge.tasks import load_task, resolve_op
@@ -115,7 +115,7 @@ def run_candidate(job: dict[str, Any]) -> dict[str, Any]:
     device = torch.device(job["device"])
     backend = get_backend(job["backend"])
     ref = torch.load(job["reference_path"], weights_only=False)
-    ref["input_sets"] = tree_map(decode_value, ref["input_sets"])
+    ref["input_sets"] = decode_tree(ref["input_sets"])
     dtypes = [getattr(torch, d.replace("torch.", "")) for d in ref["dtypes"]]
     eager_timing = None
     if backend.timeable():

@@ -71,7 +71,8 @@ class RunStore:
         path = self.root / "results.tsv"
         new = not path.exists()
         with open(path, "a", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=RESULT_COLUMNS, delimiter="\t", extrasaction="ignore")
+            writer = csv.DictWriter(f, fieldnames=RESULT_COLUMNS, delimiter="\t", extrasaction="ignore",
+                                    lineterminator="\n")
             if new:
                 writer.writeheader()
             writer.writerow({k: _tsv_cell(row.get(k)) for k in RESULT_COLUMNS})

@@ -1,0 +1,90 @@
+"""Shared fixtures: model files, run folders, and one captured softmax task with its baseline.
+
+The expensive pieces (a capture of tests/models/tiny_softmax.py, the baseline worker
+that computes its float64 oracle) are made once per session and shared read-only.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import SOFTMAX_OP, TINY_MODEL
+
+from kernforge.capture import capture_model
+from kernforge.evaluate import evaluate_baseline, evaluate_candidate
+from kernforge.models import load_model
+from kernforge.propose import get_proposer
+from kernforge.store import RunStore
+from kernforge.tasks import make_tasks, save_task
+
+
+@pytest.fixture
+def runs_dir(tmp_path: Path) -> Path:
+    path = tmp_path / "runs"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def write_model(tmp_path: Path) -> Callable[[str, str], Path]:
+    """write_model(name, source) -> path of tmp_path/name.py holding the dedented source."""
+
+    def write(name: str, source: str) -> Path:
+        path = tmp_path / f"{name}.py"
+        path.write_text(textwrap.dedent(source))
+        return path
+
+    return write
+
+
+@pytest.fixture(scope="session")
+def softmax_capture(tmp_path_factory: pytest.TempPathFactory):
+    """The tiny model captured into a run folder; its softmax task for the cpu backend."""
+    torch.manual_seed(0)
+    runs = tmp_path_factory.mktemp("session-runs")
+    loaded = load_model(str(TINY_MODEL), torch.device("cpu"))
+    store = RunStore.create(runs, loaded.name)
+    capture = capture_model(loaded, store.capture_dir, repeats=1)
+    proposer = get_proposer("builtin")
+    tasks, skipped = make_tasks(capture, store.capture_dir, top_k=1,
+                                why_unsupported=lambda t: proposer.why_unsupported(t, "cpu"))
+    assert [t.op for t in tasks] == [SOFTMAX_OP], (tasks, skipped)
+    return store, capture, tasks[0]
+
+
+@pytest.fixture(scope="session")
+def softmax_task(softmax_capture):
+    return softmax_capture[2]
+
+
+@pytest.fixture(scope="session")
+def softmax_reference(softmax_task, tmp_path_factory: pytest.TempPathFactory):
+    """(task_path, reference_path, baseline): the oracle for candidates evaluated directly.
+
+    Kept outside any RunStore task folder: search_task deletes its task's reference.pt.
+    """
+    folder = tmp_path_factory.mktemp("softmax-reference")
+    task_path = folder / "task.json"
+    reference_path = folder / "reference.pt"
+    save_task(softmax_task, task_path)
+    baseline = evaluate_baseline(task_path, reference_path, "cpu", folder / "baseline",
+                                 timeout_s=300)
+    return task_path, reference_path, baseline
+
+
+@pytest.fixture
+def evaluate_source(softmax_reference, tmp_path: Path):
+    """evaluate_source(text, backend='cpu', timeout_s=120) -> EvalResult for the softmax task."""
+    task_path, reference_path, _ = softmax_reference
+
+    def run(text: str, backend: str = "cpu", timeout_s: float = 120.0, suffix: str = ".c"):
+        source = tmp_path / f"candidate{suffix}"
+        source.write_text(text)
+        return evaluate_candidate(task_path, reference_path, source, backend, "cpu",
+                                  tmp_path / "job", timeout_s=timeout_s)
+
+    return run

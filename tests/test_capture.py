@@ -1,0 +1,277 @@
+"""kernforge.capture: every ATen call is recorded, ranked, and its real inputs kept exactly."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import SOFTMAX_OP
+from torch import nn
+
+from kernforge.capture import capture_model, decode_value, encode_value, load_capture, load_sample
+from kernforge.models import load_model
+from kernforge.models.loader import LoadedModel
+
+CPU = torch.device("cpu")
+
+
+def loaded(module: nn.Module, *inputs) -> LoadedModel:
+    return LoadedModel(module=module.eval(), inputs=tuple(inputs), device=CPU, name="m", spec="m")
+
+
+def by_op(capture) -> dict[str, list]:
+    ops: dict[str, list] = {}
+    for p in capture.profiles:
+        ops.setdefault(p.op, []).append(p)
+    return ops
+
+
+class SoftmaxSpellings(nn.Module):
+    def forward(self, x, w):
+        a = x.softmax(-1)
+        b = torch.nn.functional.softmax(x, dim=-1)
+        c = torch.softmax(x, dim=-1)
+        return (a + b + c) @ w, a[0] @ w[0]
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float = 1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+def test_softmax_spellings_and_matmul_arrive_as_aten_ops():
+    cap = capture_model(loaded(SoftmaxSpellings(), torch.randn(2, 5, 8), torch.randn(2, 8, 3)),
+                        out_dir=None, repeats=1)
+    ops = by_op(cap)
+    assert SOFTMAX_OP in ops
+    # the three spellings have one signature: same op, shapes and arguments
+    (softmax,) = ops[SOFTMAX_OP]
+    assert softmax.calls == 3
+    assert softmax.kind == "compute"
+    assert softmax.args[0]["shape"] == [2, 5, 8]
+    assert softmax.args[1:] == [-1, False]
+    assert "aten::bmm.default" in ops  # 3-D @
+    assert "aten::mm.default" in ops  # 2-D @
+
+
+def test_hand_written_rmsnorm_arrives_as_its_pieces():
+    cap = capture_model(loaded(RMSNorm(16), torch.randn(4, 16)), out_dir=None, repeats=1)
+    ops = by_op(cap)
+    pieces = ("aten::pow.Tensor_Scalar", "aten::mean.dim", "aten::rsqrt.default",
+              "aten::mul.Tensor")
+    for piece in pieces:
+        assert piece in ops, f"{piece} missing from {sorted(ops)}"
+        assert all(p.kind == "compute" for p in ops[piece])
+    assert "aten::add.Tensor" in ops  # + eps
+
+
+def test_shares_sum_to_one_and_profiles_are_ranked():
+    cap = capture_model(loaded(RMSNorm(64), torch.randn(32, 64)), out_dir=None, repeats=3)
+    assert cap.repeats == 3
+    assert cap.total_time_us > 0
+    assert sum(p.share for p in cap.profiles) == pytest.approx(1.0, abs=1e-6)
+    assert all(0.0 <= p.share <= 1.0 for p in cap.profiles)
+    times = [p.time_us for p in cap.profiles]
+    assert times == sorted(times, reverse=True)
+    assert sum(times) == pytest.approx(cap.total_time_us, rel=1e-9)
+    for p in cap.profiles:
+        assert p.gain_if_2x == pytest.approx(1.0 / (1.0 - p.share / 2.0))
+    assert all(p.kind == "compute" for p in cap.ranked())
+    assert cap.forward_ms > 0 and cap.captured_ms > 0
+
+
+class TransposedInput(nn.Module):
+    def forward(self, x, y):
+        return torch.exp(x.t()), torch.tanh(y)  # exp gets a non-contiguous (transposed) input
+
+
+def test_samples_saved_and_loaded_back_exactly(tmp_path: Path):
+    x = torch.randn(6, 9, dtype=torch.float64)
+    y = torch.randn(3, 5).to(torch.bfloat16)
+    cap = capture_model(loaded(TransposedInput(), x, y), tmp_path, repeats=1)
+    ops = by_op(cap)
+
+    (exp,) = ops["aten::exp.default"]
+    assert exp.args[0]["stride"] == [1, 9]
+    assert exp.samples == [f"samples/{exp.signature}/0.pt"]
+    args, kwargs = load_sample(tmp_path / exp.samples[0])
+    assert kwargs == {}
+    (xt,) = args
+    assert xt.dtype == torch.float64
+    assert xt.shape == (9, 6)
+    assert xt.stride() == (1, 9)
+    assert torch.equal(xt, x.t())
+
+    (tanh,) = ops["aten::tanh.default"]
+    (y_again,), _ = load_sample(tmp_path / tanh.samples[0])
+    assert y_again.dtype == torch.bfloat16
+    assert y_again.stride() == y.stride()
+    assert torch.equal(y_again, y)
+
+
+def test_torch_attributes_encode_and_decode_one_by_one():
+    values = (torch.float64, torch.bfloat16, torch.strided, torch.channels_last,
+              torch.device("cpu"))
+    for value in values:
+        encoded = encode_value(value)
+        assert isinstance(encoded, dict)
+        assert decode_value(encoded) == value
+    t = torch.arange(3.0)
+    assert decode_value(encode_value(t)) is t
+    assert encode_value(3) == 3 and decode_value("x") == "x"
+
+
+class DtypeKeyword(nn.Module):
+    def forward(self, y):
+        return torch.sum(y, dim=-1, dtype=torch.float64)  # a torch.dtype argument
+
+
+def test_samples_with_a_dtype_argument_load_back_exactly(tmp_path: Path):
+    y = torch.randn(3, 5)
+    cap = capture_model(loaded(DtypeKeyword(), y), tmp_path, repeats=1)
+    (total,) = by_op(cap)["aten::sum.dim_IntList"]
+    args, kwargs = load_sample(tmp_path / total.samples[0])
+    assert torch.equal(args[0], y)
+    assert args[1:] == [[-1]]
+    assert kwargs == {"dtype": torch.float64}
+    # the reloaded sample reproduces the op's output
+    expected = torch.sum(y, -1, dtype=torch.float64)
+    assert torch.equal(torch.ops.aten.sum.dim_IntList(*args, **kwargs), expected)
+
+
+class SlicedInput(nn.Module):
+    def forward(self, x):
+        return x[:, ::2] * 3  # a non-dense view: strides (8, 2)
+
+
+def test_samples_keep_strides_of_non_dense_inputs(tmp_path: Path):
+    x = torch.randn(6, 8)
+    cap = capture_model(loaded(SlicedInput(), x), tmp_path, repeats=1)
+    (mul,) = by_op(cap)["aten::mul.Tensor"]
+    assert mul.args[0]["stride"] == [8, 2]
+    args, _ = load_sample(tmp_path / mul.samples[0])
+    assert torch.equal(args[0], x[:, ::2])
+    assert list(args[0].stride()) == mul.args[0]["stride"]
+
+
+class InPlace(nn.Module):
+    def forward(self, x):
+        y = x.clone()
+        y.mul_(2.0)
+        y.add_(1.0)
+        x.relu_()  # in place on the model's own input (idempotent across the repeated passes)
+        return y
+
+
+def test_in_place_ops_are_captured_with_their_inputs_before_the_call(tmp_path: Path):
+    x = torch.randn(4, 7)
+    original = x.clone()
+    cap = capture_model(loaded(InPlace(), x), tmp_path, repeats=1)
+    ops = by_op(cap)
+    assert {"aten::mul_.Tensor", "aten::add_.Tensor", "aten::relu_.default"} <= set(ops)
+    (mul,) = ops["aten::mul_.Tensor"]
+    args, _ = load_sample(tmp_path / mul.samples[0])
+    # The sample is y before mul_ ran: relu_ had already run on x in the warm-up pass.
+    assert torch.equal(args[0], original.relu())
+    (add,) = ops["aten::add_.Tensor"]
+    args, _ = load_sample(tmp_path / add.samples[0])
+    assert torch.equal(args[0], original.relu() * 2.0)
+
+
+class StructuredOutputs(nn.Module):
+    def forward(self, x):
+        p = x.softmax(-1)
+        return {"probs": p, "pair": (p.sum(-1), x.abs()), "meta": 3}
+
+
+def test_dict_and_tuple_outputs_are_captured(tmp_path: Path):
+    cap = capture_model(loaded(StructuredOutputs(), torch.randn(3, 10)), tmp_path, repeats=1)
+    ops = by_op(cap)
+    assert SOFTMAX_OP in ops and "aten::abs.default" in ops
+    (softmax,) = ops[SOFTMAX_OP]
+    assert softmax.outputs[0]["shape"] == [3, 10]
+
+
+def test_capture_round_trips_through_profile_json(tmp_path: Path):
+    cap = capture_model(loaded(RMSNorm(16), torch.randn(4, 16)), tmp_path, repeats=1)
+    again = load_capture(tmp_path)
+    assert again == cap
+    for p in cap.ranked():
+        assert p.samples, p.signature
+        for rel in p.samples:
+            assert (tmp_path / rel).is_file()
+
+
+def test_no_out_dir_keeps_no_samples(tmp_path: Path):
+    cap = capture_model(loaded(RMSNorm(16), torch.randn(4, 16)), out_dir=None, repeats=1)
+    assert all(p.samples == [] for p in cap.profiles)
+
+
+def test_views_copies_and_allocations_are_not_sampled(tmp_path: Path):
+    class Mixed(nn.Module):
+        def forward(self, x):
+            return (x.view(-1).clone() + torch.zeros(x.numel())).reshape(x.shape).t()
+
+    cap = capture_model(loaded(Mixed(), torch.randn(3, 4)), tmp_path, repeats=1)
+    kinds = {p.op: p.kind for p in cap.profiles}
+    assert kinds["aten::view.default"] == "view"
+    assert kinds["aten::clone.default"] == "copy"
+    assert kinds["aten::zeros.default"] == "alloc"
+    assert kinds["aten::add.Tensor"] == "compute"
+    for p in cap.profiles:
+        assert bool(p.samples) == (p.kind == "compute"), p.op
+
+
+def test_sample_caps(tmp_path: Path):
+    class Repeats(nn.Module):
+        def forward(self, x):
+            for _ in range(4):
+                x = torch.tanh(x)  # four calls, one signature
+            return x
+
+    cap = capture_model(loaded(Repeats(), torch.randn(8, 8)), tmp_path / "a", repeats=1,
+                        samples_per_signature=2)
+    (tanh,) = by_op(cap)["aten::tanh.default"]
+    assert tanh.calls == 4 and len(tanh.samples) == 2
+
+    cap = capture_model(loaded(Repeats(), torch.randn(8, 8)), tmp_path / "b", repeats=1,
+                        sample_cap_bytes=8 * 8 * 4 - 1)
+    (tanh,) = by_op(cap)["aten::tanh.default"]
+    assert tanh.samples == []  # one sample is over the per-sample cap
+
+    cap = capture_model(loaded(Repeats(), torch.randn(8, 8)), tmp_path / "c", repeats=1,
+                        samples_per_signature=4, total_cap_bytes=3 * 8 * 8 * 4)
+    (tanh,) = by_op(cap)["aten::tanh.default"]
+    assert len(tanh.samples) == 3  # the fourth would pass the total cap
+
+
+def test_tiny_model_ranks_softmax_among_compute_ops(softmax_capture):
+    _, cap, task = softmax_capture
+    ops = {p.op for p in cap.ranked()}
+    assert {SOFTMAX_OP, "aten::bmm.default", "aten::addmm.default"} <= ops
+    assert task.op == SOFTMAX_OP
+    assert task.args[0]["shape"] == [2, 40, 40]
+    assert task.samples and all(Path(s).is_absolute() and Path(s).is_file() for s in task.samples)
+
+
+def test_capture_of_a_kernelbench_file(write_model, tmp_path: Path):
+    path = write_model("gelu_model", """
+        import torch
+
+        class Model(torch.nn.Module):
+            def forward(self, x):
+                return torch.nn.functional.gelu(x)
+
+        def get_inputs():
+            return [torch.randn(16, 16)]
+    """)
+    cap = capture_model(load_model(str(path), CPU), tmp_path / "cap", repeats=1)
+    assert cap.model == "gelu_model"
+    assert cap.device == "cpu"
+    assert "aten::gelu.default" in by_op(cap)

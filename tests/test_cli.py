@@ -1,0 +1,230 @@
+"""The command line, run as a user runs it: `python -m kernforge ...` in a fresh process."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from helpers import REPO_ROOT, SOFTMAX_OP, TINY_MODEL, run_cli
+
+TINY_REL = str(TINY_MODEL.relative_to(REPO_ROOT))  # tests/models/tiny_softmax.py
+
+
+def assert_one_line_error(proc, *words: str) -> str:
+    """Exit status 2, exactly one line on stderr starting with 'error:', no traceback anywhere."""
+    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("error: "), proc.stderr
+    assert "Traceback" not in proc.stderr and "Traceback" not in proc.stdout
+    for word in words:
+        assert word in lines[0]
+    return lines[0]
+
+
+# ---------------------------------------------------------------- help
+
+def test_help_shows_examples():
+    proc = run_cli("--help")
+    assert proc.returncode == 0, proc.stderr
+    assert "Examples" in proc.stdout
+    assert "kernforge optimize example:attention" in proc.stdout
+    for command in ("optimize", "profile", "ls", "show"):
+        assert command in proc.stdout
+
+
+def test_optimize_help_shows_examples_and_options():
+    proc = run_cli("optimize", "--help")
+    assert proc.returncode == 0, proc.stderr
+    assert "Examples" in proc.stdout
+    for option in ("--backend", "--iterations", "--top-k", "--runs-dir", "--json"):
+        assert option in proc.stdout
+
+
+# ---------------------------------------------------------------- user errors
+
+def test_missing_model_file(runs_dir: Path):
+    proc = run_cli("optimize", "no/such/model.py", "--runs-dir", str(runs_dir))
+    assert_one_line_error(proc, "not found")
+    assert list(runs_dir.iterdir()) == []
+
+
+def test_file_without_model(write_model, runs_dir: Path):
+    path = write_model("no_model", """
+        import torch
+
+        def get_inputs():
+            return [torch.ones(2)]
+    """)
+    proc = run_cli("optimize", str(path), "--backend", "cpu", "--runs-dir", str(runs_dir))
+    assert_one_line_error(proc, "has no class Model")
+
+
+def test_model_whose_forward_raises(write_model, runs_dir: Path):
+    path = write_model("bad_forward", """
+        import torch
+
+        class Model(torch.nn.Module):
+            def forward(self, x):
+                raise ValueError("shapes do not match\\nmore detail on a second line")
+
+        def get_inputs():
+            return [torch.ones(2)]
+    """)
+    proc = run_cli("optimize", str(path), "--backend", "cpu", "--runs-dir", str(runs_dir))
+    assert_one_line_error(proc, "forward raised ValueError: shapes do not match")
+    assert list(runs_dir.iterdir()) == []  # reported before a run folder is made
+
+
+def test_unknown_backend(runs_dir: Path):
+    proc = run_cli("optimize", TINY_REL, "--backend", "nosuch", "--runs-dir", str(runs_dir))
+    assert_one_line_error(proc, "unknown backend 'nosuch'", "cpu", "triton")
+
+
+def test_triton_backend_without_gpu_or_interpreter(runs_dir: Path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("checks the message given when no GPU is visible")
+    proc = run_cli("optimize", TINY_REL, "--backend", "triton", "--runs-dir", str(runs_dir))
+    assert_one_line_error(proc, "needs an NVIDIA GPU", "TRITON_INTERPRET=1")
+
+
+def test_unsupported_hub_spec():
+    assert_one_line_error(run_cli("profile", "torchvision:resnet50"), "not supported yet")
+
+
+def test_show_unknown_run(runs_dir: Path):
+    proc = run_cli("show", "nosuchrun", "--runs-dir", str(runs_dir))
+    assert_one_line_error(proc, "no run folder 'nosuchrun'")
+
+
+# ---------------------------------------------------------------- profile
+
+def test_profile_json_lists_softmax():
+    proc = run_cli("profile", TINY_REL, "--device", "cpu", "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)  # nothing else on stdout
+    assert data["model"] == "tiny_softmax" and data["device"] == "cpu"
+    ops = [p["op"] for p in data["profiles"]]
+    assert SOFTMAX_OP in ops and "aten::bmm.default" in ops
+    assert sum(p["share"] for p in data["profiles"]) == pytest.approx(1.0, abs=1e-6)
+    assert all(p["samples"] == [] for p in data["profiles"])  # profile keeps no inputs
+
+
+def test_profile_table():
+    proc = run_cli("profile", TINY_REL, "--limit", "3")
+    assert proc.returncode == 0, proc.stderr
+    assert "tiny_softmax on cpu" in proc.stdout
+    assert "share" in proc.stdout and "if 2x faster" in proc.stdout
+
+
+# ---------------------------------------------------------------- optimize, ls, show
+
+@pytest.fixture(scope="module")
+def optimized(tmp_path_factory):
+    runs = tmp_path_factory.mktemp("cli-runs")
+    proc = run_cli("optimize", TINY_REL, "--backend", "cpu", "--iterations", "2",
+                   "--runs-dir", str(runs), "--json")
+    return runs, proc
+
+
+def test_optimize_json(optimized):
+    runs, proc = optimized
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    data = json.loads(proc.stdout)  # progress goes nowhere with --json: stdout is the JSON alone
+    assert data["model"] == "tiny_softmax"
+    assert (data["backend"], data["device"]) == ("cpu", "cpu")
+    run_dir = Path(data["run_dir"])
+    assert run_dir.parent == runs and (run_dir / "summary.json").is_file()
+    (task,) = [t for t in data["tasks"] if t["op"] == SOFTMAX_OP]
+    assert task["candidates"] == 2
+    assert task["correct"] == 2 and task["status_counts"] == {"ok": 2}
+    assert task["shape"] == "2x40x40" and task["dtype"] == "float32"
+    assert task["eager_p50_ms"] > 0
+    assert task["verdict"] in ("faster kernel found", "no faster kernel found")
+    if task["verdict"] == "no faster kernel found":
+        assert task["best_speedup_vs_eager"] == 1.0 and task["best_node"] is None
+    skipped = {s["op"]: s["reason"] for s in data["skipped"]}
+    assert skipped.get("aten::bmm.default") == "no built-in template for aten::bmm.default"
+    assert json.loads((run_dir / "summary.json").read_text())["tasks"] == data["tasks"]
+    config = json.loads((run_dir / "config.json").read_text())
+    assert config["iterations"] == 2 and config["resolved_backend"] == "cpu"
+
+
+def test_ls_lists_the_run(optimized):
+    runs, proc = optimized
+    run_name = Path(json.loads(proc.stdout)["run_dir"]).name
+    listing = run_cli("ls", "--runs-dir", str(runs))
+    assert listing.returncode == 0, listing.stderr
+    assert run_name in listing.stdout
+    assert "tiny_softmax" in listing.stdout and "finished" in listing.stdout
+    by_env = run_cli("ls", env={"KERNFORGE_RUNS_DIR": str(runs)})
+    assert by_env.returncode == 0 and run_name in by_env.stdout
+
+
+def test_ls_without_runs(runs_dir: Path):
+    proc = run_cli("ls", "--runs-dir", str(runs_dir))
+    assert proc.returncode == 0
+    assert f"no runs in {runs_dir}" in proc.stdout
+
+
+def test_show_json(optimized):
+    runs, proc = optimized
+    run_dir = Path(json.loads(proc.stdout)["run_dir"])
+    shown = run_cli("show", run_dir.name, "--runs-dir", str(runs), "--json")
+    assert shown.returncode == 0, shown.stderr
+    data = json.loads(shown.stdout)
+    assert data["config"]["model"] == "tiny_softmax"
+    assert data["summary"]["tasks"][0]["op"] == SOFTMAX_OP
+    assert [r["node"] for r in data["results"]] == ["n0000", "n0001"]
+    assert all(r["status"] == "ok" for r in data["results"])
+    # the run folder's own path works as well as its name
+    by_path = run_cli("show", str(run_dir), "--json")
+    assert by_path.returncode == 0 and json.loads(by_path.stdout) == data
+
+
+def test_show_table(optimized):
+    _, proc = optimized
+    run_dir = Path(json.loads(proc.stdout)["run_dir"])
+    shown = run_cli("show", str(run_dir))
+    assert shown.returncode == 0, shown.stderr
+    assert SOFTMAX_OP in shown.stdout
+    assert "n0000" in shown.stdout and "n0001" in shown.stdout
+    assert f"run folder: {run_dir}" in shown.stdout
+
+
+def test_optimize_with_triton_under_the_interpreter(runs_dir: Path):
+    proc = run_cli("optimize", TINY_REL, "--backend", "triton", "--iterations", "1", "--runs-dir",
+                   str(runs_dir), "--json", env={"TRITON_INTERPRET": "1"})
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert (data["backend"], data["device"]) == ("triton", "cpu")
+    (task,) = [t for t in data["tasks"] if t["op"] == SOFTMAX_OP]
+    assert task["candidates"] == 1 and task["correct"] == 1
+    assert task["verdict"] == "correct kernel found (interpreter: not timed)"
+    assert task["best_speedup_vs_eager"] is None  # never timed
+
+
+def test_optimize_a_model_with_nothing_to_search(write_model, runs_dir: Path):
+    path = write_model("gelu_only", """
+        import torch
+
+        class Model(torch.nn.Module):
+            def forward(self, x):
+                return torch.nn.functional.gelu(x)
+
+        def get_inputs():
+            return [torch.randn(16, 16)]
+    """)
+    proc = run_cli("optimize", str(path), "--backend", "cpu", "--iterations", "1",
+                   "--runs-dir", str(runs_dir))
+    assert proc.returncode == 0, proc.stderr
+    assert "aten::gelu.default" in proc.stdout
+    assert "nothing was searched" in proc.stdout
+    (run_dir,) = runs_dir.iterdir()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["tasks"] == []
+    assert [s["op"] for s in summary["skipped"]] == ["aten::gelu.default"]

@@ -1,0 +1,277 @@
+"""kernforge.evaluate: candidates run in a worker process, checked against a float64 oracle.
+
+The candidates here are hand-written C (and one Triton) kernels for the softmax of
+tests/models/tiny_softmax.py, evaluated with the real pipeline: the session fixtures
+capture the model, make its task and run the baseline worker once.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import c_softmax_source
+
+from kernforge.evaluate.checks import ERROR_FLOOR, compare, normalised_error
+from kernforge.evaluate.timing import Timing, clearly_faster
+from kernforge.evaluate.worker import fresh_inputs
+from kernforge.propose.builtin import BuiltinProposer
+
+LABELS = ["real0", "fresh-normal", "fresh-large", "fresh-mixed"]
+
+
+# ---------------------------------------------------------------- baseline
+
+def test_baseline_has_every_input_set_and_an_eager_time(softmax_reference, softmax_task):
+    _, reference_path, baseline = softmax_reference
+    assert len(softmax_task.samples) == 1  # one softmax call in the model
+    assert baseline.labels == LABELS
+    assert baseline.device_name == "cpu"
+    assert baseline.eager is not None and baseline.eager.p50_ms > 0
+    assert baseline.eager.p20_ms <= baseline.eager.p50_ms <= baseline.eager.p80_ms
+    assert len(baseline.eager_errors) == len(LABELS)
+    for errors in baseline.eager_errors:
+        assert len(errors) == 1 and 0.0 <= errors[0] < ERROR_FLOOR[torch.float32]
+    ref = torch.load(reference_path, weights_only=False)
+    assert ref["labels"] == LABELS
+    assert ref["dtypes"] == ["torch.float32"]
+    for oracles, (args, _) in zip(ref["oracles"], ref["input_sets"]):
+        (oracle,) = oracles
+        assert oracle.dtype == torch.float64
+        assert torch.allclose(oracle, torch.softmax(args[0].double(), -1))
+
+
+# ---------------------------------------------------------------- C candidates
+
+def test_correct_c_softmax_is_accepted_and_timed(evaluate_source):
+    result = evaluate_source(c_softmax_source())
+    assert result.status == "ok", result.reason + result.log_tail
+    assert result.ok and result.reason == ""
+    assert len(result.errors) == len(LABELS)
+    assert all(e[0] <= ERROR_FLOOR[torch.float32] for e in result.errors)
+    assert result.timed and result.timing is not None and result.timing.p50_ms > 0
+    # eager is timed in the same worker, before the candidate is loaded
+    assert result.eager is not None and result.eager.p50_ms > 0
+    assert result.speedup_vs_eager == pytest.approx(result.eager.p50_ms / result.timing.p50_ms)
+    assert result.faster_than_eager == clearly_faster(result.timing, result.eager)
+    assert result.wall_s > 0
+
+
+UNNORMALISED = """\
+    for (int64_t r = 0; r < rows; ++r) {
+        float m = -INFINITY;
+        for (int64_t c = 0; c < cols; ++c) m = fmaxf(m, x[r * cols + c]);
+        for (int64_t c = 0; c < cols; ++c) y[r * cols + c] = expf(x[r * cols + c] - m);
+    }
+"""
+
+HALF_WRITTEN = """\
+    for (int64_t r = 0; r < rows / 2; ++r) {
+        const float *xr = x + r * cols;
+        float *yr = y + r * cols;
+        float m = -INFINITY;
+        for (int64_t c = 0; c < cols; ++c) m = fmaxf(m, xr[c]);
+        float s = 0.0f;
+        for (int64_t c = 0; c < cols; ++c) { yr[c] = expf(xr[c] - m); s += yr[c]; }
+        for (int64_t c = 0; c < cols; ++c) yr[c] /= s;
+    }
+"""
+
+NO_MAX = """\
+    for (int64_t r = 0; r < rows; ++r) {
+        const float *xr = x + r * cols;
+        float *yr = y + r * cols;
+        float s = 0.0f;
+        for (int64_t c = 0; c < cols; ++c) { yr[c] = expf(xr[c]); s += yr[c]; }
+        for (int64_t c = 0; c < cols; ++c) yr[c] /= s;
+    }
+"""
+
+SEGFAULT = """\
+    *(volatile float *)0 = 1.0f;
+"""
+
+ENDLESS = """\
+    volatile int spin = 1;
+    while (spin) { }
+"""
+
+MODIFIES_INPUT = """\
+    for (int64_t r = 0; r < rows; ++r) {
+        const float *xr = x + r * cols;
+        float *yr = y + r * cols;
+        float m = -INFINITY;
+        for (int64_t c = 0; c < cols; ++c) m = fmaxf(m, xr[c]);
+        float s = 0.0f;
+        for (int64_t c = 0; c < cols; ++c) { yr[c] = expf(xr[c] - m); s += yr[c]; }
+        for (int64_t c = 0; c < cols; ++c) yr[c] /= s;
+    }
+    ((float *)x)[0] = 42.0f;
+"""
+
+REFUSES = """\
+    return 5;
+"""
+
+
+def test_unnormalised_kernel_is_a_wrong_result(evaluate_source):
+    result = evaluate_source(c_softmax_source(UNNORMALISED))
+    assert result.status == "wrong_result"
+    assert result.reason.startswith("on real0: output 0: error")
+    assert "over the allowed" in result.reason
+    assert not result.timed and result.timing is None
+
+
+def test_half_written_output_is_caught_by_the_nan_poison(evaluate_source):
+    result = evaluate_source(c_softmax_source(HALF_WRITTEN))
+    assert result.status == "wrong_result"
+    assert result.reason.startswith("on real0:")
+    assert "NaN/inf values where the reference is finite" in result.reason
+
+
+def test_softmax_without_the_max_overflows_on_large_inputs(evaluate_source):
+    result = evaluate_source(c_softmax_source(NO_MAX))
+    assert result.status == "wrong_result"
+    # right on the model's own inputs and on N(0, 1); the x100 inputs overflow exp()
+    assert result.reason.startswith("on fresh-large:"), result.reason
+    assert len(result.errors) == 3
+    assert all(e[0] <= ERROR_FLOOR[torch.float32] for e in result.errors[:2])
+
+
+def test_segfault_is_a_crash(evaluate_source):
+    result = evaluate_source(c_softmax_source(SEGFAULT))
+    assert result.status == "crash"
+    assert "SIGSEGV" in result.reason
+    assert result.timing is None
+
+
+def test_endless_loop_is_a_timeout_and_the_worker_is_killed(evaluate_source, tmp_path: Path):
+    result = evaluate_source(c_softmax_source(ENDLESS), timeout_s=5)
+    assert result.status == "timeout"
+    assert result.reason == "timed out after 5 s"
+    assert result.wall_s < 30
+    job_file = str(tmp_path / "job" / "job.json")
+    survivors = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+            except OSError:
+                continue
+            if job_file in cmdline:
+                survivors.append(pid)
+    assert survivors == []
+
+
+def test_compile_error_is_reported_with_gccs_message(evaluate_source):
+    result = evaluate_source(c_softmax_source("    this is not C;\n"))
+    assert result.status == "compile_error"
+    assert "error:" in result.reason and "candidate.c" in result.reason
+
+
+def test_kernel_that_modifies_its_input_is_a_wrong_result(evaluate_source):
+    result = evaluate_source(c_softmax_source(MODIFIES_INPUT))
+    assert result.status == "wrong_result"
+    assert result.reason == "on real0: input 0 was modified"
+
+
+def test_kernel_refusing_its_inputs_is_a_runtime_error(evaluate_source):
+    result = evaluate_source(c_softmax_source(REFUSES))
+    assert result.status == "runtime_error"
+    assert "error code 5" in result.reason
+
+
+# ---------------------------------------------------------------- Triton under the interpreter
+
+def test_triton_candidate_is_checked_under_the_interpreter_but_not_timed(
+        evaluate_source, softmax_task, monkeypatch):
+    # The worker turns the interpreter on itself, from the job's backend and device.
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    proposal = BuiltinProposer().propose(softmax_task, "triton", None, [])
+    assert proposal is not None
+    result = evaluate_source(proposal.source, backend="triton", suffix=".py")
+    assert result.status == "ok", result.reason + result.log_tail
+    assert len(result.errors) == len(LABELS)
+    assert result.timed is False
+    assert result.timing is None and result.eager is None and result.speedup_vs_eager is None
+    assert result.faster_than_eager is False
+
+
+def test_triton_candidate_that_fails_to_import_is_a_compile_error(evaluate_source):
+    source = "raise ImportError('no such helper')\n"
+    result = evaluate_source(source, backend="triton", suffix=".py")
+    assert result.status == "compile_error"
+    assert "ImportError: no such helper" in result.reason
+
+
+# ---------------------------------------------------------------- pieces, in process
+
+def test_fresh_inputs_keep_layout_and_draw_new_values():
+    torch.manual_seed(0)
+    x = torch.randn(6, 5).t()  # (5, 6), strides (1, 5)
+    sample = ([x, -1, False], {})
+    for kind in ("normal", "large", "mixed"):
+        (y, dim, flag), kwargs = fresh_inputs(sample, kind)
+        assert (dim, flag, kwargs) == (-1, False, {})
+        assert y.shape == x.shape and y.dtype == x.dtype and y.stride() == x.stride()
+        assert not torch.equal(y, x)
+    (large, _, _), _ = fresh_inputs(sample, "large")
+    assert large.abs().max() > 50  # large enough to overflow exp() without the max subtracted
+    (mixed,), _ = fresh_inputs(([torch.randn(400, 8)], {}), "mixed")
+    row_scale = mixed.abs().amax(-1)
+    assert row_scale.max() / row_scale.min() > 100  # tiny and large rows in one input
+    ints = torch.arange(4)
+    assert fresh_inputs(([ints], {}), "normal")[0][0] is ints  # integer tensors are kept
+
+
+def test_compare_accepts_within_tolerance_and_explains_each_failure():
+    oracle = torch.softmax(torch.randn(3, 8, dtype=torch.float64), -1)
+    good = oracle.float()
+    f32 = [torch.float32]
+    why, errors = compare([good], [oracle], [1e-8], f32)
+    assert why is None and len(errors) == 1 and errors[0] < 1e-6
+
+    bad = good.clone()
+    bad[1, 2] += 0.1
+    why, _ = compare([bad], [oracle], [1e-8], f32)
+    assert why.startswith("output 0: error") and "worst at index (1, 2)" in why
+
+    nan = good.clone()
+    nan[0, 0] = float("nan")
+    why, _ = compare([nan], [oracle], [1e-8], f32)
+    assert "1 NaN/inf values" in why
+
+    assert "has shape (3, 7)" in compare([good[:, :7]], [oracle], [0.0], f32)[0]
+    assert "has dtype torch.float64" in compare([oracle], [oracle], [0.0], f32)[0]
+    assert "returned 2 outputs" in compare([good, good], [oracle], [0.0], f32)[0]
+
+
+def test_compare_allows_eagers_own_error_times_a_factor():
+    oracle = torch.ones(4, dtype=torch.float64)
+    out = torch.ones(4)
+    out[0] = 1.0 + 1e-3  # 1e-3: over the fp32 floor
+    assert compare([out], [oracle], [0.0], [torch.float32])[0] is not None
+    # 8 x eager's own 2e-4 allows it
+    assert compare([out], [oracle], [2e-4], [torch.float32])[0] is None
+    assert normalised_error(out, oracle) == pytest.approx(1e-3, rel=1e-3)
+
+
+def test_compare_requires_matching_nans_and_exact_integers():
+    oracle = torch.tensor([1.0, float("nan"), float("inf")], dtype=torch.float64)
+    assert compare([oracle.float()], [oracle], [0.0], [torch.float32])[0] is None
+    assert compare([torch.tensor([1.0, 2.0, float("inf")])], [oracle], [0.0], [torch.float32])[0]
+    assert compare([torch.tensor([1.0, float("nan"), -float("inf")])], [oracle], [0.0],
+                   [torch.float32])[0] == "output 0: infinities differ from the reference's"
+    ints = torch.tensor([1, 2, 3])
+    assert compare([ints], [ints], [0.0], [torch.int64])[0] is None
+    why = compare([ints + 1], [ints], [0.0], [torch.int64])[0]
+    assert why == "output 0 differs from the reference"
+
+
+def test_clearly_faster_needs_to_beat_the_noise():
+    base = Timing(p20_ms=1.0, p50_ms=1.1, p80_ms=1.2, runs=10, method="wall-clock")
+    assert clearly_faster(Timing(0.5, 0.6, 0.9, 10, "wall-clock"), base)
+    assert not clearly_faster(Timing(0.5, 0.6, 1.05, 10, "wall-clock"), base)  # p80 over base p20
+    assert base.spread == pytest.approx(0.2 / 1.1)

@@ -1,0 +1,103 @@
+"""kernforge.optimize: the verdict per task, and mistakes caught before a run folder is made."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kernforge.errors import UserError
+from kernforge.evaluate import Baseline, EvalResult, Timing
+from kernforge.optimize import OptimizeOptions, optimize, task_row
+from kernforge.propose import Proposal
+from kernforge.search import Node, TaskOutcome
+
+EAGER = Timing(p20_ms=0.9, p50_ms=1.0, p80_ms=1.1, runs=10, method="wall-clock")
+BASELINE = Baseline(eager=EAGER, device_name="cpu", labels=["real0"], eager_errors=[[0.0]])
+
+
+def node(i: int, result: EvalResult) -> Node:
+    return Node(node_id=f"n{i:04d}", parent_id=None, proposal=Proposal("src", "why"), result=result)
+
+
+def timed_ok(p50: float, faster: bool) -> EvalResult:
+    t = Timing(p20_ms=p50 * 0.95, p50_ms=p50, p80_ms=p50 * 1.05, runs=10, method="wall-clock")
+    return EvalResult(status="ok", timing=t, eager=EAGER, timed=True, speedup_vs_eager=1.0 / p50,
+                      faster_than_eager=faster)
+
+
+@pytest.fixture
+def outcome(softmax_task):
+    def make(nodes, error="", baseline=BASELINE):
+        return TaskOutcome(task=softmax_task, baseline=baseline, nodes=nodes, error=error)
+
+    return make
+
+
+def test_faster_kernel_found(outcome):
+    row = task_row(outcome([node(0, timed_ok(0.5, True)), node(1, timed_ok(0.25, True)),
+                            node(2, EvalResult(status="crash"))]))
+    assert row["verdict"] == "faster kernel found"
+    assert row["best_node"] == "n0001"
+    assert row["best_speedup_vs_eager"] == pytest.approx(4.0)
+    assert row["best_p50_ms"] == 0.25
+    assert (row["candidates"], row["correct"]) == (3, 2)
+    assert row["status_counts"] == {"ok": 2, "crash": 1}
+
+
+def test_no_faster_kernel_found_is_a_speedup_of_one(outcome):
+    row = task_row(outcome([node(0, timed_ok(1.2, False))]))
+    assert row["verdict"] == "no faster kernel found"
+    assert row["best_speedup_vs_eager"] == 1.0 and row["best_node"] is None
+    assert row["eager_p50_ms"] == EAGER.p50_ms
+
+
+def test_no_correct_kernel(outcome):
+    row = task_row(outcome([node(0, EvalResult(status="wrong_result")),
+                            node(1, EvalResult(status="timeout"))]))
+    assert row["verdict"] == "no correct kernel found"
+    assert row["correct"] == 0
+
+
+def test_untimed_correct_kernel(outcome):
+    row = task_row(outcome([node(0, EvalResult(status="ok"))]))
+    assert row["verdict"] == "correct kernel found (interpreter: not timed)"
+    assert row["best_speedup_vs_eager"] is None
+
+
+def test_task_not_searched(outcome):
+    row = task_row(outcome([], error="the baseline failed", baseline=None))
+    assert row["verdict"] == "not searched: the baseline failed"
+    assert row["eager_p50_ms"] is None
+
+
+def test_forward_that_raises_is_reported_before_a_run_folder_is_made(write_model, tmp_path: Path):
+    path = write_model("raises", """
+        import torch
+
+        class Model(torch.nn.Module):
+            def forward(self, x):
+                raise KeyError("layer3")
+
+        def get_inputs():
+            return [torch.ones(2)]
+    """)
+    runs = tmp_path / "runs"
+    with pytest.raises(UserError, match="forward raised KeyError"):
+        optimize(OptimizeOptions(spec=str(path), backend="cpu", runs_dir=runs))
+    assert not runs.exists() or list(runs.iterdir()) == []
+
+
+@pytest.mark.parametrize("field, value, words", [
+    ("backend", "nosuch", "unknown backend"),
+    ("proposer", "nosuch", "unknown proposer"),
+    ("strategy", "nosuch", "unknown strategy"),
+])
+def test_bad_options_are_user_errors(field, value, words, tmp_path: Path):
+    from helpers import TINY_MODEL
+
+    opts = OptimizeOptions(spec=str(TINY_MODEL), backend="cpu", runs_dir=tmp_path / "runs")
+    setattr(opts, field, value)
+    with pytest.raises(UserError, match=words):
+        optimize(opts)
+    assert not (tmp_path / "runs").exists()

@@ -1,0 +1,233 @@
+"""kernforge.propose: the built-in proposer's support, its moves, and every variant it renders."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import SOFTMAX_OP, TESTS_DIR
+from softmax_variant_check import check
+
+from kernforge.backends import cpu
+from kernforge.errors import UserError
+from kernforge.propose import get_proposer
+from kernforge.propose.builtin import BuiltinProposer, _all_points
+from kernforge.propose.templates import softmax
+from kernforge.tasks import KernelTask
+
+
+def contiguous(shape: list[int]) -> list[int]:
+    strides, acc = [], 1
+    for size in reversed(shape):
+        strides.append(acc)
+        acc *= size
+    return strides[::-1]
+
+
+def make_task(op: str = SOFTMAX_OP, shape=(7, 37), dim=-1, dtype="torch.float32", stride=None,
+              half_to_float=False, extra_args=None) -> KernelTask:
+    x = {"shape": list(shape), "dtype": dtype, "stride": stride or contiguous(list(shape)),
+         "device": "cpu"}
+    args = [x, dim, half_to_float] if extra_args is None else [x, *extra_args]
+    return KernelTask(task_id="t0-test", op=op, signature="sig", args=args, outputs=[dict(x)],
+                      samples=[], share=0.5, gain_if_2x=1.33, time_us=10.0, device="cpu")
+
+
+# ---------------------------------------------------------------- what is supported
+
+@pytest.mark.parametrize("backend", ["cpu", "triton"])
+@pytest.mark.parametrize("dim", [-1, 1])
+def test_softmax_over_the_last_dim_is_supported(backend, dim):
+    assert BuiltinProposer().why_unsupported(make_task(dim=dim), backend) is None
+
+
+@pytest.mark.parametrize("dtype", ["torch.float16", "torch.bfloat16"])
+def test_half_precision_softmax_is_supported(dtype):
+    assert BuiltinProposer().why_unsupported(make_task(dtype=dtype), "cpu") is None
+
+
+def test_other_ops_are_refused_with_the_op_named():
+    task = make_task(op="aten::bmm.default", shape=(2, 3, 4), extra_args=[
+        {"shape": [2, 4, 5], "dtype": "torch.float32", "stride": [20, 5, 1], "device": "cpu"}])
+    reason = BuiltinProposer().why_unsupported(task, "cpu")
+    assert reason == "no built-in template for aten::bmm.default"
+
+
+@pytest.mark.parametrize("task, words", [
+    (make_task(dim=0), "dimension other than the last"),
+    (make_task(shape=(2, 3, 4), dim=1), "dimension other than the last"),
+    (make_task(half_to_float=True), "half_to_float"),
+    (make_task(dtype="torch.float64"), "softmax on torch.float64"),
+    (make_task(stride=[1, 7]), "non-contiguous"),
+])
+def test_softmax_cases_without_a_template_say_why(task, words):
+    for backend in ("cpu", "triton"):
+        reason = BuiltinProposer().why_unsupported(task, backend)
+        assert reason is not None and words in reason
+
+
+def test_unknown_backend_has_no_template():
+    reason = BuiltinProposer().why_unsupported(make_task(), "metal")
+    assert reason == "no metal template for softmax"
+
+
+def test_proposer_registry():
+    assert get_proposer("builtin").name == "builtin"
+    with pytest.raises(UserError, match="unknown proposer 'llm'"):
+        get_proposer("llm")
+
+
+# ---------------------------------------------------------------- moves
+
+def test_first_proposal_is_the_starting_point():
+    task = make_task()
+    for backend in ("cpu", "triton"):
+        proposal = BuiltinProposer().propose(task, backend, None, [])
+        facts = softmax.match(task)
+        assert proposal.params == softmax.initial(facts, backend)
+        assert proposal.source == softmax.render(facts, backend, proposal.params)
+        assert proposal.rationale.startswith("starting point: ")
+
+
+def test_children_change_one_parameter_until_every_neighbour_is_tried():
+    task = make_task()
+    facts = softmax.match(task)
+    space = softmax.space(facts, "cpu")
+    proposer = BuiltinProposer(seed=1)
+    root = proposer.propose(task, "cpu", None, [])
+    neighbours = []
+    for name, values in space.items():
+        i = values.index(root.params[name])
+        neighbours += [{**root.params, name: values[j]}
+                       for j in (i - 1, i + 1) if 0 <= j < len(values)]
+    tried = [root]
+    for _ in neighbours:
+        child = proposer.propose(task, "cpu", root, tried)
+        changed = [k for k in root.params if root.params[k] != child.params[k]]
+        assert len(changed) == 1, (root.params, child.params)
+        name = changed[0]
+        assert child.rationale.startswith(f"{name} {root.params[name]} -> {child.params[name]}: ")
+        tried.append(child)
+    assert sorted(map(str, (c.params for c in tried[1:]))) == sorted(map(str, neighbours))
+    jump = proposer.propose(task, "cpu", root, tried)
+    assert jump.rationale.startswith("every neighbour tried; jump to the nearest untried point")
+    distance = sum(abs(space[k].index(jump.params[k]) - space[k].index(root.params[k]))
+                   for k in space)
+    assert distance == 2  # every point at distance 1 was tried; the jump goes no further
+
+
+def distinct_valid_sources(task: KernelTask, backend: str) -> set[str]:
+    facts = softmax.match(task)
+    return {softmax.render(facts, backend, p) for p in _all_points(softmax.space(facts, backend))
+            if softmax.valid(facts, backend, p)}
+
+
+@pytest.mark.parametrize("backend, dtype", [
+    ("cpu", "torch.float32"), ("cpu", "torch.bfloat16"), ("triton", "torch.float32"),
+])
+@pytest.mark.parametrize("parents", ["chain", "root", "none"])
+def test_proposals_never_repeat_and_cover_the_space(backend, dtype, parents):
+    task = make_task(dtype=dtype)
+    proposer = BuiltinProposer(seed=3)
+    tried = []
+    parent = None
+    while len(tried) < 100:
+        proposal = proposer.propose(task, backend, parent, tried)
+        if proposal is None:
+            break
+        assert proposal.source not in {p.source for p in tried}, proposal.params
+        facts = softmax.match(task)
+        assert softmax.valid(facts, backend, proposal.params)
+        tried.append(proposal)
+        parent = {"chain": proposal, "root": tried[0], "none": None}[parents]
+    # every valid configuration, each once, then None
+    expected = distinct_valid_sources(task, backend)
+    assert len(expected) > 1
+    assert len(tried) == len(expected)
+    assert {p.source for p in tried} == expected
+
+
+# ---------------------------------------------------------------- every C variant is correct
+
+VARIANT_SHAPE = (7, 157)  # odd rows and columns; 157 = 2 x 64 + 29 exercises the online blocks
+
+
+def c_variants():
+    for dtype in ("float32", "bfloat16", "float16"):
+        facts = {"rows": VARIANT_SHAPE[0], "cols": VARIANT_SHAPE[1], "dtype": dtype}
+        for params in _all_points(softmax.space(facts, "cpu")):
+            if softmax.valid(facts, "cpu", params):
+                name = "-".join(str(v) for v in params.values())
+                yield pytest.param(facts, params, id=f"{dtype}-{name}")
+
+
+@pytest.fixture(scope="module")
+def c_build_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("c-variants")
+
+
+@pytest.mark.skipif(cpu.unavailable_reason() is not None, reason="gcc is not installed")
+@pytest.mark.parametrize("facts, params", list(c_variants()))
+def test_every_c_variant_compiles_and_is_correct(facts, params, c_build_dir):
+    source = c_build_dir / f"{facts['dtype']}-{'-'.join(str(v) for v in params.values())}.c"
+    source.write_text(softmax.render_c(facts, params))
+    out_meta = [{"shape": list(VARIANT_SHAPE), "dtype": f"torch.{facts['dtype']}",
+                 "stride": [VARIANT_SHAPE[1], 1], "device": "cpu"}]
+    kernel = cpu.build(source, c_build_dir / "build", out_meta)
+    assert check(kernel, facts) is None
+
+
+def test_c_variants_cover_each_dtype_and_algorithm():
+    variants = [p.values for p in c_variants()]
+    for dtype in ("float32", "bfloat16", "float16"):
+        algorithms = {params["algorithm"] for facts, params in variants if facts["dtype"] == dtype}
+        assert {"recompute", "online"} <= algorithms
+    # store_exp keeps exp() in the output between passes: only where the output is fp32
+    assert {f["dtype"] for f, p in variants if p["algorithm"] == "store_exp"} == {"float32"}
+
+
+# ---------------------------------------------------------------- every Triton variant is correct
+
+TRITON_SHAPES = [(7, 37), (3, 300)]  # 300 columns: the online loop takes two or more blocks
+HAVE_TRITON = importlib.util.find_spec("triton") is not None
+
+
+def triton_variants() -> list[dict]:
+    variants = []
+    for dtype in ("float32", "bfloat16", "float16"):
+        for rows, cols in TRITON_SHAPES:
+            facts = {"rows": rows, "cols": cols, "dtype": dtype}
+            for params in _all_points(softmax.space(facts, "triton")):
+                if softmax.valid(facts, "triton", params):
+                    name = "-".join(str(v) for v in params.values())
+                    variants.append({"id": f"{dtype}-{rows}x{cols}-{name}", "facts": facts,
+                                     "params": params})
+    return variants
+
+
+@pytest.fixture(scope="module")
+def triton_results() -> dict:
+    """Every valid Triton variant run under the interpreter, in one fresh process."""
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    proc = subprocess.run([sys.executable, str(TESTS_DIR / "softmax_variant_check.py"), "triton"],
+                          input=json.dumps(triton_variants()), capture_output=True, text=True,
+                          env=env, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout)
+
+
+@pytest.mark.skipif(not HAVE_TRITON, reason="triton is not installed")
+@pytest.mark.parametrize("variant_id", [v["id"] for v in triton_variants()])
+def test_every_triton_variant_is_correct_under_the_interpreter(variant_id, triton_results):
+    assert variant_id in triton_results
+    assert triton_results[variant_id] is None, triton_results[variant_id]
+
+
+def test_triton_variants_include_both_kernels():
+    variants = [v["params"]["variant"] for v in triton_variants()]
+    assert {"single_tile", "online_loop"} <= set(variants)

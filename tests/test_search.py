@@ -1,0 +1,213 @@
+"""kernforge.search: greedy keep-or-revert, and one real search written to a run folder."""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from helpers import SOFTMAX_OP
+
+from kernforge.backends import get_backend
+from kernforge.errors import UserError
+from kernforge.evaluate import EvalResult, Timing
+from kernforge.propose import Proposal, get_proposer
+from kernforge.search import Node, SearchContext, TaskOutcome, get_strategy, search_task
+from kernforge.store import RESULT_COLUMNS, RunStore
+
+EAGER = Timing(p20_ms=0.95, p50_ms=1.0, p80_ms=1.05, runs=10, method="wall-clock")
+
+
+def timing(p50: float, spread: float = 0.02) -> Timing:
+    return Timing(p20_ms=p50 * (1 - spread), p50_ms=p50, p80_ms=p50 * (1 + spread), runs=10,
+                  method="wall-clock")
+
+
+def ok(p50: float | None, eager: Timing | None = EAGER) -> EvalResult:
+    if p50 is None:  # checked, not timed (the interpreter)
+        return EvalResult(status="ok")
+    return EvalResult(status="ok", timing=timing(p50), eager=eager, timed=True)
+
+
+def failed(status: str = "wrong_result") -> EvalResult:
+    return EvalResult(status=status, reason="bad")
+
+
+def run_greedy(results: list[EvalResult], iterations: int | None = None,
+               proposals: int | None = None):
+    """Greedy over scripted results; returns (nodes, the parent each propose() call was given)."""
+    nodes: list[Node] = []
+    asked: list[str | None] = []
+
+    def propose(parent):
+        asked.append(parent.node_id if parent else None)
+        if proposals is not None and len(asked) > proposals:
+            return None
+        return Proposal(source=f"candidate {len(asked)}", rationale="scripted")
+
+    def evaluate(proposal, parent, keep_if):
+        node = Node(node_id=f"n{len(nodes)}", parent_id=parent.node_id if parent else None,
+                    proposal=proposal, result=results[len(nodes)])
+        node.kept = keep_if(node)
+        nodes.append(node)
+        return node
+
+    ctx = SearchContext(task=None, iterations=iterations or len(results), propose=propose,
+                        evaluate=evaluate)
+    get_strategy("greedy").run(ctx)
+    return nodes, asked
+
+
+# ---------------------------------------------------------------- greedy, scripted
+
+def test_greedy_keeps_only_clear_improvements_and_expands_the_kept_node():
+    nodes, asked = run_greedy([ok(1.0), ok(0.5), ok(0.9), failed(), ok(0.2), ok(0.199)])
+    assert [n.kept for n in nodes] == [True, True, False, False, True, False]
+    assert [n.parent_id for n in nodes] == [None, "n0", "n1", "n1", "n1", "n4"]
+    assert asked == [None, "n0", "n1", "n1", "n1", "n4"]
+
+
+def test_greedy_never_keeps_a_failure_and_starts_over_from_none():
+    nodes, _ = run_greedy([failed("crash"), failed("compile_error"), ok(2.0), ok(1.0)])
+    assert [n.kept for n in nodes] == [False, False, True, True]
+    assert [n.parent_id for n in nodes] == [None, None, None, "n2"]
+
+
+def test_greedy_keeps_the_first_correct_untimed_candidate():
+    nodes, _ = run_greedy([ok(None), ok(None), ok(None)])
+    assert [n.kept for n in nodes] == [True, False, False]
+    assert [n.parent_id for n in nodes] == [None, "n0", "n0"]
+
+
+def test_greedy_judges_speed_relative_to_each_workers_eager():
+    # n1's raw time is lower, but its worker's eager ran 2x faster too: the machine was less busy
+    nodes, _ = run_greedy([ok(1.0, eager=EAGER), ok(0.6, eager=replace(EAGER, p50_ms=0.5))])
+    assert [n.kept for n in nodes] == [True, False]
+    # same raw time, but relative to a slower eager it is a clear improvement
+    nodes, _ = run_greedy([ok(1.0, eager=EAGER), ok(1.0, eager=replace(EAGER, p50_ms=3.0))])
+    assert [n.kept for n in nodes] == [True, True]
+
+
+def test_greedy_needs_to_beat_the_noise():
+    noisy = EvalResult(status="ok", timing=Timing(0.5, 0.9, 1.5, 10, "wall-clock"), eager=EAGER,
+                       timed=True)
+    nodes, _ = run_greedy([ok(1.0), noisy])
+    assert [n.kept for n in nodes] == [True, False]
+
+
+def test_greedy_respects_the_budget_and_stops_when_the_proposer_is_dry():
+    nodes, asked = run_greedy([ok(1.0)] * 10, iterations=3)
+    assert len(nodes) == 3 and len(asked) == 3
+    nodes, asked = run_greedy([ok(1.0)] * 10, iterations=10, proposals=2)
+    assert len(nodes) == 2 and len(asked) == 3
+
+
+def test_unknown_strategy():
+    with pytest.raises(UserError, match="unknown strategy 'mcts'"):
+        get_strategy("mcts")
+
+
+def test_outcome_best_is_the_fastest_that_beat_eager():
+    def node(i, result):
+        return Node(node_id=f"n{i}", parent_id=None, proposal=Proposal("s", "r"), result=result)
+
+    fast, faster, slow = ok(0.8), ok(0.5), ok(2.0)
+    fast.faster_than_eager = faster.faster_than_eager = True
+    outcome = TaskOutcome(task=None, baseline=None,
+                          nodes=[node(0, fast), node(1, failed()), node(2, faster), node(3, slow)])
+    assert outcome.best.node_id == "n2"
+    assert [n.node_id for n in outcome.correct] == ["n0", "n2", "n3"]
+    assert outcome.status_counts() == {"ok": 3, "wrong_result": 1}
+    assert TaskOutcome(task=None, baseline=None, nodes=[node(0, slow)]).best is None
+
+
+# ---------------------------------------------------------------- a real search
+
+@pytest.fixture(scope="module")
+def searched(softmax_task, tmp_path_factory):
+    store = RunStore.create(tmp_path_factory.mktemp("search-runs"), "tiny_softmax")
+    seen = []
+    outcome = search_task(softmax_task, store, get_backend("cpu"), "cpu", get_proposer("builtin"),
+                          get_strategy("greedy"), iterations=3, candidate_timeout_s=120,
+                          on_node=lambda o, n: seen.append(n.node_id))
+    return store, outcome, seen
+
+
+def test_search_writes_one_row_per_candidate(searched, softmax_task):
+    store, outcome, seen = searched
+    assert outcome.error == "" and outcome.baseline is not None
+    with open(store.root / "results.tsv", newline="") as f:
+        header = f.readline().rstrip("\r\n").split("\t")
+    assert header == RESULT_COLUMNS
+    rows = store.results()
+    assert len(rows) == 3
+    assert [r["node"] for r in rows] == ["n0000", "n0001", "n0002"] == seen
+    assert {r["task"] for r in rows} == {softmax_task.task_id}
+    # the builtin C templates are correct, so each is timed against eager
+    assert [r["status"] for r in rows] == ["ok"] * 3, [r["failure_reason"] for r in rows]
+    for r in rows:
+        assert float(r["p20_ms"]) <= float(r["p50_ms"]) <= float(r["p80_ms"])
+        assert float(r["eager_p50_ms"]) > 0 and float(r["speedup_vs_eager"]) > 0
+        assert r["kept"] in ("True", "False") and r["faster_than_eager"] in ("True", "False")
+        assert r["rationale"]
+
+
+def test_search_kept_nodes_form_a_chain(searched):
+    store, outcome, _ = searched
+    rows = store.results()
+    # the first correct candidate stays
+    assert rows[0]["parent"] == "" and rows[0]["kept"] == "True"
+    last_kept = ""
+    kept = []
+    for r in rows:
+        assert r["parent"] == last_kept  # every candidate expands the current kept node
+        if r["kept"] == "True":
+            kept.append(r)
+            last_kept = r["node"]
+    for prev, nxt in itertools.pairwise(kept):
+        assert nxt["parent"] == prev["node"]
+    assert [n.kept for n in outcome.nodes] == [r["kept"] == "True" for r in rows]
+
+
+def test_search_leaves_every_step_in_the_run_folder(searched, softmax_task):
+    store, outcome, _ = searched
+    task_dir = store.root / "tasks" / softmax_task.task_id
+    assert json.loads((task_dir / "task.json").read_text())["op"] == SOFTMAX_OP
+    baseline = json.loads((task_dir / "baseline.json").read_text())
+    assert baseline["labels"][0] == "real0"
+    assert not (task_dir / "reference.pt").exists()  # removed when the task ends
+    sources = set()
+    for node in outcome.nodes:
+        node_dir = task_dir / "nodes" / node.node_id
+        source = (node_dir / "candidate.c").read_text()
+        assert source == node.proposal.source
+        sources.add(source)
+        proposal = json.loads((node_dir / "proposal.json").read_text())
+        assert proposal["parent"] == node.parent_id
+        assert proposal["params"] == node.proposal.params
+        result = json.loads((node_dir / "result.json").read_text())
+        assert result["status"] == node.result.status and result["kept"] == node.kept
+        assert (node_dir / "log.txt").is_file() and (node_dir / "job.json").is_file()
+    assert len(sources) == 3  # no candidate evaluated twice
+
+
+def test_failed_baseline_is_a_task_error_not_a_crash(softmax_task, tmp_path: Path):
+    broken = replace(softmax_task, samples=[str(tmp_path / "missing.pt")])
+    store = RunStore.create(tmp_path / "runs", "broken")
+    outcome = search_task(broken, store, get_backend("cpu"), "cpu", get_proposer("builtin"),
+                          get_strategy("greedy"), iterations=2, candidate_timeout_s=60)
+    assert outcome.baseline is None and outcome.nodes == []
+    assert outcome.error.startswith(f"the baseline for {broken.task_id} failed:")
+    assert store.results() == []
+
+
+def test_results_tsv_reads_back_with_csv(searched):
+    store, _, _ = searched
+    with open(store.root / "results.tsv", newline="") as f:
+        lines = f.read().splitlines()
+    assert len(lines) == 4  # header + one line per candidate
+    assert all(len(line.split("\t")) == len(RESULT_COLUMNS) for line in lines)
+    assert list(csv.DictReader(lines, delimiter="\t")) == store.results()

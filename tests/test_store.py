@@ -1,0 +1,97 @@
+"""kernforge.store: the run folder, results.tsv one line per candidate, and finding runs again."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from kernforge.store import RESULT_COLUMNS, RunStore, list_runs
+from kernforge.store import run as run_module
+
+
+def row(**values) -> dict:
+    base = {c: None for c in RESULT_COLUMNS}
+    base.update(task="t0-x", node="n0000", status="ok")
+    base.update(values)
+    return base
+
+
+def test_result_columns():
+    assert RESULT_COLUMNS[:5] == ["task", "node", "parent", "status", "failure_reason"]
+    for column in ("p50_ms", "p20_ms", "p80_ms", "eager_p50_ms", "speedup_vs_eager",
+                   "faster_than_eager", "kept", "eval_s", "rationale"):
+        assert column in RESULT_COLUMNS
+    assert len(set(RESULT_COLUMNS)) == len(RESULT_COLUMNS)
+
+
+def test_results_tsv_has_the_columns_and_one_line_per_row(runs_dir: Path):
+    store = RunStore.create(runs_dir, "m")
+    store.append_result(row(node="n0000", p50_ms=0.123456789, kept=True, faster_than_eager=False))
+    store.append_result(row(node="n0001", status="wrong_result",
+                            failure_reason="on real0: output 0\n  worst at\tindex (1, 2)\n"))
+    lines = (store.root / "results.tsv").read_text().splitlines()
+    assert lines[0].split("\t") == RESULT_COLUMNS
+    assert len(lines) == 3  # header + two rows, however many lines a reason had
+    rows = store.results()
+    assert [r["node"] for r in rows] == ["n0000", "n0001"]
+    assert list(rows[0]) == RESULT_COLUMNS
+    assert rows[0]["p50_ms"] == "0.123457"  # floats to 6 significant digits
+    assert rows[0]["kept"] == "True" and rows[0]["faster_than_eager"] == "False"
+    assert rows[0]["p20_ms"] == "" and rows[0]["failure_reason"] == ""  # None is an empty cell
+    assert rows[1]["failure_reason"] == "on real0: output 0 worst at index (1, 2)"
+
+
+def test_extra_keys_are_ignored_and_missing_ones_empty(runs_dir: Path):
+    store = RunStore.create(runs_dir, "m")
+    store.append_result({"task": "t", "node": "n", "not_a_column": 1})
+    (r,) = store.results()
+    assert r["task"] == "t" and r["status"] == "" and "not_a_column" not in r
+
+
+def test_results_of_a_new_run_are_empty(runs_dir: Path):
+    assert RunStore.create(runs_dir, "m").results() == []
+
+
+def test_create_names_the_folder_after_the_model_and_never_reuses_one(runs_dir: Path, monkeypatch):
+    monkeypatch.setattr(run_module.time, "strftime", lambda fmt: "20260101-120000")
+    first = RunStore.create(runs_dir, "my model/v2:big")
+    second = RunStore.create(runs_dir, "my model/v2:big")
+    third = RunStore.create(runs_dir, "my model/v2:big")
+    assert first.root.name == "20260101-120000-my_model_v2_big"
+    assert second.root.name == "20260101-120000-my_model_v2_big-2"
+    assert third.root.name == "20260101-120000-my_model_v2_big-3"
+    assert all(s.root.is_dir() and s.root.parent == runs_dir for s in (first, second, third))
+    assert RunStore.create(runs_dir, "///").root.name.startswith("20260101-120000-")
+
+
+def test_write_json_is_atomic_and_reads_back(runs_dir: Path):
+    store = RunStore.create(runs_dir, "m")
+    store.write_json("tasks/t0/nodes/n0/result.json", {"status": "ok", "path": Path("/x")})
+    assert store.read_json("tasks/t0/nodes/n0/result.json") == {"status": "ok", "path": "/x"}
+    store.write_json("tasks/t0/nodes/n0/result.json", {"status": "crash"})
+    written = (store.root / "tasks/t0/nodes/n0/result.json").read_text()
+    assert json.loads(written) == {"status": "crash"}
+    assert list(store.root.rglob("*.tmp")) == []
+
+
+def test_task_and_node_folders(runs_dir: Path):
+    store = RunStore.create(runs_dir, "m")
+    assert store.capture_dir == store.root / "capture"
+    node = store.node_dir("t0-x", "n0003")
+    assert node == store.root / "tasks" / "t0-x" / "nodes" / "n0003" and node.is_dir()
+    assert store.task_dir("t0-x").is_dir()
+
+
+def test_list_runs_finds_run_folders(runs_dir: Path, monkeypatch):
+    stamps = iter(["20260101-000001", "20260101-000002", "20260101-000003"])
+    monkeypatch.setattr(run_module.time, "strftime", lambda fmt: next(stamps))
+    a = RunStore.create(runs_dir, "a")
+    b = RunStore.create(runs_dir, "b")
+    unfinished = RunStore.create(runs_dir, "no-config")
+    for store in (b, a):
+        store.write_json("config.json", {"model": store.root.name})
+    (runs_dir / "stray-file.txt").write_text("not a run")
+    found = list_runs(runs_dir)
+    assert [s.root for s in found] == [a.root, b.root]  # sorted, oldest first
+    assert unfinished.root not in [s.root for s in found]
+    assert list_runs(runs_dir / "does-not-exist") == []
