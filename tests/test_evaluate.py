@@ -275,3 +275,15 @@ def test_clearly_faster_needs_to_beat_the_noise():
     assert clearly_faster(Timing(0.5, 0.6, 0.9, 10, "wall-clock"), base)
     assert not clearly_faster(Timing(0.5, 0.6, 1.05, 10, "wall-clock"), base)  # p80 over base p20
     assert base.spread == pytest.approx(0.2 / 1.1)
+
+
+def test_poisoned_free_memory_hides_a_stale_result_from_an_unwritten_output():
+    from kernforge.evaluate.worker import poison_free_memory
+
+    x = torch.randn(64, 100)
+    stale = torch.softmax(x, -1)  # what eager's timing leaves in the allocator's free blocks
+    del stale
+    poison_free_memory([{"shape": [64, 100], "stride": [100, 1], "dtype": "torch.float32"}],
+                       torch.device("cpu"))
+    unwritten = torch.empty_like(x)  # a candidate that allocates its output and forgets to write it
+    assert unwritten.isnan().all()

@@ -131,6 +131,7 @@ def run_candidate(job: dict[str, Any]) -> dict[str, Any]:
                                                  ref["eager_errors"]):
         args, kwargs = to_device(inputs, device)
         before = [t.clone() for t in _tensors((args, kwargs))]
+        poison_free_memory(task.outputs, device)
         try:
             outs = outputs_list(kernel(*args, **kwargs))
             if device.type == "cuda":
@@ -153,6 +154,25 @@ def run_candidate(job: dict[str, Any]) -> dict[str, Any]:
         args, kwargs = to_device(ref["input_sets"][0], device)
         result["timing"] = time_callable(lambda: kernel(*args, **kwargs), device).__dict__
     return result
+
+
+def poison_free_memory(outputs: list[dict[str, Any]], device: torch.device, copies: int = 3) -> None:
+    """Fill the memory a candidate's outputs will most likely get with NaN.
+
+    A candidate that allocates its own outputs (Triton) gets them from torch's
+    allocator, which hands back recently freed blocks of the same size: on a GPU
+    those may still hold eager's correct result from the timing above, and an
+    output element the kernel forgets to write would pass. Allocating blocks of
+    the outputs' sizes, filling them with 0xFF bytes (NaN in every float format)
+    and freeing them leaves NaN where the outputs will land.
+    """
+    blocks = []
+    for meta in outputs:
+        dtype = getattr(torch, meta["dtype"].replace("torch.", ""))
+        numel = 1 + sum((size - 1) * stride for size, stride in zip(meta["shape"], meta["stride"]))
+        nbytes = max(1, numel * torch.empty((), dtype=dtype).element_size())
+        blocks += [torch.full((nbytes,), 0xFF, dtype=torch.uint8, device=device) for _ in range(copies)]
+    del blocks
 
 
 def _failure_kind(e: Exception) -> str:
