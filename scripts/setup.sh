@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Sets up .venv with kernforge and what it needs; safe to run again (installs only what is missing).
-# Usage: bash scripts/setup.sh [extra]   extra: triton (default) or test
+# Usage: bash scripts/setup.sh [extras]   extras: triton,zoo (default) or test
 set -euo pipefail
 cd "$(dirname "$0")/.."
-extra=${1:-triton}
+extra=${1:-triton,zoo}
 python=${PYTHON:-python3}
 
 need_apt=()
@@ -21,6 +21,9 @@ fi
 
 [ -x .venv/bin/python ] || "$python" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
-# torch 2.13.0 first: a plain range would pull the newest CUDA build, gigabytes more.
-.venv/bin/python -c "import torch" >/dev/null 2>&1 || .venv/bin/python -m pip install -q "torch==2.13.0"
+# torch and torchvision first, as a pair that imports together (PyPI's torchvision
+# does not load beside the 2.13 CPU wheel); a plain range would pull the newest
+# CUDA build, gigabytes more.
+.venv/bin/python -c "import torch, torchvision" >/dev/null 2>&1 ||
+  .venv/bin/python -m pip install -q "torch==2.14.1" "torchvision==0.29.1"
 .venv/bin/python -m pip install -q -e ".[${extra}]"

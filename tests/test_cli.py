@@ -91,8 +91,8 @@ def test_triton_backend_without_gpu_or_interpreter(runs_dir: Path):
     assert_one_line_error(proc, "needs an NVIDIA GPU", "TRITON_INTERPRET=1")
 
 
-def test_unsupported_hub_spec():
-    assert_one_line_error(run_cli("profile", "torchvision:resnet50"), "not supported yet")
+def test_unknown_zoo_model_is_one_line():
+    assert_one_line_error(run_cli("profile", "torchvision:nosuchnet"), "torchvision has no model 'nosuchnet'")
 
 
 def test_show_unknown_run(runs_dir: Path):

@@ -259,9 +259,14 @@ def test_forward_shape_mismatch_is_a_user_error(write_model):
         run_forward(load_model(str(path), CPU))
 
 
-@pytest.mark.parametrize("spec", ["torchvision:resnet50", "timm:resnet50", "hf:bert-base-uncased"])
-def test_reserved_hub_specs_are_not_supported_yet(spec):
-    with pytest.raises(UserError, match="not supported yet"):
+@pytest.mark.parametrize(("spec", "message"), [
+    ("torchvision:nosuchnet", "torchvision has no model 'nosuchnet'"),
+    ("timm:nosuchnet", "timm cannot build 'nosuchnet'"),
+    ("hf:bert-base-uncased", "no config 'bert-base-uncased'"),  # nothing is downloaded
+    ("diffusers:nosuchconfig", "no config 'nosuchconfig'"),
+])
+def test_unknown_zoo_models_are_one_line_errors(spec, message):
+    with pytest.raises(UserError, match=message):
         load_model(spec, CPU)
 
 

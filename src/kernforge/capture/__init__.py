@@ -1,17 +1,9 @@
 """capture: record every ATen call a model makes, with device time, ranked by cost."""
 
-from kernforge.capture.recorder import (
-    Capture,
-    OpProfile,
-    capture_model,
-    decode_tree,
-    decode_value,
-    encode_value,
-    load_capture,
-    load_sample,
-)
+from kernforge.capture.profile import KINDS, Capture, OpProfile, capture_model, load_capture
+from kernforge.capture.serialize import decode_tree, decode_value, encode_value, load_sample
 
 __all__ = [
-    "Capture", "OpProfile", "capture_model", "decode_tree", "decode_value", "encode_value", "load_capture",
-    "load_sample",
+    "KINDS", "Capture", "OpProfile", "capture_model", "decode_tree", "decode_value", "encode_value",
+    "load_capture", "load_sample",
 ]

@@ -7,5 +7,6 @@ from kernforge.models.loader import (
     resolve_device,
     run_forward,
 )
+from kernforge.models.options import ModelOptions
 
-__all__ = ["LoadedModel", "bundled_examples", "load_model", "resolve_device", "run_forward"]
+__all__ = ["LoadedModel", "ModelOptions", "bundled_examples", "load_model", "resolve_device", "run_forward"]

@@ -2,14 +2,21 @@
 
 Specs understood:
   path/to/file.py      KernelBench form: `Model`, `get_inputs()`, optional `get_init_inputs()`
-  pkg.module:factory   a callable returning `(model, inputs)`
+  pkg.module:factory   a callable returning `(model, inputs)`; given the ModelOptions if it
+                       takes an argument
   example:NAME         a model bundled with kernforge (kernforge/models/examples/NAME.py)
+  torchvision:NAME     torchvision.models.get_model(NAME), random weights
+  timm:NAME            timm.create_model(NAME), random weights
+  hf:CONFIG            a transformers causal LM from a config (bundled name, config.json
+                       or a folder; weights only if the folder has them)
+  diffusers:CONFIG     a diffusers model from a config (AutoencoderKL: its decoder)
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
+import inspect
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,9 +25,12 @@ from typing import Any
 import torch
 
 from kernforge.errors import UserError
+from kernforge.models import zoo
+from kernforge.models.options import ModelOptions
 
 EXAMPLES_DIR = Path(__file__).parent / "examples"
-_RESERVED_PREFIXES = ("torchvision", "timm", "hf", "diffusers")
+_ZOO = {"torchvision": zoo.torchvision_model, "timm": zoo.timm_model, "hf": zoo.hf_model,
+        "diffusers": zoo.diffusers_model}
 
 
 @dataclass
@@ -48,10 +58,14 @@ def bundled_examples() -> list[str]:
     return sorted(p.stem for p in EXAMPLES_DIR.glob("*.py") if not p.stem.startswith("_"))
 
 
-def load_model(spec: str, device: torch.device) -> LoadedModel:
-    module, inputs, name = _build(spec)
+def load_model(spec: str, device: torch.device, opts: ModelOptions | None = None) -> LoadedModel:
+    opts = opts or ModelOptions()
+    module, inputs, name = _build(spec, opts)
     module = module.to(device).eval()
     inputs = tuple(_to_device(x, device) for x in inputs)
+    if opts.torch_dtype is not None:
+        module = module.to(opts.torch_dtype)
+        inputs = tuple(_cast_floats(x, opts.torch_dtype) for x in inputs)
     return LoadedModel(module=module, inputs=inputs, device=device, name=name, spec=spec)
 
 
@@ -67,29 +81,32 @@ def run_forward(loaded: LoadedModel) -> Any:
         ) from None
 
 
-def _build(spec: str) -> tuple[torch.nn.Module, tuple[Any, ...], str]:
-    if spec.startswith("example:"):
-        name = spec.split(":", 1)[1]
-        path = EXAMPLES_DIR / f"{name}.py"
-        if not path.is_file():
-            raise UserError(
-                f"no bundled example '{name}'; choose one of: {', '.join(bundled_examples())}"
-            )
-        return _from_kernelbench_file(path)
+def _build(spec: str, opts: ModelOptions) -> tuple[torch.nn.Module, tuple[Any, ...], str]:
+    prefix, _, rest = spec.partition(":")
+    if prefix == "example":
+        return _from_example(rest, opts)
     if spec.endswith(".py") or Path(spec).exists():
         return _from_kernelbench_file(Path(spec))
-    prefix = spec.split(":", 1)[0]
-    if prefix in _RESERVED_PREFIXES:
-        raise UserError(
-            f"'{prefix}:' model specs are not supported yet; give a KernelBench-form .py file "
-            "or pkg.module:factory"
-        )
+    if prefix in _ZOO:
+        model, inputs = _ZOO[prefix](rest, opts)
+        return model, inputs, Path(rest).stem or rest
     if ":" in spec:
-        return _from_factory(spec)
+        return _from_factory(spec, opts)
     raise UserError(
         f"cannot read model spec '{spec}'; give a .py file (KernelBench form), "
         "pkg.module:factory, or example:NAME"
     )
+
+
+def _from_example(name: str, opts: ModelOptions) -> tuple[torch.nn.Module, tuple[Any, ...], str]:
+    path = EXAMPLES_DIR / f"{name}.py"
+    if not path.is_file():
+        raise UserError(f"no bundled example '{name}'; choose one of: {', '.join(bundled_examples())}")
+    module = importlib.import_module(f"kernforge.models.examples.{name}")
+    if hasattr(module, "build"):
+        model, inputs = module.build(opts)
+        return model, tuple(inputs), name
+    return _from_kernelbench_file(path)
 
 
 def _from_kernelbench_file(path: Path) -> tuple[torch.nn.Module, tuple[Any, ...], str]:
@@ -114,7 +131,7 @@ def _from_kernelbench_file(path: Path) -> tuple[torch.nn.Module, tuple[Any, ...]
     return model, tuple(inputs), path.stem
 
 
-def _from_factory(spec: str) -> tuple[torch.nn.Module, tuple[Any, ...], str]:
+def _from_factory(spec: str, opts: ModelOptions) -> tuple[torch.nn.Module, tuple[Any, ...], str]:
     mod_name, _, attr = spec.partition(":")
     try:
         mod = importlib.import_module(mod_name)
@@ -123,7 +140,8 @@ def _from_factory(spec: str) -> tuple[torch.nn.Module, tuple[Any, ...], str]:
     factory = getattr(mod, attr, None)
     if not callable(factory):
         raise UserError(f"'{mod_name}' has no callable '{attr}'; the factory returns (model, inputs)")
-    result = _call_user(factory, spec)
+    takes_options = bool(inspect.signature(factory).parameters)
+    result = _call_user(lambda: factory(opts) if takes_options else factory(), spec, attr)
     if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], torch.nn.Module)):
         raise UserError(f"'{spec}' must return (model, inputs), with model an nn.Module")
     model, inputs = result
@@ -145,11 +163,14 @@ def _import_file(path: Path) -> Any:
     return mod
 
 
-def _call_user(fn: Any, where: Any) -> Any:
+def _call_user(fn: Any, where: Any, name: str | None = None) -> Any:
     try:
         return fn()
+    except UserError:
+        raise
     except Exception as e:  # noqa: BLE001
-        raise UserError(f"{fn.__name__}() in '{where}' raised {type(e).__name__}: {_first_line(e)}") from None
+        raise UserError(f"{name or fn.__name__}() in '{where}' raised {type(e).__name__}: "
+                        f"{_first_line(e)}") from None
 
 
 def _to_device(x: Any, device: torch.device) -> Any:
@@ -159,6 +180,16 @@ def _to_device(x: Any, device: torch.device) -> Any:
         return type(x)(_to_device(v, device) for v in x)
     if isinstance(x, dict):
         return {k: _to_device(v, device) for k, v in x.items()}
+    return x
+
+
+def _cast_floats(x: Any, dtype: torch.dtype) -> Any:
+    if isinstance(x, torch.Tensor) and x.is_floating_point():
+        return x.to(dtype)
+    if isinstance(x, (list, tuple)):
+        return type(x)(_cast_floats(v, dtype) for v in x)
+    if isinstance(x, dict):
+        return {k: _cast_floats(v, dtype) for k, v in x.items()}
     return x
 
 

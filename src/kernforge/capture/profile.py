@@ -1,0 +1,251 @@
+"""Capture a model: record its calls over a few forward passes, time them, rank the signatures."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from kernforge.capture.recorder import (
+    RANGE_PREFIX,
+    Call,
+    ModuleTracker,
+    Recorder,
+    qualified_name,
+)
+from kernforge.capture.serialize import save_sample
+from kernforge.models import LoadedModel, run_forward
+
+# A sample of real inputs per signature is kept on disk; these caps keep a large
+# model's capture from filling the disk (a ResNet-50 at batch 32 has ~300 MB of
+# activations per forward).
+DEFAULT_SAMPLES_PER_SIGNATURE = 2
+DEFAULT_SAMPLE_CAP_BYTES = 256 << 20  # one sample's tensors
+DEFAULT_TOTAL_CAP_BYTES = 2 << 30  # all samples of one capture
+KINDS = ("compute", "view", "copy", "alloc", "random")
+
+
+@dataclass
+class OpProfile:
+    """One signature: an ATen overload with fixed argument shapes, dtypes, strides and values."""
+
+    signature: str
+    op: str
+    kind: str  # compute | view | copy | alloc | random
+    args: list[Any]  # JSON description: tensors as {"shape","dtype","stride","device"}
+    outputs: list[dict[str, Any]]
+    calls: int
+    time_us: float  # device time per forward pass, all calls of this signature together
+    share: float  # of the time of all captured calls
+    gain_if_2x: float  # end-to-end speedup if this signature ran 2x faster (Amdahl)
+    samples: list[str] = field(default_factory=list)  # files under the capture folder
+    schema: str = ""
+    module: str = ""  # the nn.Module of its first call
+
+    @property
+    def shape_text(self) -> str:
+        tensors = [a for a in self.args if isinstance(a, dict) and "shape" in a]
+        return " ".join("x".join(map(str, t["shape"])) or "scalar" for t in tensors[:2])
+
+    @property
+    def dtype_text(self) -> str:
+        tensors = [a for a in self.args if isinstance(a, dict) and "dtype" in a]
+        return tensors[0]["dtype"].replace("torch.", "") if tensors else "-"
+
+
+@dataclass
+class Capture:
+    model: str
+    device: str
+    forward_ms: float  # median wall time of a plain forward pass, no recording
+    captured_ms: float  # wall time of one recorded forward pass
+    total_time_us: float  # time of all captured calls per forward pass (the shares' denominator)
+    # What the model measurably spends without kernforge watching: on a GPU the kernel
+    # time of a plain profiled pass; on a CPU the plain forward's wall time.
+    measured_total_us: float
+    repeats: int
+    profiles: list[OpProfile]
+
+    @property
+    def coverage(self) -> float:
+        """Captured op time over the measured total: near 1 when the ranking sees all the time."""
+        return self.total_time_us / self.measured_total_us if self.measured_total_us else 0.0
+
+    @property
+    def overhead(self) -> float:
+        """How much slower a recorded forward pass is than a plain one."""
+        return self.captured_ms / self.forward_ms if self.forward_ms else 0.0
+
+    def ranked(self, include_kinds: tuple[str, ...] = ("compute",)) -> list[OpProfile]:
+        return [p for p in self.profiles if p.kind in include_kinds]
+
+
+def capture_model(
+    loaded: LoadedModel,
+    out_dir: Path | None,
+    repeats: int = 3,
+    samples_per_signature: int = DEFAULT_SAMPLES_PER_SIGNATURE,
+    sample_cap_bytes: int = DEFAULT_SAMPLE_CAP_BYTES,
+    total_cap_bytes: int = DEFAULT_TOTAL_CAP_BYTES,
+) -> Capture:
+    """Record `repeats` forward passes after a warm-up; save input samples and the call log under out_dir.
+
+    Samples are kept for compute ops only (views, copies and allocations are not
+    searched), at most samples_per_signature each, none over sample_cap_bytes,
+    and no more than total_cap_bytes in all.
+    """
+    if out_dir is None:
+        samples_per_signature = 0
+    run_forward(loaded)  # warm-up: lazy init, allocator growth, library autotuning
+    forward_ms = _median_forward_ms(loaded)
+    on_gpu = loaded.device.type == "cuda"
+    measured_us = _kernel_total_us(loaded) if on_gpu else forward_ms * 1e3
+    recorders, times = [], []
+    captured_ms = 0.0
+    for r in range(repeats):
+        recorder = Recorder(samples_per_signature if r == 0 else 0, sample_cap_bytes, total_cap_bytes,
+                            profiler_ranges=on_gpu)
+        start = time.perf_counter()
+        times.append(_recorded_forward(loaded, recorder, on_gpu))
+        captured_ms = (time.perf_counter() - start) * 1e3
+        recorders.append(recorder)
+    capture = _summarise(loaded, recorders, times, forward_ms, captured_ms, measured_us)
+    if out_dir is not None:
+        _save(capture, recorders[0], times[0], out_dir)
+    return capture
+
+
+def load_capture(out_dir: Path) -> Capture:
+    data = json.loads((out_dir / "profile.json").read_text())
+    data["profiles"] = [OpProfile(**p) for p in data["profiles"]]
+    return Capture(**data)
+
+
+def _recorded_forward(loaded: LoadedModel, recorder: Recorder, on_gpu: bool) -> dict[int, float]:
+    """One recorded pass; the time of each call by index (us)."""
+    if not on_gpu:
+        with ModuleTracker(loaded.module, recorder), recorder, torch.no_grad():
+            loaded.module(*loaded.inputs)
+        return {c.index: c.cpu_us for c in recorder.calls}
+    with _quiet_native_stderr(), profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        with ModuleTracker(loaded.module, recorder), recorder, torch.no_grad():
+            loaded.module(*loaded.inputs)
+        torch.cuda.synchronize(loaded.device)
+    return _range_device_us(prof.events())
+
+
+def _range_device_us(events: Any) -> dict[int, float]:
+    """Device time of each `kf::<index>` range: the kernels launched inside it."""
+    times: dict[int, float] = {}
+    for ev in events:
+        if not ev.name.startswith(RANGE_PREFIX):
+            continue
+        index = int(ev.name[len(RANGE_PREFIX):])
+        us = float(getattr(ev, "device_time_total", 0.0) or 0.0)
+        times[index] = max(times.get(index, 0.0), us)
+    return times
+
+
+def _kernel_total_us(loaded: LoadedModel) -> float:
+    """All device time of one plain forward pass, as the profiler sees it with nothing recorded."""
+    with _quiet_native_stderr(), profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        with torch.no_grad():
+            loaded.module(*loaded.inputs)
+        torch.cuda.synchronize(loaded.device)
+    return float(sum(e.self_device_time_total for e in prof.key_averages()))
+
+
+def _median_forward_ms(loaded: LoadedModel, runs: int = 5) -> float:
+    samples = []
+    for _ in range(runs):
+        if loaded.device.type == "cuda":
+            torch.cuda.synchronize(loaded.device)
+        start = time.perf_counter()
+        with torch.no_grad():
+            loaded.module(*loaded.inputs)
+        if loaded.device.type == "cuda":
+            torch.cuda.synchronize(loaded.device)
+        samples.append((time.perf_counter() - start) * 1e3)
+    return _median(samples)
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+@contextlib.contextmanager
+def _quiet_native_stderr():
+    """Kineto prints start/stop lines straight to fd 2 on some builds; keep them off the terminal."""
+    try:
+        saved = os.dup(2)
+    except OSError:
+        yield
+        return
+    with open(os.devnull, "w") as devnull:
+        os.dup2(devnull.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
+def _summarise(loaded: LoadedModel, recorders: list[Recorder], times: list[dict[int, float]],
+               forward_ms: float, captured_ms: float, measured_us: float) -> Capture:
+    # Per signature: the time of all its calls in one forward pass, then the median
+    # over the repeats, so that one disturbed pass on a busy machine does not skew the ranking.
+    per_repeat: dict[str, list[float]] = {}
+    for recorder, t in zip(recorders, times):
+        this_pass: dict[str, float] = {}
+        for call in recorder.calls:
+            this_pass[call.signature] = this_pass.get(call.signature, 0.0) + t.get(call.index, 0.0)
+        for sig, us in this_pass.items():
+            per_repeat.setdefault(sig, []).append(us)
+    time_per_sig = {sig: _median(v) for sig, v in per_repeat.items()}
+    total = sum(time_per_sig.values())
+    first: dict[str, Call] = {}
+    counts: dict[str, int] = {}
+    for call in recorders[0].calls:
+        first.setdefault(call.signature, call)
+        counts[call.signature] = counts.get(call.signature, 0) + 1
+    profiles = [_profile(call, counts[sig], time_per_sig[sig], total) for sig, call in first.items()]
+    profiles.sort(key=lambda p: p.time_us, reverse=True)
+    return Capture(model=loaded.name, device=str(loaded.device), forward_ms=forward_ms,
+                   captured_ms=captured_ms, total_time_us=total, measured_total_us=measured_us,
+                   repeats=len(recorders), profiles=profiles)
+
+
+def _profile(call: Call, calls: int, us: float, total: float) -> OpProfile:
+    share = us / total if total > 0 else 0.0
+    args = list(call.args)
+    if call.kwargs:
+        args.append({"kwargs": call.kwargs})
+    return OpProfile(signature=call.signature, op=qualified_name(call.func), kind=call.kind, args=args,
+                     outputs=call.outputs, calls=calls, time_us=us, share=share,
+                     gain_if_2x=1.0 / (1.0 - share / 2.0), schema=str(call.func._schema),
+                     module=call.module)
+
+
+def _save(capture: Capture, recorder: Recorder, times: dict[int, float], out_dir: Path) -> None:
+    """profile.json, calls.jsonl (every call of the first pass, with its producers) and the samples."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    by_sig = {p.signature: p for p in capture.profiles}
+    for sig, kept in recorder.samples.items():
+        for k, (args, kwargs) in enumerate(kept):
+            rel = f"samples/{sig}/{k}.pt"
+            save_sample(args, kwargs, out_dir / rel)
+            by_sig[sig].samples.append(rel)
+    lines = [json.dumps({"index": c.index, "op": qualified_name(c.func), "signature": c.signature,
+                         "kind": c.kind, "module": c.module, "producers": c.producers,
+                         "time_us": times.get(c.index, 0.0)}) for c in recorder.calls]
+    (out_dir / "calls.jsonl").write_text("\n".join(lines) + "\n")
+    (out_dir / "profile.json").write_text(json.dumps(asdict(capture), indent=1))

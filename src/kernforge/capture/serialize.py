@@ -1,0 +1,61 @@
+"""Saving real inputs so that they load back exactly: values, dtype, strides."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils._pytree import tree_map
+
+# torch.dtype, torch.layout and torch.memory_format do not survive torch.save;
+# they are stored by name and turned back into the torch objects on load.
+_TORCH_ATTR_TYPES = (torch.dtype, torch.layout, torch.memory_format)
+
+
+def encode_value(x: Any) -> Any:
+    if isinstance(x, torch.Tensor):
+        return x.cpu()
+    if isinstance(x, _TORCH_ATTR_TYPES):
+        return {"__torch_attr__": str(x).replace("torch.", "")}
+    if isinstance(x, torch.device):
+        return {"__torch_device__": str(x)}
+    return x
+
+
+def decode_value(x: Any) -> Any:
+    if isinstance(x, dict) and "__torch_attr__" in x:
+        return getattr(torch, x["__torch_attr__"])
+    if isinstance(x, dict) and "__torch_device__" in x:
+        return torch.device(x["__torch_device__"])
+    return x
+
+
+def decode_tree(value: Any) -> Any:
+    """decode_value over a nested structure; the encoded dicts are leaves, not containers."""
+    return tree_map(decode_value, value, is_leaf=_is_encoded)
+
+
+def _is_encoded(x: Any) -> bool:
+    return isinstance(x, dict) and ("__torch_attr__" in x or "__torch_device__" in x)
+
+
+def strided_copy(x: Any) -> Any:
+    """A detached copy with the same strides: clone() would make a non-dense view contiguous."""
+    if isinstance(x, torch.Tensor):
+        out = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device)
+        out.copy_(x.detach())
+        return out
+    return x
+
+
+def save_sample(args: Any, kwargs: Any, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    args, kwargs = tree_map(encode_value, (list(args), kwargs))
+    torch.save({"args": args, "kwargs": kwargs}, path)
+
+
+def load_sample(path: Path) -> tuple[list[Any], dict[str, Any]]:
+    """Load a saved (args, kwargs) exactly: dtype, strides and values as captured."""
+    blob = torch.load(path, weights_only=False, map_location="cpu")
+    return decode_tree(blob["args"]), decode_tree(blob["kwargs"])
