@@ -246,9 +246,9 @@ def test_sample_caps(tmp_path: Path):
     assert tanh.samples == []  # one sample is over the per-sample cap
 
     cap = capture_model(loaded(Repeats(), torch.randn(8, 8)), tmp_path / "c", repeats=1,
-                        samples_per_signature=4, total_cap_bytes=3 * 8 * 8 * 4)
+                        samples_per_signature=4, total_cap_bytes=3 * 2 * 8 * 8 * 4)
     (tanh,) = by_op(cap)["aten::tanh.default"]
-    assert len(tanh.samples) == 3  # the fourth would pass the total cap
+    assert len(tanh.samples) == 3  # inputs and outputs count; the fourth would pass the total cap
 
 
 def test_tiny_model_ranks_softmax_among_compute_ops(softmax_capture):

@@ -36,7 +36,17 @@ out = Console(width=None if sys.stdout.isatty() else 200)
 err = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
 
 SPEC_HELP = ("model spec: a KernelBench-form file.py (Model, get_inputs, get_init_inputs), "
-             "pkg.module:factory returning (model, inputs), or example:NAME (bundled)")
+             "pkg.module:factory returning (model, inputs), example:NAME (attention, resnet50, "
+             "gemma_decoder, qwen_moe, sd35_vae_decoder), torchvision:NAME, timm:NAME, "
+             "hf:CONFIG or diffusers:CONFIG (a bundled config name, a config.json or its folder)")
+BATCH = typer.Option(None, "--batch-size", min=1, help="batch size (default: the model's own)")
+SEQ_LEN = typer.Option(None, "--seq-len", min=1, help="tokens per sequence, for language models")
+RESOLUTION = typer.Option(None, "--resolution", min=1,
+                          help="image side for vision models; latent side for VAE decoders")
+DTYPE = typer.Option(None, "--dtype", help="fp32, bf16 or fp16 (default: the model's own)")
+SAVE = typer.Option(None, "--save", help="a folder to keep the capture in: profile.json, calls.jsonl "
+                                          "and real input/output samples")
+SCALE = typer.Option("full", "--scale", help="bundled examples: full (real layer shapes) or small (CPU-sized)")
 RUNS_DIR = typer.Option(Path("runs"), "--runs-dir", envvar="KERNFORGE_RUNS_DIR",
                         help="where run folders are kept")
 
@@ -52,6 +62,11 @@ def optimize(
     top_k: int = typer.Option(2, "--top-k", min=1, help="how many of the hottest supported ops to search"),
     runs_dir: Path = RUNS_DIR,
     timeout: float = typer.Option(120.0, min=1.0, help="seconds one candidate may take: build, checks, timing"),
+    batch_size: int | None = BATCH,
+    seq_len: int | None = SEQ_LEN,
+    resolution: int | None = RESOLUTION,
+    dtype: str | None = DTYPE,
+    scale: str = SCALE,
     as_json: bool = typer.Option(False, "--json", help="print the result as JSON instead of tables"),
 ) -> None:
     """Profile the model, pick its K hottest ops, search faster kernels for each, print the result."""
@@ -84,23 +99,40 @@ def optimize(
 def profile(
     spec: str = typer.Argument(..., help=SPEC_HELP),
     device: str = typer.Option("auto", help="auto (the GPU when there is one), cpu or cuda"),
+    batch_size: int | None = BATCH,
+    seq_len: int | None = SEQ_LEN,
+    resolution: int | None = RESOLUTION,
+    dtype: str | None = DTYPE,
+    scale: str = SCALE,
+    include: str = typer.Option("compute", help="kinds of op to rank, comma-separated: compute, view, "
+                                                "copy, alloc, random"),
     limit: int = typer.Option(25, min=1, help="rows to show"),
+    save: Path | None = SAVE,
     as_json: bool = typer.Option(False, "--json", help="print the ranked ops as JSON"),
 ) -> None:
     """Capture every ATen op of one forward pass and rank them by device time."""
     from dataclasses import asdict
 
-    from kernforge.capture import capture_model
-    from kernforge.models import load_model, resolve_device, run_forward
-    from kernforge.report import profile_table
+    from kernforge.capture import KINDS, capture_model
+    from kernforge.models import ModelOptions, load_model, resolve_device, run_forward
+    from kernforge.report import capture_summary, profile_table
 
-    loaded = load_model(spec, resolve_device(device))
+    kinds = tuple(k.strip() for k in include.split(",") if k.strip())
+    unknown = [k for k in kinds if k not in KINDS]
+    if unknown:
+        raise UserError(f"unknown op kind {', '.join(unknown)} in --include; choose from {', '.join(KINDS)}")
+    model = ModelOptions(batch_size=batch_size, seq_len=seq_len, resolution=resolution, dtype=dtype,
+                         scale=scale)
+    loaded = load_model(spec, resolve_device(device), model)
     run_forward(loaded)
-    capture = capture_model(loaded, out_dir=None)
+    capture = capture_model(loaded, out_dir=save)
     if as_json:
-        print(json.dumps(asdict(capture), indent=1))
-    else:
-        out.print(profile_table(capture, limit=limit))
+        data = asdict(capture)
+        data.update(coverage=capture.coverage, overhead=capture.overhead)  # every kind, each tagged
+        print(json.dumps(data, indent=1))
+        return
+    out.print(profile_table(capture, limit=limit, include_kinds=kinds))
+    out.print(capture_summary(capture), markup=False, highlight=False)
 
 
 @app.command("ls", epilog=EXAMPLES)

@@ -17,7 +17,7 @@ import torch
 import kernforge
 from kernforge.backends import choose_backend
 from kernforge.capture import Capture, OpProfile, capture_model
-from kernforge.models import load_model, run_forward
+from kernforge.models import ModelOptions, load_model, run_forward
 from kernforge.propose import get_proposer
 from kernforge.search import Node, TaskOutcome, get_strategy, search_task
 from kernforge.store import RunStore
@@ -34,6 +34,7 @@ class OptimizeOptions:
     top_k: int = 2
     runs_dir: Path = Path("runs")
     candidate_timeout_s: float = 120.0
+    model: ModelOptions = field(default_factory=ModelOptions)
 
 
 @dataclass
@@ -58,7 +59,7 @@ def optimize(opts: OptimizeOptions, on_event: OnEvent = lambda *a: None) -> Opti
     proposer = get_proposer(opts.proposer)
     strategy = get_strategy(opts.strategy)
     device = "cuda" if backend.name == "triton" and torch.cuda.is_available() else "cpu"
-    loaded = load_model(opts.spec, torch.device(device))
+    loaded = load_model(opts.spec, torch.device(device), opts.model)
     run_forward(loaded)  # a forward that raises is reported before a run folder is made
     store = RunStore.create(opts.runs_dir, loaded.name)
     store.write_json("config.json", _config(opts, backend.name, device, loaded.name))

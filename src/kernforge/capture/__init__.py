@@ -1,9 +1,15 @@
 """capture: record every ATen call a model makes, with device time, ranked by cost."""
 
 from kernforge.capture.profile import KINDS, Capture, OpProfile, capture_model, load_capture
-from kernforge.capture.serialize import decode_tree, decode_value, encode_value, load_sample
+from kernforge.capture.serialize import (
+    decode_tree,
+    decode_value,
+    encode_value,
+    load_sample,
+    load_sample_outputs,
+)
 
 __all__ = [
     "KINDS", "Capture", "OpProfile", "capture_model", "decode_tree", "decode_value", "encode_value",
-    "load_capture", "load_sample",
+    "load_capture", "load_sample", "load_sample_outputs",
 ]

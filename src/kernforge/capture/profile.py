@@ -27,7 +27,7 @@ from kernforge.models import LoadedModel, run_forward
 # model's capture from filling the disk (a ResNet-50 at batch 32 has ~300 MB of
 # activations per forward).
 DEFAULT_SAMPLES_PER_SIGNATURE = 2
-DEFAULT_SAMPLE_CAP_BYTES = 256 << 20  # one sample's tensors
+DEFAULT_SAMPLE_CAP_BYTES = 256 << 20  # one sample's input tensors
 DEFAULT_TOTAL_CAP_BYTES = 2 << 30  # all samples of one capture
 KINDS = ("compute", "view", "copy", "alloc", "random")
 
@@ -240,9 +240,9 @@ def _save(capture: Capture, recorder: Recorder, times: dict[int, float], out_dir
     out_dir.mkdir(parents=True, exist_ok=True)
     by_sig = {p.signature: p for p in capture.profiles}
     for sig, kept in recorder.samples.items():
-        for k, (args, kwargs) in enumerate(kept):
+        for k, sample in enumerate(kept):
             rel = f"samples/{sig}/{k}.pt"
-            save_sample(args, kwargs, out_dir / rel)
+            save_sample(sample["args"], sample["kwargs"], sample["outputs"], out_dir / rel)
             by_sig[sig].samples.append(rel)
     lines = [json.dumps({"index": c.index, "op": qualified_name(c.func), "signature": c.signature,
                          "kind": c.kind, "module": c.module, "producers": c.producers,

@@ -66,7 +66,7 @@ class Recorder(TorchDispatchMode):
         self.sample_cap_bytes = sample_cap_bytes
         self.bytes_left = total_cap_bytes
         self.calls: list[Call] = []
-        self.samples: dict[str, list[tuple[Any, Any]]] = {}
+        self.samples: dict[str, list[dict[str, Any]]] = {}  # signature -> [{args, kwargs, outputs}]
         self.module_stack: list[str] = []
         self._producer = WeakIdKeyDictionary()  # tensor -> index of the call that last wrote it
 
@@ -77,8 +77,7 @@ class Recorder(TorchDispatchMode):
         kind = op_kind(func)
         inputs = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
         producers = [self._producer.get(t) for t in inputs]
-        if kind == "compute":
-            self._maybe_keep_sample(sig, inputs, args, kwargs)  # before the call: in-place ops change inputs
+        sample = self._maybe_keep_sample(sig, inputs, args, kwargs) if kind == "compute" else None
         start = time.perf_counter()
         if self.profiler_ranges:
             with record_function(f"{RANGE_PREFIX}{index}"):
@@ -87,6 +86,9 @@ class Recorder(TorchDispatchMode):
             out = func(*args, **kwargs)
         cpu_us = (time.perf_counter() - start) * 1e6
         outputs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+        if sample is not None:
+            sample["outputs"] = [strided_copy(t) for t in outputs]
+            self.bytes_left -= sum(t.numel() * t.element_size() for t in outputs)
         for t in outputs:
             self._producer[t] = index  # an in-place op makes its call the producer of the tensor
         self.calls.append(Call(index=index, func=func, signature=sig, kind=kind,
@@ -97,15 +99,19 @@ class Recorder(TorchDispatchMode):
                                cpu_us=cpu_us))
         return out
 
-    def _maybe_keep_sample(self, sig: str, inputs: list[torch.Tensor], args: Any, kwargs: Any) -> None:
+    def _maybe_keep_sample(self, sig: str, inputs: list[torch.Tensor], args: Any,
+                           kwargs: Any) -> dict[str, Any] | None:
+        """Copy the inputs before the call (an in-place op changes them); the outputs join after it."""
         kept = self.samples.setdefault(sig, [])
         if len(kept) >= self.samples_per_signature:
-            return
-        size = sum(t.numel() * t.element_size() for t in inputs)
+            return None
+        size = sum(t.numel() * t.element_size() for t in inputs)  # the outputs are counted after the call
         if size > min(self.sample_cap_bytes, self.bytes_left):
-            return
+            return None
         self.bytes_left -= size
-        kept.append(tree_map(strided_copy, (args, kwargs)))
+        copied_args, copied_kwargs = tree_map(strided_copy, (args, kwargs))
+        kept.append({"args": copied_args, "kwargs": copied_kwargs, "outputs": []})
+        return kept[-1]
 
 
 class ModuleTracker:

@@ -49,13 +49,18 @@ def strided_copy(x: Any) -> Any:
     return x
 
 
-def save_sample(args: Any, kwargs: Any, path: Path) -> None:
+def save_sample(args: Any, kwargs: Any, outputs: list[torch.Tensor], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    args, kwargs = tree_map(encode_value, (list(args), kwargs))
-    torch.save({"args": args, "kwargs": kwargs}, path)
+    args, kwargs, outputs = tree_map(encode_value, (list(args), kwargs, list(outputs)))
+    torch.save({"args": args, "kwargs": kwargs, "outputs": outputs}, path)
 
 
 def load_sample(path: Path) -> tuple[list[Any], dict[str, Any]]:
     """Load a saved (args, kwargs) exactly: dtype, strides and values as captured."""
     blob = torch.load(path, weights_only=False, map_location="cpu")
     return decode_tree(blob["args"]), decode_tree(blob["kwargs"])
+
+
+def load_sample_outputs(path: Path) -> list[torch.Tensor]:
+    """The outputs the op gave on that sample in the model, as the model ran it."""
+    return torch.load(path, weights_only=False, map_location="cpu").get("outputs", [])

@@ -1,5 +1,5 @@
 """report: terminal tables made from captures and run folders."""
 
-from kernforge.report.tables import profile_table, results_table, runs_table
+from kernforge.report.tables import capture_summary, profile_table, results_table, runs_table
 
-__all__ = ["profile_table", "results_table", "runs_table"]
+__all__ = ["capture_summary", "profile_table", "results_table", "runs_table"]

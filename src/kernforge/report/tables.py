@@ -9,16 +9,30 @@ from rich.table import Table
 from kernforge.capture import Capture
 
 
-def profile_table(capture: Capture, limit: int = 25) -> Table:
+def profile_table(capture: Capture, limit: int = 25, include_kinds: tuple[str, ...] = ("compute",)) -> Table:
     table = Table(title=f"{capture.model} on {capture.device}: "
                         f"{capture.total_time_us / 1e3:.3f} ms of captured op time per forward "
                         f"(plain forward {capture.forward_ms:.3f} ms)")
-    for name in ("rank", "op", "shape", "dtype", "calls", "time ms", "share", "if 2x faster"):
-        table.add_column(name, justify="right" if name not in ("op", "shape", "dtype") else "left")
-    for i, p in enumerate(capture.ranked()[:limit]):
-        table.add_row(str(i + 1), p.op, p.shape_text, p.dtype_text, str(p.calls), f"{p.time_us / 1e3:.3f}",
-                      f"{p.share:.1%}", f"{p.gain_if_2x:.3f}x")
+    text_columns = ("op", "module", "shape", "dtype")
+    for name in ("rank", "op", "module", "shape", "dtype", "calls", "time ms", "share", "if 2x faster"):
+        table.add_column(name, justify="left" if name in text_columns else "right")
+    for i, p in enumerate(capture.ranked(include_kinds)[:limit]):
+        table.add_row(str(i + 1), p.op, _short_module(p.module), p.shape_text, p.dtype_text, str(p.calls),
+                      f"{p.time_us / 1e3:.3f}", f"{p.share:.1%}", f"{p.gain_if_2x:.3f}x")
     return table
+
+
+def capture_summary(capture: Capture) -> str:
+    what = "kernel time of a plain profiled pass" if capture.device.startswith("cuda") else \
+        "wall time of a plain forward"
+    return (f"captured op time is {capture.coverage:.1%} of the {what} "
+            f"({capture.measured_total_us / 1e3:.3f} ms); a recorded pass took {capture.captured_ms:.1f} ms, "
+            f"{capture.overhead:.1f}x a plain one; views, copies, allocations and random ops are "
+            "left out of the ranking (--include)")
+
+
+def _short_module(path: str, width: int = 32) -> str:
+    return path if len(path) <= width else "..." + path[-(width - 3):]
 
 
 def results_table(rows: list[dict[str, Any]], title: str) -> Table:
