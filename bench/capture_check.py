@@ -54,6 +54,22 @@ def evidence(spec: str, capture: Capture) -> str:
         ", ".join(str(first_shape(p)) for p in norms[:3])
 
 
+def cross_check_us(loaded) -> dict[str, float]:
+    """The same plain pass summed three ways, to show which one counts each kernel once."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof, torch.no_grad():
+        loaded.module(*loaded.inputs)
+        torch.cuda.synchronize()
+    cuda = torch.autograd.DeviceType.CUDA
+    events = prof.events()
+    return {
+        "device_rows_us": sum(e.time_range.elapsed_us() for e in events if e.device_type == cuda),
+        "cpu_rows_self_device_us": sum(e.self_device_time_total for e in events if e.device_type != cuda),
+        "all_key_averages_us": sum(e.self_device_time_total for e in prof.key_averages()),
+    }
+
+
 def main(out_dir: Path) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -62,6 +78,8 @@ def main(out_dir: Path) -> None:
         loaded = load_model(spec, torch.device("cuda"), opts)
         run_forward(loaded)
         capture = capture_model(loaded, out_dir=None)
+        if spec.endswith("resnet50"):
+            print(f"{spec} {opts}: cross-check of the kernel total: {cross_check_us(loaded)}")
         name = f"{spec.split(':')[1]}_{opts.dtype or 'fp32'}_bs{opts.batch_size or 'default'}"
         (out_dir / f"capture_{name}.json").write_text(json.dumps(
             {**asdict(capture), "coverage": capture.coverage, "overhead": capture.overhead}, indent=1))

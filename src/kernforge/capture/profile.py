@@ -159,7 +159,17 @@ def _kernel_total_us(loaded: LoadedModel) -> float:
         with torch.no_grad():
             loaded.module(*loaded.inputs)
         torch.cuda.synchronize(loaded.device)
-    return float(sum(e.self_device_time_total for e in prof.key_averages()))
+    return kernel_us(prof.events())
+
+
+def kernel_us(events: Any) -> float:
+    """The summed duration of the device-side events (kernels, memcpy, memset).
+
+    Only the device rows: each CPU op's own row also carries the time of the
+    kernels it launched, so summing every row counts each kernel twice.
+    """
+    return float(sum(e.time_range.elapsed_us() for e in events
+                     if e.device_type == torch.autograd.DeviceType.CUDA))
 
 
 def _median_forward_ms(loaded: LoadedModel, runs: int = 5) -> float:
