@@ -11,5 +11,5 @@ export PYTHONPATH=src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 out=${OUT:-bench/results/h200}
 mkdir -p "$out"
 python3 -c "import torch, transformers, diffusers, torchvision; print('torch', torch.__version__, 'transformers', transformers.__version__, 'diffusers', diffusers.__version__, 'torchvision', torchvision.__version__)"
-python3 -m kernforge profile example:resnet50 --batch-size 32 --limit 12 | tee "$out/profile_resnet50_bs32.txt"
+python3 -m kernforge profile example:resnet50 --batch-size 32 --limit 12
 python3 bench/capture_check.py "$out" 2>&1 | tee "$out/capture_check.txt"

@@ -142,14 +142,16 @@ def _recorded_forward(loaded: LoadedModel, recorder: Recorder, on_gpu: bool) -> 
 
 
 def _range_device_us(events: Any) -> dict[int, float]:
-    """Device time of each `kf::<index>` range: the kernels launched inside it."""
+    """Device time of each `kf::<index>` range: the summed durations of the kernels launched inside it.
+
+    Only the CPU-side row of a range: the profiler also puts a copy of the range on
+    the GPU's timeline, spanning first kernel start to last kernel end, idle gaps
+    included (ResNet-50 bs 32 fp32 on an H200: 6.6 ms of spans for 4.9 ms of kernels).
+    """
     times: dict[int, float] = {}
     for ev in events:
-        if not ev.name.startswith(RANGE_PREFIX):
-            continue
-        index = int(ev.name[len(RANGE_PREFIX):])
-        us = float(getattr(ev, "device_time_total", 0.0) or 0.0)
-        times[index] = max(times.get(index, 0.0), us)
+        if ev.name.startswith(RANGE_PREFIX) and ev.device_type == torch.autograd.DeviceType.CPU:
+            times[int(ev.name[len(RANGE_PREFIX):])] = float(ev.device_time_total)
     return times
 
 
