@@ -58,7 +58,7 @@ def optimize(opts: OptimizeOptions, on_event: OnEvent = lambda *a: None) -> Opti
     backend = choose_backend(opts.backend, torch.cuda.is_available())
     proposer = get_proposer(opts.proposer)
     strategy = get_strategy(opts.strategy)
-    device = "cuda" if backend.name == "triton" and torch.cuda.is_available() else "cpu"
+    device = "cuda" if backend.name in ("triton", "cuda") and torch.cuda.is_available() else "cpu"
     loaded = load_model(opts.spec, torch.device(device), opts.model)
     run_forward(loaded)  # a forward that raises is reported before a run folder is made
     store = RunStore.create(opts.runs_dir, loaded.name)

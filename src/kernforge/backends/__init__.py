@@ -50,7 +50,13 @@ def _triton() -> Backend:
     return triton_gpu.BACKEND
 
 
-REGISTRY: dict[str, Callable[[], Backend]] = {"cpu": _cpu, "triton": _triton}
+def _cuda() -> Backend:
+    from kernforge.backends import cuda
+
+    return cuda.BACKEND
+
+
+REGISTRY: dict[str, Callable[[], Backend]] = {"cpu": _cpu, "triton": _triton, "cuda": _cuda}
 
 
 def get_backend(name: str) -> Backend:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from kernforge.backends.cpu import C_PRELUDE
+from kernforge.backends.native import C_PRELUDE
 from kernforge.propose.builtin import Family
 from kernforge.tasks import KernelTask
 

@@ -1,0 +1,119 @@
+"""What the compiled backends (cpu: gcc, cuda: nvcc) share: the calling convention and the build cache.
+
+A candidate defines
+
+    int kf_forward(const kf_tensor *inputs, int n_inputs, kf_tensor *outputs, int n_outputs);
+
+over the reference op's tensor arguments in order, and writes into outputs that
+the backend allocates with the reference's shapes, dtypes and strides (on the
+GPU for cuda: the pointers are device pointers, and the kernels go on the
+default stream). Non-tensor arguments are fixed for a task, so the candidate
+bakes them in. A non-zero return means "cannot handle these inputs" and fails
+the candidate.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils._pytree import tree_flatten
+
+from kernforge.backends import BuildError, Kernel
+
+MAX_DIMS = 8
+DTYPE_CODES = {torch.float32: 0, torch.float64: 1, torch.float16: 2, torch.bfloat16: 3,
+               torch.int32: 4, torch.int64: 5, torch.bool: 6, torch.uint8: 6, torch.int8: 7}
+
+# The struct every candidate declares; kept here for the proposer's templates to include.
+C_PRELUDE = """\
+#include <stdint.h>
+#define KF_MAX_DIMS 8
+enum { KF_F32 = 0, KF_F64 = 1, KF_F16 = 2, KF_BF16 = 3, KF_I32 = 4, KF_I64 = 5, KF_U8 = 6, KF_I8 = 7 };
+typedef struct {
+    void *data;
+    int64_t ndim;
+    int64_t sizes[KF_MAX_DIMS];
+    int64_t strides[KF_MAX_DIMS]; /* in elements */
+    int32_t dtype;
+} kf_tensor;
+"""
+
+
+class KfTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("ndim", ctypes.c_int64),
+                ("sizes", ctypes.c_int64 * MAX_DIMS), ("strides", ctypes.c_int64 * MAX_DIMS),
+                ("dtype", ctypes.c_int32)]
+
+
+def compile_library(source: Path, build_dir: Path, command: list[str], toolchain: str) -> Path:
+    """Build `source` into a shared library with `command + [-o OUT, SOURCE]`, once per
+    (source, command, toolchain version): a rebuild of the same text is a cache hit."""
+    text = source.read_bytes()
+    key = hashlib.sha256(text + " ".join(command).encode() + toolchain.encode()).hexdigest()[:16]
+    build_dir.mkdir(parents=True, exist_ok=True)
+    library = build_dir / f"kf_{key}.so"
+    if library.exists():
+        return library
+    tmp = build_dir / f"kf_{key}.tmp.so"
+    proc = subprocess.run([*command, "-o", str(tmp), str(source)], capture_output=True, text=True,
+                          check=False)
+    if proc.returncode != 0:
+        raise BuildError((proc.stderr or proc.stdout).strip() or f"{command[0]} exited with {proc.returncode}")
+    tmp.replace(library)  # atomic: a half-written library is never picked up from the cache
+    return library
+
+
+def load_kernel(library: Path, output_meta: list[dict[str, Any]], device: str) -> Kernel:
+    """A Python callable over the library's kf_forward: allocates (poisoned) outputs, passes structs."""
+    try:
+        lib = ctypes.CDLL(str(library))
+        entry = lib.kf_forward
+    except (OSError, AttributeError) as e:
+        raise BuildError(f"cannot load kf_forward from the built library: {e}") from None
+    entry.restype = ctypes.c_int
+    entry.argtypes = [ctypes.POINTER(KfTensor), ctypes.c_int, ctypes.POINTER(KfTensor), ctypes.c_int]
+
+    def kernel(*args: Any, **kwargs: Any) -> Any:
+        inputs = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
+        outputs = [empty_like_meta(m, device, kernel.poison) for m in output_meta]
+        in_structs = (KfTensor * max(1, len(inputs)))(*[as_struct(t) for t in inputs])
+        out_structs = (KfTensor * max(1, len(outputs)))(*[as_struct(t) for t in outputs])
+        code = entry(in_structs, len(inputs), out_structs, len(outputs))
+        if code != 0:
+            raise RuntimeError(f"kf_forward returned error code {code}")
+        return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+    kernel.poison = True  # type: ignore[attr-defined]  # the worker turns it off to time
+    kernel.library = library  # type: ignore[attr-defined]
+    return kernel
+
+
+def empty_like_meta(meta: dict[str, Any], device: str, poison: bool) -> torch.Tensor:
+    dtype = getattr(torch, meta["dtype"].replace("torch.", ""))
+    out = torch.empty_strided(meta["shape"], meta["stride"], dtype=dtype, device=device)
+    if poison and out.is_floating_point():
+        out.fill_(float("nan"))  # an element the kernel never writes stays NaN and fails the check
+    return out
+
+
+def as_struct(t: torch.Tensor) -> KfTensor:
+    if t.dim() > MAX_DIMS:
+        raise RuntimeError(f"compiled backends handle tensors of at most {MAX_DIMS} dimensions")
+    if t.dtype not in DTYPE_CODES:
+        raise RuntimeError(f"compiled backends have no C type for {t.dtype}")
+    s = KfTensor()
+    s.data = t.data_ptr()
+    s.ndim = t.dim()
+    for i, (size, stride) in enumerate(zip(t.shape, t.stride())):
+        s.sizes[i], s.strides[i] = size, stride
+    s.dtype = DTYPE_CODES[t.dtype]
+    return s
+
+
+def tool_version(tool: str) -> str:
+    return subprocess.run([tool, "--version"], capture_output=True, text=True, check=False).stdout
