@@ -120,7 +120,7 @@ def test_rebuilding_the_same_source_is_a_cache_hit(tmp_path: Path, monkeypatch):
             compiles.append(cmd)
         return real_run(cmd, *args, **kwargs)
 
-    monkeypatch.setattr(cpu.subprocess, "run", spy)
+    monkeypatch.setattr(subprocess, "run", spy)
     # same text under another file name: still the same library
     second = cpu.build(write(tmp_path, "b.c", AFFINE), build_dir, [meta(x)])
     assert Path(second.library) == library

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -9,7 +10,14 @@ import torch
 from helpers import SOFTMAX_OP
 from torch import nn
 
-from kernforge.capture import capture_model, decode_value, encode_value, load_capture, load_sample
+from kernforge.capture import (
+    capture_model,
+    decode_value,
+    encode_value,
+    load_capture,
+    load_sample,
+    load_sample_outputs,
+)
 from kernforge.models import load_model
 from kernforge.models.loader import LoadedModel
 
@@ -275,3 +283,191 @@ def test_capture_of_a_kernelbench_file(write_model, tmp_path: Path):
     assert cap.model == "gelu_model"
     assert cap.device == "cpu"
     assert "aten::gelu.default" in by_op(cap)
+
+
+# ---------------------------------------------------------------- data-dependent control flow
+
+class DataDependent(nn.Module):
+    """A branch on a tensor's value and a loop whose trip count is a tensor's value."""
+
+    def forward(self, x, steps):
+        if x.sum() > 0:
+            x = torch.tanh(x)
+        else:
+            x = torch.sigmoid(x)
+        for _ in range(int(steps)):
+            x = torch.cos(x)
+        return x
+
+
+@pytest.mark.parametrize(("sign", "steps", "taken", "not_taken"), [
+    (1.0, 3, "aten::tanh.default", "aten::sigmoid.default"),
+    (-1.0, 1, "aten::sigmoid.default", "aten::tanh.default"),
+])
+def test_data_dependent_control_flow_records_the_path_taken(sign, steps, taken, not_taken):
+    x = sign * (torch.rand(4, 6) + 0.1)
+    cap = capture_model(loaded(DataDependent(), x, torch.tensor(steps)), out_dir=None, repeats=1)
+    ops = by_op(cap)
+    assert taken in ops, sorted(ops)
+    assert not_taken not in ops, sorted(ops)
+    (cos,) = ops["aten::cos.default"]
+    assert cos.calls == steps  # one call per trip of the loop
+    assert "aten::_local_scalar_dense.default" in ops  # the reads of tensor values are calls too
+
+
+# ---------------------------------------------------------------- producers in calls.jsonl
+
+def read_calls(folder: Path) -> list[dict]:
+    calls = [json.loads(line) for line in (folder / "calls.jsonl").read_text().splitlines()]
+    assert [c["index"] for c in calls] == list(range(len(calls)))
+    return calls
+
+
+def only_call(calls: list[dict], op: str) -> dict:
+    (call,) = [c for c in calls if c["op"] == op]
+    return call
+
+
+class ScaledSoftmax(nn.Module):
+    def forward(self, x):
+        return torch.softmax(x * 2, -1)
+
+
+def test_calls_jsonl_names_the_producer_of_each_input(tmp_path: Path):
+    capture_model(loaded(ScaledSoftmax(), torch.randn(3, 5)), tmp_path, repeats=1)
+    calls = read_calls(tmp_path)
+    mul = only_call(calls, "aten::mul.Tensor")
+    softmax = only_call(calls, SOFTMAX_OP)
+    assert mul["producers"] == [None]  # x is a model input; the 2 is no tensor
+    assert softmax["producers"] == [mul["index"]]
+    assert mul["index"] < softmax["index"]
+    for c in calls:
+        assert set(c) == {"index", "op", "signature", "kind", "module", "producers", "time_us"}
+        assert c["time_us"] >= 0
+
+
+class ParameterAndInPlace(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.scale = nn.Parameter(torch.full((5,), 2.0))
+
+    def forward(self, x):
+        y = x * self.scale
+        y.add_(1.0)  # in place: from here on y was produced by add_
+        return torch.softmax(y, -1)
+
+
+def test_parameters_are_not_produced_and_in_place_ops_produce_what_they_modify(tmp_path: Path):
+    capture_model(loaded(ParameterAndInPlace(), torch.randn(3, 5)), tmp_path, repeats=1)
+    calls = read_calls(tmp_path)
+    mul = only_call(calls, "aten::mul.Tensor")
+    add = only_call(calls, "aten::add_.Tensor")
+    softmax = only_call(calls, SOFTMAX_OP)
+    assert mul["producers"] == [None, None]  # a model input and a parameter
+    assert add["producers"] == [mul["index"]]
+    assert softmax["producers"] == [add["index"]]  # not the mul that first made y
+
+
+class Nested(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.block = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+
+    def forward(self, x):
+        return self.block(x).exp()
+
+
+def test_calls_carry_the_module_they_ran_in(tmp_path: Path):
+    cap = capture_model(loaded(Nested(), torch.randn(2, 4)), tmp_path, repeats=1)
+    calls = read_calls(tmp_path)
+    assert only_call(calls, "aten::addmm.default")["module"] == "block.0"
+    assert only_call(calls, "aten::relu.default")["module"] == "block.1"
+    assert only_call(calls, "aten::exp.default")["module"] == ""  # the top module itself
+    assert by_op(cap)["aten::addmm.default"][0].module == "block.0"
+    relu = only_call(calls, "aten::relu.default")
+    assert relu["producers"] == [only_call(calls, "aten::addmm.default")["index"]]
+
+
+# ---------------------------------------------------------------- sample outputs
+
+def aten_overload(op: str):
+    """'aten::_softmax.default' -> torch.ops.aten._softmax.default."""
+    namespace, _, rest = op.partition("::")
+    name, _, overload = rest.rpartition(".")
+    return getattr(getattr(getattr(torch.ops, namespace), name), overload)
+
+
+class Several(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(6, 6)
+
+    def forward(self, x):
+        a = torch.tanh(x)
+        b = torch.tanh(a * 3)  # a second call of the tanh signature, on other values
+        c = self.proj(b)
+        c.mul_(2.0)  # in place: its output is not its input as saved
+        return torch.softmax(c, -1)
+
+
+def test_sample_outputs_are_what_the_op_returns_on_the_sample_inputs(tmp_path: Path):
+    torch.manual_seed(0)
+    cap = capture_model(loaded(Several(), torch.randn(5, 6)), tmp_path, repeats=1)
+    ops = by_op(cap)
+    (tanh,) = ops["aten::tanh.default"]
+    assert tanh.calls == 2 and len(tanh.samples) == 2
+    checked = set()
+    for p in cap.ranked():
+        assert p.samples, p.op
+        for rel in p.samples:
+            args, kwargs = load_sample(tmp_path / rel)
+            before = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+            saved = load_sample_outputs(tmp_path / rel)
+            result = aten_overload(p.op)(*args, **kwargs)
+            expected = [result] if isinstance(result, torch.Tensor) else list(result)
+            assert len(saved) == len(expected) == len(p.outputs), p.op
+            for got, want, meta in zip(saved, expected, p.outputs):
+                assert got.dtype == want.dtype and got.shape == want.shape, p.op
+                assert list(got.shape) == meta["shape"]
+                torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+            if p.op == "aten::mul_.Tensor":  # saved after the call, not aliased to the input
+                assert not torch.equal(saved[0], before[0])
+                torch.testing.assert_close(saved[0], before[0] * 2.0)
+            checked.add(p.op)
+    assert {"aten::tanh.default", "aten::mul.Tensor", "aten::addmm.default", "aten::mul_.Tensor",
+            SOFTMAX_OP} <= checked
+    # the two tanh samples each keep their own call's output
+    first, second = (load_sample_outputs(tmp_path / rel)[0] for rel in tanh.samples)
+    assert not torch.equal(first, second)
+
+
+class InPlaceThroughAView(nn.Module):
+    def forward(self, x):
+        y = x * 2
+        y[:, :2].add_(1.0)  # writes y's storage through a slice of it
+        return torch.softmax(y, -1)
+
+
+def test_in_place_write_through_a_view_produces_the_base(tmp_path: Path):
+    capture_model(loaded(InPlaceThroughAView(), torch.randn(3, 4)), tmp_path, repeats=1)
+    calls = read_calls(tmp_path)
+    add = only_call(calls, "aten::add_.Tensor")
+    softmax = only_call(calls, SOFTMAX_OP)
+    assert softmax["producers"] == [add["index"]]  # the last call that wrote y, not the mul
+
+
+class Alternating(nn.Module):
+    """Takes the other branch on every pass (state kept across passes)."""
+
+    def __init__(self):
+        super().__init__()
+        self.passes = 0
+
+    def forward(self, x):
+        self.passes += 1
+        return torch.tanh(x) if self.passes % 2 else torch.sigmoid(x).exp()
+
+
+def test_shares_sum_to_one_when_passes_take_different_paths():
+    cap = capture_model(loaded(Alternating(), torch.randn(64, 64)), out_dir=None, repeats=3)
+    assert sum(p.share for p in cap.profiles) == pytest.approx(1.0, abs=1e-6)

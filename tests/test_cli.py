@@ -118,6 +118,8 @@ def test_profile_table():
     assert proc.returncode == 0, proc.stderr
     assert "tiny_softmax on cpu" in proc.stdout
     assert "share" in proc.stdout and "if 2x faster" in proc.stdout
+    assert "captured op time is" in proc.stdout  # the coverage line
+    assert "of the wall time of a plain forward" in proc.stdout and "x a plain one" in proc.stdout
 
 
 # ---------------------------------------------------------------- optimize, ls, show
@@ -228,3 +230,61 @@ def test_optimize_a_model_with_nothing_to_search(write_model, runs_dir: Path):
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["tasks"] == []
     assert [s["op"] for s in summary["skipped"]] == ["aten::gelu.default"]
+
+
+# ---------------------------------------------------------------- profile: options, saving, zoo
+
+@pytest.mark.parametrize(("option", "words"), [
+    (["--include", "compute,nosuch"],
+     ["unknown op kind nosuch in --include", "compute, view, copy"]),
+    (["--dtype", "fp8"], ["unknown dtype 'fp8'", "fp32, bf16, fp16"]),
+    (["--scale", "huge"], ["unknown scale 'huge'"]),
+])
+def test_profile_bad_option_is_one_line(option, words):
+    assert_one_line_error(run_cli("profile", TINY_REL, "--device", "cpu", *option), *words)
+
+
+def test_profile_save_writes_the_capture(tmp_path: Path):
+    save = tmp_path / "capture"
+    proc = run_cli("profile", TINY_REL, "--device", "cpu", "--save", str(save))
+    assert proc.returncode == 0, proc.stderr
+    assert "captured op time is" in proc.stdout
+    profile = json.loads((save / "profile.json").read_text())
+    assert profile["model"] == "tiny_softmax"
+    (softmax,) = [p for p in profile["profiles"] if p["op"] == SOFTMAX_OP]
+    assert softmax["samples"] and all((save / rel).is_file() for rel in softmax["samples"])
+    assert list((save / "samples").glob("*/*.pt"))
+    calls = [json.loads(line) for line in (save / "calls.jsonl").read_text().splitlines()]
+    ops = [c["op"] for c in calls]
+    assert SOFTMAX_OP in ops and "aten::bmm.default" in ops
+    (softmax_call,) = [c for c in calls if c["op"] == SOFTMAX_OP]
+    (producer,) = softmax_call["producers"]
+    while calls[producer]["kind"] == "view":  # matmul's bmm is reshaped back by a view
+        (producer,) = [i for i in calls[producer]["producers"] if i is not None]
+    assert calls[producer]["op"] == "aten::bmm.default"  # the scores come from the first bmm
+    assert producer < softmax_call["index"]
+
+
+def test_profile_dtype_bf16():
+    proc = run_cli("profile", TINY_REL, "--device", "cpu", "--dtype", "bf16", "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    (softmax,) = [p for p in data["profiles"] if p["op"] == SOFTMAX_OP]
+    assert softmax["args"][0]["dtype"] == "torch.bfloat16"
+
+
+def test_profile_gemma_decoder_json():
+    proc = run_cli("profile", "example:gemma_decoder", "--device", "cpu", "--scale", "small",
+                   "--seq-len", "16", "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["model"] == "gemma_decoder"
+    assert data["coverage"] == pytest.approx(data["total_time_us"] / data["measured_total_us"])
+    assert data["overhead"] == pytest.approx(data["captured_ms"] / data["forward_ms"])
+    assert data["coverage"] > 0 and data["overhead"] > 0
+    softmaxes = [p for p in data["profiles"] if p["op"] == SOFTMAX_OP]
+    assert any(p["args"][0]["shape"] == [1, 4, 16, 16] and "self_attn" in p["module"]
+               for p in softmaxes)
+    # 'aten::_softmax(Tensor self, ...' : the default overload has no name in its schema
+    for p in data["profiles"]:
+        assert p["schema"].startswith(p["op"].removesuffix(".default") + "("), p["schema"]

@@ -213,22 +213,24 @@ def _quiet_native_stderr():
 
 def _summarise(loaded: LoadedModel, recorders: list[Recorder], times: list[dict[int, float]],
                forward_ms: float, captured_ms: float, measured_us: float) -> Capture:
-    # Per signature: the time of all its calls in one forward pass, then the median
-    # over the repeats, so that one disturbed pass on a busy machine does not skew the ranking.
-    per_repeat: dict[str, list[float]] = {}
+    # Per signature: the time of all its calls in one forward pass (0 in a pass that
+    # did not run it), then the median over the passes, so that one disturbed pass on
+    # a busy machine does not skew the ranking.
+    per_pass: list[dict[str, float]] = []
+    first: dict[str, Call] = {}
+    counts: dict[str, int] = {}  # calls in one pass; the most any pass made
     for recorder, t in zip(recorders, times):
         this_pass: dict[str, float] = {}
+        this_count: dict[str, int] = {}
         for call in recorder.calls:
             this_pass[call.signature] = this_pass.get(call.signature, 0.0) + t.get(call.index, 0.0)
-        for sig, us in this_pass.items():
-            per_repeat.setdefault(sig, []).append(us)
-    time_per_sig = {sig: _median(v) for sig, v in per_repeat.items()}
+            this_count[call.signature] = this_count.get(call.signature, 0) + 1
+            first.setdefault(call.signature, call)
+        for sig, n in this_count.items():
+            counts[sig] = max(counts.get(sig, 0), n)
+        per_pass.append(this_pass)
+    time_per_sig = {sig: _median([p.get(sig, 0.0) for p in per_pass]) for sig in first}
     total = sum(time_per_sig.values())
-    first: dict[str, Call] = {}
-    counts: dict[str, int] = {}
-    for call in recorders[0].calls:
-        first.setdefault(call.signature, call)
-        counts[call.signature] = counts.get(call.signature, 0) + 1
     profiles = [_profile(call, counts[sig], time_per_sig[sig], total) for sig, call in first.items()]
     profiles.sort(key=lambda p: p.time_us, reverse=True)
     return Capture(model=loaded.name, device=str(loaded.device), forward_ms=forward_ms,

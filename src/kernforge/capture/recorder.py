@@ -68,7 +68,11 @@ class Recorder(TorchDispatchMode):
         self.calls: list[Call] = []
         self.samples: dict[str, list[dict[str, Any]]] = {}  # signature -> [{args, kwargs, outputs}]
         self.module_stack: list[str] = []
-        self._producer = WeakIdKeyDictionary()  # tensor -> index of the call that last wrote it
+        self._producer = WeakIdKeyDictionary()  # tensor -> index of the call that made it
+        # storage address -> index of the last call that wrote into it in place. A write
+        # through a view (x[:, :2].add_(1)) changes the base too, which the per-tensor
+        # map cannot see.
+        self._last_write: dict[int, int] = {}
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -76,7 +80,7 @@ class Recorder(TorchDispatchMode):
         sig = signature_of(func, args, kwargs)
         kind = op_kind(func)
         inputs = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
-        producers = [self._producer.get(t) for t in inputs]
+        producers = [self._producer_of(t) for t in inputs]
         sample = self._maybe_keep_sample(sig, inputs, args, kwargs) if kind == "compute" else None
         start = time.perf_counter()
         if self.profiler_ranges:
@@ -91,6 +95,8 @@ class Recorder(TorchDispatchMode):
             self.bytes_left -= sum(t.numel() * t.element_size() for t in outputs)
         for t in outputs:
             self._producer[t] = index  # an in-place op makes its call the producer of the tensor
+        for t in written_tensors(func, args, kwargs):
+            self._last_write[_storage_key(t)] = index
         self.calls.append(Call(index=index, func=func, signature=sig, kind=kind,
                                args=describe_args(list(args)), kwargs=describe_args(kwargs),
                                outputs=[tensor_meta(t) for t in outputs],
@@ -98,6 +104,12 @@ class Recorder(TorchDispatchMode):
                                module=self.module_stack[-1] if self.module_stack else "",
                                cpu_us=cpu_us))
         return out
+
+    def _producer_of(self, t: torch.Tensor) -> int | None:
+        made, written = self._producer.get(t), self._last_write.get(_storage_key(t))
+        if made is None or written is None:
+            return made if written is None else written
+        return max(made, written)
 
     def _maybe_keep_sample(self, sig: str, inputs: list[torch.Tensor], args: Any,
                            kwargs: Any) -> dict[str, Any] | None:
@@ -112,6 +124,25 @@ class Recorder(TorchDispatchMode):
         copied_args, copied_kwargs = tree_map(strided_copy, (args, kwargs))
         kept.append({"args": copied_args, "kwargs": copied_kwargs, "outputs": []})
         return kept[-1]
+
+
+def written_tensors(func: Any, args: Any, kwargs: Any) -> list[torch.Tensor]:
+    """The tensors an op writes in place: its schema marks them (Tensor(a!))."""
+    written = []
+    for i, arg in enumerate(func._schema.arguments):
+        if arg.alias_info is None or not arg.alias_info.is_write:
+            continue
+        value = args[i] if i < len(args) else kwargs.get(arg.name)
+        values = value if isinstance(value, (list, tuple)) else [value]
+        written += [v for v in values if isinstance(v, torch.Tensor)]
+    return written
+
+
+def _storage_key(t: torch.Tensor) -> int:
+    try:
+        return t.untyped_storage().data_ptr()
+    except RuntimeError:  # tensors without storage (sparse, some subclasses)
+        return -id(t)
 
 
 class ModuleTracker:

@@ -164,7 +164,10 @@ def poison_free_memory(outputs: list[dict[str, Any]], device: torch.device, copi
     those may still hold eager's correct result from the timing above, and an
     output element the kernel forgets to write would pass. Allocating blocks of
     the outputs' sizes, filling them with 0xFF bytes (NaN in every float format)
-    and freeing them leaves NaN where the outputs will land.
+    and freeing them leaves NaN where the outputs will land. torch's CUDA caching
+    allocator reuses such a block deterministically; glibc on a CPU may or may not
+    (seen here both ways), so on a CPU this is best effort (the cpu backend fills the
+    outputs it allocates itself). The H200 check exercises the GPU case.
     """
     blocks = []
     for meta in outputs:
