@@ -96,3 +96,26 @@ def _worst_index(out: torch.Tensor, oracle: torch.Tensor) -> tuple[int, ...]:
     diff = torch.nan_to_num((out - oracle).abs(), nan=0.0)
     flat = int(diff.argmax())
     return tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), diff.shape))
+
+
+def aliased_input(outs: list[torch.Tensor], inputs: list[torch.Tensor]) -> tuple[int, int] | None:
+    """(output, input) sharing memory, if any: returning the input, or a view of it, is no kernel."""
+    for i, out in enumerate(outs):
+        for j, t in enumerate(inputs):
+            if out.untyped_storage().data_ptr() == t.untyped_storage().data_ptr():
+                return i, j
+    return None
+
+
+def same_output_as(outs: list[torch.Tensor], oracles: list[torch.Tensor],
+                   earlier: list[tuple[str, list[torch.Tensor], list[torch.Tensor]]]) -> str | None:
+    """The label of an earlier input set that gave bit-identical outputs although its reference differs:
+    a cached or constant result."""
+    for label, prev_outs, prev_oracles in earlier:
+        same_out = len(outs) == len(prev_outs) and all(
+            a.shape == b.shape and torch.equal(a.cpu(), b) for a, b in zip(outs, prev_outs))
+        same_ref = all(a.shape == b.shape and torch.allclose(a, b, equal_nan=True)
+                       for a, b in zip(oracles, prev_oracles))
+        if same_out and not same_ref:
+            return label
+    return None

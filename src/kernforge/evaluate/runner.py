@@ -18,7 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import kernforge
+from kernforge.backends import get_backend
+from kernforge.evaluate.scan import Finding, scan_source
 from kernforge.evaluate.timing import Timing, clearly_faster
+from kernforge.tasks import load_task
 
 LOG_TAIL_LINES = 30
 FRESH_KINDS = ("normal", "large", "mixed")
@@ -26,7 +29,8 @@ FRESH_KINDS = ("normal", "large", "mixed")
 
 @dataclass
 class EvalResult:
-    status: str  # ok | compile_error | runtime_error | wrong_result | crash | timeout
+    # ok | compile_error | runtime_error | wrong_result | cheat | out_of_memory | crash | timeout
+    status: str
     reason: str = ""
     errors: list[list[float]] = field(default_factory=list)  # per input set, per output
     timing: Timing | None = None
@@ -54,6 +58,8 @@ class Baseline:
     device_name: str
     labels: list[str]
     eager_errors: list[list[float]]
+    # torch.compile of the op alone, per mode: {"timing": Timing-dict or None, "error": str}
+    compiled: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def run_job(job: dict[str, Any], job_dir: Path, timeout_s: float) -> tuple[dict[str, Any] | None, str, float]:
@@ -84,21 +90,26 @@ def run_job(job: dict[str, Any], job_dir: Path, timeout_s: float) -> tuple[dict[
 
 
 def evaluate_baseline(task_path: Path, reference_path: Path, device: str, job_dir: Path,
-                      timeout_s: float) -> Baseline:
+                      timeout_s: float, compile_modes: tuple[str, ...] = ()) -> Baseline:
     job = {"mode": "baseline", "task_path": str(task_path), "reference_path": str(reference_path),
-           "device": device, "backend": "none", "fresh_kinds": list(FRESH_KINDS)}
+           "device": device, "backend": "none", "fresh_kinds": list(FRESH_KINDS),
+           "compile_modes": list(compile_modes)}
     result, tail, _ = run_job(job, job_dir, timeout_s)
     if result is None:
         raise RuntimeError(f"the baseline for {task_path.parent.name} failed: {tail}")
     return Baseline(eager=Timing(**result["eager"]), device_name=result["device_name"],
-                    labels=result["labels"], eager_errors=result["eager_errors"])
+                    labels=result["labels"], eager_errors=result["eager_errors"],
+                    compiled=result.get("compiled", {}))
 
 
 def evaluate_candidate(task_path: Path, reference_path: Path, source: Path, backend: str, device: str,
                        job_dir: Path, timeout_s: float) -> EvalResult:
+    findings = static_findings(task_path, source, backend)
+    if findings:
+        return EvalResult(status="cheat", reason="static scan: " + "; ".join(str(f) for f in findings))
     job = {"mode": "candidate", "task_path": str(task_path), "reference_path": str(reference_path),
            "source": str(source), "backend": backend, "device": device,
-           "build_dir": str(job_dir / "build")}
+           "build_dir": str(job_dir / "build"), "memory_limit_bytes": memory_limit_bytes(reference_path)}
     result, tail, wall = run_job(job, job_dir, timeout_s)
     if result is None:
         status = "timeout" if tail.startswith("timed out") else "crash"
@@ -112,6 +123,21 @@ def evaluate_candidate(task_path: Path, reference_path: Path, source: Path, back
         out.speedup_vs_eager = eager.p50_ms / timing.p50_ms
         out.faster_than_eager = clearly_faster(timing, eager)
     return out
+
+
+def static_findings(task_path: Path, source: Path, backend: str) -> list[Finding]:
+    task = load_task(task_path)
+    language = get_backend(backend).language
+    dtype = task.tensor_args[0]["dtype"] if task.tensor_args else "torch.float32"
+    return scan_source(source.read_text(errors="replace"), language, dtype)
+
+
+def memory_limit_bytes(reference_path: Path) -> int:
+    """What a CPU worker may allocate: 4 GiB, or 8x the task's reference data if more,
+    and never over three quarters of the machine's memory."""
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    wanted = max(4 << 30, 8 * (reference_path.stat().st_size if reference_path.exists() else 0))
+    return min(wanted, total * 3 // 4)
 
 
 def _pythonpath() -> str:

@@ -1,23 +1,36 @@
 """Honest timing of one callable: median with p20 and p80.
 
 GPU: triton.testing.do_bench (CUDA events around each call, the L2 flushed
-before each by writing a 256 MB buffer). CPU: wall time of each call after a
-warm-up. Both return the same record, so that eager and candidate are compared
-on equal terms.
+before each by writing a 256 MB buffer), then a cross-check with a device-wide
+synchronize before each end event: work that a candidate hides on another
+stream, which the events alone would miss, shows up there. CPU: wall time of
+each call after a warm-up. Inputs rotate among copies so that no call finds its
+inputs in the cache the previous call warmed. Both devices return the same
+record, so that eager and candidate are compared on equal terms.
+
+The clocks are bound when this module is imported, before any candidate code
+runs, so a candidate that patches time.perf_counter cannot reach them.
 """
 
 from __future__ import annotations
 
-import time
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from time import perf_counter
 from typing import Any
 
 import torch
+from torch.utils._pytree import tree_flatten, tree_map
 
 # Repeats on a CPU: at least 10 calls and about 1 s of calls; medians over fewer
 # than ~10 samples moved by >10% between identical runs on this 2-core machine.
 CPU_MIN_RUNS, CPU_MAX_RUNS, CPU_TARGET_S = 10, 500, 1.0
+# Rotate among enough input copies to cover 4x the cache (H200: 60 MB of L2;
+# a server CPU's last level is tens of MB), at most 16 copies.
+CACHE_BYTES = {"cuda": 60 << 20, "cpu": 32 << 20}
+MAX_COPIES = 16
+SYNCED_REPS = 50
 
 
 @dataclass
@@ -27,6 +40,8 @@ class Timing:
     p80_ms: float
     runs: int
     method: str
+    synced_ms: float | None = None  # GPU: median with a device-wide sync before the end event
+    copies: int = 1  # input sets rotated through
 
     @property
     def spread(self) -> float:
@@ -40,26 +55,78 @@ def time_callable(fn: Callable[[], Any], device: torch.device) -> Timing:
     return _time_cpu(fn)
 
 
+def time_rotated(fn: Callable[..., Any], inputs: tuple[list[Any], dict[str, Any]],
+                 device: torch.device) -> tuple[Timing, Any]:
+    """Time fn over copies of (args, kwargs); also return the outputs of the last timed call."""
+    copies = _input_copies(inputs, device)
+    state = {"i": 0, "out": None}
+
+    def call() -> None:
+        args, kwargs = copies[state["i"] % len(copies)]
+        state["i"] += 1
+        state["out"] = fn(*args, **kwargs)
+
+    timing = time_callable(call, device)
+    timing.copies = len(copies)
+    return timing, state["out"]
+
+
+def _input_copies(inputs: tuple[list[Any], dict[str, Any]], device: torch.device) -> list[Any]:
+    tensors = [t for t in tree_flatten(inputs)[0] if isinstance(t, torch.Tensor)]
+    size = max(1, sum(t.numel() * t.element_size() for t in tensors))
+    count = max(1, min(MAX_COPIES, math.ceil(4 * CACHE_BYTES.get(device.type, 0) / size)))
+
+    def copy(x: Any) -> Any:
+        if not isinstance(x, torch.Tensor):
+            return x
+        out = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=device)
+        return out.copy_(x)
+
+    return [tree_map(copy, inputs) for _ in range(count)]
+
+
 def _time_gpu(fn: Callable[[], Any]) -> Timing:
     from triton.testing import do_bench
 
     p20, p50, p80 = do_bench(fn, warmup=25, rep=200, quantiles=[0.2, 0.5, 0.8])
-    return Timing(p20_ms=p20, p50_ms=p50, p80_ms=p80, runs=-1, method="do_bench,l2-flush")
+    return Timing(p20_ms=p20, p50_ms=p50, p80_ms=p80, runs=-1, method="do_bench,l2-flush,rotated",
+                  synced_ms=_synced_median_ms(fn))
+
+
+def _synced_median_ms(fn: Callable[[], Any]) -> float:
+    """Events around each call with torch.cuda.synchronize() before the end event.
+
+    The synchronize waits for every stream of the device, so a kernel launched on a
+    side stream is inside this measurement even when it is outside the events'.
+    It adds the host's wake-up to every sample, eager's and the candidate's alike.
+    """
+    flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(SYNCED_REPS)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(SYNCED_REPS)]
+    for start, end in zip(starts, ends):
+        flush.zero_()
+        start.record()
+        fn()
+        torch.cuda.synchronize()
+        end.record()
+    torch.cuda.synchronize()
+    samples = sorted(s.elapsed_time(e) for s, e in zip(starts, ends))
+    return samples[len(samples) // 2]
 
 
 def _time_cpu(fn: Callable[[], Any]) -> Timing:
     for _ in range(3):  # warm-up: page faults on fresh outputs, OpenMP thread start
         fn()
     samples: list[float] = []
-    deadline = time.perf_counter() + CPU_TARGET_S
-    while len(samples) < CPU_MIN_RUNS or (time.perf_counter() < deadline and len(samples) < CPU_MAX_RUNS):
-        start = time.perf_counter()
+    deadline = perf_counter() + CPU_TARGET_S
+    while len(samples) < CPU_MIN_RUNS or (perf_counter() < deadline and len(samples) < CPU_MAX_RUNS):
+        start = perf_counter()
         fn()
-        samples.append((time.perf_counter() - start) * 1e3)
+        samples.append((perf_counter() - start) * 1e3)
     samples.sort()
     pick = lambda q: samples[min(len(samples) - 1, int(q * len(samples)))]
     return Timing(p20_ms=pick(0.2), p50_ms=pick(0.5), p80_ms=pick(0.8), runs=len(samples),
-                  method="wall-clock")
+                  method="wall-clock,rotated")
 
 
 def clearly_faster(candidate: Timing, baseline: Timing) -> bool:
@@ -74,3 +141,16 @@ def clearly_faster_relative(a: Timing, a_eager: Timing, b: Timing, b_eager: Timi
     the two workers; the p80/p20 bounds keep the verdict outside the noise.
     """
     return a.p80_ms / a_eager.p50_ms < b.p20_ms / b_eager.p50_ms
+
+
+def escaped_ms(candidate: Timing, eager: Timing) -> float:
+    """Time the candidate's events missed beyond what eager's missed: work on another stream."""
+    if candidate.synced_ms is None or eager.synced_ms is None:
+        return 0.0
+    return (candidate.synced_ms - candidate.p50_ms) - (eager.synced_ms - eager.p50_ms)
+
+
+def escapes_the_events(candidate: Timing, eager: Timing) -> bool:
+    """More than 10 us and a quarter of the synced time missing from the candidate's events."""
+    escaped = escaped_ms(candidate, eager)
+    return escaped > 0.010 and escaped > 0.25 * (candidate.synced_ms or 0.0)

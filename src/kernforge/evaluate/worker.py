@@ -32,6 +32,8 @@ def main(job_path: str) -> int:
     job = json.loads(Path(job_path).read_text())
     if job["backend"] == "triton" and job["device"] == "cpu":
         os.environ["TRITON_INTERPRET"] = "1"  # must be set before triton is imported
+    if job["device"] == "cpu" and job.get("memory_limit_bytes"):
+        limit_memory(job["memory_limit_bytes"])
     started = time.perf_counter()
     result = run_baseline(job) if job["mode"] == "baseline" else run_candidate(job)
     result["worker_s"] = time.perf_counter() - started
@@ -44,7 +46,7 @@ def main(job_path: str) -> int:
 def run_baseline(job: dict[str, Any]) -> dict[str, Any]:
     from kernforge.capture import encode_value, load_sample
     from kernforge.evaluate.checks import normalised_error, outputs_list, upcast
-    from kernforge.evaluate.timing import time_callable
+    from kernforge.evaluate.timing import time_rotated
     from kernforge.tasks import load_task, resolve_op
 
     task = load_task(Path(job["task_path"]))
@@ -65,11 +67,25 @@ def run_baseline(job: dict[str, Any]) -> dict[str, Any]:
         eager_errors.append([normalised_error(e.to(torch.float64).cpu(), o.cpu())
                              if e.is_floating_point() else 0.0 for e, o in zip(eager, oracle)])
     torch.save({"input_sets": tree_map(encode_value, input_sets), "labels": labels, "oracles": oracles,
-                "eager_errors": eager_errors, "dtypes": dtypes}, job["reference_path"])
-    args, kwargs = to_device(input_sets[0], device)
-    timing = time_callable(lambda: op(*args, **kwargs), device)
-    return {"status": "ok", "eager": timing.__dict__, "eager_errors": eager_errors,
+                "eager_errors": eager_errors, "dtypes": dtypes, "outputs_meta": task.outputs},
+               job["reference_path"])
+    inputs = to_device(input_sets[0], device)
+    timing, _ = time_rotated(op, inputs, device)
+    compiled = {mode: _time_compiled(op, inputs, device, mode) for mode in job.get("compile_modes", [])}
+    return {"status": "ok", "eager": timing.__dict__, "compiled": compiled, "eager_errors": eager_errors,
             "labels": labels, "device_name": device_name(device)}
+
+
+def _time_compiled(op: Any, inputs: Any, device: torch.device, mode: str) -> dict[str, Any]:
+    """torch.compile of the op alone, timed the same way; its error, if it cannot compile, is data."""
+    from kernforge.evaluate.timing import time_rotated
+
+    try:
+        compiled = torch.compile(lambda *a, **k: op(*a, **k), mode=None if mode == "default" else mode)
+        timing, _ = time_rotated(compiled, inputs, device)
+        return {"timing": timing.__dict__, "error": ""}
+    except Exception as e:  # noqa: BLE001 - a peer that fails is reported, not fatal
+        return {"timing": None, "error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
 
 
 def _oracle(op: Any, args: Any, kwargs: Any, upcast: Any) -> Any:
@@ -107,8 +123,7 @@ def fresh_inputs(sample: tuple[list[Any], dict[str, Any]], kind: str) -> tuple[l
 def run_candidate(job: dict[str, Any]) -> dict[str, Any]:
     from kernforge.backends import BuildError, get_backend
     from kernforge.capture import decode_tree
-    from kernforge.evaluate.checks import compare, outputs_list
-    from kernforge.evaluate.timing import time_callable
+    from kernforge.evaluate.timing import time_rotated  # bound before the candidate loads
     from kernforge.tasks import load_task, resolve_op
 
     task = load_task(Path(job["task_path"]))
@@ -116,22 +131,36 @@ def run_candidate(job: dict[str, Any]) -> dict[str, Any]:
     backend = get_backend(job["backend"])
     ref = torch.load(job["reference_path"], weights_only=False)
     ref["input_sets"] = decode_tree(ref["input_sets"])
-    dtypes = [getattr(torch, d.replace("torch.", "")) for d in ref["dtypes"]]
+    op = resolve_op(task.op)
     eager_timing = None
     if backend.timeable():
-        op = resolve_op(task.op)
-        args, kwargs = to_device(ref["input_sets"][0], device)
-        eager_timing = time_callable(lambda: op(*args, **kwargs), device)  # no candidate code loaded yet
+        eager_timing, _ = time_rotated(op, to_device(ref["input_sets"][0], device), device)
     try:
         kernel = backend.build(Path(job["source"]), Path(job["build_dir"]), task.outputs)
     except BuildError as e:
         return {"status": "compile_error", "reason": str(e)[-4000:]}
+    result = check_candidate(kernel, ref, device, in_place=op._schema.is_mutable)
+    if result["status"] != "ok" or eager_timing is None:
+        return {**result, "timed": False}
+    kernel.poison = False  # type: ignore[attr-defined]  # eager pays no such fill
+    timing, last = time_rotated(kernel, to_device(ref["input_sets"][0], device), device)
+    result.update(timed=True, eager_timing=eager_timing.__dict__, timing=timing.__dict__)
+    return {**result, **_timed_output_verdict(last, ref, timing, eager_timing)}
+
+
+def check_candidate(kernel: Any, ref: dict[str, Any], device: torch.device, in_place: bool) -> dict[str, Any]:
+    """Run the kernel on every input set; the first failure ends it, with its kind and reason."""
+    from kernforge.evaluate.checks import aliased_input, compare, outputs_list, same_output_as
+
+    dtypes = [getattr(torch, d.replace("torch.", "")) for d in ref["dtypes"]]
     errors: list[list[float]] = []
+    earlier: list[tuple[str, list[torch.Tensor], list[torch.Tensor]]] = []
     for label, inputs, oracles, eager_err in zip(ref["labels"], ref["input_sets"], ref["oracles"],
                                                  ref["eager_errors"]):
         args, kwargs = to_device(inputs, device)
-        before = [t.clone() for t in _tensors((args, kwargs))]
-        poison_free_memory(task.outputs, device)
+        tensors = _tensors((args, kwargs))
+        before = [t.clone() for t in tensors]
+        poison_free_memory(ref["outputs_meta"], device)
         try:
             outs = outputs_list(kernel(*args, **kwargs))
             if device.type == "cuda":
@@ -139,21 +168,44 @@ def run_candidate(job: dict[str, Any]) -> dict[str, Any]:
         except Exception as e:  # noqa: BLE001 - the candidate's failure is data
             return {"status": _failure_kind(e), "reason": f"on {label}: {type(e).__name__}: {e}"[-4000:],
                     "errors": errors}
+
+        def fail(status: str, why: str, label: str = label) -> dict[str, Any]:
+            return {"status": status, "reason": f"on {label}: {why}", "errors": errors}
+
+        alias = None if in_place else aliased_input(outs, tensors)
+        if alias is not None:
+            return fail("cheat", f"output {alias[0]} shares memory with input {alias[1]}; "
+                                 "the op is not in-place")
+        stale = same_output_as(outs, oracles, earlier)
+        if stale is not None:
+            return fail("cheat", f"the outputs are bit-identical to those for {stale}, whose "
+                                 "reference differs: a cached or constant result")
         why, errs = compare(outs, oracles, eager_err, dtypes)
         errors.append(errs)
         if why:
-            return {"status": "wrong_result", "reason": f"on {label}: {why}", "errors": errors}
-        changed = _changed_input(before, _tensors((args, kwargs)))
-        if changed is not None:
-            return {"status": "wrong_result", "reason": f"on {label}: input {changed} was modified",
-                    "errors": errors}
-    result: dict[str, Any] = {"status": "ok", "reason": "", "errors": errors, "timed": backend.timeable()}
-    if eager_timing is not None:
-        result["eager_timing"] = eager_timing.__dict__
-        kernel.poison = False  # type: ignore[attr-defined]
-        args, kwargs = to_device(ref["input_sets"][0], device)
-        result["timing"] = time_callable(lambda: kernel(*args, **kwargs), device).__dict__
-    return result
+            return fail("wrong_result", why)
+        changed = _changed_input(before, tensors)
+        if changed is not None and not in_place:
+            return fail("cheat", f"input {changed} was modified")
+        earlier.append((label, [o.detach().cpu().clone() for o in outs], oracles))
+    return {"status": "ok", "reason": "", "errors": errors}
+
+
+def _timed_output_verdict(last: Any, ref: dict[str, Any], timing: Any, eager: Any) -> dict[str, Any]:
+    """The outputs made while timed must be right too, and the events must have seen the work."""
+    from kernforge.evaluate.checks import compare, outputs_list
+    from kernforge.evaluate.timing import escaped_ms, escapes_the_events
+
+    dtypes = [getattr(torch, d.replace("torch.", "")) for d in ref["dtypes"]]
+    why, _ = compare(outputs_list(last), ref["oracles"][0], ref["eager_errors"][0], dtypes)
+    if why:
+        return {"status": "cheat", "reason": f"the outputs of the timed calls are wrong: {why}"}
+    if escapes_the_events(timing, eager):
+        return {"status": "cheat",
+                "reason": f"{escaped_ms(timing, eager):.4f} ms of work per call escaped the timing events "
+                          f"(events {timing.p50_ms:.4f} ms, with a device sync {timing.synced_ms:.4f} ms): "
+                          "work on another stream"}
+    return {}
 
 
 def poison_free_memory(outputs: list[dict[str, Any]], device: torch.device, copies: int = 3) -> None:
@@ -179,6 +231,8 @@ def poison_free_memory(outputs: list[dict[str, Any]], device: torch.device, copi
 
 
 def _failure_kind(e: Exception) -> str:
+    if isinstance(e, MemoryError) or "out of memory" in str(e).lower() or "can't allocate" in str(e).lower():
+        return "out_of_memory"
     # Triton compiles a kernel at its first launch, so its compile errors arrive here.
     return "compile_error" if type(e).__module__.startswith("triton") else "runtime_error"
 
@@ -198,6 +252,15 @@ def _changed_input(before: list[torch.Tensor], after: list[torch.Tensor]) -> int
 
 
 # ---------------------------------------------------------------- helpers
+
+def limit_memory(limit_bytes: int) -> None:
+    """Cap the worker's private memory (RLIMIT_DATA counts anonymous mappings since Linux 4.7):
+    a candidate that allocates without bound gets a MemoryError instead of taking the machine.
+    Not on a GPU worker: the CUDA driver's own mappings would count against it."""
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_DATA, (limit_bytes, limit_bytes))
+
 
 def to_device(value: Any, device: torch.device) -> Any:
     return tree_map(lambda x: x.to(device) if isinstance(x, torch.Tensor) else x, value)
