@@ -86,7 +86,11 @@ def test_resnet50_captured_time_covers_the_plain_forward(resnet50_capture):
           f"forward ({cap.measured_total_us / 1e3:.1f} ms); recording overhead {cap.overhead:.2f}x")
     # on a CPU the measured total is the plain forward's wall time
     assert cap.measured_total_us == pytest.approx(cap.forward_ms * 1e3)
-    assert 0.75 <= cap.coverage <= 1.25
+    # Quiet, this machine measures 0.91-0.97 (bench figures in the README); the band is wide
+    # because the plain forward and the recorded passes are timed at different moments and
+    # another process on a 2-core machine moves one without the other. It still catches a
+    # kernel counted twice (2x) or activations kept alive across passes (3x, seen once).
+    assert 0.6 <= cap.coverage <= 1.5
     assert cap.overhead > 0
 
 

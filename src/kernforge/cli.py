@@ -22,6 +22,8 @@ EXAMPLES = """
 
   kernforge profile mypkg.models:build_resnet
 
+  kernforge eval example:attention my_softmax.py --backend triton --op aten::_softmax.default
+
   kernforge ls; kernforge show 20261129-120000-attention
 """
 
@@ -46,6 +48,9 @@ RESOLUTION = typer.Option(None, "--resolution", min=1,
 DTYPE = typer.Option(None, "--dtype", help="fp32, bf16 or fp16 (default: the model's own)")
 SAVE = typer.Option(None, "--save", help="a folder to keep the capture in: profile.json, calls.jsonl "
                                           "and real input/output samples")
+KERNEL_FILE = typer.Argument(..., help="a candidate: .c (cpu), .py (triton) or .cu (cuda)")
+COMPILE = typer.Option("auto", "--compile", help="torch.compile peers timed per op: auto (default mode on a "
+                                                 "GPU, none on a CPU), none, default, max-autotune")
 SCALE = typer.Option("full", "--scale", help="bundled examples: full (real layer shapes) or small (CPU-sized)")
 RUNS_DIR = typer.Option(Path("runs"), "--runs-dir", envvar="KERNFORGE_RUNS_DIR",
                         help="where run folders are kept")
@@ -67,6 +72,7 @@ def optimize(
     resolution: int | None = RESOLUTION,
     dtype: str | None = DTYPE,
     scale: str = SCALE,
+    compile_peer: str = COMPILE,
     as_json: bool = typer.Option(False, "--json", help="print the result as JSON instead of tables"),
 ) -> None:
     """Profile the model, pick its K hottest ops, search faster kernels for each, print the result."""
@@ -133,6 +139,42 @@ def profile(
         return
     out.print(profile_table(capture, limit=limit, include_kinds=kinds))
     out.print(capture_summary(capture), markup=False, highlight=False)
+
+
+@app.command("eval", epilog=EXAMPLES)
+def eval_command(
+    spec: str = typer.Argument(..., help=SPEC_HELP),
+    kernel_file: Path = KERNEL_FILE,
+    backend: str = typer.Option("auto", help="auto, cpu, triton or cuda; must match the file"),
+    op: str = typer.Option("", help="the op to check against, e.g. aten::_softmax.default, or a signature "
+                                    "id from `kernforge profile --json` (default: the file's `kf-op:` "
+                                    "comment line, else the hottest compute op)"),
+    runs_dir: Path = RUNS_DIR,
+    timeout: float = typer.Option(120.0, min=1.0, help="seconds the candidate may take: build, checks, timing"),
+    batch_size: int | None = BATCH,
+    seq_len: int | None = SEQ_LEN,
+    resolution: int | None = RESOLUTION,
+    dtype: str | None = DTYPE,
+    scale: str = SCALE,
+    compile_peer: str = COMPILE,
+    as_json: bool = typer.Option(False, "--json", help="print the report as JSON"),
+) -> None:
+    """Evaluate a hand-written kernel against an op of a model: every check, error, timing and speedup."""
+    from kernforge.models import ModelOptions
+    from kernforge.optimize import EvalOptions, evaluate_file
+    from kernforge.report import eval_report
+
+    model = ModelOptions(batch_size=batch_size, seq_len=seq_len, resolution=resolution, dtype=dtype,
+                         scale=scale)
+    report = evaluate_file(EvalOptions(spec=spec, kernel_file=kernel_file, backend=backend, op=op,
+                                       runs_dir=runs_dir, candidate_timeout_s=timeout, model=model,
+                                       compile=compile_peer))
+    if as_json:
+        print(json.dumps(report, indent=1))
+    else:
+        out.print(eval_report(report), markup=False, highlight=False)
+    if report["result"]["status"] != "ok":
+        raise typer.Exit(1)
 
 
 @app.command("ls", epilog=EXAMPLES)

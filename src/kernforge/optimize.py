@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import platform
+import re
 import shutil
 import subprocess
 import time
@@ -15,8 +16,9 @@ from typing import Any
 import torch
 
 import kernforge
-from kernforge.backends import choose_backend
+from kernforge.backends import Backend, choose_backend
 from kernforge.capture import Capture, OpProfile, capture_model
+from kernforge.errors import UserError
 from kernforge.models import ModelOptions, load_model, run_forward
 from kernforge.propose import get_proposer
 from kernforge.search import Node, TaskOutcome, get_strategy, search_task
@@ -35,6 +37,7 @@ class OptimizeOptions:
     runs_dir: Path = Path("runs")
     candidate_timeout_s: float = 120.0
     model: ModelOptions = field(default_factory=ModelOptions)
+    compile: str = "auto"  # torch.compile peers: auto | none | default | max-autotune
 
 
 @dataclass
@@ -53,31 +56,63 @@ class OptimizeResult:
 OnEvent = Callable[..., None]
 
 
-def optimize(opts: OptimizeOptions, on_event: OnEvent = lambda *a: None) -> OptimizeResult:
-    started = time.perf_counter()
-    backend = choose_backend(opts.backend, torch.cuda.is_available())
-    proposer = get_proposer(opts.proposer)
-    strategy = get_strategy(opts.strategy)
+COMPILE_MODES = {"none": (), "default": ("default",),
+                 "max-autotune": ("default", "max-autotune-no-cudagraphs")}
+
+
+def compile_modes(choice: str, device: str) -> tuple[str, ...]:
+    """auto: torch.compile's default mode on a GPU; none on a CPU, where compiling one op
+    takes ~13 s (measured here, 2 cores) and its time is rarely the point."""
+    if choice == "auto":
+        return COMPILE_MODES["default"] if device == "cuda" else ()
+    if choice not in COMPILE_MODES:
+        raise UserError(f"unknown --compile '{choice}'; choose one of: auto, {', '.join(COMPILE_MODES)}")
+    return COMPILE_MODES[choice]
+
+
+@dataclass
+class Prepared:
+    backend: Backend
+    device: str
+    store: RunStore
+    capture: Capture
+
+
+def prepare(spec: str, backend_name: str, model: ModelOptions, runs_dir: Path,
+            config: dict[str, Any]) -> Prepared:
+    """Choose the backend and device, load the model, make the run folder and capture."""
+    backend = choose_backend(backend_name, torch.cuda.is_available())
     device = "cuda" if backend.name in ("triton", "cuda") and torch.cuda.is_available() else "cpu"
-    loaded = load_model(opts.spec, torch.device(device), opts.model)
+    loaded = load_model(spec, torch.device(device), model)
     run_forward(loaded)  # a forward that raises is reported before a run folder is made
-    store = RunStore.create(opts.runs_dir, loaded.name)
-    store.write_json("config.json", _config(opts, backend.name, device, loaded.name))
+    store = RunStore.create(runs_dir, loaded.name)
+    store.write_json("config.json", {**config, **_environment(backend.name, device, loaded.name)})
     capture = capture_model(loaded, store.capture_dir)
-    on_event("captured", capture)
-    tasks, skipped = make_tasks(capture, store.capture_dir, opts.top_k,
-                                lambda t: proposer.why_unsupported(t, backend.name))
     del loaded  # the workers need the memory, on a GPU most of all
     gc.collect()
     if device == "cuda":
         torch.cuda.empty_cache()
+    return Prepared(backend=backend, device=device, store=store, capture=capture)
+
+
+def optimize(opts: OptimizeOptions, on_event: OnEvent = lambda *a: None) -> OptimizeResult:
+    started = time.perf_counter()
+    proposer = get_proposer(opts.proposer)
+    strategy = get_strategy(opts.strategy)
+    compile_modes(opts.compile, "cpu")  # an unknown choice fails before anything runs
+    prep = prepare(opts.spec, opts.backend, opts.model, opts.runs_dir, _options(opts))
+    backend, device, store, capture = prep.backend, prep.device, prep.store, prep.capture
+    on_event("captured", capture)
+    tasks, skipped = make_tasks(capture, store.capture_dir, opts.top_k,
+                                lambda t: proposer.why_unsupported(t, backend.name))
     result = OptimizeResult(run_dir=store.root, backend=backend.name, device=device, capture=capture,
                             skipped=skipped)
     for task in tasks:
         on_event("task_start", task, opts.iterations)
         outcome = search_task(task, store, backend, device, proposer, strategy, opts.iterations,
                               opts.candidate_timeout_s,
-                              on_node=lambda o, n: on_event("node", o, n))
+                              on_node=lambda o, n: on_event("node", o, n),
+                              compile_modes=compile_modes(opts.compile, device))
         result.outcomes.append(outcome)
         on_event("task_end", outcome)
     result.wall_s = time.perf_counter() - started
@@ -102,6 +137,7 @@ def task_row(outcome: TaskOutcome) -> dict[str, Any]:
     """One line of the result table: the best speedup is 1.0 unless a kernel beat eager beyond noise."""
     task, best = outcome.task, outcome.best
     eager = best.result.eager if best else (outcome.baseline.eager if outcome.baseline else None)
+    compiled = compiled_p50_ms(outcome)
     timed = any(n.result.timed for n in outcome.nodes)
     return {
         "task": task.task_id,
@@ -113,12 +149,20 @@ def task_row(outcome: TaskOutcome) -> dict[str, Any]:
         "best_p50_ms": best.result.timing.p50_ms if best else None,
         "best_speedup_vs_eager": best.result.speedup_vs_eager if best else (1.0 if timed else None),
         "best_node": best.node_id if best else None,
+        "compile_p50_ms": compiled,
+        "best_speedup_vs_compile": (compiled / best.result.timing.p50_ms) if best and compiled else None,
         "verdict": _verdict(outcome, best, timed),
         "candidates": len(outcome.nodes),
         "correct": len(outcome.correct),
         "status_counts": outcome.status_counts(),
         "error": outcome.error,
     }
+
+
+def compiled_p50_ms(outcome: TaskOutcome) -> float | None:
+    """torch.compile's default mode on the op alone, timed in the task's baseline worker."""
+    entry = outcome.baseline.compiled.get("default") if outcome.baseline else None
+    return entry["timing"]["p50_ms"] if entry and entry.get("timing") else None
 
 
 def _verdict(outcome: TaskOutcome, best: Node | None, timed: bool) -> str:
@@ -133,15 +177,17 @@ def _verdict(outcome: TaskOutcome, best: Node | None, timed: bool) -> str:
     return "no faster kernel found"
 
 
-def _config(opts: OptimizeOptions, backend: str, device: str, model: str) -> dict[str, Any]:
-    config = {k: str(v) if isinstance(v, Path) else v for k, v in asdict(opts).items()}
-    config.update({
+def _options(opts: Any) -> dict[str, Any]:
+    return {k: str(v) if isinstance(v, Path) else v for k, v in asdict(opts).items()}
+
+
+def _environment(backend: str, device: str, model: str) -> dict[str, Any]:
+    return {
         "resolved_backend": backend, "device": device, "model": model,
         "device_name": torch.cuda.get_device_name() if device == "cuda" else platform.processor() or "cpu",
         "versions": _versions(),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-    })
-    return config
+    }
 
 
 def _versions() -> dict[str, str]:
@@ -157,3 +203,72 @@ def _versions() -> dict[str, str]:
         versions["gcc"] = subprocess.run(["gcc", "-dumpfullversion"], capture_output=True,
                                          text=True, check=False).stdout.strip()
     return versions
+
+
+@dataclass
+class EvalOptions:
+    spec: str
+    kernel_file: Path
+    backend: str = "auto"
+    # An op ("aten::_softmax.default") or a signature id; empty: the file's `kf-op:` line,
+    # else the hottest compute op.
+    op: str = ""
+    runs_dir: Path = Path("runs")
+    candidate_timeout_s: float = 120.0
+    model: ModelOptions = field(default_factory=ModelOptions)
+    compile: str = "auto"
+
+
+def evaluate_file(opts: EvalOptions) -> dict[str, Any]:
+    """Evaluate one hand-written candidate against an op of a model: every check, timing and speedup."""
+    from kernforge.evaluate import evaluate_baseline, evaluate_candidate
+    from kernforge.tasks import save_task
+
+    if not opts.kernel_file.is_file():
+        raise UserError(f"kernel file '{opts.kernel_file}' not found")
+    compile_modes(opts.compile, "cpu")
+    prep = prepare(opts.spec, opts.backend, opts.model, opts.runs_dir, _options(opts))
+    if opts.kernel_file.suffix != prep.backend.source_suffix:
+        raise UserError(f"the {prep.backend.name} backend takes {prep.backend.source_suffix} files, "
+                        f"not '{opts.kernel_file.name}'; pick the backend with --backend")
+    task = _pick_task(prep, opts.op or declared_op(opts.kernel_file.read_text(errors="replace")))
+    task_dir = prep.store.task_dir(task.task_id)
+    save_task(task, task_dir / "task.json")
+    source = prep.store.node_dir(task.task_id, "n0000") / f"candidate{prep.backend.source_suffix}"
+    source.write_text(opts.kernel_file.read_text())
+    reference = task_dir / "reference.pt"
+    try:
+        baseline = evaluate_baseline(task_dir / "task.json", reference, prep.device, task_dir / "baseline",
+                                     600.0, compile_modes(opts.compile, prep.device))
+        result = evaluate_candidate(task_dir / "task.json", reference, source, prep.backend.name,
+                                    prep.device, source.parent, opts.candidate_timeout_s)
+    finally:
+        reference.unlink(missing_ok=True)
+    report = {"run_dir": str(prep.store.root), "backend": prep.backend.name, "device": prep.device,
+              "op": task.op, "signature": task.signature, "shape": task.shape_text, "dtype": task.dtype_text,
+              "share": task.share, "input_sets": baseline.labels, "eager_errors": baseline.eager_errors,
+              "baseline_eager": asdict(baseline.eager) if baseline.eager else None,
+              "compiled": baseline.compiled, "result": result.to_json()}
+    prep.store.write_json(f"tasks/{task.task_id}/eval.json", report)
+    return report
+
+
+def declared_op(source: str) -> str:
+    """The op a candidate says it implements, in a comment line `kf-op: aten::_softmax.default`."""
+    match = re.search(r"kf-op:\s*(\S+)", source)
+    return match.group(1) if match else ""
+
+
+def _pick_task(prep: Prepared, op: str) -> Any:
+    from kernforge.tasks import make_tasks as tasks_from
+
+    def matches(task: Any) -> str | None:
+        if not op or op in (task.op, task.signature):
+            return None
+        return "not the asked op"
+
+    tasks, _ = tasks_from(prep.capture, prep.store.capture_dir, 1, matches)
+    if not tasks:
+        ops = sorted({p.op for p in prep.capture.ranked()})[:12]
+        raise UserError(f"the model runs no compute op '{op}' with saved inputs; try one of: {', '.join(ops)}")
+    return tasks[0]

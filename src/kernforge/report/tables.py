@@ -37,14 +37,48 @@ def _short_module(path: str, width: int = 32) -> str:
 
 def results_table(rows: list[dict[str, Any]], title: str) -> Table:
     table = Table(title=title)
-    for name in ("op", "shape", "dtype", "share", "eager ms", "best ms", "best speedup vs eager",
-                 "correct/tried", "verdict"):
+    for name in ("op", "shape", "dtype", "share", "eager ms", "compile ms", "best ms",
+                 "best speedup vs eager", "vs compile", "correct/tried", "verdict"):
         table.add_column(name, justify="left" if name in ("op", "shape", "dtype", "verdict") else "right")
     for r in rows:
         table.add_row(r["op"], r["shape"], r["dtype"], f"{r['share']:.1%}", _ms(r["eager_p50_ms"]),
-                      _ms(r["best_p50_ms"]), _speedup(r["best_speedup_vs_eager"]),
+                      _ms(r.get("compile_p50_ms")), _ms(r["best_p50_ms"]),
+                      _speedup(r["best_speedup_vs_eager"]), _speedup(r.get("best_speedup_vs_compile")),
                       f"{r['correct']}/{r['candidates']}", r["verdict"])
     return table
+
+
+def eval_report(report: dict[str, Any]) -> str:
+    """The full report of `kernforge eval`: the task, each check, the timings and the verdict."""
+    r = report["result"]
+    lines = [(f"{report['op']} {report['shape']} {report['dtype']} ({report['share']:.1%} of model time), "
+             f"{report['backend']} backend on {report['device']}"), "checks:"]
+    for i, label in enumerate(report["input_sets"]):
+        eager = report["eager_errors"][i]
+        if i < len(r["errors"]):
+            got = ", ".join(f"{e:.2e}" for e in r["errors"][i])
+            lines.append(f"  {label:14} error {got} (eager's {', '.join(f'{e:.2e}' for e in eager)}): pass")
+        else:
+            lines.append(f"  {label:14} not reached")
+    lines.append(f"status: {r['status']}" + (f": {r['reason']}" if r["reason"] else ""))
+    if r.get("timing"):
+        t, e = r["timing"], r["eager"]
+        lines.append(f"timing (ms, p20/p50/p80): candidate {t['p20_ms']:.4f}/{t['p50_ms']:.4f}/{t['p80_ms']:.4f}, "
+                     f"eager {e['p20_ms']:.4f}/{e['p50_ms']:.4f}/{e['p80_ms']:.4f} (same worker)")
+        verdict = "faster beyond the noise" if r["faster_than_eager"] else "not faster beyond the noise"
+        lines.append(f"speedup vs eager: {r['speedup_vs_eager']:.2f}x, {verdict}")
+        for mode, entry in report["compiled"].items():
+            if entry.get("timing"):
+                lines.append(f"torch.compile {mode}: {entry['timing']['p50_ms']:.4f} ms "
+                             f"(baseline worker); speedup {entry['timing']['p50_ms'] / t['p50_ms']:.2f}x")
+            else:
+                lines.append(f"torch.compile {mode}: failed: {entry.get('error')}")
+    elif r["status"] == "ok":
+        lines.append("not timed (Triton's interpreter on a CPU checks correctness only)")
+    if r["status"] != "ok" and r.get("log_tail"):
+        lines += ["worker log (last lines):", *("  " + line for line in r["log_tail"].splitlines()[-12:])]
+    lines.append(f"run folder: {report['run_dir']}")
+    return "\n".join(lines)
 
 
 def runs_table(runs: list[dict[str, Any]]) -> Table:

@@ -69,6 +69,7 @@ def search_task(
     iterations: int,
     candidate_timeout_s: float,
     on_node: Callable[[TaskOutcome, Node], None] = lambda outcome, node: None,
+    compile_modes: tuple[str, ...] = (),
 ) -> TaskOutcome:
     task_dir = store.task_dir(task.task_id)
     task_path = task_dir / "task.json"
@@ -76,7 +77,7 @@ def search_task(
     save_task(task, task_path)
     try:
         baseline = evaluate_baseline(task_path, reference_path, device, task_dir / "baseline",
-                                     BASELINE_TIMEOUT_S)
+                                     BASELINE_TIMEOUT_S, compile_modes)
     except RuntimeError as e:
         return TaskOutcome(task=task, baseline=None, error=str(e).splitlines()[0])
     store.write_json(f"tasks/{task.task_id}/baseline.json", asdict(baseline))

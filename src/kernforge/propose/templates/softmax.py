@@ -213,6 +213,7 @@ def render_c(facts: dict[str, Any], params: dict[str, Any]) -> str:
     simd_macro = ('#define SIMD(clause) _Pragma(KF_STR(omp simd clause))\n#define KF_STR(s) #s\n'
                   if params["simd"] else "#define SIMD(clause)\n")
     return f"""/* kernforge builtin: softmax over the last dim, {facts['rows']} rows x {facts['cols']} cols, {facts['dtype']}
+ * kf-op: aten::_softmax.default
  * algorithm={params['algorithm']} exp={params['exp']} schedule={params['schedule']} simd={params['simd']}
  */
 #include <math.h>
@@ -302,6 +303,7 @@ def render_triton(facts: dict[str, Any], params: dict[str, Any]) -> str:
     rows_line = f"ROWS_PER_PROGRAM = {params['rows_per_program']}\n" if single else ""
     return f'''"""kernforge builtin: softmax over the last dim, {facts['rows']} rows x {facts['cols']} cols, {facts['dtype']}.
 
+kf-op: aten::_softmax.default
 variant={params['variant']} block_n={params['block_n']} num_warps={params['num_warps']}{
         f" rows_per_program={params['rows_per_program']}" if single else ""}
 """
