@@ -40,6 +40,7 @@ class EvalResult:
     faster_than_eager: bool = False  # beyond the measured noise
     log_tail: str = ""
     wall_s: float = 0.0  # the worker's whole life: start, build, checks, timing
+    phases: dict[str, float] = field(default_factory=dict)  # seconds per step inside the worker
 
     @property
     def ok(self) -> bool:
@@ -118,7 +119,8 @@ def evaluate_candidate(task_path: Path, reference_path: Path, source: Path, back
     eager = Timing(**result["eager_timing"]) if result.get("eager_timing") else None
     out = EvalResult(status=result["status"], reason=result.get("reason", ""),
                      errors=result.get("errors", []), timing=timing, eager=eager,
-                     timed=timing is not None, log_tail=tail, wall_s=wall)
+                     timed=timing is not None, log_tail=tail, wall_s=wall,
+                     phases=result.get("phases", {}))
     if timing and eager:
         out.speedup_vs_eager = eager.p50_ms / timing.p50_ms
         out.faster_than_eager = clearly_faster(timing, eager)

@@ -36,7 +36,7 @@ def main(job_path: str) -> int:
         limit_memory(job["memory_limit_bytes"])
     started = time.perf_counter()
     result = run_baseline(job) if job["mode"] == "baseline" else run_candidate(job)
-    result["worker_s"] = time.perf_counter() - started
+    result["worker_s"] = time.perf_counter() - started  # from the job's start, imports excluded
     Path(job["result_path"]).write_text(json.dumps(result, indent=1))
     return 0
 
@@ -132,20 +132,42 @@ def run_candidate(job: dict[str, Any]) -> dict[str, Any]:
     ref = torch.load(job["reference_path"], weights_only=False)
     ref["input_sets"] = decode_tree(ref["input_sets"])
     op = resolve_op(task.op)
+    phases = Phases()
     eager_timing = None
     if backend.timeable():
         eager_timing, _ = time_rotated(op, to_device(ref["input_sets"][0], device), device)
+    phases.mark("eager_timing_s")
     try:
         kernel = backend.build(Path(job["source"]), Path(job["build_dir"]), task.outputs)
     except BuildError as e:
-        return {"status": "compile_error", "reason": str(e)[-4000:]}
+        return {"status": "compile_error", "reason": str(e)[-4000:], "phases": phases.done("build_s")}
+    phases.mark("build_s")
     result = check_candidate(kernel, ref, device, in_place=op._schema.is_mutable)
+    phases.mark("checks_s")
     if result["status"] != "ok" or eager_timing is None:
-        return {**result, "timed": False}
+        return {**result, "timed": False, "phases": phases.seconds}
     kernel.poison = False  # type: ignore[attr-defined]  # eager pays no such fill
     timing, last = time_rotated(kernel, to_device(ref["input_sets"][0], device), device)
     result.update(timed=True, eager_timing=eager_timing.__dict__, timing=timing.__dict__)
-    return {**result, **_timed_output_verdict(last, ref, timing, eager_timing)}
+    verdict = _timed_output_verdict(last, ref, timing, eager_timing)
+    return {**result, **verdict, "phases": phases.done("timing_s")}
+
+
+class Phases:
+    """Seconds spent in each step of a job, for the evaluator's own cost."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._last = time.perf_counter()
+
+    def mark(self, name: str) -> None:
+        now = time.perf_counter()
+        self.seconds[name] = now - self._last
+        self._last = now
+
+    def done(self, name: str) -> dict[str, float]:
+        self.mark(name)
+        return self.seconds
 
 
 def check_candidate(kernel: Any, ref: dict[str, Any], device: torch.device, in_place: bool) -> dict[str, Any]:

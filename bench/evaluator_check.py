@@ -1,0 +1,84 @@
+"""Issue 4's evaluator check: known cheats and broken kernels against a real op, and the
+evaluator's own cost per candidate.
+
+    PYTHONPATH=src python3 bench/evaluator_check.py OUT_DIR [SPEC]
+
+Captures SPEC (default example:attention) once, makes the softmax task, runs the
+baseline once, then evaluates each file of bench/cheats/ that this machine can run
+(.cu needs a GPU and nvcc; .py runs on a GPU, or under Triton's interpreter on a CPU),
+plus the built-in proposer's first Triton candidate as an honest one. Prints a table
+last and writes evaluator_check.json under OUT_DIR.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+
+from kernforge.evaluate import evaluate_baseline, evaluate_candidate
+from kernforge.models import ModelOptions
+from kernforge.optimize import _pick_task, compile_modes, prepare
+from kernforge.propose import get_proposer
+from kernforge.tasks import save_task
+
+CHEATS = Path(__file__).parent / "cheats"
+
+
+def main(out_dir: Path, spec: str) -> None:
+    on_gpu = torch.cuda.is_available()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    prep = prepare(spec, "triton" if on_gpu else "cpu", ModelOptions(), Path("/tmp/kf-eval-runs"), {})
+    task = _pick_task(prep, "aten::_softmax.default")
+    task_dir = prep.store.task_dir(task.task_id)
+    save_task(task, task_dir / "task.json")
+    reference = task_dir / "reference.pt"
+    baseline = evaluate_baseline(task_dir / "task.json", reference, prep.device, task_dir / "baseline", 600.0,
+                                 compile_modes("auto", prep.device))
+    candidates = _candidates(task, on_gpu, task_dir)
+    rows = []
+    for name, backend, source in candidates:
+        device = "cpu" if backend == "cpu" else prep.device
+        result = evaluate_candidate(task_dir / "task.json", reference, source, backend, device,
+                                    task_dir / "nodes" / name, 180.0)
+        rows.append({"candidate": name, "backend": backend, **result.to_json()})
+    (out_dir / "evaluator_check.json").write_text(json.dumps(
+        {"spec": spec, "op": task.op, "shape": task.shape_text, "device": prep.device,
+         "device_name": baseline.device_name, "baseline": asdict(baseline), "rows": rows}, indent=1))
+    print(f"{task.op} {task.shape_text} {task.dtype_text} on {baseline.device_name}")
+    print(f"{'candidate':22} {'backend':7} {'status':14} {'worker s':>8} {'no-build s':>10}  reason")
+    for r in rows:
+        no_build = r["wall_s"] - r["phases"].get("build_s", 0.0)
+        speed = f" ({r['speedup_vs_eager']:.2f}x vs eager)" if r["speedup_vs_eager"] else ""
+        print(f"{r['candidate']:22} {r['backend']:7} {r['status']:14} {r['wall_s']:8.2f} {no_build:10.2f}  "
+              f"{(r['reason'] or 'accepted' + speed)[:150]}")
+    honest = [r["wall_s"] - r["phases"].get("build_s", 0.0) for r in rows if r["status"] == "ok"]
+    if honest:
+        print(f"evaluator time per accepted candidate, build excluded: median {statistics.median(honest):.2f} s")
+
+
+def _candidates(task, on_gpu: bool, task_dir: Path) -> list[tuple[str, str, Path]]:
+    found = []
+    for backend in ("triton", "cpu") if not on_gpu else ("triton",):
+        honest = get_proposer("builtin").propose(task, backend, None, [])
+        path = task_dir / f"honest_{backend}{'.c' if backend == 'cpu' else '.py'}"
+        path.write_text(honest.source)
+        found.append((f"honest_{backend}", backend, path))
+    for path in sorted(CHEATS.iterdir()):
+        if path.suffix == ".cu" and on_gpu:
+            found.append((path.stem, "cuda", path))
+        elif path.suffix == ".py":
+            found.append((path.stem, "triton", path))
+    return found
+
+
+if __name__ == "__main__":
+    started = time.perf_counter()
+    main(Path(sys.argv[1] if len(sys.argv) > 1 else "bench/results/h200"),
+         sys.argv[2] if len(sys.argv) > 2 else "example:attention")
+    print(f"wall: {time.perf_counter() - started:.0f} s")
