@@ -151,6 +151,25 @@ def escaped_ms(candidate: Timing, eager: Timing) -> float:
 
 
 def escapes_the_events(candidate: Timing, eager: Timing) -> bool:
-    """More than 10 us and a quarter of the synced time missing from the candidate's events."""
+    """Work the candidate's timing events did not see, by either of two signs:
+    more than 10 us and a quarter of its synced time missing from its events, or events
+    that call it faster than eager while the synchronised measurement calls it slower.
+
+    The second sign catches small ops, where the synchronize's own ~11 us (H200) hides
+    a few microseconds of escaped work: a side-stream cheat on a (2, 40, 40) softmax
+    measured 0.0023 ms by events against eager's 0.0046, and 0.0220 ms synced against
+    eager's 0.0163; honest kernels there stayed within 1 us of eager's gap.
+    """
+    if candidate.synced_ms is None or eager.synced_ms is None:
+        return False
     escaped = escaped_ms(candidate, eager)
-    return escaped > 0.010 and escaped > 0.25 * (candidate.synced_ms or 0.0)
+    if escaped > 0.010 and escaped > 0.25 * candidate.synced_ms:
+        return True
+    return candidate.p50_ms < eager.p50_ms and candidate.synced_ms > 1.1 * eager.synced_ms + 0.002
+
+
+def confirmed_by_sync(candidate: Timing, eager: Timing) -> bool:
+    """A speedup the events show must not be a slowdown once the whole device is waited for."""
+    if candidate.synced_ms is None or eager.synced_ms is None:
+        return True
+    return candidate.synced_ms <= eager.synced_ms

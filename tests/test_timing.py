@@ -1,0 +1,41 @@
+"""kernforge.evaluate.timing: the verdicts that decide whether a GPU timing can be trusted.
+
+The figures are the ones measured on the H200 (bench/results/h200/evaluator_check*.json):
+a side-stream cheat and honest kernels on the same ops.
+"""
+
+from __future__ import annotations
+
+from kernforge.evaluate.timing import Timing, confirmed_by_sync, escaped_ms, escapes_the_events
+
+
+def timing(p50_ms: float, synced_ms: float | None) -> Timing:
+    return Timing(p20_ms=p50_ms, p50_ms=p50_ms, p80_ms=p50_ms, runs=1, method="test", synced_ms=synced_ms)
+
+
+def test_a_side_stream_cheat_on_a_small_op_is_caught():
+    cheat, eager = timing(0.0023, 0.0220), timing(0.0046, 0.0163)
+    assert escapes_the_events(cheat, eager)
+    assert not confirmed_by_sync(cheat, eager)
+
+
+def test_hidden_work_larger_than_the_sync_noise_is_caught():
+    # events see 2 us, the device is busy 40 us: 38 us escaped where eager's gap is 15 us
+    cheat, eager = timing(0.002, 0.042), timing(0.023, 0.038)
+    assert escaped_ms(cheat, eager) > 0.010
+    assert escapes_the_events(cheat, eager)
+
+
+def test_honest_kernels_measured_on_the_h200_pass():
+    for candidate, eager in [
+        (timing(0.0046, 0.0208), timing(0.0051, 0.0221)),  # Triton, small op
+        (timing(0.0053, 0.0164), timing(0.0050, 0.0164)),  # CUDA, small op
+        (timing(0.0222, 0.0381), timing(0.0229, 0.0412)),  # Triton, (4, 8, 512, 512)
+        (timing(0.0381, 0.0585), timing(0.0235, 0.0385)),  # CUDA, slower than eager
+    ]:
+        assert not escapes_the_events(candidate, eager)
+
+
+def test_cpu_timings_have_no_sync_measurement_and_no_verdict():
+    assert not escapes_the_events(timing(1.0, None), timing(2.0, None))
+    assert confirmed_by_sync(timing(1.0, None), timing(2.0, None))
