@@ -151,25 +151,26 @@ def escaped_ms(candidate: Timing, eager: Timing) -> float:
 
 
 def escapes_the_events(candidate: Timing, eager: Timing) -> bool:
-    """Work the candidate's timing events did not see, by either of two signs:
-    more than 10 us and a quarter of its synced time missing from its events, or events
-    that call it faster than eager while the synchronised measurement calls it slower.
+    """Work the candidate's timing events did not see: more than 15 us, and more than a
+    quarter of its synchronised time, missing from its events beyond eager's own gap.
 
-    The second sign catches small ops, where the synchronize's own ~11 us (H200) hides
-    a few microseconds of escaped work: a side-stream cheat on a (2, 40, 40) softmax
-    measured 0.0023 ms by events against eager's 0.0046, and 0.0220 ms synced against
-    eager's 0.0163; honest kernels there stayed within 1 us of eager's gap.
+    The synchronised measurement is noisy (the host's wake-up): honest kernels on the
+    H200 showed up to 8.3 us of 'escaped' time, so the verdict "cheat" needs more. A
+    smaller escape is still not rewarded: see confirmed_by_sync.
     """
     if candidate.synced_ms is None or eager.synced_ms is None:
         return False
     escaped = escaped_ms(candidate, eager)
-    if escaped > 0.010 and escaped > 0.25 * candidate.synced_ms:
-        return True
-    return candidate.p50_ms < eager.p50_ms and candidate.synced_ms > 1.1 * eager.synced_ms + 0.002
+    return escaped > 0.015 and escaped > 0.25 * candidate.synced_ms
 
 
 def confirmed_by_sync(candidate: Timing, eager: Timing) -> bool:
-    """A speedup the events show must not be a slowdown once the whole device is waited for."""
+    """A speedup the events show must not turn into a clear slowdown once the whole device
+    is waited for (10% and 2 us of slack for the synchronised measurement's noise).
+
+    A side-stream cheat on a (2, 40, 40) softmax measured 0.0023 ms by events against
+    eager's 0.0046, and 0.0220 ms synchronised against eager's 0.0163: not confirmed.
+    """
     if candidate.synced_ms is None or eager.synced_ms is None:
         return True
-    return candidate.synced_ms <= eager.synced_ms
+    return candidate.synced_ms <= 1.1 * eager.synced_ms + 0.002
