@@ -121,7 +121,7 @@ def evaluate_candidate(task_path: Path, reference_path: Path, source: Path, back
                      errors=result.get("errors", []), timing=timing, eager=eager,
                      timed=timing is not None, log_tail=tail, wall_s=wall,
                      phases=result.get("phases", {}))
-    if timing and eager:
+    if timing and eager and out.status == "ok":
         out.speedup_vs_eager = eager.p50_ms / timing.p50_ms
         # Beyond the noise by the events, and not slower once every stream is waited for.
         out.faster_than_eager = clearly_faster(timing, eager) and confirmed_by_sync(timing, eager)

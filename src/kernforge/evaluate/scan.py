@@ -51,6 +51,11 @@ _BANNED_MODULES = {
     "builtins": "patches the interpreter's builtins",
     "signal": "interferes with the worker's time limit",
     "pickle": "loads data the scan cannot see",
+    "io": "reads files (the reference outputs are on disk)",
+    "zipfile": "reads files (the reference outputs are on disk)",
+    "pathlib": "reads files (the reference outputs are on disk)",
+    "shutil": "reads or copies files",
+    "numpy": "reads files or computes outside the kernel",
 }
 _BANNED_ATTRIBUTES = {
     ("torch", "_C"): "reaches torch internals",
@@ -80,6 +85,7 @@ def scan_python(source: str, task_dtype: str) -> list[Finding]:
         line = getattr(node, "lineno", 0)
         findings.append(Finding(rule, line, lines[line - 1] if 0 < line <= len(lines) else "", reason))
 
+    torch_names = _torch_aliases(tree)
     for node in ast.walk(tree):
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
@@ -89,6 +95,11 @@ def scan_python(source: str, task_dtype: str) -> list[Finding]:
                     add(node, "banned-import", f"imports {name}: {_BANNED_MODULES[root]}")
                 if name.startswith(("torch.nn", "torch.ops")):
                     add(node, "library-op", f"imports {name} for the main computation")
+            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "torch":
+                for alias in node.names:
+                    if alias.name not in _TORCH_ALLOWED | _TORCH_DTYPES:
+                        add(node, "library-op", f"imports {alias.name} from {node.module}: the kernel must "
+                                                "compute the op itself")
         elif isinstance(node, ast.Attribute):
             base = node.value
             base_name = base.attr if isinstance(base, ast.Attribute) else getattr(base, "id", "")
@@ -100,7 +111,7 @@ def scan_python(source: str, task_dtype: str) -> list[Finding]:
                                              "lower precision than the reference")
         elif isinstance(node, ast.Call):
             func = node.func
-            if isinstance(func, ast.Attribute) and getattr(func.value, "id", "") == "torch" \
+            if isinstance(func, ast.Attribute) and getattr(func.value, "id", "") in torch_names \
                     and func.attr not in _TORCH_ALLOWED:
                 add(node, "library-op", f"calls torch.{func.attr}: the kernel must compute the op itself")
             elif isinstance(func, ast.Attribute) and getattr(func.value, "id", "") == "F":
@@ -108,8 +119,11 @@ def scan_python(source: str, task_dtype: str) -> list[Finding]:
             elif isinstance(func, ast.Attribute) and func.attr in _COMPUTE_METHODS \
                     and getattr(func.value, "id", "") not in ("tl", "triton", "math"):
                 add(node, "library-op", f".{func.attr}() on a tensor: the kernel must compute the op itself")
-            elif isinstance(func, ast.Name) and func.id in ("exec", "eval", "compile", "__import__", "setattr"):
+            elif isinstance(func, ast.Name) and func.id in ("exec", "eval", "compile", "__import__", "setattr",
+                                                            "getattr", "vars", "globals", "locals"):
                 add(node, "dynamic-code", f"{func.id}() hides code from the scan or patches objects")
+            elif isinstance(func, ast.Name) and func.id == "open":
+                add(node, "file-access", "open() reads files (the reference outputs are on disk)")
             for kw in node.keywords:
                 if task_dtype == "float32" and kw.arg in ("allow_tf32", "input_precision") and \
                         not (isinstance(kw.value, ast.Constant) and kw.value.value in (False, "ieee")):
@@ -128,6 +142,18 @@ def scan_python(source: str, task_dtype: str) -> list[Finding]:
     return findings
 
 
+_TORCH_DTYPES = {"float32", "float64", "float16", "bfloat16", "int32", "int64", "int8", "uint8", "bool"}
+
+
+def _torch_aliases(tree: ast.AST) -> set[str]:
+    """Every name the torch module is bound to: `import torch`, `import torch as T`."""
+    names = {"torch"}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {a.asname for a in node.names if a.name == "torch" and a.asname}
+    return names
+
+
 # ---------------------------------------------------------------- C / CUDA
 
 _C_RULES = [
@@ -141,7 +167,10 @@ _C_RULES = [
     ("timers", r"\b(clock_gettime|gettimeofday|cudaEvent\w+|__rdtsc|rdtsc|clock64|dlsym|dlopen)\b",
      "touches timers or loads code the scan cannot see"),
     ("process", r"\b(system|popen|execv\w*|execl\w*)\s*\(", "starts other programs"),
-    ("memory-state", r"\bstatic\b[^;()]*\*", "keeps a pointer across calls: a cached or stale result"),
+    ("memory-state", r"\bstatic\b[^;()=\[{]*\*\s*(?:(?:const|restrict|volatile)\s+)*\w+\s*[;=\[,]",
+     "keeps a pointer across calls: a cached or stale result"),
+    ("file-access", r"\b(fopen|freopen|open|openat|mmap|fread)\s*\(|/proc/",
+     "reads files (the reference outputs are on disk)"),
 ]
 _C_LOW_PRECISION = r"\b(__half2?|half2?|__nv_bfloat16\w*|_Float16|__float2half\w*|__float2bfloat16\w*|__nv_fp8\w*)\b"
 

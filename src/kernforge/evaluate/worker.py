@@ -210,7 +210,37 @@ def check_candidate(kernel: Any, ref: dict[str, Any], device: torch.device, in_p
         if changed is not None and not in_place:
             return fail("cheat", f"input {changed} was modified")
         earlier.append((label, [o.detach().cpu().clone() for o in outs], oracles))
-    return {"status": "ok", "reason": "", "errors": errors}
+    return _same_address_new_values(kernel, ref, device, dtypes, errors) or \
+        {"status": "ok", "reason": "", "errors": errors}
+
+
+def _same_address_new_values(kernel: Any, ref: dict[str, Any], device: torch.device,
+                             dtypes: list[torch.dtype], errors: list[list[float]]) -> dict[str, Any] | None:
+    """Call twice on the same input tensors, with other values the second time: a kernel that
+    remembers results by input address returns the first answer again."""
+    from kernforge.evaluate.checks import compare, outputs_list
+
+    if len(ref["input_sets"]) < 2:
+        return None
+    # Copies: on a CPU to_device returns the very tensors of input set 0, which timing uses later.
+    args, kwargs = tree_map(lambda x: x.clone() if isinstance(x, torch.Tensor) else x,
+                            to_device(ref["input_sets"][0], device))
+    tensors = _tensors((args, kwargs))
+    outputs_list(kernel(*args, **kwargs))
+    for t, new in zip(tensors, _tensors(to_device(ref["input_sets"][1], device))):
+        t.copy_(new)  # same addresses, the second set's values
+    try:
+        outs = outputs_list(kernel(*args, **kwargs))
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+    except Exception as e:  # noqa: BLE001
+        return {"status": _failure_kind(e), "reason": f"on a reused input: {type(e).__name__}: {e}",
+                "errors": errors}
+    why, _ = compare(outs, ref["oracles"][1], ref["eager_errors"][1], dtypes)
+    if why:
+        return {"status": "cheat", "reason": f"new values at the same input addresses gave a wrong result "
+                                             f"(a result remembered by address): {why}", "errors": errors}
+    return None
 
 
 def _timed_output_verdict(last: Any, ref: dict[str, Any], timing: Any, eager: Any) -> dict[str, Any]:
