@@ -41,6 +41,7 @@ class Timing:
     runs: int
     method: str
     synced_ms: float | None = None  # GPU: median with a device-wide sync before the end event
+    host_ms: float | None = None  # GPU: host clock over back-to-back calls ending in a sync, per call
     copies: int = 1  # input sets rotated through
 
     @property
@@ -90,7 +91,19 @@ def _time_gpu(fn: Callable[[], Any]) -> Timing:
 
     p20, p50, p80 = do_bench(fn, warmup=25, rep=200, quantiles=[0.2, 0.5, 0.8])
     return Timing(p20_ms=p20, p50_ms=p50, p80_ms=p80, runs=-1, method="do_bench,l2-flush,rotated",
-                  synced_ms=_synced_median_ms(fn))
+                  synced_ms=_synced_median_ms(fn), host_ms=_host_clock_ms(fn))
+
+
+def _host_clock_ms(fn: Callable[[], Any], calls: int = 100) -> float:
+    """The host's own clock over back-to-back calls and a final synchronize: a cross-check
+    that needs no CUDA event, recorded beside the event timings (launch-bound calls show
+    their launch cost here, which the flushed events hide)."""
+    torch.cuda.synchronize()
+    start = perf_counter()
+    for _ in range(calls):
+        fn()
+    torch.cuda.synchronize()
+    return (perf_counter() - start) * 1e3 / calls
 
 
 def _synced_median_ms(fn: Callable[[], Any]) -> float:

@@ -1,0 +1,78 @@
+"""A search survives candidates that crash, hang or exhaust memory, and marks each.
+
+A scripted proposer hands the real search (search_task, greedy, worker processes)
+four candidates in turn: a segfault, an endless loop, an unbounded allocation and
+an honest kernel. The search must finish, record every one in results.tsv with its
+failure kind, and keep the honest one.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from helpers import c_softmax_source
+
+from kernforge.backends import get_backend
+from kernforge.propose import Proposal
+from kernforge.search import get_strategy, search_task
+from kernforge.store import RunStore
+
+SEGFAULT = """\
+    volatile float *nowhere = 0;
+    *nowhere = 1.0f;
+"""
+ENDLESS = """\
+    volatile int spin = 1;
+    while (spin) { }
+"""
+UNBOUNDED = """\
+    for (;;) {  /* 64 MB more each turn, never freed */
+        volatile char *block = (volatile char *)malloc(1 << 26);
+        if (!block) return 7;  /* the worker's memory cap reached: this candidate's failure */
+        block[0] = 1;
+    }
+"""
+
+
+class Scripted:
+    """Proposes the given sources in order, then nothing."""
+
+    name = "scripted"
+
+    def __init__(self, sources: list[tuple[str, str]]):
+        self.sources = list(sources)
+
+    def why_unsupported(self, task, backend):
+        return None
+
+    def propose(self, task, backend, parent, tried):
+        if not self.sources:
+            return None
+        rationale, source = self.sources.pop(0)
+        return Proposal(source=source, rationale=rationale, params={"n": len(tried)})
+
+
+def test_search_finishes_and_marks_crash_hang_and_memory_exhaustion(softmax_capture, tmp_path: Path):
+    _, _, task = softmax_capture
+    store = RunStore.create(tmp_path / "runs", "failures")
+    with_stdlib = "#include <stdlib.h>\n"
+    proposer = Scripted([
+        ("segfault", c_softmax_source(SEGFAULT)),
+        ("endless loop", c_softmax_source(ENDLESS)),
+        ("unbounded allocation", with_stdlib + c_softmax_source(UNBOUNDED)),
+        ("honest", c_softmax_source()),
+    ])
+    started = time.perf_counter()
+    outcome = search_task(task, store, get_backend("cpu"), "cpu", proposer, get_strategy("greedy"),
+                          iterations=4, candidate_timeout_s=8.0)
+    assert time.perf_counter() - started < 120
+    statuses = [n.result.status for n in outcome.nodes]
+    assert statuses[:2] == ["crash", "timeout"]
+    assert "SIGSEGV" in outcome.nodes[0].result.reason
+    # under the worker's memory cap malloc returns NULL and the kernel reports it as an error code
+    assert statuses[2] in ("runtime_error", "out_of_memory", "crash")
+    assert statuses[3] == "ok" and outcome.nodes[3].kept
+    rows = store.results()
+    assert [r["status"] for r in rows] == statuses
+    assert all(r["failure_reason"] for r in rows[:3])
