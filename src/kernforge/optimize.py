@@ -222,6 +222,7 @@ class EvalOptions:
 def evaluate_file(opts: EvalOptions) -> dict[str, Any]:
     """Evaluate one hand-written candidate against an op of a model: every check, timing and speedup."""
     from kernforge.evaluate import evaluate_baseline, evaluate_candidate
+    from kernforge.evaluate.runner import discard_reference
     from kernforge.tasks import save_task
 
     if not opts.kernel_file.is_file():
@@ -243,7 +244,7 @@ def evaluate_file(opts: EvalOptions) -> dict[str, Any]:
         result = evaluate_candidate(task_dir / "task.json", reference, source, prep.backend.name,
                                     prep.device, source.parent, opts.candidate_timeout_s)
     finally:
-        reference.unlink(missing_ok=True)
+        discard_reference(reference)
     report = {"run_dir": str(prep.store.root), "backend": prep.backend.name, "device": prep.device,
               "op": task.op, "signature": task.signature, "shape": task.shape_text, "dtype": task.dtype_text,
               "share": task.share, "input_sets": baseline.labels, "eager_errors": baseline.eager_errors,

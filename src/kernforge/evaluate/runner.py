@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +21,7 @@ from typing import Any
 
 import kernforge
 from kernforge.backends import get_backend
+from kernforge.evaluate.judge import judge, timing_verdict
 from kernforge.evaluate.scan import Finding, scan_source
 from kernforge.evaluate.timing import Timing, clearly_faster, confirmed_by_sync
 from kernforge.tasks import load_task
@@ -90,9 +93,30 @@ def run_job(job: dict[str, Any], job_dir: Path, timeout_s: float) -> tuple[dict[
     return None, f"{_exit_text(proc.returncode)}\n{_tail(log_path)}", wall
 
 
+# reference (inputs) path -> oracle path. The oracle lives in a private temporary folder
+# whose name no worker is told; only this process reads it.
+_ORACLES: dict[str, Path] = {}
+
+
+def oracle_path_for(reference_path: Path) -> Path:
+    key = str(reference_path.resolve())
+    if key not in _ORACLES:
+        _ORACLES[key] = Path(tempfile.mkdtemp(prefix="kf-oracle-")) / "oracle.pt"
+    return _ORACLES[key]
+
+
+def discard_reference(reference_path: Path) -> None:
+    """Remove a task's inputs and oracle files (large; recomputable from the saved samples)."""
+    reference_path.unlink(missing_ok=True)
+    oracle = _ORACLES.pop(str(reference_path.resolve()), None)
+    if oracle is not None:
+        shutil.rmtree(oracle.parent, ignore_errors=True)
+
+
 def evaluate_baseline(task_path: Path, reference_path: Path, device: str, job_dir: Path,
                       timeout_s: float, compile_modes: tuple[str, ...] = ()) -> Baseline:
     job = {"mode": "baseline", "task_path": str(task_path), "reference_path": str(reference_path),
+           "oracle_path": str(oracle_path_for(reference_path)),
            "device": device, "backend": "none", "fresh_kinds": list(FRESH_KINDS),
            "compile_modes": list(compile_modes)}
     result, tail, _ = run_job(job, job_dir, timeout_s)
@@ -110,8 +134,13 @@ def evaluate_candidate(task_path: Path, reference_path: Path, source: Path, back
         return EvalResult(status="cheat", reason="static scan: " + "; ".join(str(f) for f in findings))
     job = {"mode": "candidate", "task_path": str(task_path), "reference_path": str(reference_path),
            "source": str(source), "backend": backend, "device": device,
-           "build_dir": str(job_dir / "build"), "memory_limit_bytes": memory_limit_bytes(reference_path)}
+           "build_dir": str(job_dir / "build"), "memory_limit_bytes": memory_limit_bytes(reference_path),
+           "outputs_path": str(job_dir / "outputs.pt")}
     result, tail, wall = run_job(job, job_dir, timeout_s)
+    if result is not None and result.get("outputs_path"):
+        outputs = Path(result["outputs_path"])
+        result.update(judge(outputs, oracle_path_for(reference_path)))
+        outputs.unlink(missing_ok=True)  # as large as the inputs; the verdict is kept
     if result is None:
         status = "timeout" if tail.startswith("timed out") else "crash"
         return EvalResult(status=status, reason=tail.splitlines()[0], log_tail=tail, wall_s=wall)
@@ -121,6 +150,12 @@ def evaluate_candidate(task_path: Path, reference_path: Path, source: Path, back
                      errors=result.get("errors", []), timing=timing, eager=eager,
                      timed=timing is not None, log_tail=tail, wall_s=wall,
                      phases=result.get("phases", {}))
+    if timing and eager and out.status == "ok":
+        verdict = timing_verdict(timing, eager)
+        out.status, out.reason = verdict.get("status", out.status), verdict.get("reason", out.reason)
+    if out.status != "ok":
+        # The worker times before the outputs are judged here; a rejected kernel's time means nothing.
+        out.timing, out.eager, out.timed = None, None, False
     if timing and eager and out.status == "ok":
         out.speedup_vs_eager = eager.p50_ms / timing.p50_ms
         # Beyond the noise by the events, and not slower once every stream is waited for.

@@ -169,7 +169,7 @@ _C_RULES = [
     ("process", r"\b(system|popen|execv\w*|execl\w*)\s*\(", "starts other programs"),
     ("memory-state", r"\bstatic\b[^;()=\[{]*\*\s*(?:(?:const|restrict|volatile)\s+)*\w+\s*[;=\[,]",
      "keeps a pointer across calls: a cached or stale result"),
-    ("file-access", r"\b(fopen|freopen|open|openat|mmap|fread)\s*\(|/proc/",
+    ("file-access", r"\b(fopen|freopen|open|openat|mmap|fread|opendir|readdir|scandir|syscall)\s*\(|/proc/|/tmp/",
      "reads files (the reference outputs are on disk)"),
 ]
 _C_LOW_PRECISION = r"\b(__half2?|half2?|__nv_bfloat16\w*|_Float16|__float2half\w*|__float2bfloat16\w*|__nv_fp8\w*)\b"

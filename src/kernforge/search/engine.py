@@ -8,6 +8,7 @@ from typing import Any
 
 from kernforge.backends import Backend
 from kernforge.evaluate import Baseline, EvalResult, evaluate_baseline, evaluate_candidate
+from kernforge.evaluate.runner import discard_reference
 from kernforge.propose import Proposal, Proposer
 from kernforge.search.strategy import Strategy
 from kernforge.store import RunStore
@@ -116,7 +117,7 @@ def search_task(
     finally:
         # The oracle outputs are large (float64, several input sets) and can be
         # recomputed from the saved samples; the run folder keeps what it must.
-        reference_path.unlink(missing_ok=True)
+        discard_reference(reference_path)
     return outcome
 
 

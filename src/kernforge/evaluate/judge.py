@@ -1,0 +1,61 @@
+"""Judging a candidate's outputs against the oracle, in the search process.
+
+The worker that ran the candidate never holds the oracle: it writes the outputs it
+produced (every input set, a call at reused input addresses, the last timed call)
+and this module compares them, so that no candidate can find the reference and
+return it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from kernforge.evaluate.checks import compare, same_output_as
+from kernforge.evaluate.timing import Timing, escaped_ms, escapes_the_events
+
+
+def judge(outputs_path: Path, oracle_path: Path) -> dict[str, Any]:
+    """status ("ok", "wrong_result" or "cheat"), reason, and the error of each set's outputs."""
+    produced = torch.load(outputs_path, weights_only=False)
+    oracle = torch.load(oracle_path, weights_only=False)
+    dtypes = [getattr(torch, d.replace("torch.", "")) for d in oracle["dtypes"]]
+    errors: list[list[float]] = []
+    earlier: list[tuple[str, list[torch.Tensor], list[torch.Tensor]]] = []
+    for label, outs, oracles, eager_err in zip(produced["labels"], produced["sets"], oracle["oracles"],
+                                               oracle["eager_errors"]):
+        stale = same_output_as(outs, oracles, earlier)
+        if stale is not None:
+            return _fail("cheat", f"on {label}: the outputs are bit-identical to those for {stale}, whose "
+                                  "reference differs: a cached or constant result", errors)
+        why, errs = compare(outs, oracles, eager_err, dtypes)
+        errors.append(errs)
+        if why:
+            return _fail("wrong_result", f"on {label}: {why}", errors)
+        earlier.append((label, outs, oracles))
+    if produced.get("reused") is not None:
+        why, _ = compare(produced["reused"], oracle["oracles"][1], oracle["eager_errors"][1], dtypes)
+        if why:
+            return _fail("cheat", "new values at the same input addresses gave a wrong result "
+                                  f"(a result remembered by address): {why}", errors)
+    if produced.get("timed") is not None:
+        why, _ = compare(produced["timed"], oracle["oracles"][0], oracle["eager_errors"][0], dtypes)
+        if why:
+            return _fail("cheat", f"the outputs of the timed calls are wrong: {why}", errors)
+    return {"status": "ok", "reason": "", "errors": errors}
+
+
+def timing_verdict(timing: Timing, eager: Timing) -> dict[str, Any]:
+    """Work the candidate's timing events did not see makes it a cheat."""
+    if escapes_the_events(timing, eager):
+        return {"status": "cheat",
+                "reason": f"{escaped_ms(timing, eager):.4f} ms of work per call escaped the timing events "
+                          f"(events {timing.p50_ms:.4f} ms, with a device sync {timing.synced_ms:.4f} ms): "
+                          "work on another stream"}
+    return {}
+
+
+def _fail(status: str, reason: str, errors: list[list[float]]) -> dict[str, Any]:
+    return {"status": status, "reason": reason, "errors": errors}
