@@ -596,3 +596,34 @@ def test_static_pointers_are_flagged():
                  "static const float * restrict q;", "static float **pp;",
                  "static float *bufs[4];"):
         assert [f.rule for f in scan_c(line + "\n", "float32")] == ["memory-state"], line
+
+
+def test_an_output_with_other_strides_than_the_reference_is_rejected(evaluate_source):
+    # right values, wrong layout: a transposed buffer viewed back to the reference's shape
+    source = """\
+# kf-op: aten::_softmax.default
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def rows(X, Y, n_cols, BLOCK: tl.constexpr):
+    # row r = (b, i) of a (B, S, S) input; element j is stored at b*S*S + j*S + i (transposed)
+    r = tl.program_id(0)
+    b, i = r // n_cols, r % n_cols
+    c = tl.arange(0, BLOCK)
+    x = tl.load(X + r * n_cols + c, mask=c < n_cols, other=-float("inf"))
+    e = tl.exp(x - tl.max(x, 0))
+    tl.store(Y + b * n_cols * n_cols + c * n_cols + i, e / tl.sum(e, 0), mask=c < n_cols)
+
+
+def kf_forward(x, dim, half_to_float):
+    s = x.shape[-1]
+    out = torch.empty_strided(x.shape, (s * s, 1, s), dtype=x.dtype)
+    rows[(x.numel() // s,)](x, out, s, BLOCK=64)
+    return out
+"""
+    result = evaluate_source(source, backend="triton", suffix=".py")
+    assert result.status == "wrong_result", result.reason + result.log_tail
+    assert "strides" in result.reason

@@ -204,6 +204,9 @@ def run_every_set(kernel: Any, ref: dict[str, Any], device: torch.device,
         changed = _changed_input(before, tensors)
         if changed is not None and not in_place:
             return {"status": "cheat", "reason": f"on {label}: input {changed} was modified"}, produced
+        layout = _layout_mismatch(outs, ref["outputs_meta"])
+        if layout:
+            return {"status": "wrong_result", "reason": f"on {label}: {layout}"}, produced
         produced["labels"].append(label)
         produced["sets"].append(_cpu_outputs(outs))
     try:
@@ -211,6 +214,18 @@ def run_every_set(kernel: Any, ref: dict[str, Any], device: torch.device,
     except Exception as e:  # noqa: BLE001
         return {"status": _failure_kind(e), "reason": f"on a reused input: {type(e).__name__}: {e}"}, produced
     return None, produced
+
+
+def _layout_mismatch(outs: list[torch.Tensor], metas: list[dict[str, Any]]) -> str | None:
+    """Outputs must have the reference's strides (dimensions of size 1 have no meaningful stride)."""
+    for i, (out, meta) in enumerate(zip(outs, metas)):
+        if list(out.shape) != meta["shape"]:
+            continue  # the shape check, with the oracle, says it better
+        got = [st for st, n in zip(out.stride(), out.shape) if n > 1]
+        want = [st for st, n in zip(meta["stride"], meta["shape"]) if n > 1]
+        if got != want:
+            return f"output {i} has strides {tuple(out.stride())}, the reference's are {tuple(meta['stride'])}"
+    return None
 
 
 def _same_address_new_values(kernel: Any, ref: dict[str, Any], device: torch.device) -> list[torch.Tensor] | None:
