@@ -106,8 +106,8 @@ def test_greedy_respects_the_budget_and_stops_when_the_proposer_is_dry():
 
 
 def test_unknown_strategy():
-    with pytest.raises(UserError, match="unknown strategy 'mcts'"):
-        get_strategy("mcts")
+    with pytest.raises(UserError, match="unknown strategy 'annealing'; choose one of: greedy, mcts"):
+        get_strategy("annealing")
 
 
 def test_outcome_best_is_the_fastest_that_beat_eager():

@@ -62,7 +62,8 @@ def optimize(
     backend: str = typer.Option("auto", help="auto (triton on a GPU, else cpu), cpu (C + OpenMP) or "
                                              "triton (GPU; TRITON_INTERPRET=1 checks it on a CPU, untimed)"),
     proposer: str = typer.Option("builtin", help="where candidates come from: builtin (templates, no LLM)"),
-    strategy: str = typer.Option("greedy", help="search strategy: greedy (keep an improvement, revert a loss)"),
+    strategy: str = typer.Option("greedy", help="search strategy: greedy (keep an improvement, revert a loss) "
+                                                "or mcts (Monte Carlo Tree Search over many paths)"),
     iterations: int = typer.Option(10, min=1, help="candidates evaluated per op: the search budget"),
     top_k: int = typer.Option(2, "--top-k", min=1, help="how many of the hottest supported ops to search"),
     runs_dir: Path = RUNS_DIR,

@@ -6,8 +6,8 @@ A strategy drives one task's search through a SearchContext:
   ctx.evaluate(p, parent, keep_if) builds, checks and times it in a worker and
                         returns the Node, kept when keep_if(node) says so;
   ctx.iterations        the budget: how many candidates may be evaluated.
-It returns when the budget is spent or the proposer runs dry. MCTS implements
-the same interface (a later strategy file plus one registry line).
+It returns when the budget is spent or the proposer runs dry. Greedy is here;
+MCTS is in mcts.py; each is one registry line below.
 """
 
 from __future__ import annotations
@@ -39,12 +39,13 @@ class Greedy:
             proposal = ctx.propose(current)
             if proposal is None:
                 return
-            node = ctx.evaluate(proposal, current, lambda n, cur=current: _keeps(n, cur))
+            node = ctx.evaluate(proposal, current, lambda n, cur=current: keeps(n, cur))
             if node.kept:
                 current = node
 
 
-def _keeps(node: Node, current: Node | None) -> bool:
+def keeps(node: Node, current: Node | None) -> bool:
+    """A correct node replaces the current best when it is clearly faster (or there is none)."""
     return node.result.ok and (current is None or _better(node, current))
 
 
@@ -55,7 +56,13 @@ def _better(node: Node, current: Node) -> bool:
     return clearly_faster_relative(a.timing, a.eager, b.timing, b.eager)
 
 
-STRATEGIES: dict[str, Callable[[], Strategy]] = {"greedy": Greedy}
+def _mcts() -> Strategy:
+    from kernforge.search.mcts import MCTS
+
+    return MCTS()
+
+
+STRATEGIES: dict[str, Callable[[], Strategy]] = {"greedy": Greedy, "mcts": _mcts}
 
 
 def get_strategy(name: str) -> Strategy:

@@ -1,0 +1,121 @@
+"""Monte Carlo Tree Search over candidates.
+
+A tree node is one evaluated candidate (the root stands for "no candidate yet");
+an edge is one proposal. Each iteration:
+  select    walk down from the root by an upper confidence bound on the normalised
+            reward, the best log-speedup in a child's subtree, stopping at a node that
+            may still widen (a node with n visits may have ceil(n ** 0.5) children);
+            subtrees that stopped improving (4 expansions without a better result)
+            are passed over while others remain;
+  expand    ask the proposer for a candidate that varies the selected node;
+  evaluate  build, check and time it in a worker (the SearchContext does this);
+  back up   add a visit and the reward to every node on the way back to the root.
+A node whose proposer has nothing new is exhausted; the search ends when the
+budget is spent or every node is exhausted. Failed candidates have no reward
+(they count as the worst) but can still be expanded, since a variation of a
+broken kernel may work.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kernforge.search.engine import Node, SearchContext
+
+EXPLORATION = 1.0  # the UCB constant: sqrt(2) is the textbook value for rewards in [0, 1]; 1 explores a bit less
+WIDENING_ALPHA = 0.5  # a node with n visits may have ceil(n ** alpha) children
+STAGNATION = 4  # expansions under a node without a better result before it is passed over
+
+
+@dataclass(eq=False)
+class TreeNode:
+    node: Node | None  # None at the root
+    children: list[TreeNode] = field(default_factory=list)
+    visits: int = 0
+    best: float | None = None  # the best reward in this subtree
+    stale: int = 0  # expansions since `best` last improved
+    exhausted: bool = False  # the proposer has nothing new to expand it with
+
+    def closed(self) -> bool:
+        return self.exhausted and all(c.closed() for c in self.children)
+
+
+def reward(node: Node) -> float | None:
+    """log(speedup over eager) for a correct timed candidate; 0 for a correct untimed one."""
+    r = node.result
+    if not r.ok:
+        return None
+    if r.timing and r.eager:
+        return math.log(r.eager.p50_ms / r.timing.p50_ms)
+    return 0.0
+
+
+class MCTS:
+    name = "mcts"
+
+    def __init__(self) -> None:
+        self.rewards: list[float] = []
+
+    def run(self, ctx: SearchContext) -> None:
+        from kernforge.search.strategy import keeps
+
+        root = TreeNode(node=None)
+        best: Node | None = None
+        evaluated = 0
+        while evaluated < ctx.iterations:
+            path = self._select(root)
+            if path is None:
+                return  # every node exhausted: the proposer has nothing new anywhere
+            leaf = path[-1]
+            proposal = ctx.propose(leaf.node)
+            if proposal is None:
+                leaf.exhausted = True
+                continue
+            node = ctx.evaluate(proposal, leaf.node, lambda n, cur=best: keeps(n, cur))
+            evaluated += 1
+            if node.kept:
+                best = node
+            child = TreeNode(node=node)
+            leaf.children.append(child)
+            self._back_up([*path, child], reward(node))
+
+    def _select(self, root: TreeNode) -> list[TreeNode] | None:
+        if root.closed():
+            return None
+        path = [root]
+        while True:
+            current = path[-1]
+            if not current.exhausted and len(current.children) < self._width(current):
+                return path
+            open_children = [c for c in current.children if not c.closed()]
+            moving = [c for c in open_children if c.stale < STAGNATION] or open_children
+            if not moving:
+                return path  # not exhausted, every child closed: widen past the limit
+            path.append(max(moving, key=lambda c: self._ucb(c, current)))
+
+    def _width(self, t: TreeNode) -> int:
+        return max(1, math.ceil(max(1, t.visits) ** WIDENING_ALPHA))
+
+    def _ucb(self, child: TreeNode, parent: TreeNode) -> float:
+        explore = EXPLORATION * math.sqrt(math.log(parent.visits + 1) / (child.visits + 1))
+        return self._normalised(child.best) + explore
+
+    def _normalised(self, value: float | None) -> float:
+        """Rewards mapped onto [0, 1] by the range seen so far; no reward (a failure) is 0."""
+        if value is None or not self.rewards:
+            return 0.0
+        low, high = min(self.rewards), max(self.rewards)
+        return 0.5 if high == low else (value - low) / (high - low)
+
+    def _back_up(self, path: list[TreeNode], value: float | None) -> None:
+        if value is not None:
+            self.rewards.append(value)
+        for t in path:
+            t.visits += 1
+            if value is not None and (t.best is None or value > t.best):
+                t.best, t.stale = value, 0
+            else:
+                t.stale += 1
