@@ -76,3 +76,24 @@ def test_search_finishes_and_marks_crash_hang_and_memory_exhaustion(softmax_capt
     rows = store.results()
     assert [r["status"] for r in rows] == statuses
     assert all(r["failure_reason"] for r in rows[:3])
+
+
+def test_a_search_leaves_events_and_a_commit_per_kept_improvement(softmax_capture, tmp_path: Path):
+    import subprocess
+
+    _, _, task = softmax_capture
+    store = RunStore.create(tmp_path / "runs", "history")
+    proposer = Scripted([("broken", c_softmax_source(SEGFAULT)), ("honest", c_softmax_source())])
+    outcome = search_task(task, store, get_backend("cpu"), "cpu", proposer, get_strategy("greedy"),
+                          iterations=2, candidate_timeout_s=30.0)
+    events = store.events()
+    assert [e["kind"] for e in events] == ["task_start", "node", "node", "task_end"]
+    assert [e["status"] for e in events if e["kind"] == "node"] == ["crash", "ok"]
+    assert events[-1]["counts"] == {"crash": 1, "ok": 1}
+    kept = [n for n in outcome.nodes if n.kept]
+    assert [n.node_id for n in kept] == ["n0001"]
+    history = store.task_dir(task.task_id) / "history"
+    log = subprocess.run(["git", "log", "--format=%B"], cwd=history, capture_output=True, text=True,
+                         check=True).stdout
+    assert log.startswith("n0001: ") and "honest" in log  # the measured result, then the rationale
+    assert (history / "kernel.c").read_text() == c_softmax_source()

@@ -82,6 +82,8 @@ def search_task(
     except RuntimeError as e:
         return TaskOutcome(task=task, baseline=None, error=str(e).splitlines()[0])
     store.write_json(f"tasks/{task.task_id}/baseline.json", asdict(baseline))
+    store.append_event("task_start", task=task.task_id, op=task.op, shape=task.shape_text,
+                       eager_p50_ms=baseline.eager.p50_ms if baseline.eager else None)
     outcome = TaskOutcome(task=task, baseline=baseline)
     tried: list[Proposal] = []
 
@@ -105,6 +107,11 @@ def search_task(
                     proposal=proposal, result=result)
         node.kept = keep_if(node)
         outcome.nodes.append(node)
+        store.append_event("node", task=task.task_id, node=node_id, parent=node.parent_id,
+                           status=result.status, reason=result.reason[:300], kept=node.kept,
+                           speedup_vs_eager=result.speedup_vs_eager, rationale=proposal.rationale)
+        if node.kept:
+            store.commit_kept(task.task_id, proposal.source, backend.source_suffix, _commit_message(node))
         store.write_json(f"tasks/{task.task_id}/nodes/{node_id}/result.json",
                          {**result.to_json(), "kept": node.kept})
         store.append_result(_row(task, node))
@@ -115,10 +122,19 @@ def search_task(
         strategy.run(SearchContext(task=task, iterations=iterations, propose=propose,
                                    evaluate=evaluate))
     finally:
+        store.append_event("task_end", task=task.task_id, candidates=len(outcome.nodes),
+                           counts=outcome.status_counts())
         # The oracle outputs are large (float64, several input sets) and can be
         # recomputed from the saved samples; the run folder keeps what it must.
         discard_reference(reference_path)
     return outcome
+
+
+def _commit_message(node: Node) -> str:
+    r = node.result
+    speed = f"{r.speedup_vs_eager:.3f}x vs eager" if r.speedup_vs_eager else "correct, not timed"
+    timing = f" (p50 {r.timing.p50_ms:.4f} ms, eager {r.eager.p50_ms:.4f} ms)" if r.timing and r.eager else ""
+    return f"{node.node_id}: {speed}{timing}\n\n{node.proposal.rationale}\n"
 
 
 def _row(task: KernelTask, node: Node) -> dict[str, Any]:

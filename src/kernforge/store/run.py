@@ -7,6 +7,8 @@
                            reference.pt (fresh inputs, float64 oracle) while the task runs
         nodes/<node>/      candidate.c|py as proposed, proposal.json, job, log, result.json
       results.tsv          one row per evaluated candidate, appended as it finishes
+      events.jsonl         what happened, one JSON line per event, appended as it happens
+      tasks/<task>/history a git repository: one commit per kept improvement
       summary.json         the best result per task, written at the end
 
 Every file is written when its step ends, so a crash loses at most the
@@ -18,6 +20,8 @@ from __future__ import annotations
 import csv
 import json
 import re
+import shutil
+import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,12 +81,42 @@ class RunStore:
                 writer.writeheader()
             writer.writerow({k: _tsv_cell(row.get(k)) for k in RESULT_COLUMNS})
 
+    def append_event(self, kind: str, **data: Any) -> None:
+        """One line per event, flushed at once: what a live view tails and a crash leaves behind."""
+        line = json.dumps({"time": time.time(), "kind": kind, **data}, default=str)
+        with open(self.root / "events.jsonl", "a") as f:
+            f.write(line + "\n")
+
+    def events(self) -> list[dict[str, Any]]:
+        path = self.root / "events.jsonl"
+        if not path.exists():
+            return []
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+    def commit_kept(self, task_id: str, source: str, suffix: str, message: str) -> str | None:
+        """Commit a kept candidate to the task's history; its hash, or None where git is missing."""
+        repo = self.task_dir(task_id) / "history"
+        if shutil.which("git") is None:
+            return None
+        if not (repo / ".git").is_dir():
+            repo.mkdir(parents=True, exist_ok=True)
+            _git(repo, "init", "-q")
+        (repo / f"kernel{suffix}").write_text(source)
+        _git(repo, "add", f"kernel{suffix}")
+        _git(repo, "-c", "user.name=kernforge", "-c", "user.email=kernforge@localhost",
+             "commit", "-q", "--allow-empty", "-m", message)
+        return _git(repo, "rev-parse", "HEAD").strip()
+
     def results(self) -> list[dict[str, str]]:
         path = self.root / "results.tsv"
         if not path.exists():
             return []
         with open(path, newline="") as f:
             return list(csv.DictReader(f, delimiter="\t"))
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=True).stdout
 
 
 def _tsv_cell(value: Any) -> str:
