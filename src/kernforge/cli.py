@@ -279,15 +279,16 @@ class _progress:
             else:
                 self._say(f"searching {label} ({task.share:.1%} of model time), {iterations} iterations")
         elif kind == "node":
-            _, node = data
+            outcome, node = data
             r = node.result
             speed = f"{r.speedup_vs_eager:.2f}x vs eager" if r.speedup_vs_eager else ""
             line = f"  {node.node_id} {r.status:13} {speed:16} {node.proposal.rationale[:70]}"
             if self.bar:
-                self.bar.advance(self.bar_task)
+                self.bar.update(self.bar_task, advance=1,
+                                description=f"{outcome.task.op} {outcome.task.shape_text}  {_standing(outcome)}")
                 self.bar.console.print(line, markup=False, highlight=False)
             else:
-                self._say(line)
+                self._say(f"{line}  [{_standing(outcome)}]")
         elif kind == "task_end" and self.bar and self.bar_task is not None:
             self.bar.update(self.bar_task, completed=self.bar.tasks[-1].total)
 
@@ -296,6 +297,13 @@ class _progress:
             self.bar.console.print(text, markup=False, highlight=False)
         else:
             print(text, file=sys.stderr, flush=True)
+
+
+def _standing(outcome: Any) -> str:
+    """Best speedup beyond the noise so far, and the count of each status."""
+    best = outcome.best
+    counts = ", ".join(f"{k} {v}" for k, v in sorted(outcome.status_counts().items()))
+    return f"best {best.result.speedup_vs_eager:.2f}x | {counts}" if best else f"best 1.00x | {counts}"
 
 
 def main() -> None:
