@@ -211,3 +211,17 @@ def test_results_tsv_reads_back_with_csv(searched):
     assert len(lines) == 4  # header + one line per candidate
     assert all(len(line.split("\t")) == len(RESULT_COLUMNS) for line in lines)
     assert list(csv.DictReader(lines, delimiter="\t")) == store.results()
+
+
+def test_progress_standing_shows_the_best_beyond_noise_and_the_counts():
+    from kernforge.cli import _standing
+
+    outcome = TaskOutcome(task=None, baseline=None)
+    assert _standing(outcome) == "best 1.00x | "
+    outcome.nodes = [
+        Node(node_id="n0", parent_id=None, proposal=Proposal("a", "r"), result=failed()),
+        Node(node_id="n1", parent_id=None, proposal=Proposal("b", "r"),
+             result=EvalResult(status="ok", timing=timing(0.5), eager=EAGER, timed=True,
+                               speedup_vs_eager=2.0, faster_than_eager=True)),
+    ]
+    assert _standing(outcome) == "best 2.00x | ok 1, wrong_result 1"
