@@ -288,3 +288,15 @@ def test_profile_gemma_decoder_json():
     # 'aten::_softmax(Tensor self, ...' : the default overload has no name in its schema
     for p in data["profiles"]:
         assert p["schema"].startswith(p["op"].removesuffix(".default") + "("), p["schema"]
+
+
+def test_optimize_applies_the_model_options(runs_dir: Path):
+    # --dtype reaches the model: the searched softmax is the bf16 one
+    proc = run_cli("optimize", str(TINY_MODEL), "--backend", "cpu", "--iterations", "1", "--dtype", "bf16",
+                   "--runs-dir", str(runs_dir), "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    (task,) = [t for t in data["tasks"] if t["op"] == SOFTMAX_OP]
+    assert task["dtype"] == "bfloat16"
+    config = json.loads(next(runs_dir.iterdir()).joinpath("config.json").read_text())
+    assert config["model"] == "tiny_softmax" and config["resolved_backend"] == "cpu"

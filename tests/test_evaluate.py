@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import c_softmax_source
+from helpers import CORRECT_BODY, c_softmax_source
 
 from kernforge.evaluate.checks import ERROR_FLOOR, compare, normalised_error
 from kernforge.evaluate.runner import oracle_path_for
@@ -104,18 +104,7 @@ ENDLESS = """\
     while (spin) { }
 """
 
-MODIFIES_INPUT = """\
-    for (int64_t r = 0; r < rows; ++r) {
-        const float *xr = x + r * cols;
-        float *yr = y + r * cols;
-        float m = -INFINITY;
-        for (int64_t c = 0; c < cols; ++c) m = fmaxf(m, xr[c]);
-        float s = 0.0f;
-        for (int64_t c = 0; c < cols; ++c) { yr[c] = expf(xr[c] - m); s += yr[c]; }
-        for (int64_t c = 0; c < cols; ++c) yr[c] /= s;
-    }
-    ((float *)x)[0] = 42.0f;
-"""
+MODIFIES_INPUT = CORRECT_BODY + "    ((float *)x)[0] = 42.0f;\n"  # right answer, input clobbered
 
 REFUSES = """\
     return 5;

@@ -15,7 +15,7 @@ EAGER = Timing(p20_ms=0.99, p50_ms=1.0, p80_ms=1.01, runs=10, method="test")
 
 def timed(p50: float) -> EvalResult:
     t = Timing(p20_ms=p50 * 0.99, p50_ms=p50, p80_ms=p50 * 1.01, runs=10, method="test")
-    return EvalResult(status="ok", timing=t, eager=EAGER, timed=True)
+    return EvalResult(status="ok", timing=t, eager=EAGER)
 
 
 def run(strategy: str, landscape, iterations: int, supply: int | None = None):

@@ -29,7 +29,7 @@ def timing(p50: float, spread: float = 0.02) -> Timing:
 def ok(p50: float | None, eager: Timing | None = EAGER) -> EvalResult:
     if p50 is None:  # checked, not timed (the interpreter)
         return EvalResult(status="ok")
-    return EvalResult(status="ok", timing=timing(p50), eager=eager, timed=True)
+    return EvalResult(status="ok", timing=timing(p50), eager=eager)
 
 
 def failed(status: str = "wrong_result") -> EvalResult:
@@ -92,8 +92,7 @@ def test_greedy_judges_speed_relative_to_each_workers_eager():
 
 
 def test_greedy_needs_to_beat_the_noise():
-    noisy = EvalResult(status="ok", timing=Timing(0.5, 0.9, 1.5, 10, "wall-clock"), eager=EAGER,
-                       timed=True)
+    noisy = EvalResult(status="ok", timing=Timing(0.5, 0.9, 1.5, 10, "wall-clock"), eager=EAGER)
     nodes, _ = run_greedy([ok(1.0), noisy])
     assert [n.kept for n in nodes] == [True, False]
 
@@ -221,7 +220,7 @@ def test_progress_standing_shows_the_best_beyond_noise_and_the_counts():
     outcome.nodes = [
         Node(node_id="n0", parent_id=None, proposal=Proposal("a", "r"), result=failed()),
         Node(node_id="n1", parent_id=None, proposal=Proposal("b", "r"),
-             result=EvalResult(status="ok", timing=timing(0.5), eager=EAGER, timed=True,
+             result=EvalResult(status="ok", timing=timing(0.5), eager=EAGER,
                                speedup_vs_eager=2.0, faster_than_eager=True)),
     ]
     assert _standing(outcome) == "best 2.00x | ok 1, wrong_result 1"

@@ -83,7 +83,8 @@ def optimize(
 
     opts = OptimizeOptions(spec=spec, backend=backend, proposer=proposer, strategy=strategy,
                            iterations=iterations, top_k=top_k, runs_dir=runs_dir,
-                           candidate_timeout_s=timeout)
+                           candidate_timeout_s=timeout, compile=compile_peer,
+                           model=_model_options(batch_size, seq_len, resolution, dtype, scale))
     with _progress(quiet=as_json) as on_event:
         result = run_optimize(opts, on_event)
     data = summary(result)
@@ -121,16 +122,15 @@ def profile(
     from dataclasses import asdict
 
     from kernforge.capture import KINDS, capture_model
-    from kernforge.models import ModelOptions, load_model, resolve_device, run_forward
+    from kernforge.models import load_model, resolve_device, run_forward
     from kernforge.report import capture_summary, profile_table
 
     kinds = tuple(k.strip() for k in include.split(",") if k.strip())
     unknown = [k for k in kinds if k not in KINDS]
     if unknown:
         raise UserError(f"unknown op kind {', '.join(unknown)} in --include; choose from {', '.join(KINDS)}")
-    model = ModelOptions(batch_size=batch_size, seq_len=seq_len, resolution=resolution, dtype=dtype,
-                         scale=scale)
-    loaded = load_model(spec, resolve_device(device), model)
+    loaded = load_model(spec, resolve_device(device),
+                        _model_options(batch_size, seq_len, resolution, dtype, scale))
     run_forward(loaded)
     capture = capture_model(loaded, out_dir=save)
     if as_json:
@@ -161,12 +161,10 @@ def eval_command(
     as_json: bool = typer.Option(False, "--json", help="print the report as JSON"),
 ) -> None:
     """Evaluate a hand-written kernel against an op of a model: every check, error, timing and speedup."""
-    from kernforge.models import ModelOptions
     from kernforge.optimize import EvalOptions, evaluate_file
     from kernforge.report import eval_report
 
-    model = ModelOptions(batch_size=batch_size, seq_len=seq_len, resolution=resolution, dtype=dtype,
-                         scale=scale)
+    model = _model_options(batch_size, seq_len, resolution, dtype, scale)
     report = evaluate_file(EvalOptions(spec=spec, kernel_file=kernel_file, backend=backend, op=op,
                                        runs_dir=runs_dir, candidate_timeout_s=timeout, model=model,
                                        compile=compile_peer))
@@ -222,6 +220,15 @@ def show(
         out.print(f"{row['task']} {row['node']} <- {row['parent'] or '-':5} {row['status']:13} {speed:>7} "
                   f"{'kept' if row['kept'] == 'True' else '    '}{why}")
     out.print(f"run folder: {root}")
+
+
+def _model_options(batch_size: int | None, seq_len: int | None, resolution: int | None,
+                   dtype: str | None, scale: str) -> Any:
+    """The model options every command takes, as the loader wants them."""
+    from kernforge.models import ModelOptions
+
+    return ModelOptions(batch_size=batch_size, seq_len=seq_len, resolution=resolution, dtype=dtype,
+                        scale=scale)
 
 
 def _group_skipped(skipped: list[dict[str, Any]]) -> dict[str, str]:

@@ -261,14 +261,12 @@ def declared_op(source: str) -> str:
 
 
 def _pick_task(prep: Prepared, op: str) -> Any:
-    from kernforge.tasks import make_tasks as tasks_from
-
     def matches(task: Any) -> str | None:
         if not op or op in (task.op, task.signature):
             return None
         return "not the asked op"
 
-    tasks, _ = tasks_from(prep.capture, prep.store.capture_dir, 1, matches)
+    tasks, _ = make_tasks(prep.capture, prep.store.capture_dir, 1, matches)
     if not tasks:
         ops = sorted({p.op for p in prep.capture.ranked()})[:12]
         raise UserError(f"the model runs no compute op '{op}' with saved inputs; try one of: {', '.join(ops)}")

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
 from kernforge.backends import Backend, BuildError, Kernel
+from kernforge.importing import FileImportError, import_path
 
 
 def interpreter_wanted() -> bool:
@@ -34,16 +34,10 @@ def build(source: Path, build_dir: Path, output_meta: list[dict[str, Any]]) -> K
     # Triton's own cache goes in the candidate's build folder, so that candidates don't share it.
     # (The worker process is the candidate's alone, so this changes no one else's setting.)
     os.environ["TRITON_CACHE_DIR"] = str(build_dir / "triton-cache")
-    name = f"kf_candidate_{abs(hash(str(source)))}"
-    spec = importlib.util.spec_from_file_location(name, source)
-    if spec is None or spec.loader is None:
-        raise BuildError(f"cannot import {source}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
     try:
-        spec.loader.exec_module(module)
-    except Exception as e:  # noqa: BLE001 - anything the candidate raises on import is a build failure
-        raise BuildError(f"importing the candidate raised {type(e).__name__}: {e}") from None
+        module = import_path(source, "kf_candidate")
+    except FileImportError as e:  # anything the candidate raises on import is a build failure
+        raise BuildError(str(e)) from None
     entry = getattr(module, "kf_forward", None)
     if not callable(entry):
         raise BuildError("the candidate defines no kf_forward(*args)")

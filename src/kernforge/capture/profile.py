@@ -24,8 +24,7 @@ from kernforge.capture.serialize import save_sample
 from kernforge.models import LoadedModel, run_forward
 
 # A sample of real inputs per signature is kept on disk; these caps keep a large
-# model's capture from filling the disk (a ResNet-50 at batch 32 has ~300 MB of
-# activations per forward).
+# model's capture from filling the disk.
 DEFAULT_SAMPLES_PER_SIGNATURE = 2
 DEFAULT_SAMPLE_CAP_BYTES = 256 << 20  # one sample's input tensors
 DEFAULT_TOTAL_CAP_BYTES = 2 << 30  # all samples of one capture

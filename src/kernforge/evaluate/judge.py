@@ -8,6 +8,7 @@ return it.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ from kernforge.evaluate.timing import Timing, escaped_ms, escapes_the_events
 def judge(outputs_path: Path, oracle_path: Path) -> dict[str, Any]:
     """status ("ok", "wrong_result" or "cheat"), reason, and the error of each set's outputs."""
     produced = torch.load(outputs_path, weights_only=False)
-    oracle = torch.load(oracle_path, weights_only=False)
+    oracle = _oracle(str(oracle_path))
     dtypes = [getattr(torch, d.replace("torch.", "")) for d in oracle["dtypes"]]
     errors: list[list[float]] = []
     earlier: list[tuple[str, list[torch.Tensor], list[torch.Tensor]]] = []
@@ -45,6 +46,14 @@ def judge(outputs_path: Path, oracle_path: Path) -> dict[str, Any]:
         if why:
             return _fail("cheat", f"the outputs of the timed calls are wrong: {why}", errors)
     return {"status": "ok", "reason": "", "errors": errors}
+
+
+@functools.lru_cache(maxsize=1)
+def _oracle(path: str) -> dict[str, Any]:
+    """A task's oracle, read once: every candidate of the task is judged against the same file
+    (4 input sets of 8.4 M float64 values, 268 MB, for the attention example), which never
+    changes while the task runs."""
+    return torch.load(path, weights_only=False)
 
 
 def timing_verdict(timing: Timing, eager: Timing) -> dict[str, Any]:

@@ -38,7 +38,6 @@ class EvalResult:
     errors: list[list[float]] = field(default_factory=list)  # per input set, per output
     timing: Timing | None = None
     eager: Timing | None = None  # eager, timed in the same worker just before the candidate
-    timed: bool = False
     speedup_vs_eager: float | None = None
     faster_than_eager: bool = False  # beyond the measured noise
     log_tail: str = ""
@@ -49,10 +48,15 @@ class EvalResult:
     def ok(self) -> bool:
         return self.status == "ok"
 
+    @property
+    def timed(self) -> bool:
+        return self.timing is not None
+
     def to_json(self) -> dict[str, Any]:
         data = dict(self.__dict__)
         data["timing"] = self.timing.__dict__ if self.timing else None
         data["eager"] = self.eager.__dict__ if self.eager else None
+        data["timed"] = self.timed
         return data
 
 
@@ -148,14 +152,14 @@ def evaluate_candidate(task_path: Path, reference_path: Path, source: Path, back
     eager = Timing(**result["eager_timing"]) if result.get("eager_timing") else None
     out = EvalResult(status=result["status"], reason=result.get("reason", ""),
                      errors=result.get("errors", []), timing=timing, eager=eager,
-                     timed=timing is not None, log_tail=tail, wall_s=wall,
+                     log_tail=tail, wall_s=wall,
                      phases=result.get("phases", {}))
     if timing and eager and out.status == "ok":
         verdict = timing_verdict(timing, eager)
         out.status, out.reason = verdict.get("status", out.status), verdict.get("reason", out.reason)
     if out.status != "ok":
         # The worker times before the outputs are judged here; a rejected kernel's time means nothing.
-        out.timing, out.eager, out.timed = None, None, False
+        out.timing, out.eager = None, None
     if timing and eager and out.status == "ok":
         out.speedup_vs_eager = eager.p50_ms / timing.p50_ms
         # Beyond the noise by the events, and not slower once every stream is waited for.

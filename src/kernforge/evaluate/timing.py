@@ -23,8 +23,8 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
-# Repeats on a CPU: at least 10 calls and about 1 s of calls; medians over fewer
-# than ~10 samples moved by >10% between identical runs on this 2-core machine.
+# Repeats on a CPU: at least 10 calls and about 1 s of calls, so that a p20/p80
+# band exists even for slow ops and fast ones get hundreds of samples.
 CPU_MIN_RUNS, CPU_MAX_RUNS, CPU_TARGET_S = 10, 500, 1.0
 # Rotate among enough input copies to cover 4x the cache (H200: 60 MB of L2;
 # a server CPU's last level is tens of MB), at most 16 copies.

@@ -15,9 +15,7 @@ Specs understood:
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import inspect
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +23,7 @@ from typing import Any
 import torch
 
 from kernforge.errors import UserError
+from kernforge.importing import FileImportError, import_path
 from kernforge.models import zoo
 from kernforge.models.options import ModelOptions
 
@@ -150,17 +149,10 @@ def _from_factory(spec: str, opts: ModelOptions) -> tuple[torch.nn.Module, tuple
 
 
 def _import_file(path: Path) -> Any:
-    name = f"kernforge_user_model_{abs(hash(str(path.resolve())))}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise UserError(f"'{path}' is not an importable Python file")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
     try:
-        spec.loader.exec_module(mod)
-    except Exception as e:  # noqa: BLE001
-        raise UserError(f"importing '{path}' raised {type(e).__name__}: {_first_line(e)}") from None
-    return mod
+        return import_path(path, "kernforge_user_model")
+    except FileImportError as e:
+        raise UserError(str(e)) from None
 
 
 def _call_user(fn: Any, where: Any, name: str | None = None) -> Any:

@@ -222,7 +222,7 @@ def render_c(facts: dict[str, Any], params: dict[str, Any]) -> str:
 #define ROWS {facts['rows']}LL
 #define COLS {facts['cols']}LL
 /* A plain compare, not fmaxf: fmaxf's NaN rules kept gcc 12 from vectorising the
- * max reduction (4x slower on a Zen 4 core); a NaN input still ends as a NaN row via exp(). */
+ * max reduction (about 4x slower here, on an AMD EPYC with AVX-512); a NaN input still ends as a NaN row via exp(). */
 #define KF_MAX(a, b) ((a) > (b) ? (a) : (b))
 typedef {ctype} elem_t;
 {simd_macro}
