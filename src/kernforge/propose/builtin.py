@@ -34,10 +34,18 @@ class Family:
     explain: Callable[[str, Any, Any], str]
 
 
-def _families() -> list[Family]:
-    from kernforge.propose.templates import softmax
+# One module per group of families under templates/, each exporting FAMILIES; a task
+# goes to the first family that matches it.
+FAMILY_MODULES = ("softmax", "norms", "reduce", "pool", "elementwise")
 
-    return [softmax.FAMILY]
+
+def _families() -> list[Family]:
+    import importlib
+
+    families: list[Family] = []
+    for name in FAMILY_MODULES:
+        families += importlib.import_module(f"kernforge.propose.templates.{name}").FAMILIES
+    return families
 
 
 class BuiltinProposer:

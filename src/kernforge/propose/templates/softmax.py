@@ -12,6 +12,7 @@ from typing import Any
 
 from kernforge.backends.native import C_PRELUDE
 from kernforge.propose.builtin import Family
+from kernforge.propose.templates.common import C_LOAD_STORE, C_TYPES, contiguous_strides, next_pow2
 from kernforge.tasks import KernelTask
 
 SUPPORTED_DTYPES = ("torch.float32", "torch.float16", "torch.bfloat16")
@@ -31,19 +32,11 @@ def match(task: KernelTask) -> dict[str, Any] | str:
         return "softmax with half_to_float has no built-in template yet"
     if x["dtype"] not in SUPPORTED_DTYPES:
         return f"softmax on {x['dtype']} has no built-in template"
-    if stride != _contiguous_strides(shape):
+    if stride != contiguous_strides(shape):
         return "softmax on a non-contiguous input has no built-in template yet"
     cols = shape[-1]
     rows = math.prod(shape[:-1])
     return {"rows": rows, "cols": cols, "dtype": x["dtype"].replace("torch.", "")}
-
-
-def _contiguous_strides(shape: list[int]) -> list[int]:
-    strides, acc = [], 1
-    for size in reversed(shape):
-        strides.append(acc)
-        acc *= max(size, 1)
-    return list(reversed(strides))
 
 
 # ---------------------------------------------------------------- parameter space
@@ -72,7 +65,7 @@ def initial(facts: dict[str, Any], backend: str) -> dict[str, Any]:
         store = "store_exp" if facts["dtype"] == "float32" else "recompute"
         return {"algorithm": store, "exp": "poly", "schedule": "static", "simd": True}
     cols = facts["cols"]
-    whole_row = _next_pow2(cols)
+    whole_row = next_pow2(cols)
     if whole_row <= 8192:
         return {"variant": "single_tile", "rows_per_program": 1, "block_n": max(256, whole_row),
                 "num_warps": 4 if whole_row <= 2048 else 8}
@@ -84,7 +77,7 @@ def valid(facts: dict[str, Any], backend: str, params: dict[str, Any]) -> bool:
         # store_exp keeps exp() in the output between passes: exact only when the output is fp32.
         return params["algorithm"] != "store_exp" or facts["dtype"] == "float32"
     if params["variant"] == "single_tile":
-        whole_row = max(256, _next_pow2(facts["cols"]))
+        whole_row = max(256, next_pow2(facts["cols"]))
         # A tile holds whole rows; past 16K fp32 values per program the registers spill.
         return params["block_n"] == whole_row and params["rows_per_program"] * whole_row <= 16384
     return params["rows_per_program"] == 1 and params["block_n"] < facts["cols"] * 2
@@ -124,21 +117,6 @@ def explain(name: str, old: Any, new: Any) -> str:
 
 
 # ---------------------------------------------------------------- C (cpu backend)
-
-_C_TYPES = {"float32": ("float", "KF_F32"), "float16": ("_Float16", "KF_F16"),
-            "bfloat16": ("uint16_t", "KF_BF16")}
-
-_C_LOAD_STORE = {
-    "float32": "static inline float ld(const elem_t *p, int64_t i) { return p[i]; }\n"
-               "static inline void st(elem_t *p, int64_t i, float v) { p[i] = v; }\n",
-    "float16": "static inline float ld(const elem_t *p, int64_t i) { return (float)p[i]; }\n"
-               "static inline void st(elem_t *p, int64_t i, float v) { p[i] = (_Float16)v; }\n",
-    "bfloat16": "static inline float ld(const elem_t *p, int64_t i) {\n"
-                "    uint32_t u = (uint32_t)p[i] << 16; float f; memcpy(&f, &u, 4); return f;\n}\n"
-                "static inline void st(elem_t *p, int64_t i, float v) {\n"
-                "    uint32_t u; memcpy(&u, &v, 4); u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest even */\n"
-                "    p[i] = (uint16_t)(u >> 16);\n}\n",
-}
 
 _C_EXP = {
     "libm": "static inline float kf_exp(float x) { return expf(x); }\n",
@@ -209,7 +187,7 @@ _C_ROW = {
 
 
 def render_c(facts: dict[str, Any], params: dict[str, Any]) -> str:
-    ctype, code = _C_TYPES[facts["dtype"]]
+    ctype, code = C_TYPES[facts["dtype"]]
     simd_macro = ('#define SIMD(clause) _Pragma(KF_STR(omp simd clause))\n#define KF_STR(s) #s\n'
                   if params["simd"] else "#define SIMD(clause)\n")
     return f"""/* kernforge builtin: softmax over the last dim, {facts['rows']} rows x {facts['cols']} cols, {facts['dtype']}
@@ -226,7 +204,7 @@ def render_c(facts: dict[str, Any], params: dict[str, Any]) -> str:
 #define KF_MAX(a, b) ((a) > (b) ? (a) : (b))
 typedef {ctype} elem_t;
 {simd_macro}
-{_C_LOAD_STORE[facts['dtype']]}
+{C_LOAD_STORE[facts['dtype']]}
 {_C_EXP[params['exp']]}
 int kf_forward(const kf_tensor *in, int n_in, kf_tensor *out, int n_out) {{
     if (n_in != 1 || n_out != 1) return 1;
@@ -328,9 +306,6 @@ def render(facts: dict[str, Any], backend: str, params: dict[str, Any]) -> str:
     return render_c(facts, params) if backend == "cpu" else render_triton(facts, params)
 
 
-def _next_pow2(n: int) -> int:
-    return 1 << max(0, (n - 1).bit_length())
-
-
 FAMILY = Family(name="softmax", match=match, space=space, initial=initial, render=render,
                 valid=valid, explain=explain)
+FAMILIES = [FAMILY]

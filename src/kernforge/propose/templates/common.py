@@ -1,0 +1,30 @@
+"""What the built-in templates share: C element types and conversions, shape arithmetic."""
+
+from __future__ import annotations
+
+C_TYPES = {"float32": ("float", "KF_F32"), "float16": ("_Float16", "KF_F16"),
+           "bfloat16": ("uint16_t", "KF_BF16")}
+
+C_LOAD_STORE = {
+    "float32": "static inline float ld(const elem_t *p, int64_t i) { return p[i]; }\n"
+               "static inline void st(elem_t *p, int64_t i, float v) { p[i] = v; }\n",
+    "float16": "static inline float ld(const elem_t *p, int64_t i) { return (float)p[i]; }\n"
+               "static inline void st(elem_t *p, int64_t i, float v) { p[i] = (_Float16)v; }\n",
+    "bfloat16": "static inline float ld(const elem_t *p, int64_t i) {\n"
+                "    uint32_t u = (uint32_t)p[i] << 16; float f; memcpy(&f, &u, 4); return f;\n}\n"
+                "static inline void st(elem_t *p, int64_t i, float v) {\n"
+                "    uint32_t u; memcpy(&u, &v, 4); u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest even */\n"
+                "    p[i] = (uint16_t)(u >> 16);\n}\n",
+}
+
+
+def next_pow2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def contiguous_strides(shape: list[int]) -> list[int]:
+    strides, acc = [], 1
+    for size in reversed(shape):
+        strides.append(acc)
+        acc *= max(size, 1)
+    return list(reversed(strides))

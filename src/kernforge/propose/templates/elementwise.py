@@ -1,0 +1,3 @@
+"""Placeholder: filled in by the elementwise family work."""
+
+FAMILIES: list = []

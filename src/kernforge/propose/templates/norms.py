@@ -1,0 +1,3 @@
+"""Placeholder: filled in by the norms family work."""
+
+FAMILIES: list = []

@@ -1,0 +1,3 @@
+"""Placeholder: filled in by the pool family work."""
+
+FAMILIES: list = []

@@ -1,0 +1,3 @@
+"""Placeholder: filled in by the reduce family work."""
+
+FAMILIES: list = []

@@ -1,0 +1,163 @@
+"""Check built-in kernels of any family against the ATen op itself; used by the family tests.
+
+    python family_check.py BACKEND < variants.json > results.json
+
+variants.json is a list of {"id", "op", "args", "params"}: `args` in a task's
+JSON form (tensors as {"shape", "dtype", "stride"}, optionally "positive": true
+for values that must be > 0, like a running variance; other values as they
+are), `params` a point of the matching family's space. The result maps each id
+to None (correct on every input set) or why not. For the triton backend run it
+with TRITON_INTERPRET=1 in the environment (set before triton is imported).
+
+In a test, in-process (the cpu backend):
+
+    task = make_task("aten::native_layer_norm.default", [tensor([7, 300]), [300], ...])
+    assert check_params(task, "cpu", params, tmp_path) is None
+
+The acceptance rule is the pipeline's own (kernforge.evaluate.checks.compare):
+within 8x eager's error against a float64 oracle, or the dtype's floor; every
+output of the op (a norm's mean and rstd too) is compared.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from kernforge.capture.recorder import tensor_meta
+from kernforge.evaluate.checks import compare, normalised_error, outputs_list, upcast
+from kernforge.tasks import KernelTask, resolve_op
+
+
+def tensor(shape: list[int], dtype: str = "torch.float32", stride: list[int] | None = None,
+           positive: bool = False) -> dict[str, Any]:
+    """A tensor argument in a task's JSON form (contiguous unless `stride` is given)."""
+    desc = {"shape": list(shape), "dtype": dtype, "stride": stride or _contiguous(list(shape)),
+            "device": "cpu"}
+    if positive:
+        desc["positive"] = True
+    return desc
+
+
+def channels_last(shape: list[int]) -> list[int]:
+    """The strides of an NCHW tensor stored as NHWC."""
+    _, c, h, w = shape
+    return [h * w * c, 1, w * c, c]
+
+
+def make_task(op: str, args: list[Any]) -> KernelTask:
+    real = materialise(args, torch.Generator().manual_seed(0), 1.0)
+    outputs = [tensor_meta(t) for t in outputs_list(resolve_op(op)(*real))]
+    return KernelTask(task_id="t0-check", op=op, signature="check", args=args, outputs=outputs,
+                      samples=[], share=0.5, gain_if_2x=1.33, time_us=10.0, device="cpu")
+
+
+def materialise(args: list[Any], gen: torch.Generator, scale: float, mixed: bool = False) -> list[Any]:
+    """Real arguments for the descriptions: normal values times `scale`; `mixed` gives each
+    leading index of the first tensor its own scale between 1e-3 and 1e2."""
+    out: list[Any] = []
+    first = True
+    for a in args:
+        if isinstance(a, dict) and "shape" in a:
+            out.append(_draw(a, gen, scale if first else 1.0, mixed and first))
+            first = False
+        elif isinstance(a, list) and a and isinstance(a[0], dict):
+            out.append([_draw(t, gen, 1.0, False) for t in a])
+        else:
+            out.append(a)
+    return out
+
+
+def _draw(desc: dict[str, Any], gen: torch.Generator, scale: float, mixed: bool) -> torch.Tensor:
+    dtype = getattr(torch, desc["dtype"].replace("torch.", ""))
+    shape, stride = desc["shape"], desc["stride"]
+    storage = max(1, 1 + sum((s - 1) * st for s, st in zip(shape, stride) if s > 0))
+    flat = torch.randn(storage, generator=gen, dtype=torch.float64)
+    x = torch.as_strided(flat, shape, stride)
+    if desc.get("positive"):
+        x = x.abs() + 0.5
+    x = x * scale
+    if mixed and len(shape) > 1 and shape[0] > 1:
+        per_row = torch.pow(10.0, torch.empty(shape[0], dtype=torch.float64).uniform_(-3, 2, generator=gen))
+        x = x * per_row.view(-1, *([1] * (len(shape) - 1)))
+    result = torch.empty_strided(shape, stride, dtype=dtype)
+    result.copy_(x)
+    return result
+
+
+def input_sets(args: list[Any]) -> list[tuple[str, list[Any]]]:
+    gen = torch.Generator().manual_seed(1)
+    return [("normal", materialise(args, gen, 1.0)), ("large", materialise(args, gen, 100.0)),
+            ("mixed", materialise(args, gen, 1.0, mixed=True))]
+
+
+def check_kernel(kernel: Any, task: KernelTask) -> str | None:
+    """None if the built kernel matches the op on every input set, else why not."""
+    op = resolve_op(task.op)
+    for label, args in input_sets(task.args):
+        eager = outputs_list(op(*args))
+        oracles = outputs_list(op(*upcast(args)))
+        eager_errors = [normalised_error(e, o) if e.is_floating_point() else 0.0
+                        for e, o in zip(eager, oracles)]
+        try:
+            outs = outputs_list(kernel(*[a.clone() if isinstance(a, torch.Tensor) else a for a in args]))
+        except Exception as e:  # noqa: BLE001 - reported as the variant's failure
+            return f"{label}: {type(e).__name__}: {e}"[:2000]
+        why, _ = compare(outs, oracles, eager_errors, [e.dtype for e in eager])
+        if why:
+            return f"{label}: {why}"
+    return None
+
+
+def check_source(source: str, backend_name: str, task: KernelTask, work_dir: Path) -> str | None:
+    from kernforge.backends import get_backend
+
+    backend = get_backend(backend_name)
+    work_dir.mkdir(parents=True, exist_ok=True)
+    path = work_dir / f"variant{len(list(work_dir.glob('variant*')))}{backend.source_suffix}"
+    path.write_text(source)
+    try:
+        kernel = backend.build(path, work_dir / "build", task.outputs)
+    except Exception as e:  # noqa: BLE001
+        return f"build: {type(e).__name__}: {e}"[:2000]
+    return check_kernel(kernel, task)
+
+
+def check_params(task: KernelTask, backend_name: str, params: dict[str, Any], work_dir: Path) -> str | None:
+    """Render the family's kernel for `params` and check it."""
+    family, facts = family_for(task)
+    return check_source(family.render(facts, backend_name, params), backend_name, task, work_dir)
+
+
+def family_for(task: KernelTask):
+    from kernforge.propose.builtin import BuiltinProposer
+
+    return BuiltinProposer()._family_for(task)
+
+
+def _contiguous(shape: list[int]) -> list[int]:
+    strides, acc = [], 1
+    for size in reversed(shape):
+        strides.append(acc)
+        acc *= max(size, 1)
+    return strides[::-1]
+
+
+def main(backend_name: str) -> int:
+    variants = json.load(sys.stdin)
+    results: dict[str, str | None] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for v in variants:
+            task = make_task(v["op"], v["args"])
+            results[v["id"]] = check_params(task, backend_name, v["params"], Path(tmp) / v["id"])
+    json.dump(results, sys.stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))
