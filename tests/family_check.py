@@ -90,16 +90,24 @@ def _draw(desc: dict[str, Any], gen: torch.Generator, scale: float, mixed: bool)
     return result
 
 
-def input_sets(args: list[Any]) -> list[tuple[str, list[Any]]]:
+def input_sets(op: str, args: list[Any]) -> list[tuple[str, list[Any]]]:
     gen = torch.Generator().manual_seed(1)
-    return [("normal", materialise(args, gen, 1.0)), ("large", materialise(args, gen, 100.0)),
+    sets = [("normal", materialise(args, gen, 1.0)), ("large", materialise(args, gen, 100.0)),
             ("mixed", materialise(args, gen, 1.0, mixed=True))]
+    if op in ("aten::_softmax.default", "aten::_log_softmax.default"):
+        masked = materialise(args, gen, 1.0)
+        x = masked[0].view(-1, masked[0].shape[-1])
+        x[0, min(3, x.shape[1] - 1)] = -float("inf")  # an attention mask: one element out
+        if x.shape[0] > 1:
+            x[1, :] = -float("inf")  # a fully masked row: NaN, as eager gives
+        sets.append(("masked", masked))
+    return sets
 
 
 def check_kernel(kernel: Any, task: KernelTask) -> str | None:
     """None if the built kernel matches the op on every input set, else why not."""
     op = resolve_op(task.op)
-    for label, args in input_sets(task.args):
+    for label, args in input_sets(task.op, task.args):
         eager = outputs_list(op(*args))
         oracles = outputs_list(op(*upcast(args)))
         eager_errors = [normalised_error(e, o) if e.is_floating_point() else 0.0

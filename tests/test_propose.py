@@ -9,9 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import family_check
 import pytest
 from helpers import SOFTMAX_OP, TESTS_DIR
-from softmax_variant_check import check
 
 from kernforge.backends import cpu
 from kernforge.errors import UserError
@@ -154,16 +154,22 @@ def test_proposals_never_repeat_and_cover_the_space(backend, dtype, parents):
 
 # ---------------------------------------------------------------- every C variant is correct
 
-VARIANT_SHAPE = (7, 157)  # odd rows and columns; 157 = 2 x 64 + 29 exercises the online blocks
+VARIANT_SHAPE = [7, 157]  # odd rows and columns; 157 = 2 x 64 + 29 exercises the online blocks
+LOG_SOFTMAX_OP = "aten::_log_softmax.default"
+
+
+def softmax_task(op: str, shape: list[int], dtype: str) -> KernelTask:
+    return family_check.make_task(op, [family_check.tensor(shape, f"torch.{dtype}"), -1, False])
 
 
 def c_variants():
-    for dtype in ("float32", "bfloat16", "float16"):
-        facts = {"rows": VARIANT_SHAPE[0], "cols": VARIANT_SHAPE[1], "dtype": dtype}
-        for params in _all_points(softmax.space(facts, "cpu")):
-            if softmax.valid(facts, "cpu", params):
-                name = "-".join(str(v) for v in params.values())
-                yield pytest.param(facts, params, id=f"{dtype}-{name}")
+    for op in (SOFTMAX_OP, LOG_SOFTMAX_OP):
+        for dtype in ("float32", "bfloat16", "float16"):
+            facts = softmax.match(softmax_task(op, VARIANT_SHAPE, dtype))
+            for params in _all_points(softmax.space(facts, "cpu")):
+                if softmax.valid(facts, "cpu", params):
+                    name = "-".join(str(v) for v in params.values())
+                    yield pytest.param(op, dtype, params, id=f"{op[6:-8]}-{dtype}-{name}")
 
 
 @pytest.fixture(scope="module")
@@ -172,51 +178,55 @@ def c_build_dir(tmp_path_factory) -> Path:
 
 
 @pytest.mark.skipif(cpu.unavailable_reason() is not None, reason="gcc is not installed")
-@pytest.mark.parametrize("facts, params", list(c_variants()))
-def test_every_c_variant_compiles_and_is_correct(facts, params, c_build_dir):
-    source = c_build_dir / f"{facts['dtype']}-{'-'.join(str(v) for v in params.values())}.c"
-    source.write_text(softmax.render_c(facts, params))
-    out_meta = [{"shape": list(VARIANT_SHAPE), "dtype": f"torch.{facts['dtype']}",
-                 "stride": [VARIANT_SHAPE[1], 1], "device": "cpu"}]
-    kernel = cpu.build(source, c_build_dir / "build", out_meta)
-    assert check(kernel, facts) is None
+@pytest.mark.parametrize("op, dtype, params", list(c_variants()))
+def test_every_c_variant_compiles_and_is_correct(op, dtype, params, c_build_dir):
+    task = softmax_task(op, VARIANT_SHAPE, dtype)
+    assert family_check.check_params(task, "cpu", params, c_build_dir) is None
 
 
-def test_c_variants_cover_each_dtype_and_algorithm():
+def test_c_variants_cover_each_op_dtype_and_algorithm():
     variants = [p.values for p in c_variants()]
-    for dtype in ("float32", "bfloat16", "float16"):
-        algorithms = {params["algorithm"] for facts, params in variants if facts["dtype"] == dtype}
-        assert {"recompute", "online"} <= algorithms
-    # store_exp keeps exp() in the output between passes: only where the output is fp32
-    assert {f["dtype"] for f, p in variants if p["algorithm"] == "store_exp"} == {"float32"}
+    for op in (SOFTMAX_OP, LOG_SOFTMAX_OP):
+        for dtype in ("float32", "bfloat16", "float16"):
+            algorithms = {params["algorithm"] for o, d, params in variants if (o, d) == (op, dtype)}
+            assert {"recompute", "online"} <= algorithms
+    # store_exp keeps exp() in the output between passes: only where the output is fp32, for softmax
+    assert {(o, d) for o, d, p in variants if p["algorithm"] == "store_exp"} == {(SOFTMAX_OP, "float32")}
 
 
 # ---------------------------------------------------------------- every Triton variant is correct
 
-TRITON_SHAPES = [(7, 37), (3, 300)]  # 300 columns: the online loop takes two or more blocks
+# 300 columns: the online loop and the split take two or more blocks; 7 rows pack unevenly.
+TRITON_SHAPES = [[7, 37], [3, 300]]
 HAVE_TRITON = importlib.util.find_spec("triton") is not None
 
 
 def triton_variants() -> list[dict]:
+    """Every valid softmax point in three dtypes; log-softmax at 4 warps (the same kernels, LOG set)."""
     variants = []
-    for dtype in ("float32", "bfloat16", "float16"):
-        for rows, cols in TRITON_SHAPES:
-            facts = {"rows": rows, "cols": cols, "dtype": dtype}
-            for params in _all_points(softmax.space(facts, "triton")):
-                if softmax.valid(facts, "triton", params):
+    for op in (SOFTMAX_OP, LOG_SOFTMAX_OP):
+        for dtype in ("float32", "bfloat16", "float16"):
+            for shape in TRITON_SHAPES:
+                task = softmax_task(op, shape, dtype)
+                facts = softmax.match(task)
+                for params in _all_points(softmax.space(facts, "triton")):
+                    if not softmax.valid(facts, "triton", params):
+                        continue
+                    if op == LOG_SOFTMAX_OP and params["num_warps"] != 4:
+                        continue
                     name = "-".join(str(v) for v in params.values())
-                    variants.append({"id": f"{dtype}-{rows}x{cols}-{name}", "facts": facts,
-                                     "params": params})
+                    variants.append({"id": f"{op[6:-8]}-{dtype}-{shape[0]}x{shape[1]}-{name}", "op": op,
+                                     "args": task.args, "params": params})
     return variants
 
 
 @pytest.fixture(scope="module")
 def triton_results() -> dict:
-    """Every valid Triton variant run under the interpreter, in one fresh process."""
+    """Every chosen Triton variant run under the interpreter, in one fresh process."""
     env = {**os.environ, "TRITON_INTERPRET": "1"}
-    proc = subprocess.run([sys.executable, str(TESTS_DIR / "softmax_variant_check.py"), "triton"],
+    proc = subprocess.run([sys.executable, str(TESTS_DIR / "family_check.py"), "triton"],
                           input=json.dumps(triton_variants()), capture_output=True, text=True,
-                          env=env, timeout=600, check=False)
+                          env=env, timeout=900, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout)
 
@@ -228,6 +238,20 @@ def test_every_triton_variant_is_correct_under_the_interpreter(variant_id, trito
     assert triton_results[variant_id] is None, triton_results[variant_id]
 
 
-def test_triton_variants_include_both_kernels():
-    variants = [v["params"]["variant"] for v in triton_variants()]
-    assert {"single_tile", "online_loop"} <= set(variants)
+def test_triton_variants_include_every_kernel_for_both_ops():
+    for op in (SOFTMAX_OP, LOG_SOFTMAX_OP):
+        variants = {v["params"]["variant"] for v in triton_variants() if v["op"] == op}
+        assert variants == {"single_tile", "online_loop", "split_row"}
+
+
+@pytest.mark.parametrize("shape, expected", [
+    ([4096, 256], {"variant": "single_tile", "rows_per_program": 4, "block_n": 256}),  # short rows packed
+    ([16384, 2048], {"variant": "single_tile", "rows_per_program": 2, "block_n": 2048}),
+    ([8, 262144], {"variant": "split_row", "block_n": 4096}),  # 8 rows: each split in 64 chunks
+    ([4096, 65536], {"variant": "online_loop"}),  # rows too long for registers, enough of them
+])
+def test_triton_starting_points_fit_the_shape(shape, expected):
+    facts = softmax.match(make_task(shape=tuple(shape)))
+    params = softmax.initial(facts, "triton")
+    assert softmax.valid(facts, "triton", params)
+    assert expected.items() <= params.items()

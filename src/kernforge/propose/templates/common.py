@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+# The SMs of an H100/H200, the GPUs kernforge is tuned on: the starting points aim to give each
+# several programs. A search corrects the guess on other GPUs.
+GPU_SMS = 132
+
 C_TYPES = {"float32": ("float", "KF_F32"), "float16": ("_Float16", "KF_F16"),
            "bfloat16": ("uint16_t", "KF_BF16")}
 

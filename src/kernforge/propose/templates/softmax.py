@@ -1,8 +1,12 @@
-"""Softmax over the last dimension: y = exp(x - max(x)) / sum(exp(x - max(x))), row by row.
+"""Softmax and log-softmax over the last dimension, row by row:
+    softmax      y = exp(x - max(x)) / sum(exp(x - max(x)))
+    log-softmax  y = x - max(x) - log(sum(exp(x - max(x))))
 
 Memory-bound: one read of x and one write of y is the floor (8 bytes per element
-in fp32). The variants differ in how many times they re-read a row and where
-the row lives between passes.
+in fp32). The variants differ in how many times they re-read a row, where the
+row lives between passes, and how rows map onto programs: many short rows
+packed into one program, one row per program, or one long row split across
+programs (when there are too few rows to fill the GPU).
 """
 
 from __future__ import annotations
@@ -12,14 +16,24 @@ from typing import Any
 
 from kernforge.backends.native import C_PRELUDE
 from kernforge.propose.builtin import Family
-from kernforge.propose.templates.common import C_LOAD_STORE, C_TYPES, contiguous_strides, next_pow2
+from kernforge.propose.templates.common import (
+    C_LOAD_STORE,
+    C_TYPES,
+    GPU_SMS,
+    contiguous_strides,
+    next_pow2,
+)
 from kernforge.tasks import KernelTask
 
 SUPPORTED_DTYPES = ("torch.float32", "torch.float16", "torch.bfloat16")
+MAX_CHUNKS = 1024  # split_row: the most chunks one row is split into
+
+
+OPS = {"aten::_softmax.default": False, "aten::_log_softmax.default": True}  # op -> log
 
 
 def match(task: KernelTask) -> dict[str, Any] | str:
-    if task.op != "aten::_softmax.default":
+    if task.op not in OPS:
         return f"no built-in template for {task.op}"
     x, dim, half_to_float = (task.args + [None, None, None])[:3]
     if not isinstance(x, dict) or "shape" not in x:
@@ -36,7 +50,8 @@ def match(task: KernelTask) -> dict[str, Any] | str:
         return "softmax on a non-contiguous input has no built-in template yet"
     cols = shape[-1]
     rows = math.prod(shape[:-1])
-    return {"rows": rows, "cols": cols, "dtype": x["dtype"].replace("torch.", "")}
+    return {"rows": rows, "cols": cols, "dtype": x["dtype"].replace("torch.", ""),
+            "log": OPS[task.op], "op": task.op}
 
 
 # ---------------------------------------------------------------- parameter space
@@ -51,9 +66,9 @@ def space(facts: dict[str, Any], backend: str) -> dict[str, list[Any]]:
         }
     if backend == "triton":
         return {
-            "variant": ["single_tile", "online_loop"],
-            "rows_per_program": [1, 2, 4, 8, 16],
-            "block_n": [256, 512, 1024, 2048, 4096, 8192],
+            "variant": ["single_tile", "online_loop", "split_row"],
+            "rows_per_program": [1, 2, 4, 8, 16, 32, 64],
+            "block_n": [16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192],
             "num_warps": [1, 2, 4, 8, 16],
         }
     return {}
@@ -62,25 +77,39 @@ def space(facts: dict[str, Any], backend: str) -> dict[str, list[Any]]:
 def initial(facts: dict[str, Any], backend: str) -> dict[str, Any]:
     if backend == "cpu":
         # The best guess measured on a Zen 4 CPU: exp() stored once, vectorised.
-        store = "store_exp" if facts["dtype"] == "float32" else "recompute"
+        store = "store_exp" if facts["dtype"] == "float32" and not facts["log"] else "recompute"
         return {"algorithm": store, "exp": "poly", "schedule": "static", "simd": True}
-    cols = facts["cols"]
-    whole_row = next_pow2(cols)
+    rows, cols = facts["rows"], facts["cols"]
+    whole_row = max(16, next_pow2(cols))
+    if rows < 2 * GPU_SMS and cols >= 8192:
+        # Too few rows to fill the SMs: split each row into chunks of 4096.
+        return {"variant": "split_row", "rows_per_program": 1, "block_n": 4096, "num_warps": 8}
     if whole_row <= 8192:
-        return {"variant": "single_tile", "rows_per_program": 1, "block_n": max(256, whole_row),
-                "num_warps": 4 if whole_row <= 2048 else 8}
+        # Pack short rows up to ~4K values per program, but keep at least 4 programs per SM.
+        packed = max(1, min(64, 4096 // whole_row))
+        while packed > 1 and rows // packed < 4 * GPU_SMS:
+            packed //= 2
+        tile = packed * whole_row
+        return {"variant": "single_tile", "rows_per_program": packed, "block_n": whole_row,
+                "num_warps": 4 if tile <= 2048 else 8}
     return {"variant": "online_loop", "rows_per_program": 1, "block_n": 4096, "num_warps": 8}
 
 
 def valid(facts: dict[str, Any], backend: str, params: dict[str, Any]) -> bool:
     if backend == "cpu":
-        # store_exp keeps exp() in the output between passes: exact only when the output is fp32.
-        return params["algorithm"] != "store_exp" or facts["dtype"] == "float32"
+        # store_exp keeps exp() in the output between passes: exact only when the output is fp32,
+        # and only for softmax (log-softmax needs x again at the end).
+        return params["algorithm"] != "store_exp" or (facts["dtype"] == "float32" and not facts["log"])
+    cols, block, rpp = facts["cols"], params["block_n"], params["rows_per_program"]
     if params["variant"] == "single_tile":
-        whole_row = max(256, next_pow2(facts["cols"]))
         # A tile holds whole rows; past 16K fp32 values per program the registers spill.
-        return params["block_n"] == whole_row and params["rows_per_program"] * whole_row <= 16384
-    return params["rows_per_program"] == 1 and params["block_n"] < facts["cols"] * 2
+        return block == max(16, next_pow2(cols)) and rpp * block <= 16384
+    if rpp != 1 or block < 256:
+        return False
+    if params["variant"] == "online_loop":
+        return block < cols * 2
+    # split_row: at least two chunks per row, at most MAX_CHUNKS (their partials fit one tile).
+    return cols > block and math.ceil(cols / block) <= MAX_CHUNKS
 
 
 def explain(name: str, old: Any, new: Any) -> str:
@@ -96,8 +125,10 @@ def explain(name: str, old: Any, new: Any) -> str:
                      "dynamic": "threads take rows as they free up: better when cores are uneven"},
         "simd": {True: "ask the compiler to vectorise the inner loops",
                  False: "scalar inner loops: no vector reductions"},
-        "variant": {"single_tile": "the whole row in registers: one read, one write",
-                    "online_loop": "loop over the row in blocks with a running max: rows of any length"},
+        "variant": {"single_tile": "whole rows in registers: one read, one write",
+                    "online_loop": "loop over the row in blocks with a running max: rows of any length",
+                    "split_row": "each row split across programs (partial max and sum, then a combine): "
+                                 "fills the GPU when there are few long rows"},
         "rows_per_program": {},
         "block_n": {},
         "num_warps": {},
@@ -186,12 +217,28 @@ _C_ROW = {
 }
 
 
+# The last pass of recompute/online, and its log-softmax form: y = x - (max + log(sum)).
+_C_SCALE = """        float inv = 1.0f / s;
+        SIMD()
+        for (int64_t c = 0; c < COLS; ++c) st(yr, c, kf_exp(ld(xr, c) - m) * inv);
+"""
+_C_LOG_SHIFT = """        float shift = m + logf(s);
+        SIMD()
+        for (int64_t c = 0; c < COLS; ++c) st(yr, c, ld(xr, c) - shift);
+"""
+assert all(_C_SCALE in _C_ROW[a] for a in ("recompute", "online"))
+
+
 def render_c(facts: dict[str, Any], params: dict[str, Any]) -> str:
     ctype, code = C_TYPES[facts["dtype"]]
     simd_macro = ('#define SIMD(clause) _Pragma(KF_STR(omp simd clause))\n#define KF_STR(s) #s\n'
                   if params["simd"] else "#define SIMD(clause)\n")
-    return f"""/* kernforge builtin: softmax over the last dim, {facts['rows']} rows x {facts['cols']} cols, {facts['dtype']}
- * kf-op: aten::_softmax.default
+    row_code = _C_ROW[params["algorithm"]]
+    if facts["log"]:
+        row_code = row_code.replace(_C_SCALE, _C_LOG_SHIFT)
+    what = "log-softmax" if facts["log"] else "softmax"
+    return f"""/* kernforge builtin: {what} over the last dim, {facts['rows']} rows x {facts['cols']} cols, {facts['dtype']}
+ * kf-op: {facts['op']}
  * algorithm={params['algorithm']} exp={params['exp']} schedule={params['schedule']} simd={params['simd']}
  */
 #include <math.h>
@@ -216,7 +263,7 @@ int kf_forward(const kf_tensor *in, int n_in, kf_tensor *out, int n_out) {{
     for (int64_t r = 0; r < ROWS; ++r) {{
         const elem_t *restrict xr = x + r * COLS;
         elem_t *restrict yr = y + r * COLS;
-{_C_ROW[params['algorithm']]}    }}
+{row_code}    }}
     return 0;
 }}
 """
@@ -226,7 +273,7 @@ int kf_forward(const kf_tensor *in, int n_in, kf_tensor *out, int n_out) {{
 
 _TRITON_SINGLE = '''
 @triton.jit
-def softmax_rows(X, Y, n_rows, n_cols, BLOCK_N: tl.constexpr, ROWS: tl.constexpr):
+def softmax_rows(X, Y, n_rows, n_cols, BLOCK_N: tl.constexpr, ROWS: tl.constexpr, LOG: tl.constexpr):
     # ROWS whole rows per program, each row in registers: one read of x, one write of y.
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     cols = tl.arange(0, BLOCK_N)
@@ -235,19 +282,22 @@ def softmax_rows(X, Y, n_rows, n_cols, BLOCK_N: tl.constexpr, ROWS: tl.constexpr
     x = tl.load(X + offsets, mask=mask, other=-float("inf")).to(tl.float32)
     m = tl.max(x, axis=1)
     e = tl.exp(x - m[:, None])
-    y = e / tl.sum(e, axis=1)[:, None]
+    if LOG:
+        y = (x - m[:, None]) - tl.log(tl.sum(e, axis=1))[:, None]
+    else:
+        y = e / tl.sum(e, axis=1)[:, None]
     tl.store(Y + offsets, y.to(Y.dtype.element_ty), mask=mask)
 
 
 def launch(x, y, n_rows, n_cols):
     grid = (triton.cdiv(n_rows, ROWS_PER_PROGRAM),)
-    softmax_rows[grid](x, y, n_rows, n_cols, BLOCK_N=BLOCK_N, ROWS=ROWS_PER_PROGRAM,
+    softmax_rows[grid](x, y, n_rows, n_cols, BLOCK_N=BLOCK_N, ROWS=ROWS_PER_PROGRAM, LOG=LOG,
                        num_warps=NUM_WARPS)
 '''
 
 _TRITON_ONLINE = '''
 @triton.jit
-def softmax_online(X, Y, n_cols, BLOCK_N: tl.constexpr):
+def softmax_online(X, Y, n_cols, BLOCK_N: tl.constexpr, LOG: tl.constexpr):
     # One row per program, read in blocks; each lane keeps a running max and sum,
     # merged at the end: two reads of x, one write of y, rows of any length.
     row = tl.program_id(0).to(tl.int64)
@@ -266,32 +316,83 @@ def softmax_online(X, Y, n_cols, BLOCK_N: tl.constexpr):
     for start in range(0, n_cols, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
         x = tl.load(x_row + cols, mask=cols < n_cols, other=-float("inf")).to(tl.float32)
-        y = tl.exp(x - m_row) / s_row
+        if LOG:
+            y = (x - m_row) - tl.log(s_row)
+        else:
+            y = tl.exp(x - m_row) / s_row
         tl.store(y_row + cols, y.to(Y.dtype.element_ty), mask=cols < n_cols)
 
 
 def launch(x, y, n_rows, n_cols):
-    softmax_online[(n_rows,)](x, y, n_cols, BLOCK_N=BLOCK_N, num_warps=NUM_WARPS)
+    softmax_online[(n_rows,)](x, y, n_cols, BLOCK_N=BLOCK_N, LOG=LOG, num_warps=NUM_WARPS)
 '''
+
+_TRITON_SPLIT = '''
+@triton.jit
+def softmax_partials(X, M, S, n_cols, n_chunks, BLOCK_N: tl.constexpr):
+    # Program (row, chunk): the chunk's max and sum of exp(x - max), one read of the chunk.
+    row = tl.program_id(0).to(tl.int64)
+    chunk = tl.program_id(1)
+    cols = chunk * BLOCK_N + tl.arange(0, BLOCK_N)
+    x = tl.load(X + row * n_cols + cols, mask=cols < n_cols, other=-float("inf")).to(tl.float32)
+    m = tl.max(x, axis=0)
+    s = tl.sum(tl.where(x == -float("inf"), 0.0, tl.exp(x - m)), axis=0)
+    tl.store(M + row * n_chunks + chunk, m)
+    tl.store(S + row * n_chunks + chunk, s)
+
+
+@triton.jit
+def softmax_finish(X, Y, M, S, n_cols, n_chunks, BLOCK_N: tl.constexpr, CHUNKS: tl.constexpr,
+                   LOG: tl.constexpr):
+    # Every program combines its row's partials (a few KB, cached), then writes its chunk.
+    row = tl.program_id(0).to(tl.int64)
+    chunk = tl.program_id(1)
+    k = tl.arange(0, CHUNKS)
+    m_k = tl.load(M + row * n_chunks + k, mask=k < n_chunks, other=-float("inf"))
+    s_k = tl.load(S + row * n_chunks + k, mask=k < n_chunks, other=0.0)
+    m = tl.max(m_k, axis=0)
+    s = tl.sum(tl.where(m_k == -float("inf"), 0.0, s_k * tl.exp(m_k - m)), axis=0)
+    cols = chunk * BLOCK_N + tl.arange(0, BLOCK_N)
+    x = tl.load(X + row * n_cols + cols, mask=cols < n_cols, other=-float("inf")).to(tl.float32)
+    if LOG:
+        y = (x - m) - tl.log(s)
+    else:
+        y = tl.exp(x - m) / s
+    tl.store(Y + row * n_cols + cols, y.to(Y.dtype.element_ty), mask=cols < n_cols)
+
+
+def launch(x, y, n_rows, n_cols):
+    n_chunks = triton.cdiv(n_cols, BLOCK_N)
+    partial_max = torch.empty((n_rows, n_chunks), dtype=torch.float32, device=x.device)
+    partial_sum = torch.empty((n_rows, n_chunks), dtype=torch.float32, device=x.device)
+    grid = (n_rows, n_chunks)
+    softmax_partials[grid](x, partial_max, partial_sum, n_cols, n_chunks, BLOCK_N=BLOCK_N,
+                           num_warps=NUM_WARPS)
+    softmax_finish[grid](x, y, partial_max, partial_sum, n_cols, n_chunks, BLOCK_N=BLOCK_N,
+                         CHUNKS=triton.next_power_of_2(n_chunks), LOG=LOG, num_warps=NUM_WARPS)
+'''
+
+_TRITON_BODIES = {"single_tile": _TRITON_SINGLE, "online_loop": _TRITON_ONLINE, "split_row": _TRITON_SPLIT}
 
 
 def render_triton(facts: dict[str, Any], params: dict[str, Any]) -> str:
     single = params["variant"] == "single_tile"
-    body = _TRITON_SINGLE if single else _TRITON_ONLINE
     rows_line = f"ROWS_PER_PROGRAM = {params['rows_per_program']}\n" if single else ""
-    return f'''"""kernforge builtin: softmax over the last dim, {facts['rows']} rows x {facts['cols']} cols, {facts['dtype']}.
+    what = "log-softmax" if facts["log"] else "softmax"
+    return f'''\"\"\"kernforge builtin: {what} over the last dim, {facts['rows']} rows x {facts['cols']} cols, {facts['dtype']}.
 
-kf-op: aten::_softmax.default
+kf-op: {facts['op']}
 variant={params['variant']} block_n={params['block_n']} num_warps={params['num_warps']}{
         f" rows_per_program={params['rows_per_program']}" if single else ""}
-"""
+\"\"\"
 import torch
 import triton
 import triton.language as tl
 
 BLOCK_N = {params['block_n']}
 NUM_WARPS = {params['num_warps']}
-{rows_line}{body}
+LOG = {facts['log']}
+{rows_line}{_TRITON_BODIES[params['variant']]}
 
 def kf_forward(x, dim, half_to_float):
     n_cols = x.shape[-1]
