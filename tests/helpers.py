@@ -62,3 +62,24 @@ def run_cli(*args: str, cwd: Path | str = REPO_ROOT, env: dict[str, str] | None 
     full_env.update(env or {})
     return subprocess.run([sys.executable, "-m", "kernforge", *args], cwd=cwd, env=full_env,
                           capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def scripted_context(propose, evaluate_one, iterations: int, parallel: int = 1, previous=None):
+    """A SearchContext over scripted results: evaluate_one(proposal, parent, decide) -> Node.
+    Batches are evaluated in order, as the engine does once a round's workers are done;
+    `batches` records the size of each round."""
+    from kernforge.search import SearchContext
+
+    def evaluate_many(items, decide):
+        ctx.batches.append(len(items))
+        nodes = []
+        for proposal, parent in items:
+            nodes.append(evaluate_one(proposal, parent, decide))
+            ctx.evaluated += 1
+        return nodes
+
+    previous = list(previous or [])
+    ctx = SearchContext(task=None, iterations=iterations, propose=propose, evaluate_many=evaluate_many,
+                        parallel=parallel, previous=previous, evaluated=len(previous))
+    ctx.batches = []
+    return ctx

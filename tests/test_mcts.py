@@ -6,9 +6,11 @@ landscape where one path is a trap (greedy's) and another leads further.
 
 from __future__ import annotations
 
+from helpers import scripted_context
+
 from kernforge.evaluate import EvalResult, Timing
 from kernforge.propose import Proposal
-from kernforge.search import Node, SearchContext, get_strategy
+from kernforge.search import Node, get_strategy
 
 EAGER = Timing(p20_ms=0.99, p50_ms=1.0, p80_ms=1.01, runs=10, method="test")
 
@@ -18,7 +20,7 @@ def timed(p50: float) -> EvalResult:
     return EvalResult(status="ok", timing=t, eager=EAGER)
 
 
-def run(strategy: str, landscape, iterations: int, supply: int | None = None):
+def run(strategy: str, landscape, iterations: int, supply: int | None = None, parallel: int = 1):
     """landscape(lineage of proposal numbers) -> EvalResult; returns the nodes in order."""
     nodes: list[Node] = []
     lineage: dict[str, list[int]] = {}
@@ -40,8 +42,9 @@ def run(strategy: str, landscape, iterations: int, supply: int | None = None):
         nodes.append(node)
         return node
 
-    get_strategy(strategy).run(SearchContext(task=None, iterations=iterations, propose=propose,
-                                             evaluate=evaluate))
+    ctx = scripted_context(propose, evaluate, iterations, parallel=parallel)
+    get_strategy(strategy).run(ctx)
+    run.batches = ctx.batches
     return nodes
 
 
@@ -91,3 +94,63 @@ def test_mcts_expands_past_failures():
 
     nodes = run("mcts", landscape, iterations=10)
     assert any(n.result.ok for n in nodes)  # a variation of a broken candidate may work
+
+
+def test_mcts_evaluates_several_candidates_per_round_when_parallel():
+    nodes = run("mcts", trap, iterations=20, parallel=4)
+    assert len(nodes) == 20
+    assert max(run.batches) == 4 and sum(run.batches) == 20
+    assert len({n.proposal.source for n in nodes}) == 20
+    # Still out of the trap that holds greedy under 1.3x; a round adds one level at most
+    # (a child cannot be expanded before it is evaluated), so it goes less deep than
+    # one-at-a-time in the same 20 candidates.
+    assert best_speedup(nodes) > 1.3
+
+
+def test_parallel_rounds_never_exceed_the_budget():
+    run("mcts", lambda chain: timed(0.9), iterations=10, parallel=4)
+    assert sum(run.batches) == 10 and max(run.batches) <= 4
+
+
+def resumed(strategy: str, landscape, first: list[Node], iterations: int) -> list[Node]:
+    """Continue a search from the nodes of an earlier one, as --resume does."""
+    nodes: list[Node] = []
+    lineage = {n.node_id: n.proposal.params["chain"] for n in first}
+    counter = {"n": max(c for n in first for c in n.proposal.params["chain"])}
+
+    def propose(parent):
+        counter["n"] += 1
+        chain = (lineage[parent.node_id] if parent else []) + [counter["n"]]
+        return Proposal(source=f"candidate {counter['n']}", rationale="scripted", params={"chain": chain})
+
+    def evaluate(proposal, parent, keep_if):
+        node_id = f"n{len(first) + len(nodes)}"
+        lineage[node_id] = proposal.params["chain"]
+        node = Node(node_id=node_id, parent_id=parent.node_id if parent else None, proposal=proposal,
+                    result=landscape(proposal.params["chain"]))
+        node.kept = keep_if(node)
+        nodes.append(node)
+        return node
+
+    get_strategy(strategy).run(scripted_context(propose, evaluate, iterations, previous=first))
+    return nodes
+
+
+def test_resumed_mcts_spends_only_the_rest_of_the_budget_and_builds_on_the_old_tree():
+    first = run("mcts", trap, iterations=8)
+    more = resumed("mcts", trap, first, iterations=20)
+    assert len(more) == 12
+    old_ids = {n.node_id for n in first}
+    assert any(n.parent_id in old_ids for n in more)  # expands recorded nodes, not a new root only
+    # a new node is kept only if it beats the best recorded one
+    best_before = max(n.result.eager.p50_ms / n.result.timing.p50_ms for n in first if n.kept)
+    for n in more:
+        if n.kept:
+            assert n.result.eager.p50_ms / n.result.timing.p50_ms > best_before
+
+
+def test_resumed_greedy_continues_from_the_last_kept_node():
+    first = run("greedy", lambda chain: timed(1.0 / len(chain)), iterations=3)
+    more = resumed("greedy", lambda chain: timed(1.0 / len(chain)), first, iterations=5)
+    assert len(more) == 2
+    assert more[0].parent_id == [n for n in first if n.kept][-1].node_id

@@ -15,7 +15,7 @@ from helpers import SOFTMAX_OP, TESTS_DIR
 
 from kernforge.backends import cpu
 from kernforge.errors import UserError
-from kernforge.propose import get_proposer
+from kernforge.propose import Proposal, get_proposer
 from kernforge.propose.builtin import BuiltinProposer, _all_points
 from kernforge.propose.templates import softmax
 from kernforge.tasks import KernelTask
@@ -255,3 +255,36 @@ def test_triton_starting_points_fit_the_shape(shape, expected):
     params = softmax.initial(facts, "triton")
     assert softmax.valid(facts, "triton", params)
     assert expected.items() <= params.items()
+
+
+# ---------------------------------------------------------------- failed approaches
+
+def test_a_move_that_failed_before_is_tried_last():
+    from kernforge.propose import Failure
+
+    task = make_task(shape=(64, 300))
+    proposer = BuiltinProposer(seed=0)
+    root = proposer.propose(task, "triton", None, [])
+    tried = [root]
+    # Every single-parameter move away from the root, but one, failed before (from another parent).
+    facts = softmax.match(task)
+    space = softmax.space(facts, "triton")
+    failures = [Failure(Proposal(source="x", rationale="", params={}, changes={name: value}), "compile_error", "")
+                for name, values in space.items() for value in values if value != root.params[name]
+                and not (name == "num_warps" and value == 8)]
+    child = proposer.propose(task, "triton", root, tried, failures)
+    assert child.changes == {"num_warps": 8}
+    assert "failed before" not in child.rationale
+    tried.append(child)
+    # once the untainted move is used, the tainted ones come, and say so
+    child2 = proposer.propose(task, "triton", root, tried, failures)
+    assert "failed before as compile_error" in child2.rationale
+
+
+def test_proposals_record_what_they_changed():
+    task = make_task()
+    proposer = BuiltinProposer(seed=0)
+    root = proposer.propose(task, "cpu", None, [])
+    assert root.changes == root.params
+    child = proposer.propose(task, "cpu", root, [root])
+    assert len(child.changes) == 1 and child.params == {**root.params, **child.changes}

@@ -9,13 +9,13 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from helpers import SOFTMAX_OP
+from helpers import SOFTMAX_OP, scripted_context
 
 from kernforge.backends import get_backend
 from kernforge.errors import UserError
 from kernforge.evaluate import EvalResult, Timing
 from kernforge.propose import Proposal, get_proposer
-from kernforge.search import Node, SearchContext, TaskOutcome, get_strategy, search_task
+from kernforge.search import Node, TaskOutcome, get_strategy, search_task
 from kernforge.store import RESULT_COLUMNS, RunStore
 
 EAGER = Timing(p20_ms=0.95, p50_ms=1.0, p80_ms=1.05, runs=10, method="wall-clock")
@@ -55,8 +55,7 @@ def run_greedy(results: list[EvalResult], iterations: int | None = None,
         nodes.append(node)
         return node
 
-    ctx = SearchContext(task=None, iterations=iterations or len(results), propose=propose,
-                        evaluate=evaluate)
+    ctx = scripted_context(propose, evaluate, iterations or len(results))
     get_strategy("greedy").run(ctx)
     return nodes, asked
 

@@ -46,6 +46,8 @@ SEQ_LEN = typer.Option(None, "--seq-len", min=1, help="tokens per sequence, for 
 RESOLUTION = typer.Option(None, "--resolution", min=1,
                           help="image side for vision models; latent side for VAE decoders")
 DTYPE = typer.Option(None, "--dtype", help="fp32, bf16 or fp16 (default: the model's own)")
+RESUME = typer.Option(None, "--resume", help="continue a stopped run from its folder, with its own options "
+                                           "and what is left of its budget")
 SAVE = typer.Option(None, "--save", help="a folder to keep the capture in: profile.json, calls.jsonl "
                                           "and real input/output samples")
 KERNEL_FILE = typer.Argument(..., help="a candidate: .c (cpu), .py (triton) or .cu (cuda)")
@@ -58,12 +60,12 @@ RUNS_DIR = typer.Option(Path("runs"), "--runs-dir", envvar="KERNFORGE_RUNS_DIR",
 
 @app.command(epilog=EXAMPLES)
 def optimize(
-    spec: str = typer.Argument(..., help=SPEC_HELP),
+    spec: str | None = typer.Argument(None, help=SPEC_HELP + " (not with --resume)"),
     backend: str = typer.Option("auto", help="auto (triton on a GPU, else cpu), cpu (C + OpenMP) or "
                                              "triton (GPU; TRITON_INTERPRET=1 checks it on a CPU, untimed)"),
     proposer: str = typer.Option("builtin", help="where candidates come from: builtin (templates, no LLM)"),
-    strategy: str = typer.Option("greedy", help="search strategy: greedy (keep an improvement, revert a loss) "
-                                                "or mcts (Monte Carlo Tree Search over many paths)"),
+    strategy: str = typer.Option("mcts", help="search strategy: mcts (Monte Carlo Tree Search over many "
+                                              "paths) or greedy (keep an improvement, revert a loss)"),
     iterations: int = typer.Option(10, min=1, help="candidates evaluated per op: the search budget"),
     top_k: int = typer.Option(2, "--top-k", min=1, help="how many of the hottest supported ops to search"),
     runs_dir: Path = RUNS_DIR,
@@ -74,19 +76,30 @@ def optimize(
     dtype: str | None = DTYPE,
     scale: str = SCALE,
     compile_peer: str = COMPILE,
+    parallel: int = typer.Option(0, min=0, help="candidates evaluated at once (their timings still take "
+                                                "the device one at a time); 0: 4 on a GPU, 1 on a CPU"),
+    resume: Path | None = RESUME,
     as_json: bool = typer.Option(False, "--json", help="print the result as JSON instead of tables"),
 ) -> None:
     """Profile the model, pick its K hottest ops, search faster kernels for each, print the result."""
-    from kernforge.optimize import OptimizeOptions, summary
+    from kernforge.optimize import OptimizeOptions, options_from_config, summary
     from kernforge.optimize import optimize as run_optimize
+    from kernforge.optimize import resume as run_resume
     from kernforge.report import profile_table, results_table
 
-    opts = OptimizeOptions(spec=spec, backend=backend, proposer=proposer, strategy=strategy,
-                           iterations=iterations, top_k=top_k, runs_dir=runs_dir,
-                           candidate_timeout_s=timeout, compile=compile_peer,
-                           model=_model_options(batch_size, seq_len, resolution, dtype, scale))
-    with _progress(quiet=as_json) as on_event:
-        result = run_optimize(opts, on_event)
+    if (spec is None) == (resume is None):
+        raise UserError("give a model spec to start a run, or --resume RUN_FOLDER to continue one (not both)")
+    if resume is not None:
+        with _progress(quiet=as_json) as on_event:
+            result = run_resume(resume, on_event)
+        opts = options_from_config(json.loads((resume / "config.json").read_text()))
+    else:
+        opts = OptimizeOptions(spec=spec, backend=backend, proposer=proposer, strategy=strategy,
+                               iterations=iterations, top_k=top_k, runs_dir=runs_dir,
+                               candidate_timeout_s=timeout, compile=compile_peer, parallel=parallel,
+                               model=_model_options(batch_size, seq_len, resolution, dtype, scale))
+        with _progress(quiet=as_json) as on_event:
+            result = run_optimize(opts, on_event)
     data = summary(result)
     if as_json:
         print(json.dumps(data, indent=1))
@@ -95,7 +108,7 @@ def optimize(
     for reason, ops in _group_skipped(data["skipped"]).items():
         out.print(f"skipped, {reason}: {ops}", markup=False, highlight=False)
     if not data["tasks"]:
-        out.print(f"no op of this model has a {proposer} template for the {result.backend} backend yet: "
+        out.print(f"no op of this model has a {opts.proposer} template for the {result.backend} backend yet: "
                   "nothing was searched")
     out.print(results_table(data["tasks"], title=f"{result.backend} backend on {result.device}, "
                                                  f"{opts.strategy}, {opts.iterations} iterations per op, "
@@ -245,7 +258,7 @@ def _run_overview(store: Any) -> dict[str, Any]:
     speedups = [float(r["speedup_vs_eager"]) for r in store.results()
                 if r["status"] == "ok" and r["faster_than_eager"] == "True"]
     tasks = {r["task"] for r in store.results()}
-    return {"run": store.root.name, "model": config.get("model", "?"),
+    return {"run": store.root.name, "model": config.get("model_name", "?"),
             "backend": config.get("resolved_backend", "?"), "device": config.get("device", "?"),
             "tasks": len(tasks), "best_speedup": max(speedups) if speedups else None,
             "state": "finished" if finished else "incomplete"}

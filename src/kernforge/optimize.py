@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import json
 import platform
 import re
 import shutil
@@ -22,6 +23,7 @@ from kernforge.errors import UserError
 from kernforge.models import ModelOptions, load_model, run_forward
 from kernforge.propose import get_proposer
 from kernforge.search import Node, TaskOutcome, get_strategy, search_task
+from kernforge.search.engine import row_of
 from kernforge.store import RunStore
 from kernforge.tasks import make_tasks
 
@@ -31,13 +33,14 @@ class OptimizeOptions:
     spec: str
     backend: str = "auto"
     proposer: str = "builtin"
-    strategy: str = "greedy"
+    strategy: str = "mcts"
     iterations: int = 10
     top_k: int = 2
     runs_dir: Path = Path("runs")
     candidate_timeout_s: float = 120.0
     model: ModelOptions = field(default_factory=ModelOptions)
     compile: str = "auto"  # torch.compile peers: auto | none | default | max-autotune
+    parallel: int = 0  # candidates evaluated at once; 0: auto (4 on a GPU, 1 on a CPU)
 
 
 @dataclass
@@ -95,29 +98,109 @@ def prepare(spec: str, backend_name: str, model: ModelOptions, runs_dir: Path,
     return Prepared(backend=backend, device=device, store=store, capture=capture)
 
 
+# Candidates evaluated at once on a GPU: their builds and checks overlap, their timings take
+# the GPU one at a time. On a CPU one at a time: a second worker would share the cores being timed.
+GPU_PARALLEL = 4
+
+
+def parallelism(choice: int, device: str) -> int:
+    if choice < 0:
+        raise UserError(f"--parallel must be 0 (auto) or more, not {choice}")
+    return choice or (GPU_PARALLEL if device == "cuda" else 1)
+
+
 def optimize(opts: OptimizeOptions, on_event: OnEvent = lambda *a: None) -> OptimizeResult:
     started = time.perf_counter()
     proposer = get_proposer(opts.proposer)
-    strategy = get_strategy(opts.strategy)
-    compile_modes(opts.compile, "cpu")  # an unknown choice fails before anything runs
+    get_strategy(opts.strategy)  # an unknown name fails before anything runs
+    compile_modes(opts.compile, "cpu")
+    parallelism(opts.parallel, "cpu")
     prep = prepare(opts.spec, opts.backend, opts.model, opts.runs_dir, _options(opts))
     backend, device, store, capture = prep.backend, prep.device, prep.store, prep.capture
     on_event("captured", capture)
     tasks, skipped = make_tasks(capture, store.capture_dir, opts.top_k,
                                 lambda t: proposer.why_unsupported(t, backend.name))
+    store.write_json("skipped.json", [{"op": p.op, "signature": p.signature, "share": p.share, "reason": why}
+                                      for p, why in skipped])
+    store.db.add_tasks([(t.task_id, asdict(t)) for t in tasks])
     result = OptimizeResult(run_dir=store.root, backend=backend.name, device=device, capture=capture,
                             skipped=skipped)
+    return _search_all(opts, result, store, backend, proposer, tasks, {}, on_event, started)
+
+
+def resume(run_dir: Path, on_event: OnEvent = lambda *a: None) -> OptimizeResult:
+    """Continue a run that stopped (killed, crashed, interrupted): finished tasks are kept as they
+    are, an unfinished one goes on from its recorded nodes with what is left of its budget."""
+    from kernforge.capture import load_capture
+    from kernforge.search.engine import previous_nodes
+    from kernforge.tasks import KernelTask
+
+    started = time.perf_counter()
+    if not (run_dir / "config.json").is_file() or not (run_dir / "run.db").is_file():
+        raise UserError(f"'{run_dir}' is not a kernforge run folder with a database (config.json, run.db)")
+    store = RunStore(run_dir)
+    config = store.read_json("config.json")
+    opts = options_from_config(config)
+    proposer = get_proposer(opts.proposer)
+    backend = choose_backend(config["resolved_backend"], torch.cuda.is_available())
+    device = config["device"]
+    if device == "cuda" and not torch.cuda.is_available():
+        raise UserError("this run was made on a GPU and none is visible here; resume it on a GPU machine")
+    capture = load_capture(store.capture_dir)
+    tasks = [KernelTask(**data) for _, _, data in store.db.tasks()]
+    done = {task_id for task_id, state, _ in store.db.tasks() if state == "done"}
+    previous = {t.task_id: previous_nodes(store, t.task_id) for t in tasks}
+    skipped_rows = store.read_json("skipped.json") if (run_dir / "skipped.json").is_file() else []
+    profiles = {p.signature: p for p in capture.profiles}
+    result = OptimizeResult(run_dir=store.root, backend=backend.name, device=device, capture=capture,
+                            skipped=[(profiles[r["signature"]], r["reason"]) for r in skipped_rows
+                                     if r["signature"] in profiles])
+    store.rewrite_results([row_of(t, n) for t in tasks for n in previous[t.task_id]])
+    store.append_event("resumed", done=sorted(done),
+                       recorded_nodes={k: len(v) for k, v in previous.items()})
+    for task in tasks:
+        if task.task_id in done:
+            result.outcomes.append(_finished_outcome(store, task, previous[task.task_id]))
+    pending = [t for t in tasks if t.task_id not in done]
+    return _search_all(opts, result, store, backend, proposer, pending, previous, on_event, started)
+
+
+def _search_all(opts: OptimizeOptions, result: OptimizeResult, store: RunStore, backend: Backend,
+                proposer: Any, tasks: list[Any], previous: dict[str, list[Node]], on_event: OnEvent,
+                started: float) -> OptimizeResult:
+    device = result.device
     for task in tasks:
         on_event("task_start", task, opts.iterations)
-        outcome = search_task(task, store, backend, device, proposer, strategy, opts.iterations,
-                              opts.candidate_timeout_s,
+        outcome = search_task(task, store, backend, device, proposer, get_strategy(opts.strategy),
+                              opts.iterations, opts.candidate_timeout_s,
                               on_node=lambda o, n: on_event("node", o, n),
-                              compile_modes=compile_modes(opts.compile, device))
+                              compile_modes=compile_modes(opts.compile, device),
+                              parallel=parallelism(opts.parallel, device),
+                              previous=previous.get(task.task_id))
         result.outcomes.append(outcome)
         on_event("task_end", outcome)
     result.wall_s = time.perf_counter() - started
     store.write_json("summary.json", summary(result))
     return result
+
+
+def options_from_config(config: dict[str, Any]) -> OptimizeOptions:
+    fields = {k: v for k, v in config.items() if k in OptimizeOptions.__dataclass_fields__}
+    fields["runs_dir"] = Path(fields.get("runs_dir", "runs"))
+    fields["model"] = ModelOptions(**fields.get("model", {}))
+    return OptimizeOptions(**fields)
+
+
+def _finished_outcome(store: RunStore, task: Any, nodes: list[Node]) -> TaskOutcome:
+    from kernforge.evaluate import Baseline, Timing
+
+    path = store.root / "tasks" / task.task_id / "baseline.json"
+    baseline = None
+    if path.is_file():
+        data = json.loads(path.read_text())
+        baseline = Baseline(**{**data, "eager": Timing(**data["eager"]) if data.get("eager") else None})
+    return TaskOutcome(task=task, baseline=baseline, nodes=nodes,
+                       error="" if baseline else "its baseline failed before the run stopped")
 
 
 def summary(result: OptimizeResult) -> dict[str, Any]:
@@ -183,7 +266,7 @@ def _options(opts: Any) -> dict[str, Any]:
 
 def _environment(backend: str, device: str, model: str) -> dict[str, Any]:
     return {
-        "resolved_backend": backend, "device": device, "model": model,
+        "resolved_backend": backend, "device": device, "model_name": model,
         "device_name": torch.cuda.get_device_name() if device == "cuda" else platform.processor() or "cpu",
         "versions": _versions(),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

@@ -52,6 +52,13 @@ class EvalResult:
     def timed(self) -> bool:
         return self.timing is not None
 
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> EvalResult:
+        fields = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        for key in ("timing", "eager"):
+            fields[key] = Timing(**data[key]) if data.get(key) else None
+        return cls(**fields)
+
     def to_json(self) -> dict[str, Any]:
         data = dict(self.__dict__)
         data["timing"] = self.timing.__dict__ if self.timing else None
@@ -132,14 +139,17 @@ def evaluate_baseline(task_path: Path, reference_path: Path, device: str, job_di
 
 
 def evaluate_candidate(task_path: Path, reference_path: Path, source: Path, backend: str, device: str,
-                       job_dir: Path, timeout_s: float) -> EvalResult:
+                       job_dir: Path, timeout_s: float, device_lock: Path | None = None) -> EvalResult:
+    """Scan, build, check and time one candidate. Workers that share `device_lock` may run at
+    once: their checks overlap, their timings take the device alone (evaluate/device_lock.py)."""
     findings = static_findings(task_path, source, backend)
     if findings:
         return EvalResult(status="cheat", reason="static scan: " + "; ".join(str(f) for f in findings))
     job = {"mode": "candidate", "task_path": str(task_path), "reference_path": str(reference_path),
            "source": str(source), "backend": backend, "device": device,
            "build_dir": str(job_dir / "build"), "memory_limit_bytes": memory_limit_bytes(reference_path),
-           "outputs_path": str(job_dir / "outputs.pt")}
+           "outputs_path": str(job_dir / "outputs.pt"),
+           "device_lock": str(device_lock) if device_lock else None}
     result, tail, wall = run_job(job, job_dir, timeout_s)
     if result is not None and result.get("outputs_path"):
         outputs = Path(result["outputs_path"])

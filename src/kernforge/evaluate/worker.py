@@ -27,6 +27,8 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_map
 
+from kernforge.evaluate.device_lock import DeviceLock
+
 
 def main(job_path: str) -> int:
     job = json.loads(Path(job_path).read_text())
@@ -136,23 +138,27 @@ def run_candidate(job: dict[str, Any]) -> dict[str, Any]:
     ref["input_sets"] = decode_tree(ref["input_sets"])
     op = resolve_op(task.op)
     phases = Phases()
+    lock = DeviceLock(job.get("device_lock"), checks_exclusive=device.type == "cpu")
     eager_timing = None
     if backend.timeable():
-        eager_timing, _ = time_rotated(op, to_device(ref["input_sets"][0], device), device)
+        with lock.for_timing():
+            eager_timing, _ = time_rotated(op, to_device(ref["input_sets"][0], device), device)
     phases.mark("eager_timing_s")
     try:
         kernel = backend.build(Path(job["source"]), Path(job["build_dir"]), task.outputs)
     except BuildError as e:
         return {"status": "compile_error", "reason": str(e)[-4000:], "phases": phases.done("build_s")}
     phases.mark("build_s")
-    failure, produced = run_every_set(kernel, ref, device, in_place=op._schema.is_mutable)
+    with lock.for_checks():
+        failure, produced = run_every_set(kernel, ref, device, in_place=op._schema.is_mutable)
     phases.mark("checks_s")
     if failure is not None:
         return {**failure, "timed": False, "phases": phases.seconds}
     result: dict[str, Any] = {"status": "ok", "reason": "", "timed": False}
     if eager_timing is not None:
         kernel.poison = False  # type: ignore[attr-defined]  # eager pays no such fill
-        timing, last = time_rotated(kernel, to_device(ref["input_sets"][0], device), device)
+        with lock.for_timing():
+            timing, last = time_rotated(kernel, to_device(ref["input_sets"][0], device), device)
         produced["timed"] = _cpu_outputs(last)
         result.update(timed=True, eager_timing=eager_timing.__dict__, timing=timing.__dict__)
     torch.save(produced, job["outputs_path"])

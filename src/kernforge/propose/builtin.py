@@ -6,16 +6,19 @@ point, and how to render a source file. A move changes one parameter of the
 parent to a neighbouring value not tried yet; when every neighbour has been
 tried, it jumps to the nearest untried configuration. Two configurations that
 render the same source (a parameter the chosen variant ignores) count as one.
+A move that failed before (the same parameter set to the same value, from any
+parent) is tried only when no other move is left: it failed for a reason that
+may well hold again (a block too large to compile, a variant wrong for this shape).
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kernforge.propose import Proposal
+from kernforge.propose import Failure, Proposal
 from kernforge.tasks import KernelTask
 
 
@@ -64,11 +67,17 @@ class BuiltinProposer:
                 reasons.append(f"no {backend} template for {family.name}")
             else:
                 return None
-        return "; ".join(reasons) or f"no built-in template for {task.op}"
+        # Families that do not know the op at all say so in the same words; the reasons of
+        # those that know it but not this case (a layout, a dtype) are the ones worth reading.
+        generic = f"no built-in template for {task.op}"
+        specific = list(dict.fromkeys(r for r in reasons if r != generic))
+        return "; ".join(specific) or generic
 
     def propose(self, task: KernelTask, backend: str, parent: Proposal | None,
-                tried: list[Proposal]) -> Proposal | None:
+                tried: list[Proposal], failures: Sequence[Failure] = ()) -> Proposal | None:
         family, facts = self._family_for(task)
+        failed_moves = {(name, _key(value)): f.status for f in failures
+                        if len(f.proposal.changes) == 1 for name, value in f.proposal.changes.items()}
         space = family.space(facts, backend)
         seen = {p.source for p in tried}
 
@@ -78,20 +87,24 @@ class BuiltinProposer:
         if parent is None:
             params = family.initial(facts, backend)
             if fresh(params):
-                return self._proposal(family, facts, backend, params, "starting point: " + _describe(params))
+                return self._proposal(family, facts, backend, params, {},
+                                      "starting point: " + _describe(params))
             parent_params = params
         else:
             parent_params = parent.params
-        move = self._neighbour(space, parent_params, fresh)
+        move = self._neighbour(space, parent_params, fresh, failed_moves)
         if move is not None:
             name, new = move
             params = {**parent_params, name: new}
             why = f"{name} {parent_params[name]} -> {new}: {family.explain(name, parent_params[name], new)}"
-            return self._proposal(family, facts, backend, params, why)
+            status = failed_moves.get((name, _key(new)))
+            if status:
+                why += f" (this move failed before as {status}; every other move is tried)"
+            return self._proposal(family, facts, backend, params, parent_params, why)
         jump = self._nearest_untried(space, parent_params, fresh)
         if jump is None:
             return None
-        return self._proposal(family, facts, backend, jump,
+        return self._proposal(family, facts, backend, jump, parent_params,
                               "every neighbour tried; jump to the nearest untried point: " + _describe(jump))
 
     def _family_for(self, task: KernelTask) -> tuple[Family, dict[str, Any]]:
@@ -101,20 +114,24 @@ class BuiltinProposer:
                 return family, facts
         raise ValueError(f"no family matches {task.op}")
 
-    def _proposal(self, family: Family, facts: dict[str, Any], backend: str,
-                  params: dict[str, Any], rationale: str) -> Proposal:
+    def _proposal(self, family: Family, facts: dict[str, Any], backend: str, params: dict[str, Any],
+                  parent_params: dict[str, Any], rationale: str) -> Proposal:
+        changes = {k: v for k, v in params.items() if k not in parent_params or parent_params[k] != v}
         return Proposal(source=family.render(facts, backend, params), rationale=rationale,
-                        params=dict(params))
+                        params=dict(params), changes=changes)
 
     def _neighbour(self, space: dict[str, list[Any]], params: dict[str, Any],
-                   fresh: Callable[[dict[str, Any]], bool]) -> tuple[str, Any] | None:
+                   fresh: Callable[[dict[str, Any]], bool],
+                   failed_moves: dict[tuple[str, str], str]) -> tuple[str, Any] | None:
         moves = []
         for name, values in space.items():
             i = values.index(params[name])
             for j in (i - 1, i + 1):
                 if 0 <= j < len(values) and fresh({**params, name: values[j]}):
                     moves.append((name, values[j]))
-        return self.rng.choice(moves) if moves else None
+        untainted = [m for m in moves if (m[0], _key(m[1])) not in failed_moves]
+        pool = untainted or moves
+        return self.rng.choice(pool) if pool else None
 
     def _nearest_untried(self, space: dict[str, list[Any]], params: dict[str, Any],
                          fresh: Callable[[dict[str, Any]], bool]) -> dict[str, Any] | None:
@@ -133,6 +150,10 @@ def _all_points(space: dict[str, list[Any]]):
     for name, values in space.items():
         points = [{**p, name: v} for p in points for v in values]
     return points
+
+
+def _key(value: Any) -> str:
+    return repr(value)  # parameter values may be unhashable (lists); their repr is stable
 
 
 def _describe(params: dict[str, Any]) -> str:

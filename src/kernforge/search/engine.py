@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from kernforge.backends import Backend
 from kernforge.evaluate import Baseline, EvalResult, evaluate_baseline, evaluate_candidate
 from kernforge.evaluate.runner import discard_reference
-from kernforge.propose import Proposal, Proposer
+from kernforge.propose import Failure, Proposal, Proposer
 from kernforge.search.strategy import Strategy
 from kernforge.store import RunStore
 from kernforge.tasks import KernelTask, save_task
@@ -53,11 +55,21 @@ class TaskOutcome:
 @dataclass
 class SearchContext:
     task: KernelTask
-    iterations: int
+    iterations: int  # the task's whole budget, nodes from before a resume included
     propose: Callable[[Node | None], Proposal | None]
-    # (proposal, parent, keep_if) -> the evaluated node; keep_if(node) decides whether
-    # the strategy keeps it, before the node's row is written.
-    evaluate: Callable[[Proposal, Node | None, Callable[[Node], bool]], Node]
+    # ([(proposal, parent)], decide) -> the evaluated nodes, in order. The candidates run at
+    # once (up to `parallel`); decide(node) then says, node by node in that order, whether
+    # the strategy keeps it, before the node is recorded.
+    evaluate_many: Callable[[list[tuple[Proposal, Node | None]], Callable[[Node], bool]], list[Node]]
+    parallel: int = 1
+    previous: list[Node] = field(default_factory=list)  # recorded before a resume, in order
+    evaluated: int = 0  # nodes so far, previous ones included
+
+    def evaluate(self, proposal: Proposal, parent: Node | None, decide: Callable[[Node], bool]) -> Node:
+        return self.evaluate_many([(proposal, parent)], decide)[0]
+
+    def budget_left(self) -> int:
+        return self.iterations - self.evaluated
 
 
 def search_task(
@@ -71,56 +83,93 @@ def search_task(
     candidate_timeout_s: float,
     on_node: Callable[[TaskOutcome, Node], None] = lambda outcome, node: None,
     compile_modes: tuple[str, ...] = (),
+    parallel: int = 1,
+    previous: list[Node] | None = None,
 ) -> TaskOutcome:
+    """Search one task; `previous` holds the nodes a killed run had recorded (see --resume)."""
     task_dir = store.task_dir(task.task_id)
     task_path = task_dir / "task.json"
     reference_path = task_dir / "reference.pt"
     save_task(task, task_path)
+    store.db.set_task_state(task.task_id, "running")
     try:
         baseline = evaluate_baseline(task_path, reference_path, device, task_dir / "baseline",
                                      BASELINE_TIMEOUT_S, compile_modes)
     except RuntimeError as e:
+        store.db.set_task_state(task.task_id, "done")
         return TaskOutcome(task=task, baseline=None, error=str(e).splitlines()[0])
     store.write_json(f"tasks/{task.task_id}/baseline.json", asdict(baseline))
     store.append_event("task_start", task=task.task_id, op=task.op, shape=task.shape_text,
-                       eager_p50_ms=baseline.eager.p50_ms if baseline.eager else None)
-    outcome = TaskOutcome(task=task, baseline=baseline)
-    tried: list[Proposal] = []
+                       eager_p50_ms=baseline.eager.p50_ms if baseline.eager else None,
+                       resumed_nodes=len(previous or []))
+    outcome = TaskOutcome(task=task, baseline=baseline, nodes=list(previous or []))
+    tried: list[Proposal] = [n.proposal for n in outcome.nodes]
+    failures: list[Failure] = [Failure(n.proposal, n.result.status, n.result.reason)
+                               for n in outcome.nodes if not n.result.ok]
+    next_id = len(outcome.nodes)
+    lock = store.root / ".device.lock"
 
     def propose(parent: Node | None) -> Proposal | None:
-        proposal = proposer.propose(task, backend.name, parent.proposal if parent else None, tried)
+        proposal = proposer.propose(task, backend.name, parent.proposal if parent else None, tried, failures)
         if proposal is not None:
             tried.append(proposal)
         return proposal
 
-    def evaluate(proposal: Proposal, parent: Node | None, keep_if: Callable[[Node], bool]) -> Node:
-        node_id = f"n{len(outcome.nodes):04d}"
+    def start(proposal: Proposal, parent: Node | None) -> tuple[str, Path]:
+        nonlocal next_id
+        node_id = f"n{next_id:04d}"
+        next_id += 1
         node_dir = store.node_dir(task.task_id, node_id)
         source = node_dir / f"candidate{backend.source_suffix}"
         source.write_text(proposal.source)
         store.write_json(f"tasks/{task.task_id}/nodes/{node_id}/proposal.json",
-                         {"parent": parent.node_id if parent else None,
-                          "rationale": proposal.rationale, "params": proposal.params})
-        result = evaluate_candidate(task_path, reference_path, source, backend.name, device, node_dir,
-                                    candidate_timeout_s)
-        node = Node(node_id=node_id, parent_id=parent.node_id if parent else None,
-                    proposal=proposal, result=result)
-        node.kept = keep_if(node)
-        outcome.nodes.append(node)
-        store.append_event("node", task=task.task_id, node=node_id, parent=node.parent_id,
-                           status=result.status, reason=result.reason[:300], kept=node.kept,
-                           speedup_vs_eager=result.speedup_vs_eager, rationale=proposal.rationale)
-        if node.kept:
-            store.commit_kept(task.task_id, proposal.source, backend.source_suffix, _commit_message(node))
-        store.write_json(f"tasks/{task.task_id}/nodes/{node_id}/result.json",
-                         {**result.to_json(), "kept": node.kept})
-        store.append_result(_row(task, node))
-        on_node(outcome, node)
-        return node
+                         {"parent": parent.node_id if parent else None, "rationale": proposal.rationale,
+                          "params": proposal.params, "changes": proposal.changes})
+        return node_id, source
 
+    def finish(node: Node, decide: Callable[[Node], bool]) -> None:
+        node.kept = decide(node)
+        outcome.nodes.append(node)
+        ctx.evaluated += 1
+        result = node.result
+        if not result.ok:
+            failures.append(Failure(node.proposal, result.status, result.reason))
+        store.write_json(f"tasks/{task.task_id}/nodes/{node.node_id}/result.json",
+                         {**result.to_json(), "kept": node.kept})
+        store.record_node(task.task_id, node.node_id, node.parent_id, node.proposal, result, node.kept,
+                          backend.source_suffix)
+        store.append_result(row_of(task, node))
+        store.append_event("node", task=task.task_id, node=node.node_id, parent=node.parent_id,
+                           status=result.status, reason=result.reason[:300], kept=node.kept,
+                           speedup_vs_eager=result.speedup_vs_eager, rationale=node.proposal.rationale)
+        if node.kept:
+            store.commit_kept(task.task_id, node.proposal.source, backend.source_suffix, _commit_message(node))
+        on_node(outcome, node)
+
+    def evaluate_many(items: list[tuple[Proposal, Node | None]], decide: Callable[[Node], bool]) -> list[Node]:
+        started = [(proposal, parent, *start(proposal, parent)) for proposal, parent in items]
+
+        def run(proposal: Proposal, parent: Node | None, node_id: str, source: Path) -> Node:
+            result = evaluate_candidate(task_path, reference_path, source, backend.name, device,
+                                        source.parent, candidate_timeout_s,
+                                        device_lock=lock if len(items) > 1 else None)
+            return Node(node_id=node_id, parent_id=parent.node_id if parent else None,
+                        proposal=proposal, result=result)
+
+        if len(started) == 1:
+            nodes = [run(*started[0])]
+        else:
+            with ThreadPoolExecutor(max_workers=len(started)) as pool:
+                nodes = list(pool.map(lambda item: run(*item), started))
+        for node in nodes:
+            finish(node, decide)
+        return nodes
+
+    ctx = SearchContext(task=task, iterations=iterations, propose=propose, evaluate_many=evaluate_many,
+                        parallel=max(1, parallel), previous=list(outcome.nodes), evaluated=len(outcome.nodes))
     try:
-        strategy.run(SearchContext(task=task, iterations=iterations, propose=propose,
-                                   evaluate=evaluate))
+        strategy.run(ctx)
+        store.db.set_task_state(task.task_id, "done")
     finally:
         store.append_event("task_end", task=task.task_id, candidates=len(outcome.nodes),
                            counts=outcome.status_counts())
@@ -130,6 +179,18 @@ def search_task(
     return outcome
 
 
+def previous_nodes(store: RunStore, task_id: str) -> list[Node]:
+    """The nodes a task recorded before the run stopped, rebuilt from the database and the files."""
+    nodes = []
+    for rec in store.db.nodes(task_id):
+        source = Path(rec.source_path).read_text() if Path(rec.source_path).exists() else ""
+        proposal = Proposal(source=source, rationale=rec.rationale, params=rec.params.get("params", {}),
+                            changes=rec.params.get("changes", {}))
+        nodes.append(Node(node_id=rec.node, parent_id=rec.parent, proposal=proposal,
+                          result=EvalResult.from_json(rec.result), kept=rec.kept))
+    return nodes
+
+
 def _commit_message(node: Node) -> str:
     r = node.result
     speed = f"{r.speedup_vs_eager:.3f}x vs eager" if r.speedup_vs_eager else "correct, not timed"
@@ -137,7 +198,7 @@ def _commit_message(node: Node) -> str:
     return f"{node.node_id}: {speed}{timing}\n\n{node.proposal.rationale}\n"
 
 
-def _row(task: KernelTask, node: Node) -> dict[str, Any]:
+def row_of(task: KernelTask, node: Node) -> dict[str, Any]:
     r = node.result
     return {
         "task": task.task_id, "node": node.node_id, "parent": node.parent_id or "",

@@ -8,7 +8,8 @@ an edge is one proposal. Each iteration:
             subtrees that stopped improving (4 expansions without a better result)
             are passed over while others remain;
   expand    ask the proposer for a candidate that varies the selected node;
-  evaluate  build, check and time it in a worker (the SearchContext does this);
+  evaluate  build, check and time it in a worker (the SearchContext does this;
+            several at once when ctx.parallel > 1, see MCTS);
   back up   add a visit and the reward to every node on the way back to the root.
 A node whose proposer has nothing new is exhausted; the search ends when the
 budget is spent or every node is exhausted. Failed candidates have no reward
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from kernforge.propose import Proposal
     from kernforge.search.engine import Node, SearchContext
 
 EXPLORATION = 1.0  # the UCB constant: sqrt(2) is the textbook value for rewards in [0, 1]; 1 explores a bit less
@@ -38,6 +40,7 @@ class TreeNode:
     best: float | None = None  # the best reward in this subtree
     stale: int = 0  # expansions since `best` last improved
     exhausted: bool = False  # the proposer has nothing new to expand it with
+    pending: int = 0  # children being evaluated right now
 
     def closed(self) -> bool:
         return self.exhausted and all(c.closed() for c in self.children)
@@ -54,33 +57,73 @@ def reward(node: Node) -> float | None:
 
 
 class MCTS:
+    """Several leaves are selected per round when ctx.parallel > 1: each selection adds a
+    pending child to its leaf and a virtual visit along its path (undone when the result
+    is in), so that the next selection in the round looks elsewhere."""
+
     name = "mcts"
 
     def __init__(self) -> None:
         self.rewards: list[float] = []
+        self.best: Node | None = None
 
     def run(self, ctx: SearchContext) -> None:
-        from kernforge.search.strategy import keeps
-
         root = TreeNode(node=None)
-        best: Node | None = None
-        evaluated = 0
-        while evaluated < ctx.iterations:
+        self._rebuild(root, ctx.previous)
+        while ctx.budget_left() > 0:
+            batch = self._select_batch(root, ctx)
+            if batch is None:
+                return  # every node exhausted: the proposer has nothing new anywhere
+            if not batch:
+                continue  # the chosen leaves were exhausted; they are marked, select again
+            nodes = ctx.evaluate_many([(proposal, path[-1].node) for path, proposal in batch], self._decide)
+            for (path, _), node in zip(batch, nodes):
+                for t in path:
+                    t.visits -= 1
+                path[-1].pending -= 1
+                self._attach(path, node)
+
+    def _select_batch(self, root: TreeNode, ctx: SearchContext) -> list[tuple[list[TreeNode], Proposal]] | None:
+        batch: list[tuple[list[TreeNode], Proposal]] = []
+        for _ in range(min(ctx.parallel, ctx.budget_left())):
             path = self._select(root)
             if path is None:
-                return  # every node exhausted: the proposer has nothing new anywhere
+                break
             leaf = path[-1]
             proposal = ctx.propose(leaf.node)
             if proposal is None:
                 leaf.exhausted = True
                 continue
-            node = ctx.evaluate(proposal, leaf.node, lambda n, cur=best: keeps(n, cur))
-            evaluated += 1
+            for t in path:
+                t.visits += 1  # virtual: undone when the result is backed up
+            leaf.pending += 1
+            batch.append((path, proposal))
+        if not batch and root.closed():
+            return None
+        return batch
+
+    def _decide(self, node: Node) -> bool:
+        from kernforge.search.strategy import keeps
+
+        if keeps(node, self.best):
+            self.best = node
+            return True
+        return False
+
+    def _attach(self, path: list[TreeNode], node: Node) -> TreeNode:
+        child = TreeNode(node=node)
+        path[-1].children.append(child)
+        self._back_up([*path, child], reward(node))
+        return child
+
+    def _rebuild(self, root: TreeNode, previous: list[Node]) -> None:
+        """The tree as it was before a resume: each recorded node under its parent, rewards backed up."""
+        paths: dict[str | None, list[TreeNode]] = {None: [root]}
+        for node in previous:
+            parent_path = paths.get(node.parent_id, [root])
+            paths[node.node_id] = [*parent_path, self._attach(parent_path, node)]
             if node.kept:
-                best = node
-            child = TreeNode(node=node)
-            leaf.children.append(child)
-            self._back_up([*path, child], reward(node))
+                self.best = node
 
     def _select(self, root: TreeNode) -> list[TreeNode] | None:
         if root.closed():
@@ -88,11 +131,13 @@ class MCTS:
         path = [root]
         while True:
             current = path[-1]
-            if not current.exhausted and len(current.children) < self._width(current):
+            if not current.exhausted and len(current.children) + current.pending < self._width(current):
                 return path
             open_children = [c for c in current.children if not c.closed()]
             moving = [c for c in open_children if c.stale < STAGNATION] or open_children
             if not moving:
+                if current.exhausted:
+                    return None  # the pending children of this node are all there is
                 return path  # not exhausted, every child closed: widen past the limit
             path.append(max(moving, key=lambda c: self._ucb(c, current)))
 

@@ -3,9 +3,12 @@
 A strategy drives one task's search through a SearchContext:
   ctx.propose(parent)   asks the proposer for a candidate expanding `parent`
                         (None: a first candidate); None when it has nothing new;
-  ctx.evaluate(p, parent, keep_if) builds, checks and times it in a worker and
-                        returns the Node, kept when keep_if(node) says so;
-  ctx.iterations        the budget: how many candidates may be evaluated.
+  ctx.evaluate(p, parent, decide) builds, checks and times it in a worker and
+                        returns the Node, kept when decide(node) says so;
+  ctx.evaluate_many([(p, parent), ...], decide) does the same for several
+                        candidates at once (up to ctx.parallel);
+  ctx.budget_left()     how many candidates may still be evaluated;
+  ctx.previous          the nodes recorded before a resume, to start from.
 It returns when the budget is spent or the proposer runs dry. Greedy is here;
 MCTS is in mcts.py; each is one registry line below.
 """
@@ -29,13 +32,15 @@ class Strategy(Protocol):
 
 
 class Greedy:
-    """Keep-or-revert along one path: a child replaces the current node only if clearly faster."""
+    """Keep-or-revert along one path: a child replaces the current node only if clearly faster.
+    One candidate at a time: the baseline that MCTS is measured against."""
 
     name = "greedy"
 
     def run(self, ctx: SearchContext) -> None:
-        current: Node | None = None
-        for _ in range(ctx.iterations):
+        kept = [n for n in ctx.previous if n.kept]
+        current: Node | None = kept[-1] if kept else None
+        while ctx.budget_left() > 0:
             proposal = ctx.propose(current)
             if proposal is None:
                 return

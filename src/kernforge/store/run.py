@@ -6,13 +6,14 @@
       tasks/<task>/        task.json, baseline.json, baseline/ (job, log, result);
                            reference.pt (fresh inputs, float64 oracle) while the task runs
         nodes/<node>/      candidate.c|py as proposed, proposal.json, job, log, result.json
+      run.db               SQLite (WAL): the tasks and every finished node, what --resume reads
       results.tsv          one row per evaluated candidate, appended as it finishes
       events.jsonl         what happened, one JSON line per event, appended as it happens
       tasks/<task>/history a git repository: one commit per kept improvement
       summary.json         the best result per task, written at the end
 
-Every file is written when its step ends, so a crash loses at most the
-candidate in flight.
+Every file is written when its step ends, and each finished node is one database
+transaction, so a crash (or kill -9) loses at most the candidates in flight.
 """
 
 from __future__ import annotations
@@ -23,9 +24,11 @@ import re
 import shutil
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from kernforge.store.db import NodeRecord, RunDB
 
 RESULT_COLUMNS = ["task", "node", "parent", "status", "failure_reason", "p50_ms", "p20_ms", "p80_ms",
                   "eager_p50_ms", "speedup_vs_eager", "faster_than_eager", "kept", "eval_s", "rationale"]
@@ -34,6 +37,28 @@ RESULT_COLUMNS = ["task", "node", "parent", "status", "failure_reason", "p50_ms"
 @dataclass
 class RunStore:
     root: Path
+    _db: RunDB | None = field(default=None, repr=False)
+
+    @property
+    def db(self) -> RunDB:
+        if self._db is None:
+            self._db = RunDB(self.root / "run.db")
+        return self._db
+
+    def record_node(self, task_id: str, node_id: str, parent_id: str | None, proposal: Any, result: Any,
+                    kept: bool, suffix: str) -> None:
+        source = self.node_dir(task_id, node_id) / f"candidate{suffix}"
+        self.db.add_node(NodeRecord(
+            task=task_id, node=node_id, parent=parent_id, status=result.status,
+            speedup=result.speedup_vs_eager, kept=kept, source_path=str(source),
+            rationale=proposal.rationale, params={"params": proposal.params, "changes": proposal.changes},
+            result=result.to_json()))
+
+    def rewrite_results(self, rows: list[dict[str, Any]]) -> None:
+        """results.tsv made again from recorded rows: on resume, the database is the record."""
+        (self.root / "results.tsv").unlink(missing_ok=True)
+        for row in rows:
+            self.append_result(row)
 
     @classmethod
     def create(cls, runs_dir: Path, model_name: str) -> RunStore:

@@ -1,0 +1,68 @@
+"""kernforge.evaluate.device_lock: timings hold the device alone, checks may share it."""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+from pathlib import Path
+
+from kernforge.evaluate.device_lock import DeviceLock
+
+HOLD_S = 0.5
+
+
+def hold(path: str, kind: str, checks_exclusive: bool, log: str) -> None:
+    lock = DeviceLock(path, checks_exclusive=checks_exclusive)
+    with (lock.for_timing() if kind == "timing" else lock.for_checks()):
+        start = time.time()
+        time.sleep(HOLD_S)
+        end = time.time()
+    with open(log, "a") as f:
+        f.write(f"{kind} {start} {end}\n")
+
+
+def intervals(tmp_path: Path, kinds: list[str], checks_exclusive: bool = False) -> list[tuple[str, float, float]]:
+    log = str(tmp_path / "log.txt")
+    ctx = multiprocessing.get_context("spawn")
+    procs = []
+    for kind in kinds:
+        procs.append(ctx.Process(target=hold, args=(str(tmp_path / "dev.lock"), kind, checks_exclusive, log)))
+        procs[-1].start()
+        time.sleep(0.1)  # in this order
+    for p in procs:
+        p.join(timeout=30)
+        assert p.exitcode == 0
+    rows = [line.split() for line in Path(log).read_text().splitlines()]
+    return [(k, float(s), float(e)) for k, s, e in rows]
+
+
+def overlap(a: tuple[str, float, float], b: tuple[str, float, float]) -> bool:
+    return a[1] < b[2] and b[1] < a[2]
+
+
+def test_checks_share_the_device(tmp_path):
+    rows = intervals(tmp_path, ["checks", "checks"])
+    assert overlap(rows[0], rows[1])
+
+
+def test_a_timing_never_overlaps_anything(tmp_path):
+    rows = intervals(tmp_path, ["checks", "timing", "checks"])
+    timing = next(r for r in rows if r[0] == "timing")
+    assert not any(overlap(timing, r) for r in rows if r is not timing)
+
+
+def test_a_waiting_timing_goes_before_later_checks(tmp_path):
+    rows = intervals(tmp_path, ["checks", "timing", "checks"])
+    first, timing, last = sorted(rows, key=lambda r: r[1])
+    assert (first[0], timing[0], last[0]) == ("checks", "timing", "checks")
+
+
+def test_on_a_cpu_checks_are_exclusive_too(tmp_path):
+    rows = intervals(tmp_path, ["checks", "checks"], checks_exclusive=True)
+    assert not overlap(rows[0], rows[1])
+
+
+def test_no_path_means_no_lock(tmp_path):
+    lock = DeviceLock(None)
+    with lock.for_timing(), lock.for_timing():
+        pass  # re-entrant because it does nothing

@@ -1,0 +1,118 @@
+"""Resuming a run: kill -9 in the middle of a search, then `optimize --resume` finishes it."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from helpers import REPO_ROOT, SOFTMAX_OP, TINY_MODEL, run_cli
+
+from kernforge.backends import cpu
+from kernforge.store.db import RunDB
+
+pytestmark = pytest.mark.skipif(cpu.unavailable_reason() is not None, reason="gcc is not installed")
+
+ITERATIONS = 6
+
+
+def recorded_nodes(runs_dir: Path) -> int:
+    dbs = list(runs_dir.glob("*/run.db"))
+    if not dbs:
+        return 0
+    try:
+        with sqlite3.connect(dbs[0], timeout=1.0) as conn:
+            return conn.execute("SELECT COUNT(*) FROM nodes").fetchone()[0]
+    except sqlite3.Error:
+        return 0  # not created yet
+
+
+def start_and_kill(runs_dir: Path, after_nodes: int) -> Path:
+    """Start a search and kill -9 its whole process group once `after_nodes` nodes are recorded."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kernforge", "optimize", str(TINY_MODEL), "--backend", "cpu",
+         "--iterations", str(ITERATIONS), "--runs-dir", str(runs_dir), "--json"],
+        cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    deadline = time.monotonic() + 240
+    try:
+        while recorded_nodes(runs_dir) < after_nodes:
+            assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+            assert time.monotonic() < deadline, "the search recorded too few nodes in time"
+            time.sleep(0.2)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the search and any worker in flight, mid-write or not
+        proc.wait()
+    (run_dir,) = runs_dir.iterdir()
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def resumed(tmp_path_factory):
+    runs_dir = tmp_path_factory.mktemp("runs")
+    run_dir = start_and_kill(runs_dir, after_nodes=2)
+    before = RunDB(run_dir / "run.db").nodes()
+    proc = run_cli("optimize", "--resume", str(run_dir), "--json")
+    return run_dir, before, proc
+
+
+def test_a_killed_run_resumes_and_spends_exactly_its_budget(resumed):
+    run_dir, before, proc = resumed
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert 2 <= len(before) < ITERATIONS
+    data = json.loads(proc.stdout)
+    (task,) = [t for t in data["tasks"] if t["op"] == SOFTMAX_OP]
+    assert task["candidates"] == ITERATIONS
+    nodes = RunDB(run_dir / "run.db").nodes()
+    assert [n.node for n in nodes] == [f"n{i:04d}" for i in range(ITERATIONS)]
+    # the nodes recorded before the kill are kept as they were
+    assert [(n.node, n.status, n.result) for n in nodes[:len(before)]] == \
+        [(n.node, n.status, n.result) for n in before]
+
+
+def test_resumed_candidates_expand_the_recorded_tree_and_never_repeat(resumed):
+    run_dir, _, _ = resumed
+    nodes = RunDB(run_dir / "run.db").nodes()
+    sources = [Path(n.source_path).read_text() for n in nodes]
+    assert len(set(sources)) == len(sources)
+    ids = {n.node for n in nodes}
+    assert all(n.parent is None or n.parent in ids for n in nodes)
+
+
+def test_resumed_run_folder_is_whole(resumed):
+    run_dir, _, _ = resumed
+    with open(run_dir / "results.tsv", newline="") as f:
+        rows = list(csv.DictReader(f, delimiter="\t"))
+    assert sorted(r["node"] for r in rows) == [f"n{i:04d}" for i in range(ITERATIONS)]
+    kinds = [json.loads(line)["kind"] for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    assert "resumed" in kinds and kinds[-1] == "task_end"
+    (state,) = {state for _, state, _ in RunDB(run_dir / "run.db").tasks()}
+    assert state == "done"
+    assert json.loads((run_dir / "summary.json").read_text())["tasks"][0]["candidates"] == ITERATIONS
+
+
+def test_resuming_a_finished_run_searches_nothing_more(resumed):
+    run_dir, _, _ = resumed
+    proc = run_cli("optimize", "--resume", str(run_dir), "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout)["tasks"][0]["candidates"] == ITERATIONS
+    assert len(RunDB(run_dir / "run.db").nodes()) == ITERATIONS
+
+
+def test_resume_of_a_folder_that_is_no_run_is_one_clear_error(tmp_path):
+    proc = run_cli("optimize", "--resume", str(tmp_path))
+    assert proc.returncode == 2
+    assert proc.stderr.strip().startswith("error:") and "not a kernforge run folder" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_a_spec_and_resume_together_are_refused(tmp_path):
+    proc = run_cli("optimize", str(TINY_MODEL), "--resume", str(tmp_path))
+    assert proc.returncode == 2 and "not both" in proc.stderr
