@@ -270,3 +270,19 @@ def test_clearly_faster_needs_to_beat_the_noise():
     assert clearly_faster(Timing(0.5, 0.6, 0.9, 10, "wall-clock"), base)
     assert not clearly_faster(Timing(0.5, 0.6, 1.05, 10, "wall-clock"), base)  # p80 over base p20
     assert base.spread == pytest.approx(0.2 / 1.1)
+
+
+def test_prestarted_workers_are_used_only_with_their_own_environment():
+    from kernforge.evaluate.runner import PrestartedWorkers
+
+    workers = PrestartedWorkers()
+    workers.enabled = True
+    env = {**os.environ, "KF_TEST": "1"}
+    workers.prestart("cpu", env)
+    assert workers.take("cpu", {**env, "KF_TEST": "2"}) is None  # another environment: not this one
+    assert workers.take("cuda", env) is None
+    proc = workers.take("cpu", env)
+    assert proc is not None and proc.poll() is None
+    proc.stdin.close()  # no job: the worker exits on its own
+    assert proc.wait(timeout=60) == 0
+    workers.close()

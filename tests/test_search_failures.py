@@ -46,7 +46,7 @@ class Scripted:
     def why_unsupported(self, task, backend):
         return None
 
-    def propose(self, task, backend, parent, tried):
+    def propose(self, task, backend, parent, tried, failures=()):
         if not self.sources:
             return None
         rationale, source = self.sources.pop(0)

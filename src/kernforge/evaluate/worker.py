@@ -12,6 +12,7 @@ Two kinds of job, never mixed in one process:
              23.9 ms while tests ran beside it).
 
 Usage: python -m kernforge.evaluate.worker JOB.json   (writes the job's result_path)
+       python -m kernforge.evaluate.worker --wait DEVICE   (prestarted: reads JOB.json's path on stdin)
 """
 
 from __future__ import annotations
@@ -324,8 +325,28 @@ def device_name(device: torch.device) -> str:
     return "cpu"
 
 
+def wait_for_job(device: str) -> str | None:
+    """A prestarted worker: torch imported and, on a GPU, the CUDA context made, before its job
+    is known; then one job path on stdin (None at EOF: the search is gone). Its output goes to
+    the job's log from here on. Still one candidate per process: nothing of a job is loaded yet."""
+    if device == "cuda":
+        torch.empty(1, device="cuda")  # the context: ~0.5 s that a waiting worker pays in advance
+    line = sys.stdin.readline().strip()
+    if not line:
+        return None
+    job = json.loads(Path(line).read_text())
+    log = os.open(Path(job["result_path"]).parent / "log.txt", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(log)
+    return line
+
+
 if __name__ == "__main__":
     try:
+        if sys.argv[1] == "--wait":
+            job_path = wait_for_job(sys.argv[2])
+            sys.exit(main(job_path) if job_path else 0)
         sys.exit(main(sys.argv[1]))
     except Exception:  # noqa: BLE001 - reported through the log; the runner marks the crash
         traceback.print_exc()

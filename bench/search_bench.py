@@ -1,0 +1,170 @@
+"""BENCHMARKS.md's operator table with a kernforge column: one `kernforge optimize` per row.
+
+    PYTHONPATH=src python3 bench/search_bench.py --strategy mcts --iterations 50 --out DIR
+
+Per row: the op kernforge searched, eager, torch.compile (default and
+max-autotune-no-cudagraphs, timed in the task's baseline worker), the best kernel
+found, the floor (bytes that must move over the copy bandwidth measured at the
+start of this run, never under 2 us), the iterations it took to come within 95%
+of the best speedup, and the search's wall time. Everything is written to
+DIR/search_<strategy>.json as it goes; the table is printed last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+from statistics import median
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench.seed_ops, from anywhere
+
+from bench.seed_ops import ROWS
+
+LAUNCH_FLOOR_MS = 0.002
+L2_BYTES = 50 * 2**20  # H100/H200
+
+
+def copy_bandwidth() -> float:
+    """Bytes per second of a 2 GiB device-to-device copy (read + write), median of do_bench."""
+    import torch
+    from triton.testing import do_bench
+
+    n = 1 << 30
+    src = torch.empty(n, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    ms = do_bench(lambda: dst.copy_(src), warmup=50, rep=300, return_mode="median")
+    return 2 * n / (ms * 1e-3)
+
+
+def run_row(name: str, args: argparse.Namespace, runs_dir: Path) -> dict:
+    started = time.perf_counter()
+    cmd = [sys.executable, "-m", "kernforge", "optimize", f"bench.seed_ops:{name}", "--backend", "triton",
+           "--iterations", str(args.iterations), "--top-k", "1", "--strategy", args.strategy,
+           "--compile", args.compile, "--runs-dir", str(runs_dir), "--json", "--timeout", "120"]
+    if args.parallel:
+        cmd += ["--parallel", str(args.parallel)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False,
+                          cwd=Path(__file__).resolve().parent.parent)
+    wall = time.perf_counter() - started
+    if proc.returncode != 0:
+        return {"row": name, "error": (proc.stderr or proc.stdout).strip().splitlines()[-1:], "wall_s": wall}
+    data = json.loads(proc.stdout)
+    if not data["tasks"]:
+        return {"row": name, "error": f"nothing searched: {data['skipped'][:2]}", "wall_s": wall}
+    task = data["tasks"][0]
+    run_dir = Path(data["run_dir"])
+    baseline = json.loads((run_dir / "tasks" / task["task"] / "baseline.json").read_text())
+    compiled = {mode: (entry.get("timing") or {}).get("p50_ms") for mode, entry in baseline["compiled"].items()}
+    with open(run_dir / "results.tsv", newline="") as f:
+        rows = list(csv.DictReader(f, delimiter="\t"))
+    return {"row": name, "op": task["op"], "shape": task["shape"], "dtype": task["dtype"],
+            "eager_ms": task["eager_p50_ms"], "best_ms": task["best_p50_ms"],
+            "speedup_vs_eager": task["best_speedup_vs_eager"], "verdict": task["verdict"],
+            "compile_ms": compiled.get("default"),
+            "max_autotune_ms": compiled.get("max-autotune-no-cudagraphs"),
+            "compile_errors": {m: e.get("error") for m, e in baseline["compiled"].items() if e.get("error")},
+            "candidates": task["candidates"], "status_counts": task["status_counts"],
+            "iterations_to_95": iterations_to_95(rows), "eval_s": [float(r["eval_s"]) for r in rows if r["eval_s"]],
+            "search_wall_s": data["wall_s"], "wall_s": wall, "best_node": task["best_node"],
+            "run_dir": str(run_dir)}
+
+
+def iterations_to_95(rows: list[dict]) -> int | None:
+    """1-based index of the first candidate within 95% of the best speedup (over eager) found."""
+    speedups = [float(r["speedup_vs_eager"]) if r["status"] == "ok" and r["speedup_vs_eager"] else 0.0
+                for r in rows]
+    best = max(speedups, default=0.0)
+    if best <= 0:
+        return None
+    return next(i + 1 for i, s in enumerate(speedups) if s >= 0.95 * best)
+
+
+def floor_ms(name: str, bandwidth: float) -> float:
+    return max(LAUNCH_FLOOR_MS, ROWS[name][1] / bandwidth * 1e3)
+
+
+def table(results: list[dict], bandwidth: float) -> str:
+    lines = [("| op and shape | floor | eager | compile | max-autotune | kernforge | vs eager | vs best compile "
+              "| vs floor | > L2 | iters to 95% | candidates (ok) | search s |"),
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        label = ROWS[r["row"]][0]
+        if r.get("error"):
+            lines.append(f"| {label} | | | | | error: {r['error']} | | | | | | | |")
+            continue
+        floor = floor_ms(r["row"], bandwidth)
+        best = r["best_ms"]
+        compiles = [c for c in (r["compile_ms"], r["max_autotune_ms"]) if c]
+        lines.append("| " + " | ".join([
+            label, f"{floor:.4f}", _ms(r["eager_ms"]), _ms(r["compile_ms"]), _ms(r["max_autotune_ms"]),
+            _ms(best), _x(r["eager_ms"], best), _x(min(compiles), best) if compiles else "-",
+            f"{best / floor:.2f}x" if best else "-", "yes" if ROWS[r["row"]][1] > L2_BYTES else "no",
+            str(r["iterations_to_95"] or "-"), f"{r['candidates']} ({r['status_counts'].get('ok', 0)})",
+            f"{r['search_wall_s']:.0f}"]) + " |")
+    return "\n".join(lines)
+
+
+def _ms(v: float | None) -> str:
+    return f"{v:.4f}" if v else "-"
+
+
+def _x(base: float | None, new: float | None) -> str:
+    return f"{base / new:.2f}x" if base and new else "-"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--strategy", default="mcts")
+    parser.add_argument("--iterations", type=int, default=50)
+    parser.add_argument("--compile", default="max-autotune")
+    parser.add_argument("--parallel", type=int, default=0)
+    parser.add_argument("--rows", default=",".join(ROWS))
+    parser.add_argument("--budget-s", type=float, default=1e9, help="stop starting rows after this long")
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    import torch
+    import triton
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    bandwidth = copy_bandwidth()
+    report = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
+              "python": platform.python_version(), "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+              "strategy": args.strategy, "iterations": args.iterations, "proposer": "builtin",
+              "compile": args.compile, "copy_bandwidth_tb_s": bandwidth / 1e12, "rows": []}
+    path = args.out / f"search_{args.strategy}.json"
+    for name in args.rows.split(","):
+        if time.perf_counter() - started > args.budget_s:
+            report["rows"].append({"row": name, "error": "not run: the time budget was spent"})
+            continue
+        result = run_row(name, args, args.out / f"runs_{args.strategy}")
+        result["floor_ms"] = floor_ms(name, bandwidth)
+        report["rows"].append(result)
+        path.write_text(json.dumps(report, indent=1))
+        print(json.dumps({k: result.get(k) for k in ("row", "op", "eager_ms", "best_ms", "speedup_vs_eager",
+                                                       "compile_ms", "max_autotune_ms", "candidates",
+                                                       "search_wall_s", "error")}), flush=True)
+    evals = [s for r in report["rows"] for s in r.get("eval_s", [])]
+    walls = [r["search_wall_s"] / r["candidates"] for r in report["rows"] if r.get("candidates")]
+    report["median_candidate_eval_s"] = median(evals) if evals else None
+    report["median_search_s_per_iteration"] = median(walls) if walls else None
+    report["wall_s"] = time.perf_counter() - started
+    path.write_text(json.dumps(report, indent=1))
+    text = table(report["rows"], bandwidth)
+    (args.out / f"table_{args.strategy}.md").write_text(text + "\n")
+    print(f"\n{report['gpu']}, torch {report['torch']}, triton {report['triton']}, copy bandwidth "
+          f"{bandwidth / 1e12:.2f} TB/s; {args.strategy}, builtin proposer, {args.iterations} iterations; "
+          f"median worker wall per candidate {report['median_candidate_eval_s']} s, search wall per "
+          f"iteration {report['median_search_s_per_iteration']} s; total {report['wall_s']:.0f} s")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
