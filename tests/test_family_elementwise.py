@@ -1,0 +1,438 @@
+"""The element-wise family: which ops and cases it takes, its spaces, and its kernels checked against
+the ATen op (C in this process; Triton under the interpreter, in one subprocess).
+
+family_check's make_task and check_kernel call the op with positional arguments only; gelu's
+`approximate` and add's `alpha` are keyword-only, so this file checks with the same pieces
+(materialise, upcast, compare) but passes the captured keyword arguments, as the worker does.
+Run as a script, it is that subprocess:
+
+    TRITON_INTERPRET=1 python tests/test_family_elementwise.py triton < variants.json
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from family_check import channels_last, materialise, tensor
+
+from kernforge.capture.recorder import tensor_meta
+from kernforge.evaluate.checks import compare, normalised_error, outputs_list, upcast
+from kernforge.evaluate.scan import scan_source
+from kernforge.propose.builtin import BuiltinProposer, _all_points
+from kernforge.propose.templates import elementwise as ew
+from kernforge.tasks import KernelTask, resolve_op
+
+HAVE_TRITON = importlib.util.find_spec("triton") is not None
+HAVE_GCC = subprocess.run(["which", "gcc"], capture_output=True, check=False).returncode == 0
+ALL_SETS = ("normal", "large", "mixed")
+
+
+# ---------------------------------------------------------------- tasks and checks with kwargs
+
+def split(args: list[Any]) -> tuple[list[Any], dict[str, Any]]:
+    if args and isinstance(args[-1], dict) and set(args[-1]) == {"kwargs"}:
+        return args[:-1], args[-1]["kwargs"]
+    return args, {}
+
+
+def make_task(op: str, args: list[Any]) -> KernelTask:
+    """A task as capture makes it: keyword arguments as a last {"kwargs": ...} element."""
+    positional, kwargs = split(args)
+    real = materialise(positional, torch.Generator().manual_seed(0), 1.0)
+    outputs = [tensor_meta(t) for t in outputs_list(resolve_op(op)(*real, **kwargs))]
+    return KernelTask(task_id="t0-check", op=op, signature="check", args=args, outputs=outputs,
+                      samples=[], share=0.5, gain_if_2x=1.33, time_us=10.0, device="cpu")
+
+
+def input_sets(positional: list[Any], sets: tuple[str, ...]) -> list[tuple[str, list[Any]]]:
+    gen = torch.Generator().manual_seed(1)
+    made = {"normal": materialise(positional, gen, 1.0), "large": materialise(positional, gen, 100.0),
+            "mixed": materialise(positional, gen, 1.0, mixed=True)}
+    return [(label, made[label]) for label in sets]
+
+
+def check_kernel(kernel: Any, task: KernelTask, sets: tuple[str, ...]) -> str | None:
+    op = resolve_op(task.op)
+    positional, kwargs = split(task.args)
+    for label, args in input_sets(positional, sets):
+        eager = outputs_list(op(*args, **kwargs))
+        oracles = outputs_list(op(*upcast(args), **kwargs))
+        eager_errors = [normalised_error(e, o) for e, o in zip(eager, oracles)]
+        before = [a.clone() for a in args if isinstance(a, torch.Tensor)]
+        try:
+            outs = outputs_list(kernel(*args, **kwargs))
+        except Exception as e:  # noqa: BLE001 - the variant's failure
+            return f"{label}: {type(e).__name__}: {e}"[:2000]
+        if any(not torch.equal(b, a) for b, a in zip(before, [a for a in args if isinstance(a, torch.Tensor)])):
+            return f"{label}: the kernel changed an input"
+        if [tuple(o.stride()) for o in outs] != [tuple(e.stride()) for e in eager]:
+            return f"{label}: output strides {[o.stride() for o in outs]}, eager's {[e.stride() for e in eager]}"
+        why, _ = compare(outs, oracles, eager_errors, [e.dtype for e in eager])
+        if why:
+            return f"{label}: {why}"
+    return None
+
+
+def check_variant(task: KernelTask, backend_name: str, params: dict[str, Any], work_dir: Path,
+                  sets: tuple[str, ...] = ALL_SETS, int64: bool = False) -> str | None:
+    """`int64` forces 64-bit offsets, which only tensors past 2^31 elements get by themselves."""
+    from kernforge.backends import get_backend
+
+    facts = ew.match(task)
+    assert not isinstance(facts, str), facts
+    facts["int64"] = facts["int64"] or int64
+    source = ew.render(facts, backend_name, params)
+    findings = scan_source(source, "triton" if backend_name == "triton" else "c", task.outputs[0]["dtype"])
+    if findings:
+        return f"scan: {findings[0]}"
+    backend = get_backend(backend_name)
+    work_dir.mkdir(parents=True, exist_ok=True)
+    path = work_dir / f"variant{backend.source_suffix}"
+    path.write_text(source)
+    try:
+        kernel = backend.build(path, work_dir / "build", task.outputs)
+    except Exception as e:  # noqa: BLE001
+        return f"build: {type(e).__name__}: {e}"[:2000]
+    return check_kernel(kernel, task, sets)
+
+
+# ---------------------------------------------------------------- the cases
+
+def t(shape, dtype="float32", stride=None, positive=False):
+    return tensor(list(shape), f"torch.{dtype}", stride, positive)
+
+
+def kw(**kwargs):
+    return {"kwargs": kwargs}
+
+
+SHAPE = (5, 37)  # odd rows and columns: every block has a tail
+NCHW = (2, 6, 5, 7)
+CL_STRIDE = channels_last(list(NCHW))
+
+# (id, op, args as a function of dtype, input sets: exp overflows fp32 at 100x, so it gets normal inputs)
+CASES = [
+    ("relu", "aten::relu.default", lambda d: [t(SHAPE, d)], ALL_SETS),
+    ("silu", "aten::silu.default", lambda d: [t(SHAPE, d)], ALL_SETS),
+    ("gelu", "aten::gelu.default", lambda d: [t(SHAPE, d)], ALL_SETS),
+    ("gelu_tanh", "aten::gelu.default", lambda d: [t(SHAPE, d), kw(approximate="tanh")], ALL_SETS),
+    ("sigmoid", "aten::sigmoid.default", lambda d: [t(SHAPE, d)], ALL_SETS),
+    ("tanh", "aten::tanh.default", lambda d: [t(SHAPE, d)], ALL_SETS),
+    ("exp", "aten::exp.default", lambda d: [t(SHAPE, d)], ("normal",)),
+    ("log", "aten::log.default", lambda d: [t(SHAPE, d, positive=True)], ALL_SETS),
+    ("neg", "aten::neg.default", lambda d: [t(SHAPE, d)], ALL_SETS),
+    ("abs", "aten::abs.default", lambda d: [t(SHAPE, d)], ALL_SETS),
+    ("sqrt", "aten::sqrt.default", lambda d: [t(SHAPE, d, positive=True)], ALL_SETS),
+    ("rsqrt", "aten::rsqrt.default", lambda d: [t(SHAPE, d, positive=True)], ALL_SETS),
+    ("reciprocal", "aten::reciprocal.default", lambda d: [t(SHAPE, d)], ALL_SETS),
+    ("erf", "aten::erf.default", lambda d: [t(SHAPE, d)], ALL_SETS),
+    ("hardswish", "aten::hardswish.default", lambda d: [t(SHAPE, d)], ALL_SETS),
+    ("hardsigmoid", "aten::hardsigmoid.default", lambda d: [t(SHAPE, d)], ALL_SETS),
+    ("leaky_relu", "aten::leaky_relu.default", lambda d: [t(SHAPE, d), 0.2], ALL_SETS),
+    ("elu", "aten::elu.default", lambda d: [t(SHAPE, d), 0.5, 1.5, 0.75], ALL_SETS),
+    ("pow2", "aten::pow.Tensor_Scalar", lambda d: [t(SHAPE, d), 2], ALL_SETS),
+    ("pow_half", "aten::pow.Tensor_Scalar", lambda d: [t(SHAPE, d, positive=True), 0.5], ALL_SETS),
+    ("pow_minus1", "aten::pow.Tensor_Scalar", lambda d: [t(SHAPE, d), -1], ALL_SETS),
+    ("pow5", "aten::pow.Tensor_Scalar", lambda d: [t(SHAPE, d), 5], ("normal",)),  # fp16 overflows past 9.2
+    ("pow2_5", "aten::pow.Tensor_Scalar", lambda d: [t(SHAPE, d, positive=True), 2.5], ("normal",)),
+    ("silu_channels_last", "aten::silu.default", lambda d: [t(NCHW, d, CL_STRIDE)], ALL_SETS),
+    # a strided view (every other column): the output is contiguous, the input read at a stride
+    ("relu_strided", "aten::relu.default", lambda d: [t((6, 40), d, [80, 2])], ALL_SETS),
+    ("add", "aten::add.Tensor", lambda d: [t(SHAPE, d), t(SHAPE, d)], ALL_SETS),
+    ("sub_alpha", "aten::sub.Tensor", lambda d: [t(SHAPE, d), t(SHAPE, d), kw(alpha=0.5)], ALL_SETS),
+    ("add_rows", "aten::add.Tensor", lambda d: [t((6, 37), d), t((37,), d), kw(alpha=2)], ALL_SETS),
+    ("add_outer", "aten::add.Tensor", lambda d: [t((6, 1), d), t((1, 40), d)], ALL_SETS),
+    ("add_rows_wide", "aten::add.Tensor", lambda d: [t((3, 300), d), t((300,), d)], ALL_SETS),  # 2 column tiles
+    ("mul_cols", "aten::mul.Tensor", lambda d: [t((6, 37), d), t((6, 1), d)], ALL_SETS),
+    ("mul_nchw", "aten::mul.Tensor", lambda d: [t(NCHW, d), t((6, 1, 1), d)], ALL_SETS),
+    ("mul_nchw_channels_last", "aten::mul.Tensor", lambda d: [t(NCHW, d, CL_STRIDE), t((6, 1, 1), d)], ALL_SETS),
+    ("add_channels_last", "aten::add.Tensor", lambda d: [t(NCHW, d, CL_STRIDE), t(NCHW, d, CL_STRIDE)], ALL_SETS),
+    ("add_transposed", "aten::add.Tensor", lambda d: [t((6, 37), d), t((6, 37), d, [1, 6])], ALL_SETS),
+    ("div_0dim", "aten::div.Tensor", lambda d: [t(SHAPE, d), t((), "float64", positive=True)], ALL_SETS),
+    ("mul_0dim_self", "aten::mul.Tensor", lambda d: [t((), "float32"), t(SHAPE, d)], ALL_SETS),
+    ("mul_0dim_int", "aten::mul.Tensor", lambda d: [t(SHAPE, d), t((), "int64")], ALL_SETS),
+    ("mul_number", "aten::mul.Tensor", lambda d: [t(SHAPE, d), 2.5], ALL_SETS),
+    ("add_number", "aten::add.Tensor", lambda d: [t(SHAPE, d), 1], ALL_SETS),
+    ("maximum_rows", "aten::maximum.default", lambda d: [t((6, 37), d), t((37,), d)], ALL_SETS),
+    ("minimum", "aten::minimum.default", lambda d: [t(SHAPE, d), t(SHAPE, d)], ALL_SETS),
+    ("add_scalar", "aten::add.Scalar", lambda d: [t(SHAPE, d), 3.0, 2], ALL_SETS),
+    ("sub_scalar", "aten::sub.Scalar", lambda d: [t(SHAPE, d), 0.25], ALL_SETS),
+    ("mul_scalar", "aten::mul.Scalar", lambda d: [t(SHAPE, d), -0.5], ALL_SETS),
+    ("div_scalar", "aten::div.Scalar", lambda d: [t(SHAPE, d), 3], ALL_SETS),
+    ("rsub_scalar", "aten::rsub.Scalar", lambda d: [t(SHAPE, d), 2.0], ALL_SETS),
+    ("mul_0dim_both", "aten::mul.Tensor", lambda d: [t((), d), t((), d)], ALL_SETS),
+]
+CASE_IDS = [c[0] for c in CASES]
+
+
+def case_task(case_id: str, dtype: str) -> tuple[KernelTask, tuple[str, ...]]:
+    _, op, args, sets = CASES[CASE_IDS.index(case_id)]
+    return make_task(op, args(dtype)), sets
+
+
+def valid_points(facts: dict[str, Any], backend: str) -> list[dict[str, Any]]:
+    return [p for p in _all_points(ew.space(facts, backend)) if ew.valid(facts, backend, p)]
+
+
+# ---------------------------------------------------------------- what is supported
+
+@pytest.mark.parametrize("case_id", CASE_IDS)
+def test_every_case_is_supported_on_both_backends(case_id):
+    task, _ = case_task(case_id, "bfloat16")
+    for backend in ("cpu", "triton"):
+        assert BuiltinProposer().why_unsupported(task, backend) is None
+
+
+def raw_task(op: str, args: list[Any], out: dict[str, Any]) -> KernelTask:
+    return KernelTask(task_id="t0", op=op, signature="s", args=args, outputs=[out], samples=[], share=0.5,
+                      gain_if_2x=1.3, time_us=1.0, device="cuda")
+
+
+@pytest.mark.parametrize("op, args, words", [
+    ("aten::add_.Tensor", [t(SHAPE), t(SHAPE)], "in-place aten::add_.Tensor writes into its input"),
+    ("aten::relu_.default", [t(SHAPE)], "in-place aten::relu_.default"),
+    ("aten::div.Tensor_mode", [t(SHAPE), t(SHAPE), kw(rounding_mode="floor")], "rounding_mode"),
+    ("aten::pow.Tensor_Tensor", [t(SHAPE), t(SHAPE)], "only the Tensor_Scalar overload(s) of pow"),
+    ("aten::add.Tensor", [t(SHAPE, "bfloat16"), t(SHAPE, "float32")], "type promotion"),
+    ("aten::mul.Tensor", [t(SHAPE, "bfloat16"), t((1,), "float32")], "type promotion"),
+    ("aten::relu.default", [t(SHAPE, "int64")], "torch.int64 output"),
+    ("aten::sigmoid.default", [t(SHAPE, "float64")], "torch.float64 output"),
+    ("aten::relu.default", [t((0, 5))], "empty output"),
+    ("aten::bmm.default", [t((2, 3, 4)), t((2, 4, 5))], "no built-in template for aten::bmm.default"),
+])
+def test_unsupported_cases_say_why(op, args, words):
+    reason = ew.match(make_task(op, args))
+    assert isinstance(reason, str) and words in reason, reason
+
+
+def test_out_variants_and_gapped_outputs_are_refused():
+    assert "out= variants" in ew.match(raw_task("aten::add.out", [t(SHAPE), t(SHAPE)], t(SHAPE)))
+    gapped = t((4, 5), stride=[10, 1])
+    assert "gaps" in ew.match(raw_task("aten::relu.default", [gapped], gapped))
+
+
+def test_dims_are_coalesced_in_the_outputs_memory_order():
+    def facts(case_id):
+        return ew.match(case_task(case_id, "float32")[0])
+
+    same = facts("add")
+    assert same["sizes"] == [185] and [o["kind"] for o in same["operands"]] == ["same", "same"]
+    nchw = facts("mul_nchw")  # (C,1,1): [N, C, H*W], the channel operand steps along C only
+    assert nchw["sizes"] == [2, 6, 35] and nchw["operands"][1]["strides"] == [0, 1, 0]
+    cl = facts("mul_nchw_channels_last")  # channels-last output: [N*H*W, C], walked as stored
+    assert cl["sizes"] == [70, 6] and cl["operands"][1]["strides"] == [0, 1]
+    assert cl["out_stride"] == CL_STRIDE
+    rows = facts("add_rows")
+    assert rows["sizes"] == [6, 37] and rows["operands"][1]["strides"] == [0, 1]
+    assert rows["consts"] == {"alpha": 2.0}
+    assert [o["kind"] for o in facts("div_0dim")["operands"]] == ["same", "scalar"]
+    assert [o["kind"] for o in facts("mul_number")["operands"]] == ["same", "const"]
+    assert facts("gelu_tanh")["expr"] == "gelu_tanh" and facts("gelu")["expr"] == "gelu"
+
+
+def test_triton_launcher_refuses_a_layout_it_was_not_built_for():
+    facts = ew.match(case_task("relu_strided", "float32")[0])
+    source = ew.render(facts, "triton", ew.initial(facts, "triton"))
+    assert "_expect(x, (6, 40), (80, 2))" in source  # raises instead of reading at the wrong strides
+    zero_dim = ew.match(case_task("div_0dim", "float32")[0])
+    assert "_expect(other" not in ew.render(zero_dim, "triton", ew.initial(zero_dim, "triton"))
+
+
+def test_large_tensors_index_in_int64():
+    big = t((3, 2**30), "bfloat16")
+    facts = ew.match(raw_task("aten::silu.default", [big], big))
+    assert facts["int64"]
+    source = ew.render(facts, "triton", ew.initial(facts, "triton"))
+    assert "tl.cast(tile, tl.int64)" in source
+    small = t((2**20,), "bfloat16")
+    assert "int64" not in ew.render(*_facts_initial(raw_task("aten::silu.default", [small], small)))
+
+
+def _facts_initial(task):
+    facts = ew.match(task)
+    return facts, "triton", ew.initial(facts, "triton")
+
+
+def test_triton_starting_point_moves_near_copy_bandwidth_on_large_tensors():
+    # 64M bf16 elements: 16 KB tiles (8192 elements, 32 a thread with 8 warps), 8192 programs
+    x = t((8192, 8192), "bfloat16")
+    params = _facts_initial(raw_task("aten::silu.default", [x], x))[2]
+    assert params == {"indexing": "flat", "grid": "one_per_block", "programs_per_sm": 4, "block": 8192,
+                      "num_warps": 8}
+    x32 = t((8192, 8192))
+    assert _facts_initial(raw_task("aten::silu.default", [x32], x32))[2]["block"] == 4096
+    # a small tensor still spreads over the SMs: 2 x 132 programs at least, down to 1024 elements
+    small = t((64, 1024), "bfloat16")
+    assert _facts_initial(raw_task("aten::silu.default", [small], small))[2]["block"] == 1024
+    # a row broadcast starts on [rows, cols] tiles
+    rows = raw_task("aten::add.Tensor", [t((4096, 4096), "bfloat16"), t((4096,), "bfloat16")],
+                    t((4096, 4096), "bfloat16"))
+    assert _facts_initial(rows)[2]["indexing"] == "tile2d"
+
+
+# ---------------------------------------------------------------- spaces
+
+@pytest.mark.parametrize("case_id", ["silu", "add_rows", "mul_nchw_channels_last", "div_0dim"])
+@pytest.mark.parametrize("backend", ["cpu", "triton"])
+def test_every_valid_point_renders_a_distinct_source(case_id, backend):
+    facts = ew.match(case_task(case_id, "bfloat16")[0])
+    points = valid_points(facts, backend)
+    assert ew.initial(facts, backend) in points
+    assert 2 <= len(points) <= 400
+    assert len({ew.render(facts, backend, p) for p in points}) == len(points)
+
+
+def test_spaces_offer_the_structural_moves():
+    rows = ew.match(case_task("add_rows", "float32")[0])
+    assert ew.space(rows, "triton")["indexing"] == ["flat", "tile2d"]
+    assert ew.space(rows, "cpu")["indexing"] == ["flat", "rows"]
+    flat = ew.match(case_task("relu", "float32")[0])
+    assert ew.space(flat, "triton")["indexing"] == ["flat"]  # one coalesced dim: nothing to tile
+    assert "math" in ew.space(ew.match(case_task("silu", "float32")[0]), "cpu")
+    assert "math" not in ew.space(flat, "cpu")
+    assert ew.space(flat, "metal") == {}
+    for name, old, new in [("block", 1024, 2048), ("grid", "one_per_block", "persistent"),
+                           ("indexing", "flat", "tile2d"), ("inner_loop", "simd", "unroll8")]:
+        assert ew.explain(name, old, new) != "try a neighbouring value"
+
+
+def test_sources_name_the_op_and_pass_the_scan():
+    for dtype in ("float32", "bfloat16", "float16"):
+        for case_id in CASE_IDS:
+            task = case_task(case_id, dtype)[0]
+            facts = ew.match(task)
+            for backend, language in (("cpu", "c"), ("triton", "triton")):
+                source = ew.render(facts, backend, ew.initial(facts, backend))
+                assert f"kf-op: {task.op}" in source
+                assert scan_source(source, language, task.outputs[0]["dtype"]) == [], (case_id, dtype, backend)
+
+
+# ---------------------------------------------------------------- the proposer end to end
+
+@pytest.mark.parametrize("backend", ["cpu", "triton"])
+def test_proposals_start_at_the_initial_point_and_never_repeat(backend):
+    task = case_task("add_rows", "bfloat16")[0]
+    facts = ew.match(task)
+    proposer = BuiltinProposer(seed=5)
+    first = proposer.propose(task, backend, None, [])
+    assert first.params == ew.initial(facts, backend) and first.rationale.startswith("starting point: ")
+    tried, parent = [first], first
+    for _ in range(40):
+        proposal = proposer.propose(task, backend, parent, tried)
+        if proposal is None:
+            break
+        assert proposal.source not in {p.source for p in tried}
+        assert ew.valid(facts, backend, proposal.params)
+        tried.append(proposal)
+        parent = proposal
+    assert len(tried) >= min(41, len(valid_points(facts, backend)))
+
+
+# ---------------------------------------------------------------- every C variant is correct
+
+DTYPES = ("float32", "bfloat16")
+
+
+def c_variants() -> list[tuple[str, str, dict[str, Any]]]:
+    """Every valid point of every case, fp32 and bf16; fp16 at the starting point (one load/store
+    path more, the same loops)."""
+    variants = []
+    for case_id in CASE_IDS:
+        for dtype in (*DTYPES, "float16"):
+            facts = ew.match(case_task(case_id, dtype)[0])
+            points = valid_points(facts, "cpu") if dtype != "float16" else [ew.initial(facts, "cpu")]
+            variants += [(case_id, dtype, p) for p in points]
+    return variants
+
+
+def _variant_id(case_id: str, dtype: str, params: dict[str, Any]) -> str:
+    return f"{case_id}-{dtype}-" + "-".join(str(v) for v in params.values())
+
+
+@pytest.fixture(scope="module")
+def c_results(tmp_path_factory) -> dict[str, str | None]:
+    """Every C variant built and checked; two at a time (gcc runs outside the GIL)."""
+    root = tmp_path_factory.mktemp("ew-c")
+
+    def run(variant):
+        case_id, dtype, params = variant
+        task, sets = case_task(case_id, dtype)
+        vid = _variant_id(case_id, dtype, params)
+        return vid, check_variant(task, "cpu", params, root / vid, sets)
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return dict(pool.map(run, c_variants()))
+
+
+@pytest.mark.skipif(not HAVE_GCC, reason="gcc is not installed")
+def test_every_c_variant_compiles_and_is_correct(c_results):
+    failures = {k: v for k, v in c_results.items() if v is not None}
+    assert not failures, json.dumps(failures, indent=1)[:6000]
+    assert len(c_results) > 200
+
+
+# ---------------------------------------------------------------- Triton under the interpreter
+
+def triton_variants() -> list[dict[str, Any]]:
+    """Every structural variant (indexing x grid) of every case, fp32 and bf16, at the starting
+    point's block and warps (a block shrunk to fit where the starting point's does not)."""
+    variants = []
+    for case_id in CASE_IDS:
+        for dtype in DTYPES:
+            task, sets = case_task(case_id, dtype)
+            facts = ew.match(task)
+            space = ew.space(facts, "triton")
+            for indexing in space["indexing"]:
+                for grid in space["grid"]:
+                    params = {**ew.initial(facts, "triton"), "indexing": indexing, "grid": grid}
+                    if indexing == "tile2d":  # a few rows per tile, several tiles per tensor
+                        params.update(block=256, num_warps=2)
+                    assert ew.valid(facts, "triton", params), params
+                    variants.append({"id": _variant_id(case_id, dtype, params), "case": case_id,
+                                     "dtype": dtype, "params": params, "sets": list(sets)})
+    for v in [v for v in variants if v["case"] in ("silu", "add_rows_wide") and v["dtype"] == "bfloat16"]:
+        variants.append({**v, "id": v["id"] + "-int64", "int64": True})
+    return variants
+
+
+def run_triton_variants(variants: list[dict[str, Any]]) -> dict[str, str | None]:
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for v in variants:
+            task, _ = case_task(v["case"], v["dtype"])
+            results[v["id"]] = check_variant(task, "triton", v["params"], Path(tmp) / v["id"], tuple(v["sets"]),
+                                             v.get("int64", False))
+    return results
+
+
+@pytest.fixture(scope="module")
+def triton_results() -> dict[str, str | None]:
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    proc = subprocess.run([sys.executable, __file__, "triton"], input=json.dumps(triton_variants()),
+                          capture_output=True, text=True, env=env, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout)
+
+
+@pytest.mark.skipif(not HAVE_TRITON, reason="triton is not installed")
+def test_every_triton_structural_variant_is_correct_under_the_interpreter(triton_results):
+    failures = {k: v for k, v in triton_results.items() if v is not None}
+    assert not failures, json.dumps(failures, indent=1)[:6000]
+    variants = triton_variants()
+    assert len(triton_results) == len(variants)
+    kinds = {(v["params"]["indexing"], v["params"]["grid"]) for v in variants}
+    assert kinds == {(i, g) for i in ("flat", "tile2d") for g in ("one_per_block", "persistent")}
+
+
+if __name__ == "__main__":
+    json.dump(run_triton_variants(json.load(sys.stdin)), sys.stdout)
