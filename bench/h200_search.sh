@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Issue 5's GPU benchmark, run on the H200 through the device tool from the repository root:
+#   STRATEGY=mcts ITERATIONS=50 ROWS=a,b,... bash bench/h200_search.sh
+# One `kernforge optimize` per row of BENCHMARKS.md's operator table (bench/seed_ops.py),
+# the builtin proposer, torch.compile default and max-autotune-no-cudagraphs timed as peers.
+# Writes search_<strategy>.json, table_<strategy>.md and the run folders' results under $OUT.
+set -euo pipefail
+export PYTHONPATH=src PYTHONUNBUFFERED=1
+out=${OUT:-bench/results/h200/search}
+mkdir -p "$out"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$out/gpu.txt"
+args=(--strategy "${STRATEGY:-mcts}" --iterations "${ITERATIONS:-50}" --compile "${COMPILE:-max-autotune}"
+      --parallel "${PARALLEL:-0}" --budget-s "${BUDGET_S:-1e9}" --out "$out")
+if [ -n "${ROWS:-}" ]; then args+=(--rows "$ROWS"); fi
+python3 bench/search_bench.py "${args[@]}"
+# Keep what explains the figures, not the bulk: results.tsv, summary and baseline per run.
+for run in "$out"/runs_*/*/; do
+    [ -d "$run" ] || continue
+    rm -rf "$run/capture/samples" "$run"/tasks/*/nodes/*/build "$run"/tasks/*/baseline/*.pt
+done
