@@ -9,7 +9,8 @@ from typing import Any
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.live import Live
+from rich.table import Table
 
 from kernforge.errors import UserError
 
@@ -265,24 +266,24 @@ def _run_overview(store: Any) -> dict[str, Any]:
 
 
 class _progress:
-    """A progress bar on a terminal; plain lines otherwise; nothing with --json."""
+    """A live table on a terminal (one row per task: iteration, best speedup so far, counts per
+    status, the latest candidate), with each candidate's line above it; plain lines otherwise;
+    nothing with --json."""
 
     def __init__(self, quiet: bool):
         self.quiet = quiet
-        self.live = err.is_terminal and not quiet
-        self.bar: Progress | None = None
-        self.bar_task: Any = None
+        self.live: Live | None = None
+        self.rows: dict[str, dict[str, str]] = {}
 
     def __enter__(self):
-        if self.live:
-            self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                TimeElapsedColumn(), console=err)
-            self.bar.start()
+        if err.is_terminal and not self.quiet:
+            self.live = Live(self._table(), console=err, refresh_per_second=4, transient=False)
+            self.live.start()
         return self.on_event
 
     def __exit__(self, *exc: object) -> None:
-        if self.bar:
-            self.bar.stop()
+        if self.live:
+            self.live.stop()
 
     def on_event(self, kind: str, *data: Any) -> None:
         if self.quiet:
@@ -293,28 +294,41 @@ class _progress:
                       f"of op time per forward")
         elif kind == "task_start":
             task, iterations = data
-            label = f"{task.op} {task.shape_text}"
-            if self.bar:
-                self.bar_task = self.bar.add_task(label, total=iterations)
-            else:
-                self._say(f"searching {label} ({task.share:.1%} of model time), {iterations} iterations")
+            self.rows[task.task_id] = {"task": f"{task.op} {task.shape_text}", "share": f"{task.share:.1%}",
+                                       "done": "0", "total": str(iterations), "best": "-", "counts": "",
+                                       "last": "baseline..."}
+            if not self.live:
+                self._say(f"searching {task.op} {task.shape_text} ({task.share:.1%} of model time), "
+                          f"{iterations} iterations")
         elif kind == "node":
             outcome, node = data
             r = node.result
             speed = f"{r.speedup_vs_eager:.2f}x vs eager" if r.speedup_vs_eager else ""
             line = f"  {node.node_id} {r.status:13} {speed:16} {node.proposal.rationale[:70]}"
-            if self.bar:
-                self.bar.update(self.bar_task, advance=1,
-                                description=f"{outcome.task.op} {outcome.task.shape_text}  {_standing(outcome)}")
-                self.bar.console.print(line, markup=False, highlight=False)
-            else:
-                self._say(f"{line}  [{_standing(outcome)}]")
-        elif kind == "task_end" and self.bar and self.bar_task is not None:
-            self.bar.update(self.bar_task, completed=self.bar.tasks[-1].total)
+            best = outcome.best
+            self.rows.get(outcome.task.task_id, {}).update(
+                done=str(len(outcome.nodes)), best=f"{best.result.speedup_vs_eager:.2f}x" if best else "1.00x",
+                counts=", ".join(f"{k} {v}" for k, v in sorted(outcome.status_counts().items())),
+                last=f"{node.node_id} {r.status}")
+            self._say(line if self.live else f"{line}  [{_standing(outcome)}]")
+        elif kind == "task_end":
+            outcome = data[0]
+            self.rows.get(outcome.task.task_id, {}).update(last="done")
+        if self.live:
+            self.live.update(self._table())
+
+    def _table(self) -> Table:
+        table = Table(title="kernforge search", title_justify="left", expand=False)
+        for column in ("task", "share", "iteration", "best vs eager", "status counts", "latest"):
+            table.add_column(column, no_wrap=column != "status counts")
+        for row in self.rows.values():
+            table.add_row(row["task"], row["share"], f"{row['done']}/{row['total']}", row["best"],
+                          row["counts"], row["last"])
+        return table
 
     def _say(self, text: str) -> None:
-        if self.bar:
-            self.bar.console.print(text, markup=False, highlight=False)
+        if self.live:
+            self.live.console.print(text, markup=False, highlight=False)
         else:
             print(text, file=sys.stderr, flush=True)
 

@@ -1,3 +1,1223 @@
-"""Placeholder: filled in by the norms family work."""
+"""Normalisations: layer norm, RMS norm, group norm, and batch norm in inference.
 
-FAMILIES: list = []
+    layer:  y = (x - mean(x)) * rsqrt(var(x) + eps) * w + b      over the trailing normalized_shape
+    rms:    y = x * rsqrt(mean(x^2) + eps) * w                    over the trailing normalized_shape
+    group:  y = (x - mean_g) * rsqrt(var_g + eps) * w[c] + b[c]   over each (sample, group of C/G channels)
+    batch:  y = (x - running_mean[c]) * rsqrt(running_var[c] + eps) * w[c] + b[c]
+
+All four are memory-bound: one read of x and one write of y is the floor (4 bytes
+per element in bf16, 8 in fp32). The statistics outputs (mean, rstd) take the
+shapes and dtypes the task lists (they differ between devices: CPU layer norm
+keeps bf16 statistics, CUDA's are fp32), so every template reads them from
+task.outputs instead of assuming.
+
+Variance: where a row or chunk sits in registers it is exact two-pass (mean, then
+sum of squared deviations); where it is read in blocks, each block's (count,
+mean, M2) is merged into a running one with Chan's formula, which keeps the
+precision of two-pass without the cancellation of sum(x^2) - n mean^2 on rows
+whose mean is large against their spread.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from kernforge.backends.native import C_PRELUDE
+from kernforge.propose.builtin import Family
+from kernforge.propose.templates.common import C_LOAD_STORE, C_TYPES, contiguous_strides, next_pow2
+from kernforge.tasks import KernelTask
+
+SUPPORTED_DTYPES = ("torch.float32", "torch.float16", "torch.bfloat16")
+LAYER_NORM_OP = "aten::native_layer_norm.default"
+RMS_NORM_OP = "aten::_fused_rms_norm.default"
+GROUP_NORM_OP = "aten::native_group_norm.default"
+BATCH_NORM_OPS = ("aten::native_batch_norm.default", "aten::_native_batch_norm_legit_no_training.default",
+                  "aten::cudnn_batch_norm.default")
+# torch's _fused_rms_norm with eps=None uses the epsilon of its float32 accumulation type for
+# fp32, bf16 and fp16 inputs alike (checked on torch 2.14's CPU kernel: bf16 rstd of 1e-3 inputs
+# is 945.709, which finfo(bfloat16).eps = 7.8e-3 would have made 11.3).
+RMS_DEFAULT_EPS = 1.1920928955078125e-07
+# Register budget of one Triton program: past ~16K fp32 values in a tile the H200 spills.
+MAX_TILE = 16384
+
+
+# ---------------------------------------------------------------- shared helpers
+
+def _is_tensor(a: Any) -> bool:
+    return isinstance(a, dict) and "shape" in a
+
+
+def _short(dtype: str) -> str:
+    return dtype.replace("torch.", "")
+
+
+def _aux_dtype_reason(name: str, desc: Any, x_dtype: str) -> str | None:
+    """Weights and statistics may be the input's dtype or float32 (mixed-precision models); the
+    templates know those two cases only."""
+    if desc is None:
+        return None
+    if not _is_tensor(desc):
+        return f"{name} is not a tensor"
+    if desc["dtype"] not in (x_dtype, "torch.float32"):
+        return f"{name} of dtype {desc['dtype']} beside a {x_dtype} input has no built-in template"
+    if desc["stride"] != contiguous_strides(desc["shape"]) and math.prod(desc["shape"]) > 1:
+        return f"a non-contiguous {name} has no built-in template"
+    return None
+
+
+def _outputs(task: KernelTask) -> list[dict[str, Any]]:
+    return [{"shape": list(o["shape"]), "stride": list(o["stride"]), "dtype": _short(o["dtype"])}
+            for o in task.outputs]
+
+
+def _common_x(task: KernelTask, label: str) -> dict[str, Any] | str:
+    x = task.args[0] if task.args else None
+    if not _is_tensor(x):
+        return f"{label} without a tensor input"
+    if x["dtype"] not in SUPPORTED_DTYPES:
+        return f"{label} on {x['dtype']} has no built-in template"
+    if math.prod(x["shape"]) == 0:
+        return f"{label} on an empty tensor has no built-in template"
+    return x
+
+
+def _explain_number(name: str, old: Any, new: Any) -> str:
+    up = new > old
+    texts = {
+        "rows_per_program": ("more rows per program: the weight is loaded once for several rows",
+                             "fewer rows per program: more programs to spread over the SMs"),
+        "num_warps": ("more warps keep more loads in flight and fewer values per thread",
+                      "fewer warps: less cross-warp reduction work and more programs per SM"),
+        "num_stages": ("deeper software pipelining of the loop's loads", "shallower pipelining: fewer registers"),
+        "block": ("larger blocks: fewer loop trips and wider loads", "smaller blocks: fewer registers, less masking"),
+        "chunk": ("larger chunks: fewer programs and fewer partial results to combine",
+                  "smaller chunks: more programs, so few groups still fill every SM"),
+    }
+    if name in texts:
+        return texts[name][0 if up else 1]
+    return "try a neighbouring value"
+
+
+EXPLAIN = {
+    "variant": {
+        "single_tile": "whole rows in registers: one read of x, exact two-pass statistics",
+        "loop": "rows read in blocks with running (Chan) statistics: rows of any length, two reads",
+        "split": "each group split across many programs (partials, then combine): fills the SMs when "
+                 "there are few groups",
+        "per_group": "one program per group, looping twice over it: no partial buffer, for many small groups",
+        "flat": "one flat index over every element, the channel recomputed per element: no tail waste",
+        "plane": "programs inside one (sample, channel) plane: scale and shift loaded once as scalars",
+        "tile": "[positions x channels] tiles of the channels-last layout: scale and shift loaded once "
+                "per tile as vectors",
+    },
+    "persistent": {True: "one program per SM slot looping over rows: the weight stays in registers",
+                   False: "one program per row block: simplest schedule, no loop overhead"},
+    "reverse": {True: "the second pass walks the groups backwards, so it first re-reads what the first "
+                      "pass read last (still in L2)",
+                False: "both passes walk the groups in the same order"},
+    "stats": {"two_pass": "mean first, then squared deviations: exact in float, reads the data twice",
+              "one_pass_double": "sum and sum of squares in double in one read: fewer passes, still "
+                                 "precise for large-mean data",
+              "float": "sum of squares in float: vectorises at full width",
+              "double": "sum of squares in double: precise on long rows of large values"},
+    "parallel": {"groups": "a thread per group: each group read by one core",
+                 "planes": "a thread per (sample, channel) plane: spreads few groups over every core"},
+    "schedule": {"static": "equal ranges per thread: no scheduling cost",
+                 "dynamic": "threads take work as they free up: better when cores are uneven"},
+    "simd": {True: "ask the compiler to vectorise the inner loops",
+             False: "scalar inner loops"},
+}
+
+
+def explain(name: str, old: Any, new: Any) -> str:
+    text = EXPLAIN.get(name, {}).get(new)
+    return text or _explain_number(name, old, new)
+
+
+_SIMD_ON = '#define KF_STR(s) #s\n#define SIMD(clause) _Pragma(KF_STR(omp simd clause))\n'
+_SIMD_OFF = "#define SIMD(clause)\n"
+
+
+def _c_head(title: str, op: str, params: dict[str, Any], dtype: str) -> str:
+    ctype, _ = C_TYPES[dtype]
+    described = " ".join(f"{k}={v}" for k, v in params.items())
+    return f"""/* kernforge builtin: {title}
+ * kf-op: {op}
+ * {described}
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+{C_PRELUDE}
+typedef {ctype} elem_t;
+{_SIMD_ON if params.get('simd', True) else _SIMD_OFF}
+{C_LOAD_STORE[dtype]}"""
+
+
+def _c_aux(name: str, dtype: str, x_dtype: str) -> str:
+    """A pointer type and load/store macros for an auxiliary tensor (weight, statistics) that is
+    either the input's dtype (through ld/st) or float32 (plain access)."""
+    if dtype == x_dtype:
+        return (f"typedef elem_t {name}_t;\n#define LD_{name.upper()}(p, i) ld(p, i)\n"
+                f"#define ST_{name.upper()}(p, i, v) st(p, i, v)\n")
+    return (f"typedef float {name}_t;\n#define LD_{name.upper()}(p, i) ((p)[i])\n"
+            f"#define ST_{name.upper()}(p, i, v) ((p)[i] = (v))\n")
+
+
+def _c_in_ptr(name: str, present: bool, index: int) -> str:
+    """The pointer of an optional input; absent inputs are skipped in `in`, so never read past it."""
+    value = f"(const {name}_t *)in[{index}].data" if present else "NULL"
+    return f"    const {name}_t *{name} = {value};\n    (void){name};\n"
+
+
+def _torch_dtype(dtype: str) -> str:
+    return f"torch.{dtype}"
+
+
+def _alloc_lines(outputs: list[dict[str, Any]], names: list[str], like: str) -> str:
+    """Outputs allocated with exactly the reference's shapes, strides and dtypes."""
+    lines = []
+    for name, o in zip(names, outputs):
+        lines.append(f"    {name} = torch.empty_strided({tuple(o['shape'])}, {tuple(o['stride'])}, "
+                     f"dtype={_torch_dtype(o['dtype'])}, device={like}.device)")
+    return "\n".join(lines)
+
+
+def _sm_count_helper() -> str:
+    return '''
+def sm_count(device):
+    # 132 on an H200; the interpreter runs on the CPU, where a few programs do.
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return 4
+'''
+
+
+# ================================================================ layer norm and RMS norm
+
+def match_row_norm(task: KernelTask, kind: str) -> dict[str, Any] | str:
+    op = LAYER_NORM_OP if kind == "layer" else RMS_NORM_OP
+    if task.op != op:
+        return f"no built-in template for {task.op}"
+    label = "layer norm" if kind == "layer" else "rms norm"
+    x = _common_x(task, label)
+    if isinstance(x, str):
+        return x
+    args = list(task.args) + [None] * 5
+    normalized, weight = args[1], args[2]
+    bias, eps = (args[3], args[4]) if kind == "layer" else (None, args[3])
+    if not isinstance(normalized, list) or not normalized or x["shape"][-len(normalized):] != normalized:
+        return f"{label} whose normalized_shape is not the input's trailing dims"
+    if x["stride"] != contiguous_strides(x["shape"]):
+        return f"{label} on a non-contiguous input has no built-in template yet"
+    for name, desc in (("weight", weight), ("bias", bias)):
+        why = _aux_dtype_reason(name, desc, x["dtype"])
+        if why:
+            return f"{label}: {why}"
+        if desc is not None and desc["shape"] != normalized:
+            return f"{label} with a {name} not of normalized_shape"
+    outputs = _outputs(task)
+    for o in outputs[1:]:
+        if o["dtype"] not in (_short(x["dtype"]), "float32"):
+            return f"{label} with {o['dtype']} statistics has no built-in template"
+    cols = math.prod(normalized)
+    return {"op": op, "kind": kind, "rows": math.prod(x["shape"]) // cols, "cols": cols,
+            "dtype": _short(x["dtype"]), "has_weight": weight is not None, "has_bias": bias is not None,
+            "w_dtype": _short(weight["dtype"]) if weight else _short(x["dtype"]),
+            "b_dtype": _short(bias["dtype"]) if bias else _short(x["dtype"]),
+            "eps": float(RMS_DEFAULT_EPS if eps is None else eps), "outputs": outputs}
+
+
+def space_row_norm(facts: dict[str, Any], backend: str) -> dict[str, list[Any]]:
+    if backend == "cpu":
+        stats = ["two_pass", "one_pass_double"] if facts["kind"] == "layer" else ["float", "double"]
+        return {"stats": stats, "schedule": ["static", "dynamic"], "simd": [False, True]}
+    if backend == "triton":
+        return {"variant": ["single_tile", "loop"], "rows_per_program": [1, 2, 4, 8, 16],
+                "persistent": [False, True], "block": [128, 256, 512, 1024, 2048, 4096, 8192, 16384],
+                "num_warps": [1, 2, 4, 8, 16], "num_stages": [1, 2, 3]}
+    return {}
+
+
+def _whole_row(facts: dict[str, Any]) -> int:
+    return max(128, next_pow2(facts["cols"]))
+
+
+def initial_row_norm(facts: dict[str, Any], backend: str) -> dict[str, Any]:
+    if backend == "cpu":
+        # Two passes over a row that sits in L1/L2: exact, and the second read is cheap.
+        return {"stats": "two_pass" if facts["kind"] == "layer" else "float", "schedule": "static",
+                "simd": True}
+    whole = _whole_row(facts)
+    if whole <= 8192:
+        # (8192, 4096) bf16 on the H200: a whole row per program, 8 warps (16 values a thread),
+        # rows_per_program filling ~4K values for short rows so each program moves enough bytes.
+        rows = max(1, min(16, 4096 // whole))
+        while rows > 1 and facts["rows"] < rows * 132 * 2:
+            rows //= 2  # keep at least two waves of programs over 132 SMs
+        # measured on the H200, (8192, 4096) bf16 layer norm: 4 warps 39.1 us, 8 warps 45.6, 16 warps 48.1
+        warps = 4 if whole * rows <= 4096 else 8 if whole * rows <= 8192 else 16
+        return {"variant": "single_tile", "rows_per_program": rows, "persistent": False, "block": whole,
+                "num_warps": warps, "num_stages": 1}
+    return {"variant": "loop", "rows_per_program": 1, "persistent": False, "block": 4096,
+            "num_warps": 8, "num_stages": 2}
+
+
+def valid_row_norm(facts: dict[str, Any], backend: str, params: dict[str, Any]) -> bool:
+    if backend == "cpu":
+        return True
+    threads = 32 * params["num_warps"]
+    if params["variant"] == "single_tile":
+        tile = params["rows_per_program"] * params["block"]
+        # the tile holds whole rows; at most 64 fp32 values a thread (no spill), at least one
+        return (params["block"] == _whole_row(facts) and params["num_stages"] == 1 and tile <= MAX_TILE
+                and threads <= tile and tile // threads <= 64)
+    block = params["block"]
+    return (params["rows_per_program"] == 1 and not params["persistent"] and 512 <= block < 2 * facts["cols"]
+            and threads <= block and block // threads <= 32)
+
+
+# ---------------------------------------------------------------- row norms: C
+
+def _c_row_stats(facts: dict[str, Any], stats: str) -> str:
+    if facts["kind"] == "rms":
+        acc = "double" if stats == "double" else "float"
+        return f"""        {acc} ss = 0;
+        SIMD(reduction(+:ss))
+        for (int64_t c = 0; c < COLS; ++c) {{ {acc} v = ld(xr, c); ss += v * v; }}
+        float mean = 0.0f;
+        float rstd = 1.0f / sqrtf((float)(ss / COLS) + EPS);
+"""
+    if stats == "two_pass":
+        return """        float s = 0.0f;
+        SIMD(reduction(+:s))
+        for (int64_t c = 0; c < COLS; ++c) s += ld(xr, c);
+        float mean = s / COLS;
+        float ss = 0.0f;
+        SIMD(reduction(+:ss))
+        for (int64_t c = 0; c < COLS; ++c) { float d = ld(xr, c) - mean; ss += d * d; }
+        float rstd = 1.0f / sqrtf(ss / COLS + EPS);
+"""
+    return """        double s = 0.0, ss = 0.0;
+        SIMD(reduction(+:s, ss))
+        for (int64_t c = 0; c < COLS; ++c) { double v = ld(xr, c); s += v; ss += v * v; }
+        double dmean = s / COLS;
+        double var = ss / COLS - dmean * dmean;
+        float mean = (float)dmean;
+        float rstd = 1.0f / sqrtf((float)(var > 0.0 ? var : 0.0) + EPS);
+"""
+
+
+def render_row_norm_c(facts: dict[str, Any], params: dict[str, Any]) -> str:
+    layer = facts["kind"] == "layer"
+    outs = facts["outputs"]
+    affine = "(ld(xr, c) - mean) * rstd" if layer else "ld(xr, c) * rstd"
+    if facts["has_weight"]:
+        affine = f"({affine}) * LD_W(w, c)"
+    if facts["has_bias"]:
+        affine = f"{affine} + LD_B(b, c)"
+    n_in = 1 + facts["has_weight"] + facts["has_bias"]
+    w_idx, b_idx = 1, 1 + facts["has_weight"]
+    stat_stores = ("            ST_S1(mean_out, r, mean);\n            ST_S2(rstd_out, r, rstd);\n" if layer
+                   else "            ST_S1(rstd_out, r, rstd);\n")
+    stat_ptrs = ("    s1_t *mean_out = (s1_t *)out[1].data;\n    s2_t *rstd_out = (s2_t *)out[2].data;\n" if layer
+                 else "    s1_t *rstd_out = (s1_t *)out[1].data;\n")
+    return f"""{_c_head(f"{facts['kind']} norm, {facts['rows']} rows x {facts['cols']} cols, {facts['dtype']}",
+                  facts['op'], params, facts['dtype'])}
+{_c_aux("w", facts["w_dtype"], facts["dtype"])}{_c_aux("b", facts["b_dtype"], facts["dtype"])}\
+{_c_aux("s1", outs[1]["dtype"], facts["dtype"])}{_c_aux("s2", outs[-1]["dtype"], facts["dtype"])}
+#define ROWS {facts['rows']}LL
+#define COLS {facts['cols']}LL
+#define EPS {facts['eps']!r}f
+
+int kf_forward(const kf_tensor *in, int n_in, kf_tensor *out, int n_out) {{
+    if (n_in != {n_in} || n_out != {len(outs)}) return 1;
+    const elem_t *x = (const elem_t *)in[0].data;
+{_c_in_ptr("w", facts["has_weight"], w_idx)}{_c_in_ptr("b", facts["has_bias"], b_idx)}    elem_t *y = (elem_t *)out[0].data;
+{stat_ptrs}    #pragma omp parallel for schedule({params['schedule']})
+    for (int64_t r = 0; r < ROWS; ++r) {{
+        const elem_t *restrict xr = x + r * COLS;
+        elem_t *restrict yr = y + r * COLS;
+{_c_row_stats(facts, params['stats'])}        (void)mean;
+        SIMD()
+        for (int64_t c = 0; c < COLS; ++c) st(yr, c, {affine});
+{stat_stores}    }}
+    return 0;
+}}
+"""
+
+
+# ---------------------------------------------------------------- row norms: Triton
+
+_TRITON_ROWS_TILE = '''
+@triton.jit
+def norm_rows(X, W, B, Y, MEAN, RSTD, n_rows, n_cols, eps, iters,
+              BLOCK_N: tl.constexpr, ROWS: tl.constexpr, RMS: tl.constexpr,
+              HAS_W: tl.constexpr, HAS_B: tl.constexpr):
+    # ROWS whole rows per program in registers: x is read once; the weight once per program.
+    # A persistent launch (iters > 1) walks row blocks pid, pid + grid, ... keeping w and b.
+    cols = tl.arange(0, BLOCK_N)
+    col_ok = cols < n_cols
+    if HAS_W:
+        w = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32)
+    if HAS_B:
+        b = tl.load(B + cols, mask=col_ok, other=0.0).to(tl.float32)
+    for it in range(0, iters):
+        block = tl.program_id(0) + it * tl.num_programs(0)
+        rows = block * ROWS + tl.arange(0, ROWS)
+        row_ok = rows < n_rows
+        mask = row_ok[:, None] & col_ok[None, :]
+        offsets = rows[:, None].to(tl.int64) * n_cols + cols[None, :]
+        x = tl.load(X + offsets, mask=mask, other=0.0).to(tl.float32)
+        if RMS:
+            rstd = tl.rsqrt(tl.sum(x * x, axis=1) / n_cols + eps)
+            y = x * rstd[:, None]
+        else:
+            mean = tl.sum(x, axis=1) / n_cols
+            d = tl.where(mask, x - mean[:, None], 0.0)
+            rstd = tl.rsqrt(tl.sum(d * d, axis=1) / n_cols + eps)
+            y = d * rstd[:, None]
+            tl.store(MEAN + rows, mean.to(MEAN.dtype.element_ty), mask=row_ok)
+        if HAS_W:
+            y = y * w[None, :]
+        if HAS_B:
+            y = y + b[None, :]
+        tl.store(Y + offsets, y.to(Y.dtype.element_ty), mask=mask)
+        tl.store(RSTD + rows, rstd.to(RSTD.dtype.element_ty), mask=row_ok)
+
+
+def launch(x, w, b, y, mean, rstd, n_rows, n_cols, eps):
+    blocks = triton.cdiv(n_rows, ROWS_PER_PROGRAM)
+    grid = min(blocks, PROGRAMS_PER_SM * sm_count(x.device)) if PERSISTENT else blocks
+    norm_rows[(grid,)](x, w, b, y, mean, rstd, n_rows, n_cols, eps, triton.cdiv(blocks, grid),
+                       BLOCK_N=BLOCK_N, ROWS=ROWS_PER_PROGRAM, RMS=RMS, HAS_W=HAS_W, HAS_B=HAS_B,
+                       num_warps=NUM_WARPS)
+'''
+
+_TRITON_ROWS_LOOP = '''
+@triton.jit
+def norm_rows_loop(X, W, B, Y, MEAN, RSTD, n_cols, eps, BLOCK_N: tl.constexpr, RMS: tl.constexpr,
+                   HAS_W: tl.constexpr, HAS_B: tl.constexpr, STAGES: tl.constexpr):
+    # One row per program, read in blocks: statistics first (each block's mean and M2 merged
+    # into the running ones, Chan's formula), then a second read to normalise.
+    row = tl.program_id(0).to(tl.int64)
+    x_row, y_row = X + row * n_cols, Y + row * n_cols
+    count = tl.zeros([], tl.float32)
+    mean = tl.zeros([], tl.float32)
+    m2 = tl.zeros([], tl.float32)
+    for start in tl.range(0, n_cols, BLOCK_N, num_stages=STAGES):
+        cols = start + tl.arange(0, BLOCK_N)
+        ok = cols < n_cols
+        x = tl.load(x_row + cols, mask=ok, other=0.0).to(tl.float32)
+        if RMS:
+            m2 += tl.sum(x * x, axis=0)
+        else:
+            n_b = tl.minimum(n_cols - start, BLOCK_N).to(tl.float32)
+            mean_b = tl.sum(x, axis=0) / n_b
+            d = tl.where(ok, x - mean_b, 0.0)
+            total = count + n_b
+            delta = mean_b - mean
+            mean += delta * (n_b / total)
+            m2 += tl.sum(d * d, axis=0) + delta * delta * (count * n_b / total)
+            count = total
+    rstd = tl.rsqrt(m2 / n_cols + eps)
+    if not RMS:
+        tl.store(MEAN + row, mean.to(MEAN.dtype.element_ty))
+    tl.store(RSTD + row, rstd.to(RSTD.dtype.element_ty))
+    for start in tl.range(0, n_cols, BLOCK_N, num_stages=STAGES):
+        cols = start + tl.arange(0, BLOCK_N)
+        ok = cols < n_cols
+        x = tl.load(x_row + cols, mask=ok, other=0.0).to(tl.float32)
+        y = x * rstd if RMS else (x - mean) * rstd
+        if HAS_W:
+            y = y * tl.load(W + cols, mask=ok, other=0.0).to(tl.float32)
+        if HAS_B:
+            y = y + tl.load(B + cols, mask=ok, other=0.0).to(tl.float32)
+        tl.store(y_row + cols, y.to(Y.dtype.element_ty), mask=ok)
+
+
+def launch(x, w, b, y, mean, rstd, n_rows, n_cols, eps):
+    norm_rows_loop[(n_rows,)](x, w, b, y, mean, rstd, n_cols, eps, BLOCK_N=BLOCK_N, RMS=RMS,
+                              HAS_W=HAS_W, HAS_B=HAS_B, STAGES=NUM_STAGES, num_warps=NUM_WARPS)
+'''
+
+
+def render_row_norm_triton(facts: dict[str, Any], params: dict[str, Any]) -> str:
+    layer = facts["kind"] == "layer"
+    tile = params["variant"] == "single_tile"
+    if tile:
+        described = (f"variant=single_tile rows_per_program={params['rows_per_program']} "
+                     f"persistent={params['persistent']} block={params['block']} num_warps={params['num_warps']}")
+        consts = (f"ROWS_PER_PROGRAM = {params['rows_per_program']}\nPERSISTENT = {params['persistent']}\n"
+                  "PROGRAMS_PER_SM = 4  # enough resident programs to hide the load latency\n")
+        body = _TRITON_ROWS_TILE + _sm_count_helper()
+    else:
+        described = (f"variant=loop block={params['block']} num_warps={params['num_warps']} "
+                     f"num_stages={params['num_stages']}")
+        consts = f"NUM_STAGES = {params['num_stages']}\n"
+        body = _TRITON_ROWS_LOOP
+    names = ["y", "mean", "rstd"] if layer else ["y", "rstd"]
+    signature = ("input, normalized_shape, weight, bias, eps" if layer
+                 else "input, normalized_shape, weight=None, eps=None")
+    result = "y, mean, rstd" if layer else "y, rstd"
+    mean_arg = "mean" if layer else "rstd"  # RMS has no mean: the kernel never stores through it
+    return f'''"""kernforge builtin: {facts['kind']} norm, {facts['rows']} rows x {facts['cols']} cols, {facts['dtype']}.
+
+kf-op: {facts['op']}
+{described}
+"""
+import torch
+import triton
+import triton.language as tl
+
+BLOCK_N = {params['block']}
+NUM_WARPS = {params['num_warps']}
+RMS = {not layer}
+HAS_W = {facts['has_weight']}
+HAS_B = {facts['has_bias']}
+EPS = {facts['eps']!r}
+{consts}{body}
+
+def kf_forward({signature}):
+    x = input
+{_alloc_lines(facts['outputs'], names, "x")}
+    w = weight if HAS_W else x
+    b = {"bias" if layer else "x"} if HAS_B else x
+    launch(x, w, b, y, {mean_arg}, rstd, {facts['rows']}, {facts['cols']}, EPS)
+    return {result}
+'''
+
+
+def render_row_norm(facts: dict[str, Any], backend: str, params: dict[str, Any]) -> str:
+    return render_row_norm_c(facts, params) if backend == "cpu" else render_row_norm_triton(facts, params)
+
+
+def _row_norm_family(kind: str) -> Family:
+    return Family(name=f"{kind}_norm", match=lambda task: match_row_norm(task, kind), space=space_row_norm,
+                  initial=initial_row_norm, render=render_row_norm, valid=valid_row_norm, explain=explain)
+
+
+# ================================================================ group norm
+
+def match_group_norm(task: KernelTask) -> dict[str, Any] | str:
+    if task.op != GROUP_NORM_OP:
+        return f"no built-in template for {task.op}"
+    x = _common_x(task, "group norm")
+    if isinstance(x, str):
+        return x
+    if len(task.args) < 8:
+        return "group norm with fewer arguments than aten::native_group_norm takes"
+    weight, bias, n, c, hw, groups, eps = task.args[1:8]
+    if not all(isinstance(v, int) for v in (n, c, hw, groups)) or groups <= 0 or c % groups:
+        return "group norm whose channels do not split into whole groups"
+    if n * c * hw != math.prod(x["shape"]):
+        return "group norm whose N*C*HxW is not the input's size"
+    if x["stride"] != contiguous_strides(x["shape"]):
+        # A channels-last group spans Cg channels at every position: a [positions x Cg] tile. Skipped
+        # for now: the SD3.5 VAE's group norms (the target) run on NCHW-contiguous tensors.
+        return "group norm on a non-contiguous (e.g. channels-last) input has no built-in template yet"
+    for name, desc in (("weight", weight), ("bias", bias)):
+        why = _aux_dtype_reason(name, desc, x["dtype"])
+        if why:
+            return f"group norm: {why}"
+    outputs = _outputs(task)
+    if any(o["dtype"] not in (_short(x["dtype"]), "float32") for o in outputs[1:]):
+        return "group norm with statistics in another dtype has no built-in template"
+    return {"op": GROUP_NORM_OP, "n": n, "c": c, "hw": hw, "groups": groups, "group_size": c // groups * hw,
+            "dtype": _short(x["dtype"]), "has_weight": weight is not None, "has_bias": bias is not None,
+            "w_dtype": _short(weight["dtype"]) if weight else _short(x["dtype"]),
+            "b_dtype": _short(bias["dtype"]) if bias else _short(x["dtype"]),
+            "eps": float(eps), "outputs": outputs}
+
+
+def space_group_norm(facts: dict[str, Any], backend: str) -> dict[str, list[Any]]:
+    if backend == "cpu":
+        return {"parallel": ["groups", "planes"], "stats": ["two_pass", "one_pass_double"],
+                "simd": [False, True]}
+    if backend == "triton":
+        return {"variant": ["split", "per_group"], "chunk": [2048, 4096, 8192, 16384, 32768, 65536],
+                "block": [256, 512, 1024, 2048, 4096, 8192], "num_warps": [2, 4, 8, 16],
+                "reverse": [False, True]}
+    return {}
+
+
+def _gn_chunks(facts: dict[str, Any], chunk: int) -> int:
+    return -(-facts["group_size"] // chunk)
+
+
+def initial_group_norm(facts: dict[str, Any], backend: str) -> dict[str, Any]:
+    if backend == "cpu":
+        # Few groups (32 in SD3.5's VAE) against many cores: spread planes, not groups.
+        few = facts["n"] * facts["groups"] < 64
+        return {"parallel": "planes" if few else "groups", "stats": "one_pass_double" if few else "two_pass",
+                "simd": True}
+    n_groups = facts["n"] * facts["groups"]
+    size = facts["group_size"]
+    if size < 4096 or (n_groups >= 2 * 132 and size <= 16384):
+        # small groups, or enough groups to fill two waves of 132 SMs: one program per group
+        block = min(4096, max(256, next_pow2(size)))
+        warps = 2 if block <= 512 else 4 if block <= 1024 else 8
+        return {"variant": "per_group", "chunk": 2048, "block": block, "num_warps": warps, "reverse": False}
+    # Split: chunks of 16K elements, so (1,256,512,512) gives 32 x 128 = 4096 programs and
+    # (1,512,128,128) 32 x 16 = 512 (at least ~4 programs per SM); a smaller chunk for smaller
+    # groups keeps that count up. Blocks of 4096 with 8 warps: 16 values a thread per load.
+    chunk = 16384
+    while chunk > 2048 and n_groups * _gn_chunks(facts, chunk) < 3 * 132:
+        chunk //= 2
+    block = min(4096, chunk)
+    return {"variant": "split", "chunk": chunk, "block": block, "num_warps": 8 if block >= 2048 else 4,
+            "reverse": True}
+
+
+def valid_group_norm(facts: dict[str, Any], backend: str, params: dict[str, Any]) -> bool:
+    if backend == "cpu":
+        # the planes split combines per-plane sums and sums of squares: one-pass by construction
+        return params["parallel"] == "groups" or params["stats"] == "one_pass_double"
+    block, threads = params["block"], 32 * params["num_warps"]
+    if threads > block or block // threads > 32 or block > max(256, 2 * next_pow2(facts["group_size"])):
+        return False
+    if params["variant"] == "per_group":
+        return params["chunk"] == 2048 and not params["reverse"]
+    chunk = params["chunk"]
+    # the combine step loads every chunk's partials as one vector: at most 4096 of them
+    return block <= chunk < 2 * facts["group_size"] and _gn_chunks(facts, chunk) <= 4096
+
+
+# ---------------------------------------------------------------- group norm: C
+
+def _c_group_stats(stats: str) -> str:
+    if stats == "two_pass":
+        # double sums: a group holds up to millions of values, where float sums lose digits
+        return """        double s = 0.0;
+        SIMD(reduction(+:s))
+        for (int64_t i = 0; i < S; ++i) s += ld(xg, i);
+        double dmean = s / S;
+        double ss = 0.0;
+        SIMD(reduction(+:ss))
+        for (int64_t i = 0; i < S; ++i) { double d = ld(xg, i) - dmean; ss += d * d; }
+        float mean = (float)dmean, rstd = (float)(1.0 / sqrt(ss / S + EPS));
+"""
+    return """        double s = 0.0, ss = 0.0;
+        SIMD(reduction(+:s, ss))
+        for (int64_t i = 0; i < S; ++i) { double v = ld(xg, i); s += v; ss += v * v; }
+        double dmean = s / S, var = ss / S - dmean * dmean;
+        float mean = (float)dmean, rstd = (float)(1.0 / sqrt((var > 0.0 ? var : 0.0) + EPS));
+"""
+
+
+_C_GN_AFFINE = """static inline void channel_affine(const w_t *w, const b_t *b, int64_t c, float mean, float rstd,
+                                  float *scale, float *shift) {
+    float sc = rstd, sh = 0.0f;
+    if (w) sc *= LD_W(w, c);
+    if (b) sh = LD_B(b, c);
+    *scale = sc;
+    *shift = sh - mean * sc;
+}
+"""
+
+_C_GN_GROUPS = """    #pragma omp parallel for schedule(static)
+    for (int64_t g = 0; g < NG; ++g) {
+        const elem_t *restrict xg = x + g * S;
+        elem_t *restrict yg = y + g * S;
+{stats}        int64_t c0 = (g % G) * CG;
+        for (int64_t cc = 0; cc < CG; ++cc) {
+            float sc, sh;
+            channel_affine(w, b, c0 + cc, mean, rstd, &sc, &sh);
+            SIMD()
+            for (int64_t p = cc * HW; p < (cc + 1) * HW; ++p) st(yg, p, ld(xg, p) * sc + sh);
+        }
+        ST_S1(mean_out, g, mean);
+        ST_S2(rstd_out, g, rstd);
+    }
+"""
+
+_C_GN_PLANES = """    /* sums per (sample, channel) plane in parallel, combined per group, then planes normalised */
+    double *sums = (double *)malloc(sizeof(double) * 2 * NG * CG);
+    float *stat = (float *)malloc(sizeof(float) * 2 * NG);
+    if (!sums || !stat) { free(sums); free(stat); return 4; }
+    #pragma omp parallel for schedule(static)
+    for (int64_t pl = 0; pl < NG * CG; ++pl) {
+        const elem_t *restrict xp = x + pl * HW;
+        double s = 0.0, ss = 0.0;
+        SIMD(reduction(+:s, ss))
+        for (int64_t p = 0; p < HW; ++p) { double v = ld(xp, p); s += v; ss += v * v; }
+        sums[2 * pl] = s;
+        sums[2 * pl + 1] = ss;
+    }
+    for (int64_t g = 0; g < NG; ++g) {
+        double s = 0.0, ss = 0.0;
+        for (int64_t cc = 0; cc < CG; ++cc) { s += sums[2 * (g * CG + cc)]; ss += sums[2 * (g * CG + cc) + 1]; }
+        double dmean = s / S, var = ss / S - dmean * dmean;
+        stat[2 * g] = (float)dmean;
+        stat[2 * g + 1] = (float)(1.0 / sqrt((var > 0.0 ? var : 0.0) + EPS));
+        ST_S1(mean_out, g, stat[2 * g]);
+        ST_S2(rstd_out, g, stat[2 * g + 1]);
+    }
+    #pragma omp parallel for schedule(static)
+    for (int64_t pl = 0; pl < NG * CG; ++pl) {
+        int64_t g = pl / CG;
+        float sc, sh;
+        channel_affine(w, b, pl % C, stat[2 * g], stat[2 * g + 1], &sc, &sh);
+        const elem_t *restrict xp = x + pl * HW;
+        elem_t *restrict yp = y + pl * HW;
+        SIMD()
+        for (int64_t p = 0; p < HW; ++p) st(yp, p, ld(xp, p) * sc + sh);
+    }
+    free(sums);
+    free(stat);
+"""
+
+
+def render_group_norm_c(facts: dict[str, Any], params: dict[str, Any]) -> str:
+    outs = facts["outputs"]
+    n_in = 1 + facts["has_weight"] + facts["has_bias"]
+    body = (_C_GN_GROUPS.replace("{stats}", _c_group_stats(params["stats"])) if params["parallel"] == "groups"
+            else _C_GN_PLANES)
+    title = (f"group norm, N={facts['n']} C={facts['c']} HxW={facts['hw']} groups={facts['groups']}, "
+             f"{facts['dtype']}")
+    return f"""{_c_head(title, GROUP_NORM_OP, params, facts['dtype'])}
+{_c_aux("w", facts["w_dtype"], facts["dtype"])}{_c_aux("b", facts["b_dtype"], facts["dtype"])}\
+{_c_aux("s1", outs[1]["dtype"], facts["dtype"])}{_c_aux("s2", outs[2]["dtype"], facts["dtype"])}
+#define C {facts['c']}LL
+#define G {facts['groups']}LL
+#define CG {facts['c'] // facts['groups']}LL
+#define NG {facts['n'] * facts['groups']}LL
+#define HW {facts['hw']}LL
+#define S {facts['group_size']}LL
+#define EPS {facts['eps']!r}
+{_C_GN_AFFINE}
+int kf_forward(const kf_tensor *in, int n_in, kf_tensor *out, int n_out) {{
+    if (n_in != {n_in} || n_out != 3) return 1;
+    const elem_t *x = (const elem_t *)in[0].data;
+{_c_in_ptr("w", facts["has_weight"], 1)}{_c_in_ptr("b", facts["has_bias"], 1 + facts["has_weight"])}\
+    elem_t *y = (elem_t *)out[0].data;
+    s1_t *mean_out = (s1_t *)out[1].data;
+    s2_t *rstd_out = (s2_t *)out[2].data;
+{body}    return 0;
+}}
+"""
+
+
+# ---------------------------------------------------------------- group norm: Triton
+
+_TRITON_GN_COMMON = '''
+@triton.jit
+def merge(count, mean, m2, x, ok, n_b):
+    # Chan's formula: fold one block's (n_b, mean_b, M2_b) into the running statistics.
+    n_b = n_b.to(tl.float32)
+    mean_b = tl.sum(x, axis=0) / tl.maximum(n_b, 1.0)
+    d = tl.where(ok, x - mean_b, 0.0)
+    total = count + n_b
+    delta = mean_b - mean
+    share = n_b / tl.maximum(total, 1.0)
+    return total, mean + delta * share, m2 + tl.sum(d * d, axis=0) + delta * delta * count * share
+
+
+@triton.jit
+def normalise_block(X, W, B, Y, g, start, group_size, hw, mean, rstd, BLOCK: tl.constexpr,
+                    GROUPS: tl.constexpr, CG: tl.constexpr, IN_CHANNEL: tl.constexpr,
+                    HAS_W: tl.constexpr, HAS_B: tl.constexpr):
+    idx = start + tl.arange(0, BLOCK)
+    ok = idx < group_size
+    base = g.to(tl.int64) * group_size
+    x = tl.load(X + base + idx, mask=ok, other=0.0).to(tl.float32)
+    c0 = (g % GROUPS) * CG
+    # HxW a multiple of BLOCK: a block lies inside one channel, so w and b are scalars
+    c = c0 + start // hw if IN_CHANNEL else c0 + idx // hw
+    scale = rstd
+    shift = 0.0
+    if HAS_W:
+        scale = rstd * tl.load(W + c, mask=ok if not IN_CHANNEL else None).to(tl.float32)
+    if HAS_B:
+        shift = tl.load(B + c, mask=ok if not IN_CHANNEL else None).to(tl.float32)
+    y = x * scale + (shift - mean * scale)
+    tl.store(Y + base + idx, y.to(Y.dtype.element_ty), mask=ok)
+'''
+
+_TRITON_GN_SPLIT = '''
+@triton.jit
+def gn_partials(X, PART, group_size, chunks, CHUNK: tl.constexpr, BLOCK: tl.constexpr):
+    # Pass 1, program (g, i): Chan statistics of chunk i of group g -> PART[g, i] = (mean, M2).
+    pid = tl.program_id(0)
+    g, i = pid // chunks, pid % chunks
+    base = g.to(tl.int64) * group_size
+    count = tl.zeros([], tl.float32)
+    mean = tl.zeros([], tl.float32)
+    m2 = tl.zeros([], tl.float32)
+    for off in range(0, CHUNK, BLOCK):
+        start = i * CHUNK + off
+        idx = start + tl.arange(0, BLOCK)
+        ok = idx < group_size
+        x = tl.load(X + base + idx, mask=ok, other=0.0).to(tl.float32)
+        n_b = tl.minimum(tl.maximum(group_size - start, 0), BLOCK)
+        count, mean, m2 = merge(count, mean, m2, x, ok, n_b)
+    tl.store(PART + 2 * pid, mean)
+    tl.store(PART + 2 * pid + 1, m2)
+
+
+@triton.jit
+def gn_apply(X, W, B, Y, PART, MEAN, RSTD, group_size, chunks, hw, eps, n_programs,
+             CHUNK: tl.constexpr, BLOCK: tl.constexpr, CHUNKS_P2: tl.constexpr, REVERSE: tl.constexpr,
+             GROUPS: tl.constexpr, CG: tl.constexpr, IN_CHANNEL: tl.constexpr,
+             HAS_W: tl.constexpr, HAS_B: tl.constexpr):
+    # Pass 2, program (g, i): combine group g's partials (every program of the group does the same
+    # small sum: cheaper than a third launch), then normalise chunk i.
+    pid = tl.program_id(0)
+    if REVERSE:
+        pid = n_programs - 1 - pid
+    g, i = pid // chunks, pid % chunks
+    j = tl.arange(0, CHUNKS_P2)
+    ok = j < chunks
+    part = PART + 2 * (g * chunks + j)
+    means = tl.load(part, mask=ok, other=0.0)
+    m2s = tl.load(part + 1, mask=ok, other=0.0)
+    counts = tl.where(ok, tl.minimum(tl.maximum(group_size - j * CHUNK, 0), CHUNK), 0).to(tl.float32)
+    mean = tl.sum(counts * means, axis=0) / group_size
+    dev = means - mean
+    m2 = tl.sum(m2s + counts * dev * dev, axis=0)
+    rstd = tl.rsqrt(m2 / group_size + eps)
+    first = i == 0
+    tl.store(MEAN + g, mean.to(MEAN.dtype.element_ty), mask=first)
+    tl.store(RSTD + g, rstd.to(RSTD.dtype.element_ty), mask=first)
+    for off in range(0, CHUNK, BLOCK):
+        normalise_block(X, W, B, Y, g, i * CHUNK + off, group_size, hw, mean, rstd, BLOCK, GROUPS, CG,
+                        IN_CHANNEL, HAS_W, HAS_B)
+
+
+def launch(x, w, b, y, mean, rstd):
+    chunks = triton.cdiv(GROUP_SIZE, CHUNK)
+    programs = N_GROUPS * chunks
+    # (mean, M2) of every chunk: 8 bytes per CHUNK elements, 0.03% of x's traffic at CHUNK=16K
+    part = torch.empty((2 * programs,), dtype=torch.float32, device=x.device)
+    gn_partials[(programs,)](x, part, GROUP_SIZE, chunks, CHUNK=CHUNK, BLOCK=BLOCK, num_warps=NUM_WARPS)
+    gn_apply[(programs,)](x, w, b, y, part, mean, rstd, GROUP_SIZE, chunks, HW, EPS, programs,
+                          CHUNK=CHUNK, BLOCK=BLOCK, CHUNKS_P2=triton.next_power_of_2(chunks), REVERSE=REVERSE,
+                          GROUPS=GROUPS, CG=CG, IN_CHANNEL=IN_CHANNEL, HAS_W=HAS_W, HAS_B=HAS_B,
+                          num_warps=NUM_WARPS)
+'''
+
+_TRITON_GN_PER_GROUP = '''
+@triton.jit
+def gn_group(X, W, B, Y, MEAN, RSTD, group_size, hw, eps, BLOCK: tl.constexpr, GROUPS: tl.constexpr,
+             CG: tl.constexpr, IN_CHANNEL: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr):
+    # One program per group: Chan statistics over the group in blocks, then a second read to normalise.
+    g = tl.program_id(0)
+    base = g.to(tl.int64) * group_size
+    count = tl.zeros([], tl.float32)
+    mean = tl.zeros([], tl.float32)
+    m2 = tl.zeros([], tl.float32)
+    for start in range(0, group_size, BLOCK):
+        idx = start + tl.arange(0, BLOCK)
+        ok = idx < group_size
+        x = tl.load(X + base + idx, mask=ok, other=0.0).to(tl.float32)
+        count, mean, m2 = merge(count, mean, m2, x, ok, tl.minimum(group_size - start, BLOCK))
+    rstd = tl.rsqrt(m2 / group_size + eps)
+    tl.store(MEAN + g, mean.to(MEAN.dtype.element_ty))
+    tl.store(RSTD + g, rstd.to(RSTD.dtype.element_ty))
+    for start in range(0, group_size, BLOCK):
+        normalise_block(X, W, B, Y, g, start, group_size, hw, mean, rstd, BLOCK, GROUPS, CG, IN_CHANNEL,
+                        HAS_W, HAS_B)
+
+
+def launch(x, w, b, y, mean, rstd):
+    gn_group[(N_GROUPS,)](x, w, b, y, mean, rstd, GROUP_SIZE, HW, EPS, BLOCK=BLOCK, GROUPS=GROUPS, CG=CG,
+                          IN_CHANNEL=IN_CHANNEL, HAS_W=HAS_W, HAS_B=HAS_B, num_warps=NUM_WARPS)
+'''
+
+# Why two passes over x and not one: (1,256,512,512) bf16 is 128 MB, more than the H200's 50 MB
+# of L2 and the ~33 MB of all its registers, so no group-sized piece of it can wait on chip for its
+# statistics unless programs wait on each other (a grid-wide barrier), which the search cannot
+# check under the interpreter. Instead the second pass walks the groups in reverse order
+# (reverse=True): the last ~20-40 MB that pass 1 read are still in L2 when pass 2 starts on them.
+
+
+def render_group_norm_triton(facts: dict[str, Any], params: dict[str, Any]) -> str:
+    split = params["variant"] == "split"
+    described = (f"variant=split chunk={params['chunk']} block={params['block']} "
+                 f"num_warps={params['num_warps']} reverse={params['reverse']}" if split else
+                 f"variant=per_group block={params['block']} num_warps={params['num_warps']}")
+    split_consts = f"CHUNK = {params['chunk']}\nREVERSE = {params['reverse']}\n" if split else ""
+    body = _TRITON_GN_COMMON + (_TRITON_GN_SPLIT if split else _TRITON_GN_PER_GROUP)
+    return f'''"""kernforge builtin: group norm, N={facts['n']} C={facts['c']} HxW={facts['hw']} \
+groups={facts['groups']}, {facts['dtype']}.
+
+kf-op: {GROUP_NORM_OP}
+{described}
+"""
+import torch
+import triton
+import triton.language as tl
+
+N_GROUPS = {facts['n'] * facts['groups']}
+GROUPS = {facts['groups']}
+CG = {facts['c'] // facts['groups']}
+HW = {facts['hw']}
+GROUP_SIZE = {facts['group_size']}
+EPS = {facts['eps']!r}
+HAS_W = {facts['has_weight']}
+HAS_B = {facts['has_bias']}
+BLOCK = {params['block']}
+NUM_WARPS = {params['num_warps']}
+IN_CHANNEL = {facts['hw'] % params['block'] == 0}
+{split_consts}{body}
+
+def kf_forward(input, weight, bias, N, C, HxW, group, eps):
+    x = input
+{_alloc_lines(facts['outputs'], ["y", "mean", "rstd"], "x")}
+    launch(x, weight if HAS_W else x, bias if HAS_B else x, y, mean, rstd)
+    return y, mean, rstd
+'''
+
+
+def render_group_norm(facts: dict[str, Any], backend: str, params: dict[str, Any]) -> str:
+    return render_group_norm_c(facts, params) if backend == "cpu" else render_group_norm_triton(facts, params)
+
+
+# ================================================================ batch norm (inference)
+
+# Where each op keeps its arguments: (weight, bias, running_mean, running_var, training or None, eps).
+_BN_LAYOUT = {
+    "aten::native_batch_norm.default": (1, 2, 3, 4, 5, 7),
+    "aten::_native_batch_norm_legit_no_training.default": (1, 2, 3, 4, None, 6),
+    "aten::cudnn_batch_norm.default": (1, 2, 3, 4, 5, 7),
+}
+
+
+def _bn_layout(x: dict[str, Any]) -> str | None:
+    shape, stride = x["shape"], x["stride"]
+    if stride == contiguous_strides(shape):
+        return "nchw"
+    if len(shape) == 4:
+        _, c, h, w = shape
+        want = [h * w * c, 1, w * c, c]
+        if all(s == t for s, t, size in zip(stride, want, shape) if size > 1):
+            return "nhwc"
+    return None
+
+
+def match_batch_norm(task: KernelTask) -> dict[str, Any] | str:
+    if task.op not in BATCH_NORM_OPS:
+        return f"no built-in template for {task.op}"
+    x = _common_x(task, "batch norm")
+    if isinstance(x, str):
+        return x
+    w_i, b_i, rm_i, rv_i, train_i, eps_i = _BN_LAYOUT[task.op]
+    if len(task.args) <= eps_i:
+        return f"batch norm with fewer arguments than {task.op} takes"
+    if train_i is not None and task.args[train_i]:
+        # training updates running_mean/var in place and returns batch statistics: another kernel
+        return "batch norm in training mode (batch statistics, running stats updated in place) has no " \
+               "built-in template; only inference (training=False) is supported"
+    if len(x["shape"]) < 2:
+        return "batch norm on an input without a channel dim"
+    layout = _bn_layout(x)
+    if layout is None:
+        return "batch norm on an input neither contiguous nor channels-last has no built-in template"
+    args = task.args
+    params = {name: args[i] for name, i in (("weight", w_i), ("bias", b_i), ("running_mean", rm_i),
+                                             ("running_var", rv_i))}
+    if params["running_mean"] is None or params["running_var"] is None:
+        return "batch norm in inference without running statistics has no built-in template"
+    c = x["shape"][1]
+    for name, desc in params.items():
+        why = _aux_dtype_reason(name, desc, x["dtype"])
+        if why:
+            return f"batch norm: {why}"
+        if desc is not None and math.prod(desc["shape"]) != c:
+            return f"batch norm with a {name} not of C={c} values"
+    # The saved statistics are empty on CPU in eval mode (and for cuDNN); CUDA's native kernels return
+    # [C] fp32 copies of running_mean and 1/sqrt(running_var + eps) (seen on the H200, torch 2.11):
+    # written when task.outputs lists them non-empty.
+    outputs = _outputs(task)
+    saved = outputs[1:3]
+    has_saved = len(saved) == 2 and all(math.prod(o["shape"]) == c for o in saved)
+    if not has_saved and any(math.prod(o["shape"]) for o in saved):
+        return "batch norm inference whose saved statistics are neither empty nor [C] has no built-in template"
+    if has_saved and any(o["dtype"] not in (_short(x["dtype"]), "float32") for o in saved):
+        return "batch norm with saved statistics in another dtype has no built-in template"
+    return {"op": task.op, "n": x["shape"][0], "c": c, "hw": math.prod(x["shape"][2:]), "layout": layout,
+            "has_saved": has_saved,
+            "dtype": _short(x["dtype"]), "eps": float(args[eps_i]), "outputs": outputs,
+            **{f"has_{k}": v is not None for k, v in params.items() if k in ("weight", "bias")},
+            **{f"{k}_dtype": _short(v["dtype"]) if v else _short(x["dtype"]) for k, v in params.items()}}
+
+
+def space_batch_norm(facts: dict[str, Any], backend: str) -> dict[str, list[Any]]:
+    if backend == "cpu":
+        return {"schedule": ["static", "dynamic"], "simd": [False, True]}
+    if backend == "triton":
+        layout_variant = "plane" if facts["layout"] == "nchw" else "tile"
+        return {"variant": ["flat", layout_variant], "block": [512, 1024, 2048, 4096, 8192],
+                "num_warps": [2, 4, 8, 16]}
+    return {}
+
+
+def initial_batch_norm(facts: dict[str, Any], backend: str) -> dict[str, Any]:
+    if backend == "cpu":
+        return {"schedule": "static", "simd": True}
+    if facts["layout"] == "nhwc":
+        # ResNet-50 channels-last: C in 64..2048, a [positions x channels] tile with the channel
+        # vectors loaded once per program.
+        block = min(4096, max(512, next_pow2(facts["n"] * facts["c"] * facts["hw"])))
+        return {"variant": "tile", "block": block, "num_warps": 8 if block >= 2048 else 4}
+    if facts["hw"] >= 1024:
+        # a (sample, channel) plane of >= 1K values: scalar scale/shift, blocks of up to 4K
+        block = min(4096, max(512, next_pow2(facts["hw"])))
+        return {"variant": "plane", "block": block, "num_warps": 4 if block <= 1024 else 8}
+    # 7x7 or 14x14 planes would leave most of a plane program masked: flat, the channel per element
+    # (32,2048,7,7) fp32 on the H200: block 1024 with 8 warps 14.8 us, 2048 16.2, 4096 20.0 (eager 49)
+    block = min(1024, max(512, next_pow2(facts["n"] * facts["c"] * facts["hw"])))
+    return {"variant": "flat", "block": block, "num_warps": 8 if block >= 1024 else 4}
+
+
+def valid_batch_norm(facts: dict[str, Any], backend: str, params: dict[str, Any]) -> bool:
+    if backend == "cpu":
+        return True
+    threads = 32 * params["num_warps"]
+    numel = facts["n"] * facts["c"] * facts["hw"]
+    block = params["block"]
+    if threads > block or block // threads > 32 or block > max(512, next_pow2(numel)):
+        return False
+    # a plane program's block past the plane's size would be mostly masked
+    return params["variant"] != "plane" or block <= max(512, next_pow2(facts["hw"]))
+
+
+# ---------------------------------------------------------------- batch norm: C
+
+def _c_bn_inputs(facts: dict[str, Any]) -> tuple[str, int]:
+    """Pointers in `in` order: x, [weight], [bias], running_mean, running_var (None args skipped)."""
+    lines, index = [], 1
+    for name, present in (("w", facts["has_weight"]), ("b", facts["has_bias"]), ("rm", True), ("rv", True)):
+        lines.append(_c_in_ptr(name, present, index))
+        index += present
+    return "".join(lines), index
+
+
+def _c_bn_saved(facts: dict[str, Any]) -> str:
+    """CUDA's eval-mode saved statistics when the task lists them: running_mean, 1/sqrt(running_var + eps)."""
+    if not facts["has_saved"]:
+        return "    /* the saved statistics (and cuDNN's reserve) are empty in inference: nothing to write */\n"
+    outs = facts["outputs"]
+    return f"""    for (int64_t c = 0; c < C; ++c) {{
+        float m = LD_RM(rm, c), inv = (float)(1.0 / sqrt((double)LD_RV(rv, c) + EPS));
+        {_c_store_to("out[1].data", outs[1]["dtype"], facts["dtype"], "m")}
+        {_c_store_to("out[2].data", outs[2]["dtype"], facts["dtype"], "inv")}
+    }}
+"""
+
+
+def _c_store_to(ptr: str, dtype: str, x_dtype: str, value: str) -> str:
+    if dtype == x_dtype:
+        return f"st((elem_t *){ptr}, c, {value});"
+    return f"((float *){ptr})[c] = {value};"
+
+
+def render_batch_norm_c(facts: dict[str, Any], params: dict[str, Any]) -> str:
+    pointers, n_in = _c_bn_inputs(facts)
+    aux = "".join(_c_aux(name, facts[f"{key}_dtype"], facts["dtype"])
+                  for name, key in (("w", "weight"), ("b", "bias"), ("rm", "running_mean"),
+                                    ("rv", "running_var")))
+    if facts["layout"] == "nchw":
+        body = f"""    #pragma omp parallel for schedule({params['schedule']})
+    for (int64_t pl = 0; pl < N * C; ++pl) {{
+        float sc, sh;
+        channel_affine(w, b, rm, rv, pl % C, &sc, &sh);
+        const elem_t *restrict xp = x + pl * HW;
+        elem_t *restrict yp = y + pl * HW;
+        SIMD()
+        for (int64_t p = 0; p < HW; ++p) st(yp, p, ld(xp, p) * sc + sh);
+    }}
+"""
+    else:
+        body = f"""    /* channels-last: the channel is the fastest index; scale and shift as vectors */
+    float *sc = (float *)malloc(sizeof(float) * 2 * C);
+    if (!sc) return 4;
+    float *sh = sc + C;
+    for (int64_t c = 0; c < C; ++c) channel_affine(w, b, rm, rv, c, &sc[c], &sh[c]);
+    #pragma omp parallel for schedule({params['schedule']})
+    for (int64_t pos = 0; pos < N * HW; ++pos) {{
+        const elem_t *restrict xp = x + pos * C;
+        elem_t *restrict yp = y + pos * C;
+        SIMD()
+        for (int64_t c = 0; c < C; ++c) st(yp, c, ld(xp, c) * sc[c] + sh[c]);
+    }}
+    free(sc);
+"""
+    title = f"batch norm inference, N={facts['n']} C={facts['c']} HW={facts['hw']} {facts['layout']}, {facts['dtype']}"
+    return f"""{_c_head(title, facts['op'], params, facts['dtype'])}
+{aux}
+#define N {facts['n']}LL
+#define C {facts['c']}LL
+#define HW {facts['hw']}LL
+#define EPS {facts['eps']!r}
+
+static inline void channel_affine(const w_t *w, const b_t *b, const rm_t *rm, const rv_t *rv, int64_t c,
+                                  float *scale, float *shift) {{
+    float sc = (float)(1.0 / sqrt((double)LD_RV(rv, c) + EPS));
+    if (w) sc *= LD_W(w, c);
+    *scale = sc;
+    *shift = (b ? LD_B(b, c) : 0.0f) - LD_RM(rm, c) * sc;
+}}
+
+int kf_forward(const kf_tensor *in, int n_in, kf_tensor *out, int n_out) {{
+    if (n_in != {n_in} || n_out != {len(facts['outputs'])}) return 1;
+    const elem_t *x = (const elem_t *)in[0].data;
+{pointers}    elem_t *y = (elem_t *)out[0].data;
+{_c_bn_saved(facts)}{body}    return 0;
+}}
+"""
+
+
+# ---------------------------------------------------------------- batch norm: Triton
+
+_TRITON_BN_COMMON = '''
+@triton.jit
+def scale_shift(W, B, RM, RV, c, eps, mask, HAS_W: tl.constexpr, HAS_B: tl.constexpr):
+    # y = x * scale + shift with scale = w / sqrt(var + eps), shift = b - mean * scale
+    scale = tl.rsqrt(tl.load(RV + c, mask=mask, other=1.0).to(tl.float32) + eps)
+    if HAS_W:
+        scale = scale * tl.load(W + c, mask=mask, other=0.0).to(tl.float32)
+    shift = -tl.load(RM + c, mask=mask, other=0.0).to(tl.float32) * scale
+    if HAS_B:
+        shift = shift + tl.load(B + c, mask=mask, other=0.0).to(tl.float32)
+    return scale, shift
+'''
+
+_TRITON_BN_SAVED = '''
+@triton.jit
+def store_saved(RM, RV, SM, SI, c, eps, mask, HAS_SAVED: tl.constexpr):
+    # CUDA's eval-mode saved statistics: running_mean and 1/sqrt(running_var + eps), per channel
+    if HAS_SAVED:
+        tl.store(SM + c, tl.load(RM + c, mask=mask).to(SM.dtype.element_ty), mask=mask)
+        inv = tl.rsqrt(tl.load(RV + c, mask=mask, other=1.0).to(tl.float32) + eps)
+        tl.store(SI + c, inv.to(SI.dtype.element_ty), mask=mask)
+'''
+
+_TRITON_BN_FLAT = '''
+@triton.jit
+def bn_flat(X, W, B, RM, RV, Y, SM, SI, numel, C, HW, eps, BLOCK: tl.constexpr, CHANNELS_LAST: tl.constexpr,
+            HAS_W: tl.constexpr, HAS_B: tl.constexpr, HAS_SAVED: tl.constexpr, BIG: tl.constexpr):
+    # One flat index over the tensor; the channel is i % C (channels-last) or (i // HW) % C. 32-bit
+    # indices below 2^31 elements: 64-bit division is emulated and made this kernel 3x slower.
+    pid = tl.program_id(0).to(tl.int64) if BIG else tl.program_id(0)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    ok = offs < numel
+    q = offs // HW
+    c = (offs % C if CHANNELS_LAST else q % C).to(tl.int32)
+    scale, shift = scale_shift(W, B, RM, RV, c, eps, ok, HAS_W, HAS_B)
+    x = tl.load(X + offs, mask=ok, other=0.0).to(tl.float32)
+    tl.store(Y + offs, (x * scale + shift).to(Y.dtype.element_ty), mask=ok)
+    # the elements of the first sample that start a channel write its saved statistics
+    first = offs < C if CHANNELS_LAST else (offs == q * HW) & (q < C)
+    store_saved(RM, RV, SM, SI, c, eps, ok & first, HAS_SAVED)
+
+
+def launch(x, w, b, rm, rv, y, sm, si):
+    numel = N * C * HW
+    bn_flat[(triton.cdiv(numel, BLOCK),)](x, w, b, rm, rv, y, sm, si, numel, C, HW, EPS, BLOCK=BLOCK,
+                                          CHANNELS_LAST=CHANNELS_LAST, HAS_W=HAS_W, HAS_B=HAS_B,
+                                          HAS_SAVED=HAS_SAVED, BIG=numel + BLOCK >= 2**31, num_warps=NUM_WARPS)
+'''
+
+_TRITON_BN_PLANE = '''
+@triton.jit
+def bn_plane(X, W, B, RM, RV, Y, SM, SI, C, HW, eps, BLOCK: tl.constexpr, HAS_W: tl.constexpr,
+             HAS_B: tl.constexpr, HAS_SAVED: tl.constexpr):
+    # Program (plane, j): block j of one (sample, channel) plane; scale and shift are scalars.
+    plane = tl.program_id(0)
+    c = plane % C
+    scale, shift = scale_shift(W, B, RM, RV, c, eps, c < C, HAS_W, HAS_B)  # a mask that always holds
+    p = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    ok = p < HW
+    offs = plane.to(tl.int64) * HW + p
+    x = tl.load(X + offs, mask=ok, other=0.0).to(tl.float32)
+    tl.store(Y + offs, (x * scale + shift).to(Y.dtype.element_ty), mask=ok)
+    store_saved(RM, RV, SM, SI, c, eps, (plane < C) & (tl.program_id(1) == 0), HAS_SAVED)
+
+
+def launch(x, w, b, rm, rv, y, sm, si):
+    bn_plane[(N * C, triton.cdiv(HW, BLOCK))](x, w, b, rm, rv, y, sm, si, C, HW, EPS, BLOCK=BLOCK, HAS_W=HAS_W,
+                                               HAS_B=HAS_B, HAS_SAVED=HAS_SAVED, num_warps=NUM_WARPS)
+'''
+
+_TRITON_BN_TILE = '''
+@triton.jit
+def bn_tile(X, W, B, RM, RV, Y, SM, SI, positions, C, eps, BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr,
+            HAS_W: tl.constexpr, HAS_B: tl.constexpr, HAS_SAVED: tl.constexpr):
+    # Channels-last: a [BLOCK_P positions x BLOCK_C channels] tile; scale/shift as vectors per tile.
+    p = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)
+    c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    c_ok = c < C
+    scale, shift = scale_shift(W, B, RM, RV, c, eps, c_ok, HAS_W, HAS_B)
+    ok = (p < positions)[:, None] & c_ok[None, :]
+    offs = p[:, None].to(tl.int64) * C + c[None, :]
+    x = tl.load(X + offs, mask=ok, other=0.0).to(tl.float32)
+    tl.store(Y + offs, (x * scale[None, :] + shift[None, :]).to(Y.dtype.element_ty), mask=ok)
+    store_saved(RM, RV, SM, SI, c, eps, c_ok & (tl.program_id(0) == 0), HAS_SAVED)
+
+
+def launch(x, w, b, rm, rv, y, sm, si):
+    block_c = min(triton.next_power_of_2(C), BLOCK)
+    block_p = BLOCK // block_c
+    grid = (triton.cdiv(N * HW, block_p), triton.cdiv(C, block_c))
+    bn_tile[grid](x, w, b, rm, rv, y, sm, si, N * HW, C, EPS, BLOCK_P=block_p, BLOCK_C=block_c, HAS_W=HAS_W,
+                  HAS_B=HAS_B, HAS_SAVED=HAS_SAVED, num_warps=NUM_WARPS)
+'''
+
+_BN_SIGNATURES = {
+    "aten::native_batch_norm.default": "input, weight, bias, running_mean, running_var, training, momentum, eps",
+    "aten::_native_batch_norm_legit_no_training.default":
+        "input, weight, bias, running_mean, running_var, momentum, eps",
+    "aten::cudnn_batch_norm.default":
+        "input, weight, bias, running_mean, running_var, training, exponential_average_factor, epsilon",
+}
+
+
+def render_batch_norm_triton(facts: dict[str, Any], params: dict[str, Any]) -> str:
+    body = {"flat": _TRITON_BN_FLAT, "plane": _TRITON_BN_PLANE, "tile": _TRITON_BN_TILE}[params["variant"]]
+    names = ["y"] + [f"extra{i}" for i in range(1, len(facts["outputs"]))]
+    return f'''"""kernforge builtin: batch norm inference, N={facts['n']} C={facts['c']} HW={facts['hw']} \
+{facts['layout']}, {facts['dtype']}.
+
+kf-op: {facts['op']}
+variant={params['variant']} block={params['block']} num_warps={params['num_warps']}
+"""
+import torch
+import triton
+import triton.language as tl
+
+N = {facts['n']}
+C = {facts['c']}
+HW = {facts['hw']}
+EPS = {facts['eps']!r}
+CHANNELS_LAST = {facts['layout'] == 'nhwc'}
+HAS_W = {facts['has_weight']}
+HAS_B = {facts['has_bias']}
+HAS_SAVED = {facts['has_saved']}
+BLOCK = {params['block']}
+NUM_WARPS = {params['num_warps']}
+{_TRITON_BN_COMMON}{_TRITON_BN_SAVED}{body}
+
+def kf_forward({_BN_SIGNATURES[facts['op']]}):
+    x = input
+    # y with x's layout; saved statistics as the task lists them (empty on CPU and for cuDNN)
+{_alloc_lines(facts['outputs'], names, "x")}
+    launch(x, weight if HAS_W else x, bias if HAS_B else x, running_mean, running_var, y,
+           extra1 if HAS_SAVED else x, extra2 if HAS_SAVED else x)
+    return {", ".join(names)}
+'''
+
+
+def render_batch_norm(facts: dict[str, Any], backend: str, params: dict[str, Any]) -> str:
+    return render_batch_norm_c(facts, params) if backend == "cpu" else render_batch_norm_triton(facts, params)
+
+
+FAMILIES = [
+    _row_norm_family("layer"),
+    _row_norm_family("rms"),
+    Family(name="group_norm", match=match_group_norm, space=space_group_norm, initial=initial_group_norm,
+           render=render_group_norm, valid=valid_group_norm, explain=explain),
+    Family(name="batch_norm", match=match_batch_norm, space=space_batch_norm, initial=initial_batch_norm,
+           render=render_batch_norm, valid=valid_batch_norm, explain=explain),
+]

@@ -1,0 +1,342 @@
+"""The norms family (layer, RMS, group and inference batch norm): support, spaces, every C variant and a
+covering sample of Triton variants checked against the ATen op itself."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from family_check import channels_last, check_params, family_for, make_task, tensor
+from helpers import TESTS_DIR
+
+from kernforge.backends import cpu
+from kernforge.propose.builtin import BuiltinProposer, _all_points
+from kernforge.propose.templates import norms
+from kernforge.tasks import KernelTask
+
+LN, RMS, GN = norms.LAYER_NORM_OP, norms.RMS_NORM_OP, norms.GROUP_NORM_OP
+BN, BN_LEGIT, BN_CUDNN = norms.BATCH_NORM_OPS
+F32, BF16, F16 = "torch.float32", "torch.bfloat16", "torch.float16"
+HAVE_TRITON = importlib.util.find_spec("triton") is not None
+
+
+def ln_args(shape, dtype=F32, affine=True, normalized=None):
+    cols = normalized or shape[-1:]
+    w = tensor(cols, dtype) if affine else None
+    return [tensor(shape, dtype), cols, w, tensor(cols, dtype) if affine else None, 1e-5]
+
+
+def rms_args(shape, dtype=F32, affine=True, eps=None):
+    return [tensor(shape, dtype), shape[-1:], tensor(shape[-1:], dtype) if affine else None, eps]
+
+
+def gn_args(shape, groups, dtype=F32, affine=True, stride=None):
+    n, c = shape[:2]
+    hw = 1
+    for s in shape[2:]:
+        hw *= s
+    w = tensor([c], dtype) if affine else None
+    return [tensor(shape, dtype, stride), w, tensor([c], dtype) if affine else None, n, c, hw, groups, 1e-5]
+
+
+def bn_args(shape, dtype=F32, layout="nchw", op=BN, affine=True, stats_dtype=None):
+    c = shape[1]
+    sd = stats_dtype or dtype
+    x = tensor(shape, dtype, channels_last(shape) if layout == "nhwc" else None)
+    w = tensor([c], sd) if affine else None
+    params = [x, w, tensor([c], sd) if affine else None, tensor([c], sd), tensor([c], sd, positive=True)]
+    return params + ([False, 0.1, 1e-5] if op == BN else [0.1, 1e-5])
+
+
+# Small odd shapes: rows and columns not multiples of any block; groups of odd size.
+C_CASES = [
+    ("ln-affine", LN, lambda dt: ln_args([5, 3, 37], dt, normalized=[3, 37])),
+    ("ln-plain", LN, lambda dt: ln_args([7, 300], dt, affine=False)),
+    ("rms-affine", RMS, lambda dt: rms_args([7, 300], dt, eps=1e-6)),
+    ("rms-default-eps", RMS, lambda dt: rms_args([3, 2, 37], dt, affine=False)),
+    ("gn-affine", GN, lambda dt: gn_args([2, 6, 5, 7], 3, dt)),
+    ("gn-plain", GN, lambda dt: gn_args([3, 8, 9], 2, dt, affine=False)),
+    ("bn-nchw", BN, lambda dt: bn_args([2, 3, 5, 7], dt)),
+    ("bn-nhwc", BN_LEGIT, lambda dt: bn_args([2, 5, 3, 7], dt, "nhwc", BN_LEGIT)),
+]
+
+
+def facts_of(op, args):
+    return family_for(make_task(op, args))
+
+
+# ---------------------------------------------------------------- what is supported
+
+@pytest.mark.parametrize("name, op, make", C_CASES)
+@pytest.mark.parametrize("backend", ["cpu", "triton"])
+def test_supported_cases_match(name, op, make, backend):
+    assert BuiltinProposer().why_unsupported(make_task(op, make(F32)), backend) is None
+
+
+def test_each_op_goes_to_its_family():
+    names = {op: facts_of(op, make(F32))[0].name for _, op, make in C_CASES}
+    assert names == {LN: "layer_norm", RMS: "rms_norm", GN: "group_norm", BN: "batch_norm",
+                     BN_LEGIT: "batch_norm"}
+
+
+def fake_task(op, args, outputs):
+    return KernelTask(task_id="t0", op=op, signature="s", args=args, outputs=outputs, samples=[], share=0.5,
+                      gain_if_2x=1.33, time_us=10.0, device="cuda")
+
+
+@pytest.mark.parametrize("op, args, words", [
+    (LN, [tensor([4, 8], F32, [1, 4]), [8], None, None, 1e-5],
+     "layer norm on a non-contiguous input"),
+    (LN, ln_args([4, 8], "torch.float64"), "layer norm on torch.float64"),
+    (RMS, [tensor([4, 8]), [4], None, None], "normalized_shape is not the input's trailing dims"),
+    (GN, gn_args([2, 4, 3, 5], 2, stride=channels_last([2, 4, 3, 5])), "channels-last"),
+    (BN, bn_args([2, 3, 4, 5])[:5] + [True, 0.1, 1e-5], "training mode"),
+    (BN, bn_args([2, 3, 4, 5], stats_dtype=F16), "weight of dtype torch.float16"),
+])
+def test_unsupported_cases_say_why(op, args, words):
+    task = fake_task(op, args, [tensor([1])])
+    for backend in ("cpu", "triton"):
+        reason = BuiltinProposer().why_unsupported(task, backend)
+        assert reason is not None and words in reason, reason
+
+
+def test_other_ops_are_refused_with_the_op_named():
+    task = fake_task("aten::bmm.default", [tensor([2, 3, 4]), tensor([2, 4, 5])], [tensor([2, 3, 5])])
+    for family in norms.FAMILIES:
+        assert family.match(task) == "no built-in template for aten::bmm.default"
+
+
+def test_no_metal_template():
+    task = make_task(LN, ln_args([4, 8]))
+    assert BuiltinProposer().why_unsupported(task, "metal") == "no metal template for layer_norm"
+
+
+def test_statistics_follow_the_task_outputs():
+    # CPU layer norm keeps bf16 statistics, CUDA's are fp32: the kernel allocates what the task lists
+    task = make_task(LN, ln_args([4, 64], BF16))
+    family, facts = family_for(task)
+    assert [o["dtype"] for o in facts["outputs"]] == ["bfloat16"] * 3
+    cuda_like = fake_task(LN, task.args, [task.outputs[0]] + [
+        {**o, "dtype": F32} for o in task.outputs[1:]])
+    source = family.render(family.match(cuda_like), "triton", family.initial(facts, "triton"))
+    assert "dtype=torch.float32" in source
+
+
+def test_rms_default_eps_is_float32_epsilon():
+    _, facts = facts_of(RMS, rms_args([3, 8], BF16, eps=None))
+    assert facts["eps"] == torch.finfo(torch.float32).eps
+
+
+# ---------------------------------------------------------------- spaces and starting points
+
+def valid_points(family, facts, backend):
+    return [p for p in _all_points(family.space(facts, backend)) if family.valid(facts, backend, p)]
+
+
+@pytest.mark.parametrize("name, op, make", C_CASES)
+@pytest.mark.parametrize("backend", ["cpu", "triton"])
+def test_every_valid_point_renders_a_distinct_source(name, op, make, backend):
+    family, facts = facts_of(op, make(BF16))
+    points = valid_points(family, facts, backend)
+    assert family.initial(facts, backend) in points
+    sources = {family.render(facts, backend, p) for p in points}
+    assert len(sources) == len(points) > 1
+    assert len(points) <= 400  # the search gets ~50 iterations
+
+
+def target_facts(kind: str) -> dict:
+    """The H200 benchmark shapes, with CUDA's fp32 statistics."""
+    if kind in ("layer", "rms"):
+        task = make_task(LN if kind == "layer" else RMS, (ln_args if kind == "layer" else rms_args)([8, 4096], BF16))
+        facts = family_for(task)[1]
+        return {**facts, "rows": 8192}
+    return family_for(make_task(GN, gn_args(list(kind), 32, BF16)))[1]
+
+
+def test_initial_points_for_the_h200_targets():
+    for kind in ("layer", "rms"):
+        start = norms.initial_row_norm(target_facts(kind), "triton")
+        # measured on the H200: 39.1 us (layer), 37.7 us (rms) against a 31.6 us floor
+        assert start == {"variant": "single_tile", "rows_per_program": 1, "persistent": False, "block": 4096,
+                         "num_warps": 4, "num_stages": 1}
+    for shape, programs in (((1, 512, 128, 128), 512), ((1, 256, 512, 512), 4096)):
+        facts = target_facts(shape)
+        start = norms.initial_group_norm(facts, "triton")
+        assert start["variant"] == "split" and start["reverse"]
+        assert facts["n"] * facts["groups"] * -(-facts["group_size"] // start["chunk"]) == programs
+    small = family_for(make_task(GN, gn_args([64, 64, 8, 8], 32, BF16)))[1]
+    assert norms.initial_group_norm(small, "triton")["variant"] == "per_group"
+    for layout, variant in (("nchw", "plane"), ("nhwc", "tile")):
+        facts = family_for(make_task(BN_LEGIT, bn_args([2, 64, 56, 56], F32, layout, BN_LEGIT)))[1]
+        assert norms.initial_batch_norm(facts, "triton")["variant"] == variant
+
+
+def test_float32_sources_never_mention_half_types():
+    for _, op, make in C_CASES:
+        family, facts = facts_of(op, make(F32))
+        for backend in ("cpu", "triton"):
+            for p in valid_points(family, facts, backend):
+                source = family.render(facts, backend, p)
+                assert "bfloat16" not in source and "float16" not in source and "_Float16" not in source
+
+
+# ---------------------------------------------------------------- every C variant is correct
+
+def c_variants():
+    for name, op, make in C_CASES:
+        for dtype in (F32, BF16) + ((F16,) if name in ("ln-affine", "gn-affine", "bn-nhwc") else ()):
+            family, facts = facts_of(op, make(dtype))
+            for p in valid_points(family, facts, "cpu"):
+                yield pytest.param(op, make(dtype), p, id=f"{name}-{dtype[6:]}-" + "-".join(map(str, p.values())))
+
+
+@pytest.mark.skipif(cpu.unavailable_reason() is not None, reason="gcc is not installed")
+@pytest.mark.parametrize("op, args, params", list(c_variants()))
+def test_every_c_variant_is_correct(op, args, params, tmp_path_factory):
+    work = tmp_path_factory.getbasetemp() / "norms-c"
+    assert check_params(make_task(op, args), "cpu", params, work) is None
+
+
+def cudnn_like_task(saved_shape, layout="nchw"):
+    """cudnn_batch_norm cannot run on a CPU: its outputs as CUDA lists them, built by hand."""
+    args = bn_args([2, 3, 5, 7], F32, layout)
+    x = args[0]
+    out = [dict(x), tensor(saved_shape), tensor(saved_shape), tensor([0], "torch.uint8")]
+    return fake_task(BN_CUDNN, args, out)
+
+
+@pytest.mark.skipif(cpu.unavailable_reason() is not None, reason="gcc is not installed")
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+@pytest.mark.parametrize("saved", [[0], [3]])
+def test_cudnn_and_cuda_saved_statistics(layout, saved, tmp_path):
+    # CUDA's native kernels return [C] saved statistics in eval mode (running_mean, 1/sqrt(var+eps));
+    # cuDNN returns empty ones. Checked against native_batch_norm on the CPU.
+    task = cudnn_like_task(saved, layout)
+    family = norms.FAMILIES[3]
+    facts = family.match(task)
+    assert facts["has_saved"] == (saved == [3])
+    path = tmp_path / "bn.c"
+    path.write_text(family.render(facts, "cpu", family.initial(facts, "cpu")))
+    kernel = cpu.build(path, tmp_path / "build", task.outputs)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 3, 5, 7, generator=g)
+    if layout == "nhwc":
+        x = x.contiguous(memory_format=torch.channels_last)
+    w, b, rm = (torch.randn(3, generator=g) for _ in range(3))
+    rv = torch.rand(3, generator=g) + 0.5
+    y, sm, si, _ = kernel(x, w, b, rm, rv, False, 0.1, 1e-5)
+    want = torch.ops.aten.native_batch_norm.default(x, w, b, rm, rv, False, 0.1, 1e-5)[0]
+    assert torch.allclose(y, want, atol=1e-5) and y.stride() == x.stride()
+    if saved == [3]:
+        assert torch.allclose(sm, rm) and torch.allclose(si, (rv + 1e-5).rsqrt())
+    triton_source = family.render(facts, "triton", family.initial(facts, "triton"))
+    assert "kf-op: aten::cudnn_batch_norm.default" in triton_source
+    assert "exponential_average_factor, epsilon" in triton_source
+
+
+# ---------------------------------------------------------------- Triton variants under the interpreter
+
+def triton_variants() -> list[dict]:
+    """Every structural variant of each op at least once, fp32 and bf16, on small shapes."""
+    picks = [
+        (LN, ln_args([5, 3, 37], normalized=[3, 37]), [
+            {"variant": "single_tile", "rows_per_program": 4, "persistent": False, "block": 128, "num_warps": 1},
+            {"variant": "single_tile", "rows_per_program": 2, "persistent": True, "block": 128, "num_warps": 2}]),
+        (LN, ln_args([3, 1100], affine=False), [
+            {"variant": "loop", "rows_per_program": 1, "persistent": False, "block": 512, "num_warps": 4,
+             "num_stages": 3}]),
+        (RMS, rms_args([7, 300], eps=1e-6), [
+            {"variant": "single_tile", "rows_per_program": 2, "persistent": True, "block": 512, "num_warps": 4},
+            {"variant": "single_tile", "rows_per_program": 1, "persistent": False, "block": 512, "num_warps": 2}]),
+        (RMS, rms_args([3, 1100], affine=False), [
+            {"variant": "loop", "rows_per_program": 1, "persistent": False, "block": 512, "num_warps": 2,
+             "num_stages": 2}]),
+        (GN, gn_args([2, 6, 5, 7], 3), [
+            {"variant": "per_group", "chunk": 2048, "block": 256, "num_warps": 2, "reverse": False}]),
+        (GN, gn_args([1, 4, 64, 64], 2), [  # 8192 per group: chunks of 2048, four per group
+            {"variant": "split", "chunk": 2048, "block": 512, "num_warps": 4, "reverse": True},
+            {"variant": "split", "chunk": 4096, "block": 1024, "num_warps": 4, "reverse": False},
+            {"variant": "per_group", "chunk": 2048, "block": 1024, "num_warps": 4, "reverse": False}]),
+        (GN, gn_args([1, 6, 30, 30], 2), [  # 2700 per group: chunks straddle channels
+            {"variant": "split", "chunk": 2048, "block": 512, "num_warps": 2, "reverse": True}]),
+        (BN, bn_args([2, 3, 5, 7]), [{"variant": v, "block": 512, "num_warps": 4} for v in ("flat", "plane")]),
+        (BN_LEGIT, bn_args([2, 5, 3, 7], layout="nhwc", op=BN_LEGIT),
+         [{"variant": v, "block": 512, "num_warps": 4} for v in ("flat", "tile")]),
+    ]
+    variants = []
+    for op, args, points in picks:
+        for dtype in (F32, BF16):
+            typed = [dict(a, dtype=dtype) if isinstance(a, dict) and a.get("dtype") == F32 else a for a in args]
+            family, facts = facts_of(op, typed)
+            for p in points:
+                params = {**family.initial(facts, "triton"), **p}
+                if family.name.endswith("_norm") and "num_stages" in params and params["variant"] == "single_tile":
+                    params["num_stages"] = 1
+                assert family.valid(facts, "triton", params), (op, params)
+                name = "-".join(str(v) for v in params.values())
+                variants.append({"id": f"{op.split('::')[1]}-{dtype[6:]}-{typed[0]['shape']}-{name}",
+                                 "op": op, "args": typed, "params": params})
+    return variants
+
+
+@pytest.fixture(scope="module")
+def triton_results() -> dict:
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    proc = subprocess.run([sys.executable, str(TESTS_DIR / "family_check.py"), "triton"],
+                          input=json.dumps(triton_variants()), capture_output=True, text=True, env=env,
+                          timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout)
+
+
+@pytest.mark.skipif(not HAVE_TRITON, reason="triton is not installed")
+@pytest.mark.parametrize("variant_id", [v["id"] for v in triton_variants()])
+def test_triton_variants_are_correct_under_the_interpreter(variant_id, triton_results):
+    assert triton_results[variant_id] is None, triton_results[variant_id]
+
+
+def test_triton_sample_covers_every_structural_variant():
+    seen = {(v["op"], v["params"]["variant"], v["params"].get("persistent", False)) for v in triton_variants()}
+    for op in (LN, RMS):
+        assert {(op, "single_tile", False), (op, "single_tile", True), (op, "loop", False)} <= seen
+    assert {(GN, "split", False), (GN, "per_group", False)} <= seen
+    assert {(BN, "flat", False), (BN, "plane", False), (BN_LEGIT, "tile", False)} <= seen
+
+
+# ---------------------------------------------------------------- the proposer end to end
+
+@pytest.mark.parametrize("op, args", [
+    (LN, ln_args([5, 3, 37], BF16, normalized=[3, 37])), (RMS, rms_args([7, 300], BF16)),
+    (GN, gn_args([1, 4, 64, 64], 2, BF16)), (BN_LEGIT, bn_args([2, 5, 3, 7], BF16, "nhwc", BN_LEGIT)),
+], ids=["layer", "rms", "group", "batch"])
+@pytest.mark.parametrize("backend", ["cpu", "triton"])
+def test_proposals_start_at_the_initial_point_and_never_repeat(op, args, backend):
+    task = make_task(op, args)
+    family, facts = family_for(task)
+    proposer = BuiltinProposer(seed=2)
+    first = proposer.propose(task, backend, None, [])
+    assert first.params == family.initial(facts, backend)
+    assert first.rationale.startswith("starting point: ")
+    tried, parent = [first], first
+    for _ in range(40):
+        proposal = proposer.propose(task, backend, parent, tried)
+        if proposal is None:
+            break
+        assert proposal.source not in {p.source for p in tried}
+        assert family.valid(facts, backend, proposal.params)
+        tried.append(proposal)
+        parent = proposal
+    assert len(tried) > 3
+
+
+def test_moves_are_explained():
+    for family in norms.FAMILIES:
+        assert family.explain("variant", "single_tile", "loop") != "try a neighbouring value"
+    assert "L2" in norms.explain("reverse", False, True)
+    assert "SM" in norms.explain("chunk", 16384, 8192)
+
