@@ -299,4 +299,4 @@ def test_optimize_applies_the_model_options(runs_dir: Path):
     (task,) = [t for t in data["tasks"] if t["op"] == SOFTMAX_OP]
     assert task["dtype"] == "bfloat16"
     config = json.loads(next(runs_dir.iterdir()).joinpath("config.json").read_text())
-    assert config["model"] == "tiny_softmax" and config["resolved_backend"] == "cpu"
+    assert config["model_name"] == "tiny_softmax" and config["model"]["dtype"] == "bf16" and config["resolved_backend"] == "cpu"

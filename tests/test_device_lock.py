@@ -8,13 +8,17 @@ from pathlib import Path
 
 from kernforge.evaluate.device_lock import DeviceLock
 
-HOLD_S = 0.5
+HOLD_S = 0.2
 
 
-def hold(path: str, kind: str, checks_exclusive: bool, log: str) -> None:
+def hold(path: str, kind: str, checks_exclusive: bool, log: str, name: str) -> None:
     lock = DeviceLock(path, checks_exclusive=checks_exclusive)
+    Path(log).with_name(f"{name}.trying").touch()
     with (lock.for_timing() if kind == "timing" else lock.for_checks()):
+        Path(log).with_name(f"{name}.held").touch()
         start = time.time()
+        while not Path(log).with_name("release").exists():  # the test says when to let go
+            time.sleep(0.01)
         time.sleep(HOLD_S)
         end = time.time()
     with open(log, "a") as f:
@@ -25,10 +29,21 @@ def intervals(tmp_path: Path, kinds: list[str], checks_exclusive: bool = False) 
     log = str(tmp_path / "log.txt")
     ctx = multiprocessing.get_context("spawn")
     procs = []
-    for kind in kinds:
-        procs.append(ctx.Process(target=hold, args=(str(tmp_path / "dev.lock"), kind, checks_exclusive, log)))
+    for i, kind in enumerate(kinds):
+        procs.append(ctx.Process(target=hold, args=(str(tmp_path / "dev.lock"), kind, checks_exclusive, log,
+                                                    f"p{i}")))
         procs[-1].start()
-        time.sleep(0.1)  # in this order
+        # In this order, whatever the machine's load: the first holds the lock before the
+        # second tries, the second is waiting before the third tries.
+        marker = tmp_path / (f"p{i}.held" if i == 0 else f"p{i}.trying")
+        while not marker.exists():
+            time.sleep(0.01)
+        time.sleep(0.1)
+    # Let go once every process holds the lock, or after a second in which the others wait.
+    deadline = time.time() + 1.0
+    while time.time() < deadline and not all((tmp_path / f"p{i}.held").exists() for i in range(len(kinds))):
+        time.sleep(0.01)
+    (tmp_path / "release").touch()
     for p in procs:
         p.join(timeout=30)
         assert p.exitcode == 0
