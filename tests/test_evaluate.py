@@ -286,3 +286,21 @@ def test_prestarted_workers_are_used_only_with_their_own_environment():
     proc.stdin.close()  # no job: the worker exits on its own
     assert proc.wait(timeout=60) == 0
     workers.close()
+
+
+def test_the_fast_comparison_agrees_with_the_full_one():
+    from kernforge.evaluate.checks import compare, oracle_facts
+
+    gen = torch.Generator().manual_seed(0)
+    oracle = torch.randn(64, 33, generator=gen, dtype=torch.float64)
+    masked = oracle.clone()
+    masked[3, 4] = float("nan")
+    masked[5, :] = float("inf")
+    cases = [oracle.float(), (oracle * 1.001).float(), oracle.float().masked_fill(oracle > 2.5, float("nan"))]
+    for ref in (oracle, masked):
+        for out in cases + [ref.float()]:
+            full = compare([out], [ref], [1e-7], [torch.float32])
+            fast = compare([out], [ref], [1e-7], [torch.float32], [oracle_facts(ref)])
+            assert (full[0] is None) == (fast[0] is None), (full, fast)
+            if full[0] is None:
+                assert fast[1] == pytest.approx(full[1])

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from kernforge.evaluate.checks import compare, same_output_as
+from kernforge.evaluate.checks import compare, oracle_facts
 from kernforge.evaluate.timing import Timing, escaped_ms, escapes_the_events
 
 
@@ -22,38 +22,63 @@ def judge(outputs_path: Path, oracle_path: Path) -> dict[str, Any]:
     """status ("ok", "wrong_result" or "cheat"), reason, and the error of each set's outputs."""
     produced = torch.load(outputs_path, weights_only=False)
     oracle = _oracle(str(oracle_path))
-    dtypes = [getattr(torch, d.replace("torch.", "")) for d in oracle["dtypes"]]
+    dtypes = [getattr(torch, d.replace("torch.", "")) for d in oracle.data["dtypes"]]
     errors: list[list[float]] = []
-    earlier: list[tuple[str, list[torch.Tensor], list[torch.Tensor]]] = []
-    for label, outs, oracles, eager_err in zip(produced["labels"], produced["sets"], oracle["oracles"],
-                                               oracle["eager_errors"]):
-        stale = same_output_as(outs, oracles, earlier)
+    earlier: list[tuple[int, str, list[torch.Tensor]]] = []
+    for k, (label, outs, oracles, eager_err) in enumerate(zip(produced["labels"], produced["sets"],
+                                                              oracle.data["oracles"], oracle.data["eager_errors"])):
+        stale = next((prev_label for j, prev_label, prev_outs in earlier
+                      if _bit_identical(outs, prev_outs) and oracle.references_differ(j, k)), None)
         if stale is not None:
             return _fail("cheat", f"on {label}: the outputs are bit-identical to those for {stale}, whose "
                                   "reference differs: a cached or constant result", errors)
-        why, errs = compare(outs, oracles, eager_err, dtypes)
+        why, errs = compare(outs, oracles, eager_err, dtypes, oracle.facts[k])
         errors.append(errs)
         if why:
             return _fail("wrong_result", f"on {label}: {why}", errors)
-        earlier.append((label, outs, oracles))
+        earlier.append((k, label, outs))
     if produced.get("reused") is not None:
-        why, _ = compare(produced["reused"], oracle["oracles"][1], oracle["eager_errors"][1], dtypes)
+        why, _ = compare(produced["reused"], oracle.data["oracles"][1], oracle.data["eager_errors"][1], dtypes,
+                         oracle.facts[1])
         if why:
             return _fail("cheat", "new values at the same input addresses gave a wrong result "
                                   f"(a result remembered by address): {why}", errors)
     if produced.get("timed") is not None:
-        why, _ = compare(produced["timed"], oracle["oracles"][0], oracle["eager_errors"][0], dtypes)
+        why, _ = compare(produced["timed"], oracle.data["oracles"][0], oracle.data["eager_errors"][0], dtypes,
+                         oracle.facts[0])
         if why:
             return _fail("cheat", f"the outputs of the timed calls are wrong: {why}", errors)
     return {"status": "ok", "reason": "", "errors": errors}
 
 
+class Oracle:
+    """A task's oracle and what every judgement needs of it, computed once for all candidates:
+    each output's finiteness and scale, and which input sets have the same reference."""
+
+    def __init__(self, data: dict[str, Any]):
+        self.data = data
+        self.facts = [[oracle_facts(o) for o in outs] for outs in data["oracles"]]
+        self._differ: dict[tuple[int, int], bool] = {}
+
+    def references_differ(self, i: int, j: int) -> bool:
+        if (i, j) not in self._differ:
+            a, b = self.data["oracles"][i], self.data["oracles"][j]
+            self._differ[(i, j)] = not all(x.shape == y.shape and torch.allclose(x, y, equal_nan=True)
+                                           for x, y in zip(a, b))
+        return self._differ[(i, j)]
+
+
+def _bit_identical(outs: list[torch.Tensor], other: list[torch.Tensor]) -> bool:
+    return len(outs) == len(other) and all(a.shape == b.shape and a.dtype == b.dtype and torch.equal(a, b)
+                                           for a, b in zip(outs, other))
+
+
 @functools.lru_cache(maxsize=1)
-def _oracle(path: str) -> dict[str, Any]:
+def _oracle(path: str) -> Oracle:
     """A task's oracle, read once: every candidate of the task is judged against the same file
     (4 input sets of 8.4 M float64 values, 268 MB, for the attention example), which never
     changes while the task runs."""
-    return torch.load(path, weights_only=False)
+    return Oracle(torch.load(path, weights_only=False))
 
 
 def timing_verdict(timing: Timing, eager: Timing) -> dict[str, Any]:
