@@ -3,7 +3,8 @@
 #   STRATEGY=mcts ITERATIONS=50 ROWS=a,b,... bash bench/h200_search.sh
 # One `kernforge optimize` per row of BENCHMARKS.md's operator table (bench/seed_ops.py),
 # the builtin proposer, torch.compile default and max-autotune-no-cudagraphs timed as peers.
-# Writes search_<strategy>.json, table_<strategy>.md and the run folders' results under $OUT.
+# Writes search_<strategy>.json, table_<strategy>.md and, per row, <strategy>_<row>/ (results.tsv,
+# baseline, one line per candidate with its phases) under $OUT; the run folders stay in /tmp.
 set -euo pipefail
 export PYTHONPATH=src PYTHONUNBUFFERED=1
 out=${OUT:-bench/results/h200/search}
@@ -13,8 +14,3 @@ args=(--strategy "${STRATEGY:-mcts}" --iterations "${ITERATIONS:-50}" --compile 
       --parallel "${PARALLEL:-0}" --budget-s "${BUDGET_S:-1e9}" --out "$out")
 if [ -n "${ROWS:-}" ]; then args+=(--rows "$ROWS"); fi
 python3 bench/search_bench.py "${args[@]}"
-# Keep what explains the figures, not the bulk: results.tsv, summary and baseline per run.
-for run in "$out"/runs_*/*/; do
-    [ -d "$run" ] || continue
-    rm -rf "$run/capture/samples" "$run"/tasks/*/nodes/*/build "$run"/tasks/*/baseline/*.pt
-done

@@ -18,6 +18,7 @@ import json
 import platform
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from statistics import median
@@ -63,6 +64,7 @@ def run_row(name: str, args: argparse.Namespace, runs_dir: Path) -> dict:
     compiled = {mode: (entry.get("timing") or {}).get("p50_ms") for mode, entry in baseline["compiled"].items()}
     with open(run_dir / "results.tsv", newline="") as f:
         rows = list(csv.DictReader(f, delimiter="\t"))
+    keep_flat(run_dir, task["task"], args.out / f"{args.strategy}_{name}")
     return {"row": name, "op": task["op"], "shape": task["shape"], "dtype": task["dtype"],
             "eager_ms": task["eager_p50_ms"], "best_ms": task["best_p50_ms"],
             "speedup_vs_eager": task["best_speedup_vs_eager"], "verdict": task["verdict"],
@@ -73,6 +75,28 @@ def run_row(name: str, args: argparse.Namespace, runs_dir: Path) -> dict:
             "iterations_to_95": iterations_to_95(rows), "eval_s": [float(r["eval_s"]) for r in rows if r["eval_s"]],
             "search_wall_s": data["wall_s"], "wall_s": wall, "best_node": task["best_node"],
             "run_dir": str(run_dir)}
+
+
+def keep_flat(run_dir: Path, task_id: str, dest: Path) -> None:
+    """What explains a row's figures, two levels deep (the device returns no deeper folders):
+    results.tsv, summary, baseline, and one line per node with its phases and verdict."""
+    dest.mkdir(parents=True, exist_ok=True)
+    task_dir = run_dir / "tasks" / task_id
+    for src, name in [(run_dir / "results.tsv", "results.tsv"), (run_dir / "summary.json", "summary.json"),
+                      (task_dir / "baseline.json", "baseline.json")]:
+        if src.is_file():
+            (dest / name).write_bytes(src.read_bytes())
+    with open(dest / "nodes.jsonl", "w") as f:
+        for node_dir in sorted((task_dir / "nodes").iterdir()):
+            result = node_dir / "result.json"
+            proposal = node_dir / "proposal.json"
+            if result.is_file():
+                r = json.loads(result.read_text())
+                f.write(json.dumps({"node": node_dir.name, "status": r["status"], "reason": r["reason"][:500],
+                                    "wall_s": r["wall_s"], "phases": r.get("phases"),
+                                    "speedup_vs_eager": r.get("speedup_vs_eager"),
+                                    "proposal": json.loads(proposal.read_text()) if proposal.is_file() else None})
+                        + "\n")
 
 
 def iterations_to_95(rows: list[dict]) -> int | None:
@@ -143,7 +167,7 @@ def main() -> int:
         if time.perf_counter() - started > args.budget_s:
             report["rows"].append({"row": name, "error": "not run: the time budget was spent"})
             continue
-        result = run_row(name, args, args.out / f"runs_{args.strategy}")
+        result = run_row(name, args, Path(tempfile.gettempdir()) / "kf-bench-runs" / args.strategy)
         result["floor_ms"] = floor_ms(name, bandwidth)
         report["rows"].append(result)
         path.write_text(json.dumps(report, indent=1))
