@@ -77,8 +77,13 @@ def optimize(
     dtype: str | None = DTYPE,
     scale: str = SCALE,
     compile_peer: str = COMPILE,
-    parallel: int = typer.Option(0, min=0, help="candidates evaluated at once (their timings still take "
-                                                "the device one at a time); 0: 4 on a GPU, 1 on a CPU"),
+    parallel: int = typer.Option(0, min=0, help="candidates evaluated at once per device (their timings "
+                                                "still take the device one at a time); 0: 4 on a GPU, 1 on a CPU"),
+    executor: str = typer.Option("local", help="where candidates run: local (worker processes here, one "
+                                               "set per GPU) or ray (a Ray cluster, see --ray-address)"),
+    gpus: str = typer.Option("all", help="local executor: the GPUs to spread candidates over, e.g. 0,1"),
+    ray_address: str = typer.Option("local", help="ray executor: the cluster's address (ray://host:10001 "
+                                                  "or host:6379), or local to start a cluster here"),
     resume: Path | None = RESUME,
     as_json: bool = typer.Option(False, "--json", help="print the result as JSON instead of tables"),
 ) -> None:
@@ -98,6 +103,7 @@ def optimize(
         opts = OptimizeOptions(spec=spec, backend=backend, proposer=proposer, strategy=strategy,
                                iterations=iterations, top_k=top_k, runs_dir=runs_dir,
                                candidate_timeout_s=timeout, compile=compile_peer, parallel=parallel,
+                               executor=executor, gpus=gpus, ray_address=ray_address,
                                model=_model_options(batch_size, seq_len, resolution, dtype, scale))
         with _progress(quiet=as_json) as on_event:
             result = run_optimize(opts, on_event)

@@ -20,6 +20,7 @@ import kernforge
 from kernforge.backends import Backend, choose_backend
 from kernforge.capture import Capture, OpProfile, capture_model
 from kernforge.errors import UserError
+from kernforge.evaluate.executors import make_executor, preflight
 from kernforge.models import ModelOptions, load_model, run_forward
 from kernforge.propose import get_proposer
 from kernforge.search import Node, TaskOutcome, get_strategy, search_task
@@ -40,7 +41,10 @@ class OptimizeOptions:
     candidate_timeout_s: float = 120.0
     model: ModelOptions = field(default_factory=ModelOptions)
     compile: str = "auto"  # torch.compile peers: auto | none | default | max-autotune
-    parallel: int = 0  # candidates evaluated at once; 0: auto (4 on a GPU, 1 on a CPU)
+    parallel: int = 0  # candidates evaluated at once per device; 0: auto (4 on a GPU, 1 on a CPU)
+    executor: str = "local"  # local | ray
+    gpus: str = "all"  # local executor: the GPUs to spread candidates over
+    ray_address: str = "local"  # ray executor: a cluster address, or "local" to start one here
 
 
 @dataclass
@@ -115,6 +119,7 @@ def optimize(opts: OptimizeOptions, on_event: OnEvent = lambda *a: None) -> Opti
     get_strategy(opts.strategy)  # an unknown name fails before anything runs
     compile_modes(opts.compile, "cpu")
     parallelism(opts.parallel, "cpu")
+    preflight(opts.executor, opts.ray_address)
     prep = prepare(opts.spec, opts.backend, opts.model, opts.runs_dir, _options(opts))
     backend, device, store, capture = prep.backend, prep.device, prep.store, prep.capture
     on_event("captured", capture)
@@ -169,16 +174,20 @@ def _search_all(opts: OptimizeOptions, result: OptimizeResult, store: RunStore, 
                 proposer: Any, tasks: list[Any], previous: dict[str, list[Node]], on_event: OnEvent,
                 started: float) -> OptimizeResult:
     device = result.device
-    for task in tasks:
-        on_event("task_start", task, opts.iterations)
-        outcome = search_task(task, store, backend, device, proposer, get_strategy(opts.strategy),
-                              opts.iterations, opts.candidate_timeout_s,
-                              on_node=lambda o, n: on_event("node", o, n),
-                              compile_modes=compile_modes(opts.compile, device),
-                              parallel=parallelism(opts.parallel, device),
-                              previous=previous.get(task.task_id))
-        result.outcomes.append(outcome)
-        on_event("task_end", outcome)
+    executor = make_executor(opts.executor, device, parallelism(opts.parallel, device), store.root,
+                             opts.gpus, opts.ray_address)
+    try:
+        for task in tasks:
+            on_event("task_start", task, opts.iterations)
+            outcome = search_task(task, store, backend, device, proposer, get_strategy(opts.strategy),
+                                  opts.iterations, opts.candidate_timeout_s,
+                                  on_node=lambda o, n: on_event("node", o, n),
+                                  compile_modes=compile_modes(opts.compile, device),
+                                  previous=previous.get(task.task_id), executor=executor)
+            result.outcomes.append(outcome)
+            on_event("task_end", outcome)
+    finally:
+        executor.close()
     result.wall_s = time.perf_counter() - started
     store.write_json("summary.json", summary(result))
     return result

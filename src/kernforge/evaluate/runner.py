@@ -23,6 +23,7 @@ from typing import Any
 
 import kernforge
 from kernforge.backends import get_backend
+from kernforge.evaluate.executors import Executor
 from kernforge.evaluate.judge import judge, timing_verdict
 from kernforge.evaluate.scan import Finding, scan_source
 from kernforge.evaluate.timing import Timing, clearly_faster, confirmed_by_sync
@@ -45,6 +46,8 @@ class EvalResult:
     log_tail: str = ""
     wall_s: float = 0.0  # the worker's whole life: start, build, checks, timing
     phases: dict[str, float] = field(default_factory=dict)  # seconds per step inside the worker
+    # eager's median before the candidate loaded and right after its timing; `eager` is the faster
+    eager_before_after_ms: list[float] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -79,21 +82,28 @@ class Baseline:
     compiled: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
-def run_job(job: dict[str, Any], job_dir: Path, timeout_s: float) -> tuple[dict[str, Any] | None, str, float]:
-    """Run one job; return (result or None if the worker died, log tail, wall seconds)."""
+def run_job(job: dict[str, Any], job_dir: Path, timeout_s: float,
+            env_extra: dict[str, str] | None = None) -> tuple[dict[str, Any] | None, str, float]:
+    """Run one job in a worker process here; return (result or None if the worker died, log tail,
+    wall seconds). env_extra goes into the worker's environment (CUDA_VISIBLE_DEVICES: its GPU)."""
     job_dir.mkdir(parents=True, exist_ok=True)
     job = {**job, "result_path": str(job_dir / "result.json")}
     (job_dir / "job.json").write_text(json.dumps(job, indent=1))
     Path(job["result_path"]).unlink(missing_ok=True)
     log_path = job_dir / "log.txt"
-    env = {**os.environ, "PYTHONPATH": _pythonpath(), "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "PYTHONPATH": _pythonpath(), "PYTHONUNBUFFERED": "1", **(env_extra or {})}
     started = time.perf_counter()
     proc = WORKERS.take(job["device"], env)
     if proc is not None:
         log_path.write_text("")  # the worker opens it for its output once it has the job
         proc.stdin.write(f"{job_dir / 'job.json'}\n")
         proc.stdin.close()
-    WORKERS.prestart(job["device"], env)  # the next job's worker starts while this one runs
+    if job["device"] != "cpu":
+        # The next job's worker starts while this one runs. Not for CPU jobs: its torch import
+        # would take cores from this job's timing (on 2 cores it made eager 8-22 ms instead of
+        # 0.4-0.9 ms for a (8, 256, 56, 56) batch norm, and the candidate, timed once the import
+        # was over, look 7-16x faster).
+        WORKERS.prestart(job["device"], env)
     with open(log_path, "a") as log:
         if proc is None:
             proc = subprocess.Popen([sys.executable, "-m", "kernforge.evaluate.worker", str(job_dir / "job.json")],
@@ -174,12 +184,13 @@ def discard_reference(reference_path: Path) -> None:
 
 
 def evaluate_baseline(task_path: Path, reference_path: Path, device: str, job_dir: Path,
-                      timeout_s: float, compile_modes: tuple[str, ...] = ()) -> Baseline:
+                      timeout_s: float, compile_modes: tuple[str, ...] = (),
+                      executor: Executor | None = None) -> Baseline:
     job = {"mode": "baseline", "task_path": str(task_path), "reference_path": str(reference_path),
            "oracle_path": str(oracle_path_for(reference_path)),
            "device": device, "backend": "none", "fresh_kinds": list(FRESH_KINDS),
            "compile_modes": list(compile_modes)}
-    result, tail, _ = run_job(job, job_dir, timeout_s)
+    result, tail, _ = (executor.run if executor else run_job)(job, job_dir, timeout_s)
     if result is None:
         raise RuntimeError(f"the baseline for {task_path.parent.name} failed: {tail}")
     return Baseline(eager=Timing(**result["eager"]), device_name=result["device_name"],
@@ -188,18 +199,17 @@ def evaluate_baseline(task_path: Path, reference_path: Path, device: str, job_di
 
 
 def evaluate_candidate(task_path: Path, reference_path: Path, source: Path, backend: str, device: str,
-                       job_dir: Path, timeout_s: float, device_lock: Path | None = None) -> EvalResult:
-    """Scan, build, check and time one candidate. Workers that share `device_lock` may run at
-    once: their checks overlap, their timings take the device alone (evaluate/device_lock.py)."""
+                       job_dir: Path, timeout_s: float, executor: Executor | None = None) -> EvalResult:
+    """Scan, build, check and time one candidate. The scan and the judgement happen here; the
+    worker runs where the executor puts it (default: a worker process here)."""
     findings = static_findings(task_path, source, backend)
     if findings:
         return EvalResult(status="cheat", reason="static scan: " + "; ".join(str(f) for f in findings))
     job = {"mode": "candidate", "task_path": str(task_path), "reference_path": str(reference_path),
            "source": str(source), "backend": backend, "device": device,
            "build_dir": str(job_dir / "build"), "memory_limit_bytes": memory_limit_bytes(reference_path),
-           "outputs_path": str(job_dir / "outputs.pt"),
-           "device_lock": str(device_lock) if device_lock else None}
-    result, tail, wall = run_job(job, job_dir, timeout_s)
+           "outputs_path": str(job_dir / "outputs.pt")}
+    result, tail, wall = (executor.run if executor else run_job)(job, job_dir, timeout_s)
     if result is not None and result.get("outputs_path"):
         outputs = Path(result["outputs_path"])
         result.update(judge(outputs, oracle_path_for(reference_path)))
@@ -212,7 +222,8 @@ def evaluate_candidate(task_path: Path, reference_path: Path, source: Path, back
     out = EvalResult(status=result["status"], reason=result.get("reason", ""),
                      errors=result.get("errors", []), timing=timing, eager=eager,
                      log_tail=tail, wall_s=wall,
-                     phases=result.get("phases", {}))
+                     phases=result.get("phases", {}),
+                     eager_before_after_ms=result.get("eager_p50_ms_before_after", []))
     if timing and eager and out.status == "ok":
         verdict = timing_verdict(timing, eager)
         out.status, out.reason = verdict.get("status", out.status), verdict.get("reason", out.reason)

@@ -10,6 +10,7 @@ from typing import Any
 
 from kernforge.backends import Backend
 from kernforge.evaluate import Baseline, EvalResult, evaluate_baseline, evaluate_candidate
+from kernforge.evaluate.executors import Executor, LocalExecutor
 from kernforge.evaluate.runner import discard_reference
 from kernforge.propose import Failure, Proposal, Proposer
 from kernforge.search.strategy import Strategy
@@ -83,10 +84,12 @@ def search_task(
     candidate_timeout_s: float,
     on_node: Callable[[TaskOutcome, Node], None] = lambda outcome, node: None,
     compile_modes: tuple[str, ...] = (),
-    parallel: int = 1,
     previous: list[Node] | None = None,
+    executor: Executor | None = None,
 ) -> TaskOutcome:
-    """Search one task; `previous` holds the nodes a killed run had recorded (see --resume)."""
+    """Search one task; `previous` holds the nodes a killed run had recorded (see --resume).
+    The executor says where workers run and how many at once (default: one, here)."""
+    executor = executor or LocalExecutor(None, 1, None)
     task_dir = store.task_dir(task.task_id)
     task_path = task_dir / "task.json"
     reference_path = task_dir / "reference.pt"
@@ -94,7 +97,7 @@ def search_task(
     store.db.set_task_state(task.task_id, "running")
     try:
         baseline = evaluate_baseline(task_path, reference_path, device, task_dir / "baseline",
-                                     BASELINE_TIMEOUT_S, compile_modes)
+                                     BASELINE_TIMEOUT_S, compile_modes, executor)
     except RuntimeError as e:
         store.db.set_task_state(task.task_id, "done")
         return TaskOutcome(task=task, baseline=None, error=str(e).splitlines()[0])
@@ -107,7 +110,6 @@ def search_task(
     failures: list[Failure] = [Failure(n.proposal, n.result.status, n.result.reason)
                                for n in outcome.nodes if not n.result.ok]
     next_id = len(outcome.nodes)
-    lock = store.root / ".device.lock"
 
     def propose(parent: Node | None) -> Proposal | None:
         proposal = proposer.propose(task, backend.name, parent.proposal if parent else None, tried, failures)
@@ -151,8 +153,7 @@ def search_task(
 
         def run(proposal: Proposal, parent: Node | None, node_id: str, source: Path) -> Node:
             result = evaluate_candidate(task_path, reference_path, source, backend.name, device,
-                                        source.parent, candidate_timeout_s,
-                                        device_lock=lock if len(items) > 1 else None)
+                                        source.parent, candidate_timeout_s, executor)
             return Node(node_id=node_id, parent_id=parent.node_id if parent else None,
                         proposal=proposal, result=result)
 
@@ -166,7 +167,7 @@ def search_task(
         return nodes
 
     ctx = SearchContext(task=task, iterations=iterations, propose=propose, evaluate_many=evaluate_many,
-                        parallel=max(1, parallel), previous=list(outcome.nodes), evaluated=len(outcome.nodes))
+                        parallel=executor.capacity, previous=list(outcome.nodes), evaluated=len(outcome.nodes))
     try:
         strategy.run(ctx)
         store.db.set_task_state(task.task_id, "done")

@@ -1,0 +1,173 @@
+"""kernforge.evaluate.executors: where worker jobs run.
+
+The local executor's GPU slots are tested with a stand-in for run_job (no GPU here);
+the Ray executor runs real jobs (cpu backend) on a local Ray cluster started by the
+tests, and must give the verdicts the local executor gives.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from helpers import CORRECT_BODY, TINY_MODEL, c_softmax_source, run_cli
+
+from kernforge.errors import UserError
+from kernforge.evaluate import evaluate_baseline, evaluate_candidate
+from kernforge.evaluate import runner as runner_module
+from kernforge.evaluate.executors import LocalExecutor, make_executor, visible_gpus
+from kernforge.evaluate.runner import discard_reference, oracle_path_for
+from kernforge.tasks import save_task
+
+# ---------------------------------------------------------------- local: one set of slots per GPU
+
+
+def test_each_job_runs_pinned_to_a_gpu_with_that_gpus_lock(monkeypatch, tmp_path):
+    seen, running, peak = [], set(), {"n": 0}
+    guard = threading.Lock()
+
+    def fake_run_job(job, job_dir, timeout_s, env_extra=None):
+        with guard:
+            running.add(job_dir.name)
+            peak["n"] = max(peak["n"], len(running))
+            seen.append((env_extra["CUDA_VISIBLE_DEVICES"], job["device_lock"], job["gpu"]))
+        time.sleep(0.05)
+        with guard:
+            running.discard(job_dir.name)
+        return {"status": "ok"}, "", 0.05
+
+    monkeypatch.setattr(runner_module, "run_job", fake_run_job)
+    executor = LocalExecutor([0, 1], per_device=2, lock_dir=tmp_path)
+    assert executor.capacity == 4
+    threads = [threading.Thread(target=executor.run, args=({"mode": "candidate"}, tmp_path / f"j{i}", 10))
+               for i in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(seen) == 12 and peak["n"] <= 4
+    for visible, lock, gpu in seen:
+        assert visible == str(gpu) and lock == str(tmp_path / f".device-{gpu}.lock")
+    assert {gpu for _, _, gpu in seen} == {0, 1}
+
+
+def test_one_job_at_a_time_needs_no_lock(monkeypatch, tmp_path):
+    calls = []
+    monkeypatch.setattr(runner_module, "run_job",
+                        lambda job, job_dir, timeout_s, env_extra=None: calls.append((job, env_extra)) or
+                        ({"status": "ok"}, "", 0.0))
+    LocalExecutor(None, per_device=1, lock_dir=tmp_path).run({"mode": "candidate"}, tmp_path / "j", 10)
+    (job, env), = calls
+    assert job["device_lock"] is None and env == {}
+
+
+def test_gpu_choice():
+    assert visible_gpus("all", 2) == [0, 1]
+    assert visible_gpus("1", 2) == [1]
+    with pytest.raises(UserError, match="has 2 visible GPU"):
+        visible_gpus("0,2", 2)
+    with pytest.raises(UserError, match="indices like 0,1"):
+        visible_gpus("first", 2)
+    with pytest.raises(UserError, match="unknown executor 'slurm'"):
+        make_executor("slurm", "cpu", 1, Path("."))
+
+
+# ---------------------------------------------------------------- ray: a local cluster
+
+HAVE_RAY = importlib.util.find_spec("ray") is not None
+ray_only = pytest.mark.skipif(not HAVE_RAY, reason="ray is not installed (pip install 'kernforge[ray]')")
+
+
+@pytest.fixture(scope="module")
+def ray_executor():
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    executor = make_executor("ray", "cpu", 1, Path(tempfile.gettempdir()), ray_address="local")
+    yield executor
+    executor.close()
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def ray_reference(ray_executor, softmax_task, tmp_path_factory):
+    """The softmax task's baseline, run on the Ray cluster: inputs and oracle come back here."""
+    folder = tmp_path_factory.mktemp("ray-reference")
+    task_path, reference_path = folder / "task.json", folder / "reference.pt"
+    save_task(softmax_task, task_path)
+    baseline = evaluate_baseline(task_path, reference_path, "cpu", folder / "baseline", 300, (), ray_executor)
+    yield task_path, reference_path, baseline
+    discard_reference(reference_path)
+
+
+@ray_only
+def test_ray_baseline_brings_back_the_inputs_and_keeps_the_oracle_here(ray_reference):
+    task_path, reference_path, baseline = ray_reference
+    assert baseline.eager is not None and baseline.eager.p50_ms > 0
+    assert baseline.labels == ["real0", "fresh-normal", "fresh-large", "fresh-mixed"]
+    assert reference_path.is_file() and oracle_path_for(reference_path).is_file()
+    assert (task_path.parent / "baseline" / "log.txt").is_file()
+    assert not list(Path(tempfile.gettempdir()).glob("kf-ray-job-*"))  # nothing left on the node
+
+
+def evaluate_on_ray(ray_executor, ray_reference, tmp_path, body=CORRECT_BODY):
+    task_path, reference_path, _ = ray_reference
+    source = tmp_path / "candidate.c"
+    source.write_text(c_softmax_source(body))
+    return evaluate_candidate(task_path, reference_path, source, "cpu", "cpu", tmp_path, 120, ray_executor)
+
+
+@ray_only
+def test_a_correct_candidate_on_ray_is_accepted_timed_and_its_files_come_back(ray_executor, ray_reference,
+                                                                               tmp_path):
+    result = evaluate_on_ray(ray_executor, ray_reference, tmp_path)
+    assert result.status == "ok", result.reason + result.log_tail
+    assert result.timing is not None and result.eager is not None and result.speedup_vs_eager
+    assert (tmp_path / "log.txt").is_file() and (tmp_path / "job.json").is_file()
+    assert list((tmp_path / "build").glob("*.so"))  # the build output, brought back
+    assert not (tmp_path / "outputs.pt").exists()  # judged here, then removed
+
+
+@ray_only
+def test_a_wrong_candidate_on_ray_is_judged_here(ray_executor, ray_reference, tmp_path):
+    unnormalised = CORRECT_BODY.replace("yr[c] /= s;", "yr[c] /= 2.0f * s;")
+    result = evaluate_on_ray(ray_executor, ray_reference, tmp_path, unnormalised)
+    assert result.status == "wrong_result", result.reason
+
+
+@ray_only
+def test_a_crashing_candidate_on_ray_is_a_crash_not_a_lost_search(ray_executor, ray_reference, tmp_path):
+    segfault = "    *(volatile int *)0 = 1;\n" + CORRECT_BODY
+    result = evaluate_on_ray(ray_executor, ray_reference, tmp_path, segfault)
+    assert result.status == "crash" and "SIGSEGV" in result.reason
+
+
+@ray_only
+def test_optimize_with_the_ray_executor(tmp_path):
+    proc = run_cli("optimize", str(TINY_MODEL), "--backend", "cpu", "--iterations", "2", "--executor", "ray",
+                   "--ray-address", "local", "--runs-dir", str(tmp_path), "--json", timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = json.loads(proc.stdout)
+    (task,) = data["tasks"]
+    assert task["candidates"] == 2 and task["status_counts"] == {"ok": 2}
+    run_dir = Path(data["run_dir"])
+    assert run_dir.parent == tmp_path  # the run folder is on this machine
+    assert json.loads((run_dir / "config.json").read_text())["executor"] == "ray"
+
+
+def test_an_unreachable_ray_cluster_is_one_clear_error(tmp_path):
+    if not HAVE_RAY:
+        proc = run_cli("optimize", str(TINY_MODEL), "--backend", "cpu", "--executor", "ray",
+                       "--runs-dir", str(tmp_path))
+        assert proc.returncode == 2 and "pip install 'kernforge[ray]'" in proc.stderr
+        return
+    proc = run_cli("optimize", str(TINY_MODEL), "--backend", "cpu", "--iterations", "1", "--executor", "ray",
+                   "--ray-address", "127.0.0.1:1", "--runs-dir", str(tmp_path), timeout=300)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.strip().startswith("error: cannot reach the Ray cluster at '127.0.0.1:1'")
+    assert "Traceback" not in proc.stderr
