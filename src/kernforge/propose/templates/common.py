@@ -22,6 +22,13 @@ C_LOAD_STORE = {
 }
 
 
+def c_simd_macro(on: bool) -> str:
+    """SIMD(clause) in the C templates: `#pragma omp simd clause` when on, nothing when off."""
+    if on:
+        return "#define KF_STR(s) #s\n#define SIMD(clause) _Pragma(KF_STR(omp simd clause))\n"
+    return "#define SIMD(clause)\n"
+
+
 def next_pow2(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 

@@ -25,7 +25,13 @@ from typing import Any
 
 from kernforge.backends.native import C_PRELUDE
 from kernforge.propose.builtin import Family
-from kernforge.propose.templates.common import C_LOAD_STORE, C_TYPES, contiguous_strides, next_pow2
+from kernforge.propose.templates.common import (
+    C_LOAD_STORE,
+    C_TYPES,
+    c_simd_macro,
+    contiguous_strides,
+    next_pow2,
+)
 from kernforge.tasks import KernelTask
 
 SUPPORTED_DTYPES = ("torch.float32", "torch.float16", "torch.bfloat16")
@@ -135,8 +141,6 @@ def explain(name: str, old: Any, new: Any) -> str:
     return text or _explain_number(name, old, new)
 
 
-_SIMD_ON = '#define KF_STR(s) #s\n#define SIMD(clause) _Pragma(KF_STR(omp simd clause))\n'
-_SIMD_OFF = "#define SIMD(clause)\n"
 
 
 def _c_head(title: str, op: str, params: dict[str, Any], dtype: str) -> str:
@@ -151,7 +155,7 @@ def _c_head(title: str, op: str, params: dict[str, Any], dtype: str) -> str:
 #include <string.h>
 {C_PRELUDE}
 typedef {ctype} elem_t;
-{_SIMD_ON if params.get('simd', True) else _SIMD_OFF}
+{c_simd_macro(params.get('simd', True))}
 {C_LOAD_STORE[dtype]}"""
 
 

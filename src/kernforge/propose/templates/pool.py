@@ -19,7 +19,7 @@ from typing import Any
 from kernforge.backends.native import C_PRELUDE
 from kernforge.propose.builtin import Family
 from kernforge.propose.templates import reduce
-from kernforge.propose.templates.common import C_LOAD_STORE, C_TYPES
+from kernforge.propose.templates.common import C_LOAD_STORE, C_TYPES, c_simd_macro
 from kernforge.tasks import KernelTask
 
 AVG, ADAPTIVE = "aten::avg_pool2d.default", "aten::_adaptive_avg_pool2d.default"
@@ -301,8 +301,7 @@ _C_NHWC = """    #pragma omp parallel for {collapse}schedule({schedule})
 
 def render_c(facts: dict[str, Any], params: dict[str, Any]) -> str:
     ctype, code = C_TYPES[facts["dtype"]]
-    simd_macro = ('#define SIMD(clause) _Pragma(KF_STR(omp simd clause))\n#define KF_STR(s) #s\n'
-                  if params["simd"] else "#define SIMD(clause)\n")
+    simd_macro = c_simd_macro(params["simd"])
     template = _C_NCHW if facts["layout"] == "nchw" else _C_NHWC
     body = template.format(
         collapse="collapse(2) " if params["parallel"] == "rows" else "", schedule=params["schedule"],

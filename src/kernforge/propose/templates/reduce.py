@@ -17,7 +17,7 @@ from typing import Any
 
 from kernforge.backends.native import C_PRELUDE
 from kernforge.propose.builtin import Family
-from kernforge.propose.templates.common import C_LOAD_STORE, C_TYPES, next_pow2
+from kernforge.propose.templates.common import C_LOAD_STORE, C_TYPES, c_simd_macro, next_pow2
 from kernforge.tasks import KernelTask
 
 OPS = {"aten::sum.dim_IntList": "sum", "aten::mean.dim": "mean", "aten::amax.default": "amax"}
@@ -344,8 +344,7 @@ _C_COLS = """    const int64_t blocks = (INNER + BLOCK_C - 1) / BLOCK_C;
 def render_c(facts: dict[str, Any], params: dict[str, Any]) -> str:
     ctype, code = C_TYPES[facts["dtype"]]
     init, combine, red = _C_OPS[facts["kind"]]
-    simd_macro = ('#define SIMD(clause) _Pragma(KF_STR(omp simd clause))\n#define KF_STR(s) #s\n'
-                  if params["simd"] else "#define SIMD(clause)\n")
+    simd_macro = c_simd_macro(params["simd"])
     rows = facts["inner"] == 1
     body = (_C_ROWS[params["strategy"]] if rows else _C_COLS).format(
         schedule=params["schedule"], red=red, scale=_c_scale(facts))

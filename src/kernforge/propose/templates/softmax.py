@@ -20,6 +20,7 @@ from kernforge.propose.templates.common import (
     C_LOAD_STORE,
     C_TYPES,
     GPU_SMS,
+    c_simd_macro,
     contiguous_strides,
     next_pow2,
 )
@@ -231,8 +232,7 @@ assert all(_C_SCALE in _C_ROW[a] for a in ("recompute", "online"))
 
 def render_c(facts: dict[str, Any], params: dict[str, Any]) -> str:
     ctype, code = C_TYPES[facts["dtype"]]
-    simd_macro = ('#define SIMD(clause) _Pragma(KF_STR(omp simd clause))\n#define KF_STR(s) #s\n'
-                  if params["simd"] else "#define SIMD(clause)\n")
+    simd_macro = c_simd_macro(params["simd"])
     row_code = _C_ROW[params["algorithm"]]
     if facts["log"]:
         row_code = row_code.replace(_C_SCALE, _C_LOG_SHIFT)
