@@ -20,7 +20,7 @@ from helpers import CORRECT_BODY, TINY_MODEL, c_softmax_source, run_cli
 from kernforge.errors import UserError
 from kernforge.evaluate import evaluate_baseline, evaluate_candidate
 from kernforge.evaluate import runner as runner_module
-from kernforge.evaluate.executors import LocalExecutor, make_executor, visible_gpus
+from kernforge.evaluate.executors import LocalExecutor, make_executor, physical_gpu, visible_gpus
 from kernforge.evaluate.runner import discard_reference, oracle_path_for
 from kernforge.tasks import save_task
 
@@ -52,18 +52,29 @@ def test_each_job_runs_pinned_to_a_gpu_with_that_gpus_lock(monkeypatch, tmp_path
         t.join()
     assert len(seen) == 12 and peak["n"] <= 4
     for visible, lock, gpu in seen:
-        assert visible == str(gpu) and lock == str(tmp_path / f".device-{gpu}.lock")
+        assert visible == physical_gpu(gpu) and lock == str(tmp_path / f"gpu-{physical_gpu(gpu)}.lock")
     assert {gpu for _, _, gpu in seen} == {0, 1}
 
 
-def test_one_job_at_a_time_needs_no_lock(monkeypatch, tmp_path):
+def test_cpu_jobs_take_the_machines_cpu_lock(monkeypatch, tmp_path):
     calls = []
     monkeypatch.setattr(runner_module, "run_job",
                         lambda job, job_dir, timeout_s, env_extra=None: calls.append((job, env_extra)) or
                         ({"status": "ok"}, "", 0.0))
     LocalExecutor(None, per_device=1, lock_dir=tmp_path).run({"mode": "candidate"}, tmp_path / "j", 10)
     (job, env), = calls
-    assert job["device_lock"] is None and env == {}
+    assert job["device_lock"] == str(tmp_path / "cpu.lock") and env == {}
+    executor = make_executor("local", "cpu", 1)
+    assert executor.capacity == 1 and executor.lock_dir.name == "kernforge-locks"  # shared by every run
+
+
+def test_a_worker_keeps_the_gpus_this_process_was_given(monkeypatch):
+    from kernforge.evaluate.executors import physical_gpu
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert physical_gpu(1) == "1"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
+    assert [physical_gpu(0), physical_gpu(1)] == ["3", "5"]  # index 0 here is the machine's GPU 3
 
 
 def test_gpu_choice():
@@ -74,7 +85,7 @@ def test_gpu_choice():
     with pytest.raises(UserError, match="indices like 0,1"):
         visible_gpus("first", 2)
     with pytest.raises(UserError, match="unknown executor 'slurm'"):
-        make_executor("slurm", "cpu", 1, Path("."))
+        make_executor("slurm", "cpu", 1)
 
 
 # ---------------------------------------------------------------- ray: a local cluster
@@ -88,7 +99,7 @@ def ray_executor():
     import ray
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    executor = make_executor("ray", "cpu", 1, Path(tempfile.gettempdir()), ray_address="local")
+    executor = make_executor("ray", "cpu", 1, ray_address="local")
     yield executor
     executor.close()
     ray.shutdown()

@@ -174,8 +174,8 @@ def _search_all(opts: OptimizeOptions, result: OptimizeResult, store: RunStore, 
                 proposer: Any, tasks: list[Any], previous: dict[str, list[Node]], on_event: OnEvent,
                 started: float) -> OptimizeResult:
     device = result.device
-    executor = make_executor(opts.executor, device, parallelism(opts.parallel, device), store.root,
-                             opts.gpus, opts.ray_address)
+    executor = make_executor(opts.executor, device, parallelism(opts.parallel, device), opts.gpus,
+                             opts.ray_address)
     try:
         for task in tasks:
             on_event("task_start", task, opts.iterations)

@@ -16,7 +16,9 @@ ray    Jobs run on a Ray cluster (evaluate/ray_executor.py): the job's files tra
 
 from __future__ import annotations
 
+import os
 import queue
+import tempfile
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -36,7 +38,7 @@ class Executor(Protocol):
 
 class LocalExecutor:
     """Worker processes on this machine, one slot per (GPU, k): a job takes a free slot and
-    runs pinned to its GPU, with that GPU's lock."""
+    runs pinned to its GPU, with that GPU's lock (lock_dir None: no lock, for one job alone)."""
 
     name = "local"
 
@@ -55,16 +57,35 @@ class LocalExecutor:
 
         gpu = self._slots.get()
         try:
-            env = {"CUDA_VISIBLE_DEVICES": str(gpu)} if gpu is not None else {}
-            lock = None
-            if self.lock_dir is not None and self.capacity > 1:
-                lock = str(self.lock_dir / f".device-{'cpu' if gpu is None else gpu}.lock")
+            env = {"CUDA_VISIBLE_DEVICES": physical_gpu(gpu)} if gpu is not None else {}
+            lock = str(self.lock_dir / device_lock_name(gpu)) if self.lock_dir is not None else None
             return run_job({**job, "device_lock": lock, "gpu": gpu}, job_dir, timeout_s, env)
         finally:
             self._slots.put(gpu)
 
     def close(self) -> None:
         pass
+
+
+def machine_lock_dir() -> Path:
+    """Device locks are per machine, not per run: two searches on one GPU (or one CPU) must not
+    time beside each other either."""
+    path = Path(tempfile.gettempdir()) / "kernforge-locks"
+    path.mkdir(exist_ok=True)
+    return path
+
+
+def device_lock_name(gpu: int | None) -> str:
+    return "cpu.lock" if gpu is None else f"gpu-{physical_gpu(gpu)}.lock"
+
+
+def physical_gpu(index: int) -> str:
+    """The CUDA_VISIBLE_DEVICES entry for this process's GPU `index`: this process may itself see
+    a subset of the machine's GPUs (its own CUDA_VISIBLE_DEVICES), which a worker must keep."""
+    own = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if own is None or not own.strip():
+        return str(index)
+    return [x.strip() for x in own.split(",") if x.strip()][index]
 
 
 def visible_gpus(choice: str, count: int) -> list[int]:
@@ -92,14 +113,14 @@ def preflight(name: str, ray_address: str) -> None:
         check_address(ray_address)
 
 
-def make_executor(name: str, device: str, per_device: int, lock_dir: Path, gpus: str = "all",
+def make_executor(name: str, device: str, per_device: int, gpus: str = "all",
                   ray_address: str = "local") -> Executor:
     if name == "local":
         if device != "cuda":
-            return LocalExecutor(None, per_device, lock_dir)
+            return LocalExecutor(None, per_device, machine_lock_dir())
         import torch
 
-        return LocalExecutor(visible_gpus(gpus, torch.cuda.device_count()), per_device, lock_dir)
+        return LocalExecutor(visible_gpus(gpus, torch.cuda.device_count()), per_device, machine_lock_dir())
     if name == "ray":
         from kernforge.evaluate.ray_executor import RayExecutor
 

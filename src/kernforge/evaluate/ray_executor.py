@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from kernforge.errors import UserError
-from kernforge.evaluate.executors import JobResult
+from kernforge.evaluate.executors import JobResult, machine_lock_dir
 
 # Files a job names, by its key: (key, sent to the node, brought back from it).
 _SENT = ("task_path", "reference_path", "source")
@@ -143,10 +143,10 @@ def _run_on_node(job: dict[str, Any], files: dict[str, Any], samples: dict[str, 
                 local[key] = str(root / Path(job[key]).name)
         local["build_dir"] = str(root / "build")
         gpus = ray.get_gpu_ids()
-        lock_dir = Path(tempfile.gettempdir()) / "kf-ray-locks"
-        lock_dir.mkdir(exist_ok=True)
-        # Jobs that Ray puts on the same GPU share its lock, whichever driver sent them.
-        local["device_lock"] = str(lock_dir / f"gpu-{int(gpus[0]) if gpus else 'cpu'}.lock")
+        # Jobs on the same GPU of this node share its lock, whichever run sent them (Ray's GPU ids
+        # are the node's own, as are the local executor's lock names).
+        name = f"gpu-{int(gpus[0])}.lock" if gpus else "cpu.lock"
+        local["device_lock"] = str(machine_lock_dir() / name)
         job_dir = root / "job"
         result, tail, wall = run_job(local, job_dir, timeout_s)
         back: dict[str, Any] = {"result": result, "tail": tail, "wall_s": wall,
