@@ -182,3 +182,18 @@ def test_an_unreachable_ray_cluster_is_one_clear_error(tmp_path):
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert proc.stderr.strip().startswith("error: cannot reach the Ray cluster at '127.0.0.1:1'")
     assert "Traceback" not in proc.stderr
+
+
+def test_optimize_with_two_candidates_in_flight(tmp_path):
+    proc = run_cli("optimize", str(TINY_MODEL), "--backend", "cpu", "--iterations", "4", "--parallel", "2",
+                   "--runs-dir", str(tmp_path), "--json", timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = json.loads(proc.stdout)
+    (task,) = data["tasks"]
+    assert task["candidates"] == 4 and task["status_counts"] == {"ok": 4}
+    run_dir = Path(data["run_dir"])
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    nodes = [e for e in events if e["kind"] == "node"]
+    assert [e["node"] for e in nodes] == ["n0000", "n0001", "n0002", "n0003"]
+    # the first round expands the root twice: two first-level candidates evaluated at once
+    assert [e["parent"] for e in nodes[:2]] == [None, None]
