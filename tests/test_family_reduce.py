@@ -122,9 +122,9 @@ def test_the_triton_starting_point_fills_the_sms(task):
         programs = math.ceil(facts["outer"] / p["rows_per_program"]) * p["split"]
     else:
         programs = facts["outer"] * math.ceil(facts["inner"] / p["block_c"]) * p["split"]
-    if facts["outer"] * facts["r"] * facts["inner"] >= 8192 * reduce.GPU_SMS:  # work enough for every SM
-        assert programs >= reduce.GPU_SMS // 2, p
-    if facts["outer"] * facts["inner"] >= 64 * reduce.GPU_SMS:  # plenty of outputs: no split needed
+    if facts["outer"] * facts["r"] * facts["inner"] >= 8192 * reduce.gpu_sms():  # work enough for every SM
+        assert programs >= reduce.gpu_sms() // 2, p
+    if facts["outer"] * facts["inner"] >= 64 * reduce.gpu_sms():  # plenty of outputs: no split needed
         assert p["split"] == 1
 
 

@@ -2,9 +2,21 @@
 
 from __future__ import annotations
 
-# The SMs of an H100/H200, the GPUs kernforge is tuned on: the starting points aim to give each
-# several programs. A search corrects the guess on other GPUs.
-GPU_SMS = 132
+import functools
+
+# The SMs of an H100/H200, the GPUs kernforge is tuned on; used where no GPU is visible
+# (the Triton interpreter, tests). The starting points aim to give each SM several programs.
+H200_SMS = 132
+
+
+@functools.cache
+def gpu_sms() -> int:
+    """The streaming multiprocessors of the GPU the search runs on (its first visible one)."""
+    import torch
+
+    if torch.cuda.is_available():
+        return torch.cuda.get_device_properties(0).multi_processor_count
+    return H200_SMS
 
 C_TYPES = {"float32": ("float", "KF_F32"), "float16": ("_Float16", "KF_F16"),
            "bfloat16": ("uint16_t", "KF_BF16")}

@@ -29,7 +29,7 @@ from typing import Any
 
 from kernforge.backends.native import C_PRELUDE
 from kernforge.propose.builtin import Family
-from kernforge.propose.templates.common import C_LOAD_STORE, C_TYPES, GPU_SMS, next_pow2
+from kernforge.propose.templates.common import C_LOAD_STORE, C_TYPES, gpu_sms, next_pow2
 from kernforge.tasks import KernelTask
 
 OUTPUT_DTYPES = {"torch.float32": "float32", "torch.bfloat16": "bfloat16", "torch.float16": "float16"}
@@ -313,7 +313,7 @@ def initial(facts: dict[str, Any], backend: str) -> dict[str, Any]:
     # the H200 (triton 3.6): silu bf16 64M elements 0.070 ms, 90% of copy bandwidth (eager 0.073);
     # (8192,8192) * (8192,1) bf16 0.071 ms against eager's 0.164; at 4M elements 4096 beat 8192.
     block = 16384 // ITEMSIZE[facts["dtype"]]
-    while block > 1024 and math.ceil(facts["numel"] / block) < 4 * GPU_SMS:
+    while block > 1024 and math.ceil(facts["numel"] / block) < 4 * gpu_sms():
         block //= 2
     block = max(256, min(block, next_pow2(facts["numel"])))
     params = {"indexing": "tile2d" if _rows_pay(facts) else "flat", "grid": "one_per_block",

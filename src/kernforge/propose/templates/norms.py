@@ -28,9 +28,9 @@ from kernforge.propose.builtin import Family
 from kernforge.propose.templates.common import (
     C_LOAD_STORE,
     C_TYPES,
-    GPU_SMS,
     c_simd_macro,
     contiguous_strides,
+    gpu_sms,
     next_pow2,
 )
 from kernforge.tasks import KernelTask
@@ -259,7 +259,7 @@ def initial_row_norm(facts: dict[str, Any], backend: str) -> dict[str, Any]:
         # (8192, 4096) bf16 on the H200: a whole row per program, 8 warps (16 values a thread),
         # rows_per_program filling ~4K values for short rows so each program moves enough bytes.
         rows = max(1, min(16, 4096 // whole))
-        while rows > 1 and facts["rows"] < rows * GPU_SMS * 2:
+        while rows > 1 and facts["rows"] < rows * gpu_sms() * 2:
             rows //= 2  # keep at least two waves of programs over the SMs
         # measured on the H200, (8192, 4096) bf16 layer norm: 4 warps 39.1 us, 8 warps 45.6, 16 warps 48.1
         warps = 4 if whole * rows <= 4096 else 8 if whole * rows <= 8192 else 16
@@ -559,7 +559,7 @@ def initial_group_norm(facts: dict[str, Any], backend: str) -> dict[str, Any]:
                 "simd": True}
     n_groups = facts["n"] * facts["groups"]
     size = facts["group_size"]
-    if size < 4096 or (n_groups >= 2 * GPU_SMS and size <= 16384):
+    if size < 4096 or (n_groups >= 2 * gpu_sms() and size <= 16384):
         # small groups, or enough groups to fill two waves of SMs: one program per group
         block = min(4096, max(256, next_pow2(size)))
         warps = 2 if block <= 512 else 4 if block <= 1024 else 8
@@ -568,7 +568,7 @@ def initial_group_norm(facts: dict[str, Any], backend: str) -> dict[str, Any]:
     # (1,512,128,128) 32 x 16 = 512 (at least ~4 programs per SM); a smaller chunk for smaller
     # groups keeps that count up. Blocks of 4096 with 8 warps: 16 values a thread per load.
     chunk = 16384
-    while chunk > 2048 and n_groups * _gn_chunks(facts, chunk) < 3 * GPU_SMS:
+    while chunk > 2048 and n_groups * _gn_chunks(facts, chunk) < 3 * gpu_sms():
         chunk //= 2
     block = min(4096, chunk)
     return {"variant": "split", "chunk": chunk, "block": block, "num_warps": 8 if block >= 2048 else 4,

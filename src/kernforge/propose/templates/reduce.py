@@ -20,8 +20,8 @@ from kernforge.propose.builtin import Family
 from kernforge.propose.templates.common import (
     C_LOAD_STORE,
     C_TYPES,
-    GPU_SMS,
     c_simd_macro,
+    gpu_sms,
     next_pow2,
 )
 from kernforge.tasks import KernelTask
@@ -158,10 +158,10 @@ def _initial_rows(facts: dict[str, Any]) -> dict[str, Any]:
     # Short rows: pack rows until a tile holds ~4096 values, but keep >= 4 programs per SM.
     rows = 1
     while block_r >= r and rows * 2 * block_r <= 4096 and rows * 2 <= next_pow2(outer) and \
-            math.ceil(outer / (rows * 2)) >= 4 * GPU_SMS:
+            math.ceil(outer / (rows * 2)) >= 4 * gpu_sms():
         rows *= 2
     split = 1
-    while math.ceil(outer / rows) * split * 2 <= 4 * GPU_SMS and \
+    while math.ceil(outer / rows) * split * 2 <= 4 * gpu_sms() and \
             math.ceil(r / (split * 2)) >= block_r and split * 2 <= 256:
         split *= 2  # few long rows: each row split across programs, partials combined after
     split = _worth_splitting(math.ceil(outer / rows), split)
@@ -177,12 +177,12 @@ def _initial_cols(facts: dict[str, Any]) -> dict[str, Any]:
     # Small tiles looping over the positions: on an H200, (256, 2048, 7, 7) channels-last took
     # 0.035 ms with [8 positions, 64 channels] and 2 warps, 0.049 ms with [64, 64] and 8 warps.
     block_c = min(64, max(16, next_pow2(inner)))
-    if outer * math.ceil(inner / block_c) < 4 * GPU_SMS:
+    if outer * math.ceil(inner / block_c) < 4 * gpu_sms():
         block_c = max(16, block_c // 2)
     block_r = min(8, next_pow2(r))
     programs = outer * math.ceil(inner / block_c)
     split = 1
-    while programs * split * 2 <= 4 * GPU_SMS and math.ceil(r / (split * 2)) >= block_r and split * 2 <= 256:
+    while programs * split * 2 <= 4 * gpu_sms() and math.ceil(r / (split * 2)) >= block_r and split * 2 <= 256:
         split *= 2
     split = _worth_splitting(programs, split)
     loops = _trips(r, split, block_r) > 1
@@ -194,7 +194,7 @@ def _initial_cols(facts: dict[str, Any]) -> dict[str, Any]:
 
 def _worth_splitting(programs: int, split: int) -> int:
     """A split that still leaves most SMs idle (too little work) is not worth its second pass."""
-    return split if programs * split >= GPU_SMS // 2 else 1
+    return split if programs * split >= gpu_sms() // 2 else 1
 
 
 def _align(facts: dict[str, Any]) -> int:
@@ -257,8 +257,8 @@ def valid(facts: dict[str, Any], backend: str, params: dict[str, Any]) -> bool:
         return False
     # A split needs a block of work per part, and pays only while the grid is short of the SMs;
     # then the parts should bring it to between half a wave and 8 programs per SM.
-    if split > 1 and (math.ceil(r / split) < block_r or programs >= 2 * GPU_SMS
-                      or not GPU_SMS // 2 <= programs * split <= 8 * GPU_SMS):
+    if split > 1 and (math.ceil(r / split) < block_r or programs >= 2 * gpu_sms()
+                      or not gpu_sms() // 2 <= programs * split <= 8 * gpu_sms()):
         return False
     return params["num_stages"] == 1 or (loops and params["num_stages"] > 1)
 

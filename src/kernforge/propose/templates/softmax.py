@@ -19,9 +19,9 @@ from kernforge.propose.builtin import Family
 from kernforge.propose.templates.common import (
     C_LOAD_STORE,
     C_TYPES,
-    GPU_SMS,
     c_simd_macro,
     contiguous_strides,
+    gpu_sms,
     next_pow2,
 )
 from kernforge.tasks import KernelTask
@@ -82,13 +82,13 @@ def initial(facts: dict[str, Any], backend: str) -> dict[str, Any]:
         return {"algorithm": store, "exp": "poly", "schedule": "static", "simd": True}
     rows, cols = facts["rows"], facts["cols"]
     whole_row = max(16, next_pow2(cols))
-    if rows < 2 * GPU_SMS and cols >= 8192:
+    if rows < 2 * gpu_sms() and cols >= 8192:
         # Too few rows to fill the SMs: split each row into chunks of 4096.
         return {"variant": "split_row", "rows_per_program": 1, "block_n": 4096, "num_warps": 8}
     if whole_row <= 8192:
         # Pack short rows up to ~4K values per program, but keep at least 4 programs per SM.
         packed = max(1, min(64, 4096 // whole_row))
-        while packed > 1 and rows // packed < 4 * GPU_SMS:
+        while packed > 1 and rows // packed < 4 * gpu_sms():
             packed //= 2
         tile = packed * whole_row
         return {"variant": "single_tile", "rows_per_program": packed, "block_n": whole_row,
