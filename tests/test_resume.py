@@ -34,12 +34,12 @@ def recorded_nodes(runs_dir: Path) -> int:
         return 0  # not created yet
 
 
-def start_and_kill(runs_dir: Path, after_nodes: int) -> Path:
+def start_and_kill(runs_dir: Path, after_nodes: int, parallel: int = 1) -> Path:
     """Start a search and kill -9 its whole process group once `after_nodes` nodes are recorded."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "kernforge", "optimize", str(TINY_MODEL), "--backend", "cpu",
-         "--iterations", str(ITERATIONS), "--runs-dir", str(runs_dir), "--json"],
+         "--iterations", str(ITERATIONS), "--parallel", str(parallel), "--runs-dir", str(runs_dir), "--json"],
         cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
     deadline = time.monotonic() + 240
     try:
@@ -103,6 +103,24 @@ def test_resuming_a_finished_run_searches_nothing_more(resumed):
     proc = run_cli("optimize", "--resume", str(run_dir), "--json")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads(proc.stdout)["tasks"][0]["candidates"] == ITERATIONS
+
+
+def test_new_nodes_never_take_the_id_of_a_recorded_one(tmp_path):
+    """A gap left by a candidate lost in flight (n0001 here) is not filled: n0002 is kept as it was."""
+    from kernforge.search.engine import previous_nodes
+    from kernforge.store import RunStore
+
+    run_dir = start_and_kill(tmp_path, after_nodes=3)
+    store = RunStore(run_dir)
+    recorded = previous_nodes(store, store.db.tasks()[0][0])
+    kept = recorded[2]
+    with store.db.conn:
+        store.db.conn.execute("DELETE FROM nodes WHERE node = ?", (recorded[1].node_id,))
+    proc = run_cli("optimize", "--resume", str(run_dir), "--json")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    nodes = {n.node: n for n in RunDB(run_dir / "run.db").nodes()}
+    assert recorded[1].node_id not in nodes and len(nodes) == ITERATIONS
+    assert nodes[kept.node_id].result == kept.result.to_json()
     assert len(RunDB(run_dir / "run.db").nodes()) == ITERATIONS
 
 
@@ -116,3 +134,14 @@ def test_resume_of_a_folder_that_is_no_run_is_one_clear_error(tmp_path):
 def test_a_spec_and_resume_together_are_refused(tmp_path):
     proc = run_cli("optimize", str(TINY_MODEL), "--resume", str(tmp_path))
     assert proc.returncode == 2 and "not both" in proc.stderr
+
+
+def test_a_run_killed_with_candidates_in_flight_resumes_to_its_budget(tmp_path):
+    run_dir = start_and_kill(tmp_path, after_nodes=3, parallel=2)
+    before = RunDB(run_dir / "run.db").nodes()
+    proc = run_cli("optimize", "--resume", str(run_dir), "--json")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    nodes = RunDB(run_dir / "run.db").nodes()
+    assert len(nodes) == ITERATIONS and len({n.node for n in nodes}) == ITERATIONS
+    assert {n.node for n in before} <= {n.node for n in nodes}
+    assert json.loads(proc.stdout)["tasks"][0]["candidates"] == ITERATIONS

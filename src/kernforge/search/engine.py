@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,9 +58,9 @@ class SearchContext:
     task: KernelTask
     iterations: int  # the task's whole budget, nodes from before a resume included
     propose: Callable[[Node | None], Proposal | None]
-    # ([(proposal, parent)], decide) -> the evaluated nodes, in order. The candidates run at
-    # once (up to `parallel`); decide(node) then says, node by node in that order, whether
-    # the strategy keeps it, before the node is recorded.
+    # ([(proposal, parent)], decide) -> the evaluated nodes, in the order of the items. The
+    # candidates run at once (up to `parallel`); as each one finishes, decide(node) says
+    # whether the strategy keeps it, and the node is recorded.
     evaluate_many: Callable[[list[tuple[Proposal, Node | None]], Callable[[Node], bool]], list[Node]]
     parallel: int = 1
     previous: list[Node] = field(default_factory=list)  # recorded before a resume, in order
@@ -109,7 +109,9 @@ def search_task(
     tried: list[Proposal] = [n.proposal for n in outcome.nodes]
     failures: list[Failure] = [Failure(n.proposal, n.result.status, n.result.reason)
                                for n in outcome.nodes if not n.result.ok]
-    next_id = len(outcome.nodes)
+    # After the ids of the recorded nodes: with several in flight when a run was killed, a lost
+    # one can leave a gap (n0002 lost, n0003 recorded), which a new node must not fill.
+    next_id = 1 + max((int(n.node_id[1:]) for n in outcome.nodes), default=-1)
 
     def propose(parent: Node | None) -> Proposal | None:
         proposal = proposer.propose(task, backend.name, parent.proposal if parent else None, tried, failures)
@@ -158,13 +160,19 @@ def search_task(
                         proposal=proposal, result=result)
 
         if len(started) == 1:
-            nodes = [run(*started[0])]
-        else:
-            with ThreadPoolExecutor(max_workers=len(started)) as pool:
-                nodes = list(pool.map(lambda item: run(*item), started))
-        for node in nodes:
+            node = run(*started[0])
             finish(node, decide)
-        return nodes
+            return [node]
+        # Each node is recorded as soon as its worker is done, so that a kill loses only the
+        # candidates still running; decide() sees them in the order they finish.
+        nodes: list[Node | None] = [None] * len(started)
+        with ThreadPoolExecutor(max_workers=len(started)) as pool:
+            futures = {pool.submit(run, *item): i for i, item in enumerate(started)}
+            for future in as_completed(futures):
+                node = future.result()
+                finish(node, decide)
+                nodes[futures[future]] = node
+        return [n for n in nodes if n is not None]
 
     ctx = SearchContext(task=task, iterations=iterations, propose=propose, evaluate_many=evaluate_many,
                         parallel=executor.capacity, previous=list(outcome.nodes), evaluated=len(outcome.nodes))
