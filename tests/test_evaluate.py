@@ -304,3 +304,20 @@ def test_the_fast_comparison_agrees_with_the_full_one():
             assert (full[0] is None) == (fast[0] is None), (full, fast)
             if full[0] is None:
                 assert fast[1] == pytest.approx(full[1])
+
+
+def test_prestarted_workers_are_bounded(monkeypatch):
+    from kernforge.evaluate import runner
+    from kernforge.evaluate.runner import PrestartedWorkers
+
+    monkeypatch.setattr(runner, "MAX_READY_WORKERS", 2)
+    workers = PrestartedWorkers()
+    workers.enabled = True
+    procs = []
+    for i in range(3):
+        workers.prestart("cpu", {**os.environ, "KF_TEST": str(i)})
+        procs.append(workers._ready[-1][2])
+    assert len(workers._ready) == 2
+    assert procs[0].poll() is not None  # the oldest was stopped
+    workers.close()
+    assert all(p.poll() is not None for p in procs)

@@ -123,6 +123,9 @@ def run_job(job: dict[str, Any], job_dir: Path, timeout_s: float,
     return None, f"{_exit_text(proc.returncode)}\n{_tail(log_path)}", wall
 
 
+MAX_READY_WORKERS = 64
+
+
 class PrestartedWorkers:
     """Worker processes started ahead of their job: each has imported torch and made its CUDA
     context (about 4 s of a GPU worker's 6, measured on the H200) before a job is handed over,
@@ -152,6 +155,11 @@ class PrestartedWorkers:
                                 start_new_session=True, env=env, text=True)
         with self._lock:
             self._ready.append((device, env, proc))
+            # Workers whose environment never comes again (a Ray node's tasks get their GPU in
+            # CUDA_VISIBLE_DEVICES, which varies) are not kept without bound: the oldest go.
+            stale, self._ready = self._ready[:-MAX_READY_WORKERS], self._ready[-MAX_READY_WORKERS:]
+        for _, _, old in stale:
+            _kill_group(old)
 
     def close(self) -> None:
         with self._lock:
