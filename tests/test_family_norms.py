@@ -257,13 +257,17 @@ def triton_variants() -> list[dict]:
             {"variant": "loop", "rows_per_program": 1, "persistent": False, "block": 512, "num_warps": 2,
              "num_stages": 2}]),
         (GN, gn_args([2, 6, 5, 7], 3), [
-            {"variant": "per_group", "chunk": 2048, "block": 256, "num_warps": 2, "reverse": False}]),
+            {"variant": "per_group", "chunk": 2048, "block": 256, "num_warps": 2, "reverse": False, "wave_groups": 0}]),
         (GN, gn_args([1, 4, 64, 64], 2), [  # 8192 per group: chunks of 2048, four per group
-            {"variant": "split", "chunk": 2048, "block": 512, "num_warps": 4, "reverse": True},
-            {"variant": "split", "chunk": 4096, "block": 1024, "num_warps": 4, "reverse": False},
-            {"variant": "per_group", "chunk": 2048, "block": 1024, "num_warps": 4, "reverse": False}]),
+            {"variant": "split", "chunk": 2048, "block": 512, "num_warps": 4, "reverse": True, "wave_groups": 0},
+            {"variant": "split", "chunk": 4096, "block": 1024, "num_warps": 4, "reverse": False, "wave_groups": 0},
+            {"variant": "per_group", "chunk": 2048, "block": 1024, "num_warps": 4, "reverse": False,
+             "wave_groups": 0}]),
         (GN, gn_args([1, 6, 30, 30], 2), [  # 2700 per group: chunks straddle channels
-            {"variant": "split", "chunk": 2048, "block": 512, "num_warps": 2, "reverse": True}]),
+            {"variant": "split", "chunk": 2048, "block": 512, "num_warps": 2, "reverse": True, "wave_groups": 0}]),
+        (GN, gn_args([2, 8, 32, 32], 4), [  # 8 groups of 2048 in waves of 2 and 4, one reversed
+            {"variant": "split", "chunk": 2048, "block": 512, "num_warps": 4, "reverse": True, "wave_groups": 2},
+            {"variant": "split", "chunk": 2048, "block": 512, "num_warps": 4, "reverse": False, "wave_groups": 4}]),
         (BN, bn_args([2, 3, 5, 7]), [{"variant": v, "block": 512, "num_warps": 4} for v in ("flat", "plane")]),
         (BN_LEGIT, bn_args([2, 5, 3, 7], layout="nhwc", op=BN_LEGIT),
          [{"variant": v, "block": 512, "num_warps": 4} for v in ("flat", "tile")]),
@@ -305,6 +309,7 @@ def test_triton_sample_covers_every_structural_variant():
     for op in (LN, RMS):
         assert {(op, "single_tile", False), (op, "single_tile", True), (op, "loop", False)} <= seen
     assert {(GN, "split", False), (GN, "per_group", False)} <= seen
+    assert {v["params"].get("wave_groups") for v in triton_variants() if v["op"] == GN} >= {0, 2, 4}
     assert {(BN, "flat", False), (BN, "plane", False), (BN_LEGIT, "tile", False)} <= seen
 
 

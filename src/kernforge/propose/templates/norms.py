@@ -123,6 +123,11 @@ EXPLAIN = {
     "reverse": {True: "the second pass walks the groups backwards, so it first re-reads what the first "
                       "pass read last (still in L2)",
                 False: "both passes walk the groups in the same order"},
+    "wave_groups": {0: "both passes over every group at once: two launches",
+                    8: "both passes over 8 groups at a time: a wave's second read comes from L2, "
+                       "at two launches per wave",
+                    4: "waves of 4 groups: more of the second read from L2, more launches",
+                    2: "waves of 2 groups: the second read almost all from L2, the most launches"},
     "stats": {"two_pass": "mean first, then squared deviations: exact in float, reads the data twice",
               "one_pass_double": "sum and sum of squares in double in one read: fewer passes, still "
                                  "precise for large-mean data",
@@ -543,7 +548,7 @@ def space_group_norm(facts: dict[str, Any], backend: str) -> dict[str, list[Any]
     if backend == "triton":
         return {"variant": ["split", "per_group"], "chunk": [2048, 4096, 8192, 16384, 32768, 65536],
                 "block": [256, 512, 1024, 2048, 4096, 8192], "num_warps": [2, 4, 8, 16],
-                "reverse": [False, True]}
+                "reverse": [False, True], "wave_groups": [0, 8, 4, 2]}
     return {}
 
 
@@ -563,7 +568,8 @@ def initial_group_norm(facts: dict[str, Any], backend: str) -> dict[str, Any]:
         # small groups, or enough groups to fill two waves of SMs: one program per group
         block = min(4096, max(256, next_pow2(size)))
         warps = 2 if block <= 512 else 4 if block <= 1024 else 8
-        return {"variant": "per_group", "chunk": 2048, "block": block, "num_warps": warps, "reverse": False}
+        return {"variant": "per_group", "chunk": 2048, "block": block, "num_warps": warps, "reverse": False,
+                "wave_groups": 0}
     # Split: chunks of 16K elements, so (1,256,512,512) gives 32 x 128 = 4096 programs and
     # (1,512,128,128) 32 x 16 = 512 (at least ~4 programs per SM); a smaller chunk for smaller
     # groups keeps that count up. Blocks of 4096 with 8 warps: 16 values a thread per load.
@@ -572,7 +578,7 @@ def initial_group_norm(facts: dict[str, Any], backend: str) -> dict[str, Any]:
         chunk //= 2
     block = min(4096, chunk)
     return {"variant": "split", "chunk": chunk, "block": block, "num_warps": 8 if block >= 2048 else 4,
-            "reverse": True}
+            "reverse": True, "wave_groups": 0}
 
 
 def valid_group_norm(facts: dict[str, Any], backend: str, params: dict[str, Any]) -> bool:
@@ -583,7 +589,9 @@ def valid_group_norm(facts: dict[str, Any], backend: str, params: dict[str, Any]
     if threads > block or block // threads > 32 or block > max(256, 2 * next_pow2(facts["group_size"])):
         return False
     if params["variant"] == "per_group":
-        return params["chunk"] == 2048 and not params["reverse"]
+        return params["chunk"] == 2048 and not params["reverse"] and params["wave_groups"] == 0
+    if params["wave_groups"] and params["wave_groups"] * 2 > facts["n"] * facts["groups"]:
+        return False  # a wave of more than half the groups is hardly a wave
     chunk = params["chunk"]
     # the combine step loads every chunk's partials as one vector: at most 4096 of them
     return block <= chunk < 2 * facts["group_size"] and _gn_chunks(facts, chunk) <= 4096
@@ -742,10 +750,11 @@ def normalise_block(X, W, B, Y, g, start, group_size, hw, mean, rstd, BLOCK: tl.
 
 _TRITON_GN_SPLIT = '''
 @triton.jit
-def gn_partials(X, PART, group_size, chunks, CHUNK: tl.constexpr, BLOCK: tl.constexpr):
-    # Pass 1, program (g, i): Chan statistics of chunk i of group g -> PART[g, i] = (mean, M2).
+def gn_partials(X, PART, group_size, chunks, g0, CHUNK: tl.constexpr, BLOCK: tl.constexpr):
+    # Pass 1, program (g, i) of a wave starting at group g0: Chan statistics of chunk i of
+    # group g -> PART[g, i] = (mean, M2).
     pid = tl.program_id(0)
-    g, i = pid // chunks, pid % chunks
+    g, i = g0 + pid // chunks, pid % chunks
     base = g.to(tl.int64) * group_size
     count = tl.zeros([], tl.float32)
     mean = tl.zeros([], tl.float32)
@@ -757,12 +766,12 @@ def gn_partials(X, PART, group_size, chunks, CHUNK: tl.constexpr, BLOCK: tl.cons
         x = tl.load(X + base + idx, mask=ok, other=0.0).to(tl.float32)
         n_b = tl.minimum(tl.maximum(group_size - start, 0), BLOCK)
         count, mean, m2 = merge(count, mean, m2, x, ok, n_b)
-    tl.store(PART + 2 * pid, mean)
-    tl.store(PART + 2 * pid + 1, m2)
+    tl.store(PART + 2 * (g * chunks + i), mean)
+    tl.store(PART + 2 * (g * chunks + i) + 1, m2)
 
 
 @triton.jit
-def gn_apply(X, W, B, Y, PART, MEAN, RSTD, group_size, chunks, hw, eps, n_programs,
+def gn_apply(X, W, B, Y, PART, MEAN, RSTD, group_size, chunks, hw, eps, g0, n_programs,
              CHUNK: tl.constexpr, BLOCK: tl.constexpr, CHUNKS_P2: tl.constexpr, REVERSE: tl.constexpr,
              GROUPS: tl.constexpr, CG: tl.constexpr, IN_CHANNEL: tl.constexpr,
              HAS_W: tl.constexpr, HAS_B: tl.constexpr):
@@ -771,7 +780,7 @@ def gn_apply(X, W, B, Y, PART, MEAN, RSTD, group_size, chunks, hw, eps, n_progra
     pid = tl.program_id(0)
     if REVERSE:
         pid = n_programs - 1 - pid
-    g, i = pid // chunks, pid % chunks
+    g, i = g0 + pid // chunks, pid % chunks
     j = tl.arange(0, CHUNKS_P2)
     ok = j < chunks
     part = PART + 2 * (g * chunks + j)
@@ -792,14 +801,19 @@ def gn_apply(X, W, B, Y, PART, MEAN, RSTD, group_size, chunks, hw, eps, n_progra
 
 def launch(x, w, b, y, mean, rstd):
     chunks = triton.cdiv(GROUP_SIZE, CHUNK)
-    programs = N_GROUPS * chunks
     # (mean, M2) of every chunk: 8 bytes per CHUNK elements, 0.03% of x's traffic at CHUNK=16K
-    part = torch.empty((2 * programs,), dtype=torch.float32, device=x.device)
-    gn_partials[(programs,)](x, part, GROUP_SIZE, chunks, CHUNK=CHUNK, BLOCK=BLOCK, num_warps=NUM_WARPS)
-    gn_apply[(programs,)](x, w, b, y, part, mean, rstd, GROUP_SIZE, chunks, HW, EPS, programs,
-                          CHUNK=CHUNK, BLOCK=BLOCK, CHUNKS_P2=triton.next_power_of_2(chunks), REVERSE=REVERSE,
-                          GROUPS=GROUPS, CG=CG, IN_CHANNEL=IN_CHANNEL, HAS_W=HAS_W, HAS_B=HAS_B,
-                          num_warps=NUM_WARPS)
+    part = torch.empty((2 * N_GROUPS * chunks,), dtype=torch.float32, device=x.device)
+    # Both passes over a wave of WAVE_GROUPS groups (0: all), then the next wave: the second
+    # pass re-reads a wave that pass 1 has just read, from L2 when the wave fits there.
+    wave = WAVE_GROUPS or N_GROUPS
+    for g0 in range(0, N_GROUPS, wave):
+        programs = min(wave, N_GROUPS - g0) * chunks
+        gn_partials[(programs,)](x, part, GROUP_SIZE, chunks, g0, CHUNK=CHUNK, BLOCK=BLOCK,
+                                 num_warps=NUM_WARPS)
+        gn_apply[(programs,)](x, w, b, y, part, mean, rstd, GROUP_SIZE, chunks, HW, EPS, g0, programs,
+                              CHUNK=CHUNK, BLOCK=BLOCK, CHUNKS_P2=triton.next_power_of_2(chunks),
+                              REVERSE=REVERSE, GROUPS=GROUPS, CG=CG, IN_CHANNEL=IN_CHANNEL, HAS_W=HAS_W,
+                              HAS_B=HAS_B, num_warps=NUM_WARPS)
 '''
 
 _TRITON_GN_PER_GROUP = '''
@@ -834,15 +848,19 @@ def launch(x, w, b, y, mean, rstd):
 # of L2 and the ~33 MB of all its registers, so no group-sized piece of it can wait on chip for its
 # statistics unless programs wait on each other (a grid-wide barrier), which the search cannot
 # check under the interpreter. Instead the second pass walks the groups in reverse order
-# (reverse=True): the last ~20-40 MB that pass 1 read are still in L2 when pass 2 starts on them.
+# (reverse=True): the last ~20-40 MB that pass 1 read are still in L2 when pass 2 starts on them;
+# or both passes run over waves of a few groups (wave_groups), each wave small enough for L2,
+# at the cost of two launches per wave.
 
 
 def render_group_norm_triton(facts: dict[str, Any], params: dict[str, Any]) -> str:
     split = params["variant"] == "split"
     described = (f"variant=split chunk={params['chunk']} block={params['block']} "
-                 f"num_warps={params['num_warps']} reverse={params['reverse']}" if split else
+                 f"num_warps={params['num_warps']} reverse={params['reverse']} "
+                 f"wave_groups={params['wave_groups']}" if split else
                  f"variant=per_group block={params['block']} num_warps={params['num_warps']}")
-    split_consts = f"CHUNK = {params['chunk']}\nREVERSE = {params['reverse']}\n" if split else ""
+    split_consts = (f"CHUNK = {params['chunk']}\nREVERSE = {params['reverse']}\n"
+                    f"WAVE_GROUPS = {params['wave_groups']}\n" if split else "")
     body = _TRITON_GN_COMMON + (_TRITON_GN_SPLIT if split else _TRITON_GN_PER_GROUP)
     return f'''"""kernforge builtin: group norm, N={facts['n']} C={facts['c']} HxW={facts['hw']} \
 groups={facts['groups']}, {facts['dtype']}.
