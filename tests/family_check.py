@@ -22,6 +22,8 @@ output of the op (a norm's mean and rstd too) is compared.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -140,6 +142,32 @@ def check_params(task: KernelTask, backend_name: str, params: dict[str, Any], wo
     """Render the family's kernel for `params` and check it."""
     family, facts = family_for(task)
     return check_source(family.render(facts, backend_name, params), backend_name, task, work_dir)
+
+
+def run_under_interpreter(variants: list[dict[str, Any]], script: Path | None = None,
+                          timeout_s: float = 900) -> dict[str, str | None]:
+    """Run `script` (default: this file) on the variants with the triton backend, in one fresh
+    process with TRITON_INTERPRET=1 (Triton reads it on import); its results by variant id."""
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    proc = subprocess.run([sys.executable, str(script or Path(__file__)), "triton"], input=json.dumps(variants),
+                          capture_output=True, text=True, env=env, timeout=timeout_s, check=False,
+                          cwd=Path(__file__).resolve().parent.parent)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout)
+
+
+def proposal_chain(task: KernelTask, backend: str, steps: int, seed: int) -> list[Any]:
+    """The built-in proposer's first proposal and up to `steps` more, each expanding the last."""
+    from kernforge.propose.builtin import BuiltinProposer
+
+    proposer = BuiltinProposer(seed=seed)
+    chain = [proposer.propose(task, backend, None, [])]
+    for _ in range(steps):
+        proposal = proposer.propose(task, backend, chain[-1], chain)
+        if proposal is None:
+            break
+        chain.append(proposal)
+    return chain
 
 
 def family_for(task: KernelTask):

@@ -275,7 +275,7 @@ def test_clearly_faster_needs_to_beat_the_noise():
 def test_prestarted_workers_are_used_only_with_their_own_environment():
     from kernforge.evaluate.runner import PrestartedWorkers
 
-    workers = PrestartedWorkers()
+    workers = PrestartedWorkers(devices=("cpu",))
     workers.enabled = True
     env = {**os.environ, "KF_TEST": "1"}
     workers.prestart("cpu", env)
@@ -311,7 +311,7 @@ def test_prestarted_workers_are_bounded(monkeypatch):
     from kernforge.evaluate.runner import PrestartedWorkers
 
     monkeypatch.setattr(runner, "MAX_READY_WORKERS", 2)
-    workers = PrestartedWorkers()
+    workers = PrestartedWorkers(devices=("cpu",))
     workers.enabled = True
     procs = []
     for i in range(3):
@@ -321,3 +321,9 @@ def test_prestarted_workers_are_bounded(monkeypatch):
     assert procs[0].poll() is not None  # the oldest was stopped
     workers.close()
     assert all(p.poll() is not None for p in procs)
+
+
+def test_cpu_jobs_get_no_prestarted_worker():
+    from kernforge.evaluate.runner import WORKERS
+
+    assert WORKERS.devices == ("cuda",)  # a waiting worker's import would take the cores being timed

@@ -10,20 +10,15 @@ from __future__ import annotations
 
 import importlib.util
 import itertools
-import json
 import math
-import os
-import subprocess
-import sys
-from pathlib import Path
 
+import family_check
 import pytest
 from family_check import channels_last, check_source, make_task, tensor
-from helpers import TESTS_DIR
 
 from kernforge.backends import cpu
 from kernforge.evaluate.scan import scan_source
-from kernforge.propose.builtin import BuiltinProposer, _all_points
+from kernforge.propose.builtin import _all_points
 from kernforge.propose.templates import reduce
 
 MEAN, SUM, AMAX = "aten::mean.dim", "aten::sum.dim_IntList", "aten::amax.default"
@@ -231,12 +226,7 @@ def test_triton_sample_points_are_valid():
 @pytest.fixture(scope="module")
 def triton_results() -> dict:
     """The sample run under the interpreter, in one fresh process."""
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    proc = subprocess.run([sys.executable, str(TESTS_DIR / "family_check.py"), "triton"],
-                          input=json.dumps(triton_variants()), capture_output=True, text=True,
-                          env=env, timeout=600, check=False, cwd=Path(TESTS_DIR).parent)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout)
+    return family_check.run_under_interpreter(triton_variants())
 
 
 @pytest.mark.skipif(not HAVE_TRITON, reason="triton is not installed")
@@ -252,17 +242,10 @@ def test_triton_variant_is_correct_under_the_interpreter(variant_id, triton_resu
 @pytest.mark.parametrize("backend", ["cpu", "triton"])
 def test_proposer_starts_at_the_initial_point_and_never_repeats(task, backend):
     facts = reduce.match(task)
-    proposer = BuiltinProposer(seed=2)
-    first = proposer.propose(task, backend, None, [])
+    tried = family_check.proposal_chain(task, backend, steps=30, seed=2)
+    first = tried[0]
     assert first.params == reduce.initial(facts, backend)
     assert first.rationale.startswith("starting point: ")
-    tried, parent = [first], first
-    for _ in range(30):
-        proposal = proposer.propose(task, backend, parent, tried)
-        if proposal is None:
-            break
-        assert proposal.source not in {p.source for p in tried}
-        assert reduce.valid(facts, backend, proposal.params)
-        tried.append(proposal)
-        parent = proposal
+    assert len({p.source for p in tried}) == len(tried)  # never the same kernel twice
+    assert all(reduce.valid(facts, backend, p.params) for p in tried[1:])
     assert len(tried) == min(31, len(valid_points(facts, backend)))

@@ -20,11 +20,14 @@ def timed(p50: float) -> EvalResult:
     return EvalResult(status="ok", timing=t, eager=EAGER)
 
 
-def run(strategy: str, landscape, iterations: int, supply: int | None = None, parallel: int = 1):
-    """landscape(lineage of proposal numbers) -> EvalResult; returns the nodes in order."""
+def run(strategy: str, landscape, iterations: int, supply: int | None = None, parallel: int = 1,
+        first: list[Node] | None = None) -> list[Node]:
+    """landscape(lineage of proposal numbers) -> EvalResult; returns the new nodes in order.
+    `first`: the nodes of an earlier search to continue from, as --resume does."""
+    first = first or []
     nodes: list[Node] = []
-    lineage: dict[str, list[int]] = {}
-    proposed = {"n": 0}
+    lineage = {n.node_id: n.proposal.params["chain"] for n in first}
+    proposed = {"n": max((c for n in first for c in n.proposal.params["chain"]), default=0)}
 
     def propose(parent):
         if supply is not None and proposed["n"] >= supply:
@@ -34,7 +37,7 @@ def run(strategy: str, landscape, iterations: int, supply: int | None = None, pa
         return Proposal(source=f"candidate {proposed['n']}", rationale="scripted", params={"chain": chain})
 
     def evaluate(proposal, parent, keep_if):
-        node_id = f"n{len(nodes)}"
+        node_id = f"n{len(first) + len(nodes)}"
         lineage[node_id] = proposal.params["chain"]
         node = Node(node_id=node_id, parent_id=parent.node_id if parent else None, proposal=proposal,
                     result=landscape(proposal.params["chain"]))
@@ -42,7 +45,7 @@ def run(strategy: str, landscape, iterations: int, supply: int | None = None, pa
         nodes.append(node)
         return node
 
-    ctx = scripted_context(propose, evaluate, iterations, parallel=parallel)
+    ctx = scripted_context(propose, evaluate, iterations, parallel=parallel, previous=first)
     get_strategy(strategy).run(ctx)
     run.batches = ctx.batches
     return nodes
@@ -114,26 +117,7 @@ def test_parallel_rounds_never_exceed_the_budget():
 
 def resumed(strategy: str, landscape, first: list[Node], iterations: int) -> list[Node]:
     """Continue a search from the nodes of an earlier one, as --resume does."""
-    nodes: list[Node] = []
-    lineage = {n.node_id: n.proposal.params["chain"] for n in first}
-    counter = {"n": max(c for n in first for c in n.proposal.params["chain"])}
-
-    def propose(parent):
-        counter["n"] += 1
-        chain = (lineage[parent.node_id] if parent else []) + [counter["n"]]
-        return Proposal(source=f"candidate {counter['n']}", rationale="scripted", params={"chain": chain})
-
-    def evaluate(proposal, parent, keep_if):
-        node_id = f"n{len(first) + len(nodes)}"
-        lineage[node_id] = proposal.params["chain"]
-        node = Node(node_id=node_id, parent_id=parent.node_id if parent else None, proposal=proposal,
-                    result=landscape(proposal.params["chain"]))
-        node.kept = keep_if(node)
-        nodes.append(node)
-        return node
-
-    get_strategy(strategy).run(scripted_context(propose, evaluate, iterations, previous=first))
-    return nodes
+    return run(strategy, landscape, iterations, first=first)
 
 
 def test_resumed_mcts_spends_only_the_rest_of_the_budget_and_builds_on_the_old_tree():

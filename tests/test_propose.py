@@ -3,15 +3,11 @@
 from __future__ import annotations
 
 import importlib.util
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import family_check
 import pytest
-from helpers import SOFTMAX_OP, TESTS_DIR
+from helpers import SOFTMAX_OP
 
 from kernforge.backends import cpu
 from kernforge.errors import UserError
@@ -223,12 +219,7 @@ def triton_variants() -> list[dict]:
 @pytest.fixture(scope="module")
 def triton_results() -> dict:
     """Every chosen Triton variant run under the interpreter, in one fresh process."""
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    proc = subprocess.run([sys.executable, str(TESTS_DIR / "family_check.py"), "triton"],
-                          input=json.dumps(triton_variants()), capture_output=True, text=True,
-                          env=env, timeout=900, check=False)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout)
+    return family_check.run_under_interpreter(triton_variants())
 
 
 @pytest.mark.skipif(not HAVE_TRITON, reason="triton is not installed")

@@ -152,8 +152,9 @@ def resume(run_dir: Path, on_event: OnEvent = lambda *a: None) -> OptimizeResult
     if device == "cuda" and not torch.cuda.is_available():
         raise UserError("this run was made on a GPU and none is visible here; resume it on a GPU machine")
     capture = load_capture(store.capture_dir)
-    tasks = [KernelTask(**data) for _, _, data in store.db.tasks()]
-    done = {task_id for task_id, state, _ in store.db.tasks() if state == "done"}
+    recorded = store.db.tasks()
+    tasks = [KernelTask(**data) for _, _, data in recorded]
+    done = {task_id for task_id, state, _ in recorded if state == "done"}
     previous = {t.task_id: previous_nodes(store, t.task_id) for t in tasks}
     skipped_rows = store.read_json("skipped.json") if (run_dir / "skipped.json").is_file() else []
     profiles = {p.signature: p for p in capture.profiles}

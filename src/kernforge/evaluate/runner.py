@@ -98,12 +98,7 @@ def run_job(job: dict[str, Any], job_dir: Path, timeout_s: float,
         log_path.write_text("")  # the worker opens it for its output once it has the job
         proc.stdin.write(f"{job_dir / 'job.json'}\n")
         proc.stdin.close()
-    if job["device"] != "cpu":
-        # The next job's worker starts while this one runs. Not for CPU jobs: its torch import
-        # would take cores from this job's timing (on 2 cores it made eager 8-22 ms instead of
-        # 0.4-0.9 ms for a (8, 256, 56, 56) batch norm, and the candidate, timed once the import
-        # was over, look 7-16x faster).
-        WORKERS.prestart(job["device"], env)
+    WORKERS.prestart(job["device"], env)  # the next job's worker starts while this one runs
     with open(log_path, "a") as log:
         if proc is None:
             proc = subprocess.Popen([sys.executable, "-m", "kernforge.evaluate.worker", str(job_dir / "job.json")],
@@ -128,12 +123,18 @@ MAX_READY_WORKERS = 64
 
 class PrestartedWorkers:
     """Worker processes started ahead of their job: each has imported torch and made its CUDA
-    context (about 4 s of a GPU worker's 6, measured on the H200) before a job is handed over,
-    so that the time is spent while the previous candidate runs. Each still serves one job and
-    exits: isolation is unchanged. A worker is used only with the environment it started with;
-    one left over when the search ends sees its stdin close and exits."""
+    context before a job is handed over, so that the time is spent while the previous candidate
+    runs (on the H200 a GPU worker lived 5.5-6.2 s, of which 1.5-2.3 s were its build, checks
+    and timings). Each still serves one job and exits: isolation is unchanged. A worker is used
+    only with the environment it started with; one left over when the search ends sees its
+    stdin close and exits.
 
-    def __init__(self) -> None:
+    Not for CPU jobs: the waiting worker's torch import takes cores from the running job's
+    timing. On 2 cores it made eager 7.8-12.9 ms for a (8, 256, 56, 56) batch norm that takes
+    0.4-1.2 ms undisturbed, and the candidate, timed once the import was over, look 7-16x faster."""
+
+    def __init__(self, devices: tuple[str, ...] = ("cuda",)) -> None:
+        self.devices = devices  # the devices whose jobs get a prestarted worker
         self._ready: list[tuple[str, dict[str, str], subprocess.Popen]] = []
         self._lock = threading.Lock()
         self.enabled = os.environ.get("KERNFORGE_PRESTART", "1") != "0"
@@ -148,7 +149,7 @@ class PrestartedWorkers:
         return None
 
     def prestart(self, device: str, env: dict[str, str]) -> None:
-        if not self.enabled:
+        if not self.enabled or device not in self.devices:
             return
         proc = subprocess.Popen([sys.executable, "-m", "kernforge.evaluate.worker", "--wait", device],
                                 stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

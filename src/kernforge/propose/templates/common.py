@@ -41,6 +41,19 @@ def c_simd_macro(on: bool) -> str:
     return "#define SIMD(clause)\n"
 
 
+def c_one_in_one_out(code: str, body: str) -> str:
+    """kf_forward for an op with one input and one output of element type elem_t (dtype `code`):
+    checks the call, names them x and y, runs `body`."""
+    return f"""int kf_forward(const kf_tensor *in, int n_in, kf_tensor *out, int n_out) {{
+    if (n_in != 1 || n_out != 1) return 1;
+    if (in[0].dtype != {code} || out[0].dtype != {code}) return 2;
+    const elem_t *x = (const elem_t *)in[0].data;
+    elem_t *y = (elem_t *)out[0].data;
+{body}    return 0;
+}}
+"""
+
+
 def next_pow2(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 

@@ -20,6 +20,7 @@ from kernforge.propose.builtin import Family
 from kernforge.propose.templates.common import (
     C_LOAD_STORE,
     C_TYPES,
+    c_one_in_one_out,
     c_simd_macro,
     gpu_sms,
     next_pow2,
@@ -370,14 +371,7 @@ def render_c(facts: dict[str, Any], params: dict[str, Any]) -> str:
 typedef {ctype} elem_t;
 {simd_macro}
 {C_LOAD_STORE[facts['dtype']]}
-int kf_forward(const kf_tensor *in, int n_in, kf_tensor *out, int n_out) {{
-    if (n_in != 1 || n_out != 1) return 1;
-    if (in[0].dtype != {code} || out[0].dtype != {code}) return 2;
-    const elem_t *x = (const elem_t *)in[0].data;
-    elem_t *y = (elem_t *)out[0].data;
-{body}    return 0;
-}}
-"""
+{c_one_in_one_out(code, body)}"""
 
 
 # ---------------------------------------------------------------- Triton
