@@ -52,9 +52,17 @@ def channels_last(shape: list[int]) -> list[int]:
     return [h * w * c, 1, w * c, c]
 
 
+def split_kwargs(args: list[Any]) -> tuple[list[Any], dict[str, Any]]:
+    """A task's arguments as capture records them: keyword ones in a last {"kwargs": ...} element."""
+    if args and isinstance(args[-1], dict) and set(args[-1]) == {"kwargs"}:
+        return args[:-1], args[-1]["kwargs"]
+    return args, {}
+
+
 def make_task(op: str, args: list[Any]) -> KernelTask:
-    real = materialise(args, torch.Generator().manual_seed(0), 1.0)
-    outputs = [tensor_meta(t) for t in outputs_list(resolve_op(op)(*real))]
+    positional, kwargs = split_kwargs(args)
+    real = materialise(positional, torch.Generator().manual_seed(0), 1.0)
+    outputs = [tensor_meta(t) for t in outputs_list(resolve_op(op)(*real, **kwargs))]
     return KernelTask(task_id="t0-check", op=op, signature="check", args=args, outputs=outputs,
                       samples=[], share=0.5, gain_if_2x=1.33, time_us=10.0, device="cpu")
 
@@ -106,21 +114,43 @@ def input_sets(op: str, args: list[Any]) -> list[tuple[str, list[Any]]]:
     return sets
 
 
-def check_kernel(kernel: Any, task: KernelTask) -> str | None:
-    """None if the built kernel matches the op on every input set, else why not."""
+def check_kernel(kernel: Any, task: KernelTask, sets: tuple[str, ...] | None = None) -> str | None:
+    """None if the built kernel matches the op on every input set (or those named in `sets`),
+    leaves its inputs as they were and gives eager's output strides; else why not."""
     op = resolve_op(task.op)
-    for label, args in input_sets(task.op, task.args):
-        eager = outputs_list(op(*args))
-        oracles = outputs_list(op(*upcast(args)))
+    positional, kwargs = split_kwargs(task.args)
+    for label, args in input_sets(task.op, positional):
+        if sets is not None and label not in sets:
+            continue
+        eager = outputs_list(op(*args, **kwargs))
+        oracles = outputs_list(op(*upcast(args), **kwargs))
         eager_errors = [normalised_error(e, o) if e.is_floating_point() else 0.0
                         for e, o in zip(eager, oracles)]
+        tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        before = [t.clone() for t in tensors]
         try:
-            outs = outputs_list(kernel(*[a.clone() if isinstance(a, torch.Tensor) else a for a in args]))
+            outs = outputs_list(kernel(*args, **kwargs))
         except Exception as e:  # noqa: BLE001 - reported as the variant's failure
             return f"{label}: {type(e).__name__}: {e}"[:2000]
+        if any(not torch.equal(b, a) for b, a in zip(before, tensors)):
+            return f"{label}: the kernel changed an input"
+        layout = _strides_differ(outs, eager)
+        if layout:
+            return f"{label}: {layout}"
         why, _ = compare(outs, oracles, eager_errors, [e.dtype for e in eager])
         if why:
             return f"{label}: {why}"
+    return None
+
+
+def _strides_differ(outs: list[torch.Tensor], eager: list[torch.Tensor]) -> str | None:
+    """As the worker judges layout: strides compared on dimensions larger than 1."""
+    for i, (out, ref) in enumerate(zip(outs, eager)):
+        if out.shape != ref.shape:
+            continue  # compare() says it better
+        if [st for st, n in zip(out.stride(), out.shape) if n > 1] != \
+                [st for st, n in zip(ref.stride(), ref.shape) if n > 1]:
+            return f"output {i} has strides {tuple(out.stride())}, eager's are {tuple(ref.stride())}"
     return None
 
 

@@ -1,10 +1,9 @@
 """The element-wise family: which ops and cases it takes, its spaces, and its kernels checked against
 the ATen op (C in this process; Triton under the interpreter, in one subprocess).
 
-family_check's make_task and check_kernel call the op with positional arguments only; gelu's
-`approximate` and add's `alpha` are keyword-only, so this file checks with the same pieces
-(materialise, upcast, compare) but passes the captured keyword arguments, as the worker does.
-Run as a script, it is that subprocess:
+gelu's `approximate` and add's `alpha` are keyword-only: the tasks carry them as capture does, in
+a last {"kwargs": ...} argument, which family_check passes to the op and the kernel as the worker
+does. Run as a script, this file is the interpreter's subprocess:
 
     TRITON_INTERPRET=1 python tests/test_family_elementwise.py triton < variants.json
 """
@@ -22,15 +21,12 @@ from typing import Any
 
 import family_check
 import pytest
-import torch
-from family_check import channels_last, materialise, tensor
+from family_check import channels_last, check_kernel, make_task, tensor
 
-from kernforge.capture.recorder import tensor_meta
-from kernforge.evaluate.checks import compare, normalised_error, outputs_list, upcast
 from kernforge.evaluate.scan import scan_source
 from kernforge.propose.builtin import BuiltinProposer, _all_points
 from kernforge.propose.templates import elementwise as ew
-from kernforge.tasks import KernelTask, resolve_op
+from kernforge.tasks import KernelTask
 
 HAVE_TRITON = importlib.util.find_spec("triton") is not None
 HAVE_GCC = subprocess.run(["which", "gcc"], capture_output=True, check=False).returncode == 0
@@ -38,50 +34,6 @@ ALL_SETS = ("normal", "large", "mixed")
 
 
 # ---------------------------------------------------------------- tasks and checks with kwargs
-
-def split(args: list[Any]) -> tuple[list[Any], dict[str, Any]]:
-    if args and isinstance(args[-1], dict) and set(args[-1]) == {"kwargs"}:
-        return args[:-1], args[-1]["kwargs"]
-    return args, {}
-
-
-def make_task(op: str, args: list[Any]) -> KernelTask:
-    """A task as capture makes it: keyword arguments as a last {"kwargs": ...} element."""
-    positional, kwargs = split(args)
-    real = materialise(positional, torch.Generator().manual_seed(0), 1.0)
-    outputs = [tensor_meta(t) for t in outputs_list(resolve_op(op)(*real, **kwargs))]
-    return KernelTask(task_id="t0-check", op=op, signature="check", args=args, outputs=outputs,
-                      samples=[], share=0.5, gain_if_2x=1.33, time_us=10.0, device="cpu")
-
-
-def input_sets(positional: list[Any], sets: tuple[str, ...]) -> list[tuple[str, list[Any]]]:
-    gen = torch.Generator().manual_seed(1)
-    made = {"normal": materialise(positional, gen, 1.0), "large": materialise(positional, gen, 100.0),
-            "mixed": materialise(positional, gen, 1.0, mixed=True)}
-    return [(label, made[label]) for label in sets]
-
-
-def check_kernel(kernel: Any, task: KernelTask, sets: tuple[str, ...]) -> str | None:
-    op = resolve_op(task.op)
-    positional, kwargs = split(task.args)
-    for label, args in input_sets(positional, sets):
-        eager = outputs_list(op(*args, **kwargs))
-        oracles = outputs_list(op(*upcast(args), **kwargs))
-        eager_errors = [normalised_error(e, o) for e, o in zip(eager, oracles)]
-        before = [a.clone() for a in args if isinstance(a, torch.Tensor)]
-        try:
-            outs = outputs_list(kernel(*args, **kwargs))
-        except Exception as e:  # noqa: BLE001 - the variant's failure
-            return f"{label}: {type(e).__name__}: {e}"[:2000]
-        if any(not torch.equal(b, a) for b, a in zip(before, [a for a in args if isinstance(a, torch.Tensor)])):
-            return f"{label}: the kernel changed an input"
-        if [tuple(o.stride()) for o in outs] != [tuple(e.stride()) for e in eager]:
-            return f"{label}: output strides {[o.stride() for o in outs]}, eager's {[e.stride() for e in eager]}"
-        why, _ = compare(outs, oracles, eager_errors, [e.dtype for e in eager])
-        if why:
-            return f"{label}: {why}"
-    return None
-
 
 def check_variant(task: KernelTask, backend_name: str, params: dict[str, Any], work_dir: Path,
                   sets: tuple[str, ...] = ALL_SETS, int64: bool = False) -> str | None:
