@@ -263,7 +263,11 @@ def triton_variants() -> list[dict]:
             {"variant": "split", "chunk": 2048, "block": 512, "num_warps": 2, "reverse": True, "wave_groups": 0}]),
         (GN, gn_args([2, 8, 32, 32], 4), [  # 8 groups of 2048 in waves of 2 and 4, one reversed
             {"variant": "split", "chunk": 2048, "block": 512, "num_warps": 4, "reverse": True, "wave_groups": 2},
-            {"variant": "split", "chunk": 2048, "block": 512, "num_warps": 4, "reverse": False, "wave_groups": 4}]),
+            {"variant": "split", "chunk": 2048, "block": 512, "num_warps": 4, "reverse": False, "wave_groups": 4},
+            # resident: 4 chunks a group; on the interpreter one group a wave, one pass a launch
+            {"variant": "resident", "chunk": 512, "block": 256, "num_warps": 2, "reverse": False, "wave_groups": 0}]),
+        (GN, gn_args([1, 6, 30, 30], 2), [  # resident with a short last chunk that straddles channels
+            {"variant": "resident", "chunk": 1024, "block": 512, "num_warps": 4, "reverse": False, "wave_groups": 0}]),
         (BN, bn_args([2, 3, 5, 7]), [{"variant": v, "block": 512, "num_warps": 4} for v in ("flat", "plane")]),
         (BN_LEGIT, bn_args([2, 5, 3, 7], layout="nhwc", op=BN_LEGIT),
          [{"variant": v, "block": 512, "num_warps": 4} for v in ("flat", "tile")]),
@@ -299,7 +303,7 @@ def test_triton_sample_covers_every_structural_variant():
     seen = {(v["op"], v["params"]["variant"], v["params"].get("persistent", False)) for v in triton_variants()}
     for op in (LN, RMS):
         assert {(op, "single_tile", False), (op, "single_tile", True), (op, "loop", False)} <= seen
-    assert {(GN, "split", False), (GN, "per_group", False)} <= seen
+    assert {(GN, "split", False), (GN, "per_group", False), (GN, "resident", False)} <= seen
     assert {v["params"].get("wave_groups") for v in triton_variants() if v["op"] == GN} >= {0, 2, 4}
     assert {(BN, "flat", False), (BN, "plane", False), (BN_LEGIT, "tile", False)} <= seen
 

@@ -129,6 +129,17 @@ def test_resnet_pooling_packs_short_rows_with_aligned_loads():
     assert p["loads"] == "aligned"  # 49 floats: 3 rows in 4 start off a 16-byte boundary
 
 
+def test_packed_lines_of_49_floats_are_4_rows_in_a_256_slot_tile():
+    facts = reduce.match(task_for(MEAN, (256, 2048, 7, 7), [-1, -2], True))
+    point = {"split": 1, "rows_per_program": 32, "block_r": 256, "loads": "packed", "num_warps": 4,
+             "num_stages": 1}
+    assert reduce._pack(facts) == 4 and reduce.valid(facts, "triton", point)
+    assert not reduce.valid(facts, "triton", point | {"block_r": 128})  # a line of 196 needs 256
+    assert not reduce.valid(facts, "triton", point | {"rows_per_program": 30})  # whole lines only
+    bf16 = reduce.match(task_for(MEAN, (256, 2048, 7, 7), [-1, -2], True, "torch.bfloat16"))
+    assert reduce._pack(bf16) == 8  # 98 bytes a row: 8 rows make 49 vectors
+
+
 @pytest.mark.parametrize("task", SPACE_TASKS[:4], ids=lambda t: f"{t.op}-{t.args[0]['shape']}")
 @pytest.mark.parametrize("backend", ["cpu", "triton"])
 def test_float32_sources_pass_the_scan(task, backend):
@@ -191,6 +202,10 @@ TRITON_SHAPES = [
      {"split": 1, "rows_per_program": 4, "block_r": 32, "loads": "masked", "num_warps": 1, "num_stages": 1}),
     ("rows-aligned", lambda op, dt: task_for(op, (6, 5, 7), [-1], False, dt),
      {"split": 1, "rows_per_program": 4, "block_r": 32, "loads": "aligned", "num_warps": 1, "num_stages": 1}),
+    # 30 rows of 7: lines of 4 fp32 rows (28 values, 112 bytes) or 8 bf16 rows, the last line short
+    ("rows-packed-lines", lambda op, dt: task_for(op, (6, 5, 7), [-1], False, dt),
+     lambda dt: {"split": 1, "rows_per_program": 8, "block_r": 32 if dt == "torch.float32" else 64,
+                 "loads": "packed", "num_warps": 1, "num_stages": 1}),
     ("rows-loop", lambda op, dt: task_for(op, (3, 300), [1], True, dt),
      {"split": 1, "rows_per_program": 1, "block_r": 128, "loads": "masked", "num_warps": 1, "num_stages": 2}),
     ("rows-split", lambda op, dt: task_for(op, (2, 8192), [-1], False, dt),
@@ -213,7 +228,8 @@ def triton_variants() -> list[dict]:
         for dtype in ("torch.float32", "torch.bfloat16"):
             for name, make, params in TRITON_SHAPES:
                 task = make(op, dtype)
-                variants.append({"id": f"{op}-{dtype}-{name}", "op": op, "args": task.args, "params": params})
+                variants.append({"id": f"{op}-{dtype}-{name}", "op": op, "args": task.args,
+                                 "params": params(dtype) if callable(params) else params})
     return variants
 
 

@@ -113,6 +113,8 @@ EXPLAIN = {
         "split": "each group split across many programs (partials, then combine): fills the SMs when "
                  "there are few groups",
         "per_group": "one program per group, looping twice over it: no partial buffer, for many small groups",
+        "resident": "one program per SM, a few groups at a time: a group's programs wait for each other's "
+                    "statistics, then normalise what they just read, from L2: x crosses DRAM about once",
         "flat": "one flat index over every element, the channel recomputed per element: no tail waste",
         "plane": "programs inside one (sample, channel) plane: scale and shift loaded once as scalars",
         "tile": "[positions x channels] tiles of the channels-last layout: scale and shift loaded once "
@@ -546,7 +548,7 @@ def space_group_norm(facts: dict[str, Any], backend: str) -> dict[str, list[Any]
         return {"parallel": ["groups", "planes"], "stats": ["two_pass", "one_pass_double"],
                 "simd": [False, True]}
     if backend == "triton":
-        return {"variant": ["split", "per_group"], "chunk": [2048, 4096, 8192, 16384, 32768, 65536],
+        return {"variant": ["split", "per_group", "resident"], "chunk": [2048, 4096, 8192, 16384, 32768, 65536],
                 "block": [256, 512, 1024, 2048, 4096, 8192], "num_warps": [2, 4, 8, 16],
                 "reverse": [False, True], "wave_groups": [0, 8, 4, 2]}
     return {}
@@ -590,6 +592,12 @@ def valid_group_norm(facts: dict[str, Any], backend: str, params: dict[str, Any]
         return False
     if params["variant"] == "per_group":
         return params["chunk"] == 2048 and not params["reverse"] and params["wave_groups"] == 0
+    if params["variant"] == "resident":
+        # every program of a wave must be resident at once (one per SM), and a group needs at
+        # least two of them for the wait to be worth it
+        chunks = _gn_chunks(facts, params["chunk"])
+        return (not params["reverse"] and params["wave_groups"] == 0 and params["chunk"] >= params["block"]
+                and 2 <= chunks <= gpu_sms())
     if params["wave_groups"] and params["wave_groups"] * 2 > facts["n"] * facts["groups"]:
         return False  # a wave of more than half the groups is hardly a wave
     chunk = params["chunk"]
@@ -816,6 +824,77 @@ def launch(x, w, b, y, mean, rstd):
                               HAS_B=HAS_B, num_warps=NUM_WARPS)
 '''
 
+_TRITON_GN_RESIDENT = '''
+@triton.jit
+def gn_resident(X, W, B, Y, PART, ARRIVED, MEAN, RSTD, n_groups, wave, group_size, hw, eps,
+                CHUNK: tl.constexpr, BLOCK: tl.constexpr, CHUNKS: tl.constexpr, CHUNKS_P2: tl.constexpr,
+                PHASE: tl.constexpr, GROUPS: tl.constexpr, CG: tl.constexpr, IN_CHANNEL: tl.constexpr,
+                HAS_W: tl.constexpr, HAS_B: tl.constexpr):
+    # One program per SM, all resident at once. Program p takes chunk p % CHUNKS of one group of
+    # each wave: pass 1 reads the chunk (statistics to PART), the group's programs wait for each
+    # other (ARRIVED[g] counts them in), then pass 2 re-reads the chunk, which pass 1 has just
+    # left in L2, to normalise it. x crosses DRAM about once. PHASE 0 does both passes with the
+    # wait; 1 and 2 do one pass each, as two launches, where programs run one after another
+    # (the CPU interpreter, or a GPU with too few SMs for a wave).
+    pid = tl.program_id(0)
+    i = pid % CHUNKS
+    for g0 in range(0, n_groups, wave):
+        g = g0 + pid // CHUNKS
+        if g < n_groups:
+            base = g.to(tl.int64) * group_size
+            if PHASE != 2:
+                count = tl.zeros([], tl.float32)
+                mean = tl.zeros([], tl.float32)
+                m2 = tl.zeros([], tl.float32)
+                for off in range(0, CHUNK, BLOCK):
+                    start = i * CHUNK + off
+                    idx = start + tl.arange(0, BLOCK)
+                    ok = idx < group_size
+                    x = tl.load(X + base + idx, mask=ok, other=0.0).to(tl.float32)
+                    n_b = tl.minimum(tl.maximum(group_size - start, 0), BLOCK)
+                    count, mean, m2 = merge(count, mean, m2, x, ok, n_b)
+                tl.store(PART + 2 * (g * CHUNKS + i), mean)
+                tl.store(PART + 2 * (g * CHUNKS + i) + 1, m2)
+            if PHASE == 0:
+                tl.debug_barrier()  # the whole program's stores precede its arrival
+                arrived = tl.atomic_add(ARRIVED + g, 1, sem="acq_rel", scope="gpu") + 1
+                while arrived < CHUNKS:
+                    arrived = tl.atomic_add(ARRIVED + g, 0, sem="acquire", scope="gpu")
+            if PHASE != 1:
+                j = tl.arange(0, CHUNKS_P2)
+                ok_j = j < CHUNKS
+                part = PART + 2 * (g * CHUNKS + j)
+                # .cg: other SMs wrote these, so read them from L2, never from a stale L1 line
+                means = tl.load(part, mask=ok_j, other=0.0, cache_modifier=".cg")
+                m2s = tl.load(part + 1, mask=ok_j, other=0.0, cache_modifier=".cg")
+                counts = tl.where(ok_j, tl.minimum(tl.maximum(group_size - j * CHUNK, 0), CHUNK),
+                                  0).to(tl.float32)
+                mean = tl.sum(counts * means, axis=0) / group_size
+                dev = means - mean
+                rstd = tl.rsqrt(tl.sum(m2s + counts * dev * dev, axis=0) / group_size + eps)
+                tl.store(MEAN + g, mean.to(MEAN.dtype.element_ty), mask=i == 0)
+                tl.store(RSTD + g, rstd.to(RSTD.dtype.element_ty), mask=i == 0)
+                for off in range(0, CHUNK, BLOCK):
+                    normalise_block(X, W, B, Y, g, i * CHUNK + off, group_size, hw, mean, rstd, BLOCK,
+                                    GROUPS, CG, IN_CHANNEL, HAS_W, HAS_B)
+
+
+def launch(x, w, b, y, mean, rstd):
+    chunks = triton.cdiv(GROUP_SIZE, CHUNK)
+    sms = sm_count(x.device)
+    wave = max(1, min(N_GROUPS, sms // chunks))  # groups per wave: every program on its own SM
+    part = torch.empty((2 * N_GROUPS * chunks,), dtype=torch.float32, device=x.device)
+    arrived = torch.zeros((N_GROUPS,), dtype=torch.int32, device=x.device)
+    common = dict(CHUNK=CHUNK, BLOCK=BLOCK, CHUNKS=chunks, CHUNKS_P2=triton.next_power_of_2(chunks),
+                  GROUPS=GROUPS, CG=CG, IN_CHANNEL=IN_CHANNEL, HAS_W=HAS_W, HAS_B=HAS_B, num_warps=NUM_WARPS)
+    args = (x, w, b, y, part, arrived, mean, rstd, N_GROUPS, wave, GROUP_SIZE, HW, EPS)
+    if x.device.type == "cuda" and chunks <= sms:
+        gn_resident[(wave * chunks,)](*args, PHASE=0, **common)
+    else:  # programs that cannot all be resident would wait forever: one launch per pass instead
+        gn_resident[(wave * chunks,)](*args, PHASE=1, **common)
+        gn_resident[(wave * chunks,)](*args, PHASE=2, **common)
+'''
+
 _TRITON_GN_PER_GROUP = '''
 @triton.jit
 def gn_group(X, W, B, Y, MEAN, RSTD, group_size, hw, eps, BLOCK: tl.constexpr, GROUPS: tl.constexpr,
@@ -854,14 +933,17 @@ def launch(x, w, b, y, mean, rstd):
 
 
 def render_group_norm_triton(facts: dict[str, Any], params: dict[str, Any]) -> str:
-    split = params["variant"] == "split"
+    split = params["variant"] != "per_group"
     described = (f"variant=split chunk={params['chunk']} block={params['block']} "
                  f"num_warps={params['num_warps']} reverse={params['reverse']} "
-                 f"wave_groups={params['wave_groups']}" if split else
+                 f"wave_groups={params['wave_groups']}" if params["variant"] == "split" else
+                 f"variant=resident chunk={params['chunk']} block={params['block']} "
+                 f"num_warps={params['num_warps']}" if split else
                  f"variant=per_group block={params['block']} num_warps={params['num_warps']}")
     split_consts = (f"CHUNK = {params['chunk']}\nREVERSE = {params['reverse']}\n"
                     f"WAVE_GROUPS = {params['wave_groups']}\n" if split else "")
-    body = _TRITON_GN_COMMON + (_TRITON_GN_SPLIT if split else _TRITON_GN_PER_GROUP)
+    body = _TRITON_GN_COMMON + {"split": _TRITON_GN_SPLIT, "per_group": _TRITON_GN_PER_GROUP,
+                                "resident": _TRITON_GN_RESIDENT + _sm_count_helper()}[params["variant"]]
     return f'''"""kernforge builtin: group norm, N={facts['n']} C={facts['c']} HxW={facts['hw']} \
 groups={facts['groups']}, {facts['dtype']}.
 

@@ -130,7 +130,7 @@ def space(facts: dict[str, Any], backend: str) -> dict[str, list[Any]]:
         if rows:
             shared |= {"rows_per_program": [1, 2, 4, 8, 16, 32, 64, 128],
                        "block_r": [32, 64, 128, 256, 512, 1024, 2048, 4096],
-                       "loads": ["masked", "aligned"]}
+                       "loads": ["masked", "aligned", "packed"]}
         else:
             shared |= {"block_r": [1, 2, 4, 8, 16, 32, 64], "block_c": [16, 32, 64, 128, 256]}
         return shared | {"num_warps": [1, 2, 4, 8, 16], "num_stages": [1, 2, 3, 4]}
@@ -209,6 +209,18 @@ def _aligned_fits(facts: dict[str, Any], block_r: int, split: int) -> bool:
     return split == 1 and facts["r"] % align != 0 and facts["r"] + align - 1 <= block_r
 
 
+def _pack(facts: dict[str, Any]) -> int:
+    """Rows side by side that make a run of whole 16-byte vectors (4 rows of 49 floats: 49 vectors)."""
+    return 16 // math.gcd(facts["r"] * (16 // _align(facts)), 16)
+
+
+def _packed_fits(facts: dict[str, Any], block_r: int, split: int, rows: int) -> bool:
+    """Packed loads: PACK rows per tile line, whole lines per program, a line no longer than 4096."""
+    pack = _pack(facts)
+    return (split == 1 and pack > 1 and pack * facts["r"] <= 4096 and block_r == next_pow2(pack * facts["r"])
+            and rows % pack == 0)
+
+
 def _warps_for(tile: int) -> int:
     """16 values per thread: enough loads in flight per thread without running out of registers."""
     return max(1, min(8, tile // (16 * 32)))
@@ -235,11 +247,16 @@ def valid(facts: dict[str, Any], backend: str, params: dict[str, Any]) -> bool:
         rows = params["rows_per_program"]
         tile = rows * block_r
         programs = math.ceil(facts["outer"] / rows)
-        if rows > next_pow2(facts["outer"]) or block_r > max(32, next_pow2(r + _align(facts) - 1)):
-            return False
-        if rows > 1 and (loops or split > 1):  # packing rows is for short rows, whole in the tile
+        widest = next_pow2(r * _pack(facts)) if params["loads"] == "packed" else next_pow2(r + _align(facts) - 1)
+        if rows > next_pow2(facts["outer"]) or block_r > max(32, widest):
             return False
         if params["loads"] == "aligned" and not _aligned_fits(facts, block_r, split):
+            return False
+        if params["loads"] == "packed":
+            if not _packed_fits(facts, block_r, split, rows):
+                return False
+            tile = rows // _pack(facts) * block_r
+        elif rows > 1 and (loops or split > 1):  # packing rows is for short rows, whole in the tile
             return False
     else:
         tile = block_r * params["block_c"]
@@ -287,6 +304,8 @@ def explain(name: str, old: Any, new: Any) -> str:
         ("loads", "aligned"): "loads from 16-byte boundaries, masked after: vector loads for rows "
                               "that start off a boundary",
         ("loads", "masked"): "each row loaded from its own start: no wasted slots, scalar loads",
+        ("loads", "packed"): "rows side by side in lines that start on 16-byte boundaries: vector loads "
+                             "that read each byte once, a masked sum per row",
         ("simd", True): "ask the compiler to vectorise the inner loops",
         ("simd", False): "scalar inner loops: no vector reductions",
         ("schedule", "static"): "equal shares per thread: no scheduling cost",
@@ -416,6 +435,23 @@ def reduce_rows(X, OUT, N_ROWS: tl.constexpr, N_RED: tl.constexpr, ROWS: tl.cons
     tl.store(OUT + rows, {final}.to(OUT.dtype.element_ty), mask=rows < N_ROWS)
 '''
 
+# Packed: PACK rows of N_RED side by side make a line of whole 16-byte vectors (4 rows of 49 floats
+# are 49 of them), so a [LINES, BLOCK_R] tile of lines is one contiguous, aligned run of x read
+# exactly once, where the aligned tile reads ~BLOCK_R / N_RED times the bytes through L1.
+_TRITON_ROWS_PACKED = '''
+@triton.jit
+def reduce_rows(X, OUT, N_ROWS: tl.constexpr, N_RED: tl.constexpr, PACK: tl.constexpr, LINES: tl.constexpr,
+                BLOCK_R: tl.constexpr):
+    line = tl.program_id(0) * LINES + tl.arange(0, LINES)
+    cols = tl.arange(0, BLOCK_R)[None, :]
+    offs = line{wide}[:, None] * (PACK * N_RED) + cols
+    x = tl.load(X + offs, mask=(cols < PACK * N_RED) & (offs < N_ROWS * N_RED), other=INIT).to(tl.float32)
+    for k in tl.static_range(PACK):
+        total = {reduce}(tl.where((cols >= k * N_RED) & (cols < (k + 1) * N_RED), x, INIT), axis=1)
+        row = line * PACK + k
+        tl.store(OUT + row, {final}.to(OUT.dtype.element_ty), mask=row < N_ROWS)
+'''
+
 _TRITON_COLS = '''
 @triton.jit
 def reduce_cols(X, OUT, N_RED: tl.constexpr, INNER: tl.constexpr, BLOCK_R: tl.constexpr,
@@ -486,6 +522,8 @@ def _triton_kernels(facts: dict[str, Any], params: dict[str, Any]) -> str:
     template = _TRITON_ROWS if rows else _TRITON_COLS
     if rows and params["loads"] == "aligned":
         template = _TRITON_ROWS_ALIGNED
+    if rows and params["loads"] == "packed":
+        template = _TRITON_ROWS_PACKED
     text = f"INIT = tl.constexpr({init})\n\n\n@triton.jit\ndef combine(a, b):\n    return {combine}\n"
     text += template.format(wide=wide, loop=loop, reduce=reduce_fn, final=scaled if split == 1 else "total")
     if split > 1:
@@ -506,6 +544,14 @@ def launch(x, y):
     reduce_rows[(triton.cdiv(OUTER, ROWS_PER_PROGRAM),)](
         x, y, N_ROWS=OUTER, N_RED=R, ROWS=ROWS_PER_PROGRAM, BLOCK_R=BLOCK_R, ALIGN=ALIGN,
         NUMEL=OUTER * R, num_warps=NUM_WARPS, num_stages=NUM_STAGES)
+'''
+
+_LAUNCH_PACKED = '''
+def launch(x, y):
+    lines = ROWS_PER_PROGRAM // PACK
+    reduce_rows[(triton.cdiv(triton.cdiv(OUTER, PACK), lines),)](
+        x, y, N_ROWS=OUTER, N_RED=R, PACK=PACK, LINES=lines, BLOCK_R=BLOCK_R, num_warps=NUM_WARPS,
+        num_stages=NUM_STAGES)
 '''
 
 _LAUNCH_COLS = '''
@@ -535,6 +581,9 @@ def render_triton(facts: dict[str, Any], params: dict[str, Any]) -> str:
     if rows and params["loads"] == "aligned":
         launch = _LAUNCH_ALIGNED
         param_consts += f"ALIGN = {_align(facts)}\n"
+    if rows and params["loads"] == "packed":
+        launch = _LAUNCH_PACKED
+        param_consts += f"PACK = {_pack(facts)}\n"
     return f'''"""kernforge builtin: {facts['kind']} over [outer={facts['outer']}, R={facts['r']}, inner={facts['inner']}], {facts['dtype']}.
 
 kf-op: {facts['op']}

@@ -1,0 +1,157 @@
+"""Time chosen points of the built-in templates directly, without a search, on the GPU.
+
+    PYTHONPATH=src:. python3 bench/probe_templates.py --out DIR
+
+For the two BENCHMARKS rows larger than L2 that the MCTS run left over 1.25x of the floor
+(mean over (256,2048,7,7) f32 and group norm over (1,256,512,512) bf16) and their smaller
+siblings: each point is rendered by its family, checked against the ATen op on the real-size
+input, and timed with triton's do_bench (L2 cleared before every call, median). This says which
+moves are worth giving the search; the figures a user sees come from bench/search_bench.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import importlib.util
+import itertools
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+from family_check import make_task, tensor
+
+from kernforge.propose.templates import norms, reduce
+
+MEAN = "aten::mean.dim"
+GN = "aten::native_group_norm.default"
+
+
+def load(source: str, name: str):
+    path = Path(tempfile.mkdtemp(prefix="kf-probe-")) / f"{name}.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def mean_points(facts: dict) -> list[dict]:
+    points = [reduce.initial(facts, "triton")]
+    for rows, warps in itertools.product([8, 16, 32, 64], [1, 2, 4, 8]):
+        points.append({"split": 1, "rows_per_program": rows, "block_r": 64, "loads": "aligned",
+                       "num_warps": warps, "num_stages": 1})
+    for rows, warps in itertools.product([4, 8, 16, 32, 64], [1, 2, 4, 8]):
+        points.append({"split": 1, "rows_per_program": rows, "block_r": 256, "loads": "packed",
+                       "num_warps": warps, "num_stages": 1})
+    return [p for p in points if reduce.valid(facts, "triton", p)]
+
+
+def gn_points(facts: dict) -> list[dict]:
+    points = [norms.initial_group_norm(facts, "triton")]
+    for wave in (8, 4):
+        points.append(points[0] | {"wave_groups": wave, "reverse": False})
+    for chunk, block, warps in itertools.product([8192, 16384, 32768, 65536, 131072], [2048, 4096, 8192],
+                                                 [4, 8, 16]):
+        points.append({"variant": "resident", "chunk": chunk, "block": block, "num_warps": warps,
+                       "reverse": False, "wave_groups": 0})
+    return [p for p in points if norms.valid_group_norm(facts, "triton", p)]
+
+
+def cases() -> list[tuple[str, str, list, list[dict], object]]:
+    out = []
+    for n in (32, 256):
+        args = [tensor([n, 2048, 7, 7]), [-1, -2], True]
+        facts = reduce.match(make_task(MEAN, args))
+        out.append((f"mean_f32_{n}x2048x7x7", MEAN, args, mean_points(facts), lambda p, f=facts: reduce.render(f, "triton", p)))
+    for c, s in ((512, 128), (256, 512)):
+        bf = "torch.bfloat16"
+        args = [tensor([1, c, s, s], bf), tensor([c], bf), tensor([c], bf), 1, c, s * s, 32, 1e-5]
+        facts = norms.match_group_norm(make_task(GN, args))
+        out.append((f"group_norm_bf16_1x{c}x{s}x{s}", GN, args, gn_points(facts),
+                    lambda p, f=facts: norms.render_group_norm(f, "triton", p)))
+    return out
+
+
+def real_args(args: list) -> list:
+    made = []
+    for a in args:
+        if isinstance(a, dict) and "shape" in a:
+            dtype = getattr(torch, a["dtype"].split(".")[1])
+            made.append(torch.randn(a["shape"], device="cuda", dtype=torch.float32).mul_(3).add_(1).to(dtype))
+        else:
+            made.append(a)
+    return made
+
+
+def outputs(value) -> list[torch.Tensor]:
+    return list(value) if isinstance(value, (tuple, list)) else [value]
+
+
+def probe_row(name: str, out: Path) -> None:
+    from triton.testing import do_bench
+
+    op_fn = {MEAN: torch.ops.aten.mean.dim, GN: torch.ops.aten.native_group_norm}
+    row, op, desc, points, render = next(c for c in cases() if c[0] == name)
+    inputs = real_args(desc)
+    expected = outputs(op_fn[op](*inputs))
+    eager_ms = do_bench(functools.partial(op_fn[op], *inputs), warmup=10, rep=100, return_mode="median")
+    results = [{"row": row, "point": "eager", "ms": eager_ms, "ok": True}]
+    print(f"{row:32s} eager {eager_ms:.4f} ms", flush=True)
+    for i, point in enumerate(points):
+        entry = {"row": row, "point": point}
+        try:
+            module = load(render(point), f"{row}_{i}")
+            got = outputs(module.kf_forward(*inputs))
+            torch.cuda.synchronize()
+            worst = max(((g.float() - e.float()).abs().max() / e.float().abs().max().clamp_min(1e-6)).item()
+                        for g, e in zip(got, expected))
+            entry["ok"] = worst < (1e-2 if desc[0]["dtype"] == "torch.bfloat16" else 1e-4)
+            entry["worst_rel"] = worst
+            entry["ms"] = do_bench(functools.partial(module.kf_forward, *inputs), warmup=10, rep=100,
+                                   return_mode="median")
+        except Exception as exc:  # noqa: BLE001 - a point that fails to build or run is recorded
+            entry["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+        results.append(entry)
+        (out / f"probe_{row}.json").write_text(json.dumps(results, indent=1))
+        shown = " ".join(f"{k}={v}" for k, v in point.items())
+        print(f"{row:32s} {entry.get('ms', float('nan')):.4f} ms ok={entry.get('ok')} {shown} "
+              f"{entry.get('error', '')}", flush=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--row", help="probe one row in this process (the parent runs one child per row)")
+    parser.add_argument("--timeout", type=float, default=150)
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    if args.row:
+        probe_row(args.row, args.out)
+        return 0
+    # one child per row, so that a kernel that never returns (a resident group norm whose programs
+    # were not all resident would wait forever) costs only the rest of its row
+    for row in [c[0] for c in cases()]:
+        try:
+            subprocess.run([sys.executable, __file__, "--row", row, "--out", str(args.out)], timeout=args.timeout,
+                           check=False)
+        except subprocess.TimeoutExpired:
+            print(f"{row}: timed out after {args.timeout:.0f} s", flush=True)
+    print("\nbest per row:")
+    for path in sorted(args.out.glob("probe_*.json")):
+        results = json.loads(path.read_text())
+        eager = results[0]["ms"]
+        good = [r for r in results[1:] if r.get("ok") and "ms" in r]
+        for r in sorted(good, key=lambda r: r["ms"])[:3]:
+            print(f"{r['row']:32s} {r['ms']:.4f} ms (eager {eager:.4f}) {r['point']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
