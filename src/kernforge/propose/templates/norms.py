@@ -549,7 +549,7 @@ def space_group_norm(facts: dict[str, Any], backend: str) -> dict[str, list[Any]
                 "simd": [False, True]}
     if backend == "triton":
         return {"variant": ["split", "per_group", "resident"], "chunk": [2048, 4096, 8192, 16384, 32768, 65536],
-                "block": [256, 512, 1024, 2048, 4096, 8192], "num_warps": [2, 4, 8, 16],
+                "block": [256, 512, 1024, 2048, 4096, 8192, 16384], "num_warps": [2, 4, 8, 16, 32],
                 "reverse": [False, True], "wave_groups": [0, 8, 4, 2]}
     return {}
 
@@ -843,18 +843,22 @@ def gn_resident(X, W, B, Y, PART, ARRIVED, MEAN, RSTD, n_groups, wave, group_siz
         if g < n_groups:
             base = g.to(tl.int64) * group_size
             if PHASE != 2:
-                count = tl.zeros([], tl.float32)
-                mean = tl.zeros([], tl.float32)
-                m2 = tl.zeros([], tl.float32)
+                # Sums per lane, reduced across the program once at the end: a block's loads never
+                # wait on a reduction, which one program per SM cannot afford. Sums of x minus
+                # the chunk's first value, so that a large mean does not swamp the variance.
+                shift = tl.load(X + base + i * CHUNK).to(tl.float32)
+                s = tl.zeros([BLOCK], tl.float32)
+                ss = tl.zeros([BLOCK], tl.float32)
                 for off in range(0, CHUNK, BLOCK):
-                    start = i * CHUNK + off
-                    idx = start + tl.arange(0, BLOCK)
+                    idx = i * CHUNK + off + tl.arange(0, BLOCK)
                     ok = idx < group_size
-                    x = tl.load(X + base + idx, mask=ok, other=0.0).to(tl.float32)
-                    n_b = tl.minimum(tl.maximum(group_size - start, 0), BLOCK)
-                    count, mean, m2 = merge(count, mean, m2, x, ok, n_b)
-                tl.store(PART + 2 * (g * CHUNKS + i), mean)
-                tl.store(PART + 2 * (g * CHUNKS + i) + 1, m2)
+                    d = tl.where(ok, tl.load(X + base + idx, mask=ok, other=0.0).to(tl.float32) - shift, 0.0)
+                    s += d
+                    ss += d * d
+                n = tl.minimum(group_size - i * CHUNK, CHUNK).to(tl.float32)
+                s_all = tl.sum(s, axis=0)
+                tl.store(PART + 2 * (g * CHUNKS + i), shift + s_all / n)
+                tl.store(PART + 2 * (g * CHUNKS + i) + 1, tl.maximum(tl.sum(ss, axis=0) - s_all * s_all / n, 0.0))
             if PHASE == 0:
                 tl.debug_barrier()  # the whole program's stores precede its arrival
                 arrived = tl.atomic_add(ARRIVED + g, 1, sem="acq_rel", scope="gpu") + 1
