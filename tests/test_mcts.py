@@ -110,6 +110,13 @@ def test_mcts_evaluates_several_candidates_per_round_when_parallel():
     assert best_speedup(nodes) > 1.3
 
 
+def test_a_parallel_search_refines_its_first_candidate_before_adding_starting_points():
+    nodes = run("mcts", lambda chain: timed(1.0 / len(chain)), iterations=16, parallel=8)
+    assert run.batches[0] == 1  # nothing to refine yet: one starting point, not eight
+    roots = [n for n in nodes if n.parent_id is None]
+    assert len(roots) <= 4 and len(nodes) == 16  # ceil(16 ** 0.5) at most, the rest refines them
+
+
 def test_parallel_rounds_never_exceed_the_budget():
     run("mcts", lambda chain: timed(0.9), iterations=10, parallel=4)
     assert sum(run.batches) == 10 and max(run.batches) <= 4

@@ -136,8 +136,11 @@ class MCTS:
             open_children = [c for c in current.children if not c.closed()]
             moving = [c for c in open_children if c.stale < STAGNATION] or open_children
             if not moving:
-                if current.exhausted:
-                    return None  # the pending children of this node are all there is
+                if current.exhausted or current.pending:
+                    # nothing to descend into until the pending children are back: wait for
+                    # them rather than widen (a first round of 8 would otherwise be 8 starting
+                    # points, half of a 16-iteration budget spent before any is refined)
+                    return None
                 return path  # not exhausted, every child closed: widen past the limit
             path.append(max(moving, key=lambda c: self._ucb(c, current)))
 
