@@ -37,6 +37,21 @@ def test_honest_kernels_measured_on_the_h200_pass():
         assert not escapes_the_events(candidate, eager)
 
 
+def test_paired_gaps_decide_when_both_timings_have_them():
+    # The H200 search's false cheat: a two-launch group norm, events 0.0211 ms, synchronised
+    # 0.0624 ms against eager's smaller difference, because the host was busier when it was
+    # timed. Its paired gap (the least over the calls) is eager's: not a cheat.
+    honest = Timing(p20_ms=0.02, p50_ms=0.0211, p80_ms=0.03, runs=50, method="test", synced_ms=0.0624,
+                    sync_gap_ms=0.006)
+    eager = Timing(p20_ms=0.24, p50_ms=0.245, p80_ms=0.25, runs=50, method="test", synced_ms=0.256,
+                   sync_gap_ms=0.0055)
+    assert escaped_ms(honest, eager) < 0.001 and not escapes_the_events(honest, eager)
+    # work on a side stream lengthens every call's gap, so its least value too
+    cheat = Timing(p20_ms=0.002, p50_ms=0.002, p80_ms=0.002, runs=50, method="test", synced_ms=0.042,
+                   sync_gap_ms=0.036)
+    assert escapes_the_events(cheat, eager)
+
+
 def test_honest_speedups_are_confirmed():
     assert confirmed_by_sync(timing(0.0046, 0.0208), timing(0.0051, 0.0221))
     assert confirmed_by_sync(timing(0.0200, 0.0360), timing(0.0236, 0.0400))
