@@ -16,6 +16,7 @@ from kernforge.errors import UserError
 from kernforge.evaluate import EvalResult, Timing
 from kernforge.propose import Proposal, get_proposer
 from kernforge.search import Node, TaskOutcome, get_strategy, search_task
+from kernforge.search import engine as search_engine
 from kernforge.store import RESULT_COLUMNS, RunStore
 
 EAGER = Timing(p20_ms=0.95, p50_ms=1.0, p80_ms=1.05, runs=10, method="wall-clock")
@@ -120,6 +121,29 @@ def test_outcome_best_is_the_fastest_that_beat_eager():
     assert [n.node_id for n in outcome.correct] == ["n0", "n2", "n3"]
     assert outcome.status_counts() == {"ok": 3, "wrong_result": 1}
     assert TaskOutcome(task=None, baseline=None, nodes=[node(0, slow)]).best is None
+
+
+def test_once_finalists_are_evaluated_again_only_their_second_results_count():
+    def node(i, result, confirmed=None):
+        return Node(node_id=f"n{i}", parent_id=None, proposal=Proposal("s", "r"), result=result,
+                    confirmed=confirmed)
+
+    def faster(p50):
+        r = ok(p50)
+        r.faster_than_eager, r.speedup_vs_eager = True, 1.0 / p50
+        return r
+
+    # n0 looked best in the search (a lucky timing), n1 second; alone, n1 is the faster
+    nodes = [node(0, faster(0.4), confirmed=faster(0.7)), node(1, faster(0.5), confirmed=faster(0.55)),
+             node(2, faster(0.6)), node(3, failed())]
+    outcome = TaskOutcome(task=None, baseline=None, nodes=nodes)
+    assert outcome.best.node_id == "n1" and outcome.best.final.timing.p50_ms == 0.55
+    assert [n.node_id for n in search_engine.pick_finalists(nodes, 2)] == ["n0", "n1"]
+    # a finalist that fails its second evaluation, or no longer beats eager, is out
+    nodes[1].confirmed = failed("wrong_result")
+    assert outcome.best.node_id == "n0"
+    nodes[0].confirmed = ok(0.9)  # correct, but not faster beyond the noise this time
+    assert outcome.best is None
 
 
 # ---------------------------------------------------------------- a real search

@@ -87,8 +87,12 @@ def test_a_search_leaves_events_and_a_commit_per_kept_improvement(softmax_captur
     outcome = search_task(task, store, get_backend("cpu"), "cpu", proposer, get_strategy("greedy"),
                           iterations=2, candidate_timeout_s=30.0)
     events = store.events()
-    assert [e["kind"] for e in events] == ["task_start", "node", "node", "task_end"]
+    # the one correct candidate is a finalist: evaluated again, alone, after the budget is spent
+    assert [e["kind"] for e in events] == ["task_start", "node", "node", "confirm", "task_end"]
     assert [e["status"] for e in events if e["kind"] == "node"] == ["crash", "ok"]
+    assert events[3]["node"] == "n0001" and events[3]["status"] == "ok"
+    assert outcome.nodes[1].confirmed is not None and outcome.nodes[0].confirmed is None
+    assert (store.task_dir(task.task_id) / "nodes" / "n0001" / "confirm.json").is_file()
     assert events[-1]["counts"] == {"crash": 1, "ok": 1}
     kept = [n for n in outcome.nodes if n.kept]
     assert [n.node_id for n in kept] == ["n0001"]
@@ -97,3 +101,22 @@ def test_a_search_leaves_events_and_a_commit_per_kept_improvement(softmax_captur
                          check=True).stdout
     assert log.startswith("n0001: ") and "honest" in log  # the measured result, then the rationale
     assert (history / "kernel.c").read_text() == c_softmax_source()
+
+
+def test_a_resumed_task_keeps_the_finalists_it_had_evaluated_again(softmax_capture, tmp_path: Path):
+    from kernforge.search.engine import previous_nodes
+
+    _, _, task = softmax_capture
+    store = RunStore.create(tmp_path / "runs", "finalists")
+    proposer = Scripted([("honest", c_softmax_source()), ("honest again", c_softmax_source())])
+    first = search_task(task, store, get_backend("cpu"), "cpu", proposer, get_strategy("greedy"),
+                        iterations=2, candidate_timeout_s=30.0)
+    assert all(n.confirmed is not None for n in first.nodes)
+    # as if killed after the first finalist's second evaluation: only the other is run again
+    (store.task_dir(task.task_id) / "nodes" / "n0001" / "confirm.json").unlink()
+    previous = previous_nodes(store, task.task_id)
+    assert previous[0].confirmed == first.nodes[0].confirmed and previous[1].confirmed is None
+    again = search_task(task, store, get_backend("cpu"), "cpu", proposer, get_strategy("greedy"),
+                        iterations=2, candidate_timeout_s=30.0, previous=previous)
+    confirms = [e["node"] for e in store.events() if e["kind"] == "confirm"]
+    assert confirms == ["n0000", "n0001", "n0001"] and len(again.nodes) == 2

@@ -24,7 +24,7 @@ from kernforge.evaluate.executors import make_executor, preflight
 from kernforge.models import ModelOptions, load_model, run_forward
 from kernforge.propose import get_proposer
 from kernforge.search import Node, TaskOutcome, get_strategy, search_task
-from kernforge.search.engine import row_of
+from kernforge.search.engine import FINALISTS, row_of
 from kernforge.store import RunStore
 from kernforge.tasks import make_tasks
 
@@ -45,6 +45,7 @@ class OptimizeOptions:
     executor: str = "local"  # local | ray
     gpus: str = "all"  # local executor: the GPUs to spread candidates over
     ray_address: str = "local"  # ray executor: a cluster address, or "local" to start one here
+    finalists: int = FINALISTS  # the best candidates evaluated again, one at a time, at a task's end
 
 
 @dataclass
@@ -184,7 +185,8 @@ def _search_all(opts: OptimizeOptions, result: OptimizeResult, store: RunStore, 
                                   opts.iterations, opts.candidate_timeout_s,
                                   on_node=lambda o, n: on_event("node", o, n),
                                   compile_modes=compile_modes(opts.compile, device),
-                                  previous=previous.get(task.task_id), executor=executor)
+                                  previous=previous.get(task.task_id), executor=executor,
+                                  finalists=opts.finalists, on_confirm=lambda o, n: on_event("confirm", o, n))
             result.outcomes.append(outcome)
             on_event("task_end", outcome)
     finally:
@@ -229,7 +231,7 @@ def summary(result: OptimizeResult) -> dict[str, Any]:
 def task_row(outcome: TaskOutcome) -> dict[str, Any]:
     """One line of the result table: the best speedup is 1.0 unless a kernel beat eager beyond noise."""
     task, best = outcome.task, outcome.best
-    eager = best.result.eager if best else (outcome.baseline.eager if outcome.baseline else None)
+    eager = best.final.eager if best else (outcome.baseline.eager if outcome.baseline else None)
     compiled = compiled_p50_ms(outcome)
     timed = any(n.result.timed for n in outcome.nodes)
     return {
@@ -239,11 +241,15 @@ def task_row(outcome: TaskOutcome) -> dict[str, Any]:
         "dtype": task.dtype_text,
         "share": task.share,
         "eager_p50_ms": eager.p50_ms if eager else None,
-        "best_p50_ms": best.result.timing.p50_ms if best else None,
-        "best_speedup_vs_eager": best.result.speedup_vs_eager if best else (1.0 if timed else None),
+        "best_p50_ms": best.final.timing.p50_ms if best else None,
+        "best_speedup_vs_eager": best.final.speedup_vs_eager if best else (1.0 if timed else None),
         "best_node": best.node_id if best else None,
         "compile_p50_ms": compiled,
-        "best_speedup_vs_compile": (compiled / best.result.timing.p50_ms) if best and compiled else None,
+        "best_speedup_vs_compile": (compiled / best.final.timing.p50_ms) if best and compiled else None,
+        "finalists": {n.node_id: {"search_speedup_vs_eager": n.result.speedup_vs_eager,
+                                  "status": n.confirmed.status,
+                                  "speedup_vs_eager": n.confirmed.speedup_vs_eager}
+                      for n in outcome.nodes if n.confirmed is not None},
         "verdict": _verdict(outcome, best, timed),
         "candidates": len(outcome.nodes),
         "correct": len(outcome.correct),
