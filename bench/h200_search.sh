@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 5's GPU benchmark, run on the H200 through the device tool from the repository root:
-#   STRATEGY=mcts ITERATIONS=50 ROWS=a,b,... bash bench/h200_search.sh
+#   STRATEGY=mcts ITERATIONS=50 ROWS=a,b,... [APPEND=1] bash bench/h200_search.sh
 # One `kernforge optimize` per row of BENCHMARKS.md's operator table (bench/seed_ops.py),
 # the builtin proposer, torch.compile default and max-autotune-no-cudagraphs timed as peers.
 # Writes search_<strategy>.json, table_<strategy>.md and, per row, <strategy>_<row>/ (results.tsv,
@@ -13,4 +13,5 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "
 args=(--strategy "${STRATEGY:-mcts}" --iterations "${ITERATIONS:-50}" --compile "${COMPILE:-max-autotune}"
       --parallel "${PARALLEL:-0}" --budget-s "${BUDGET_S:-1e9}" --out "$out")
 if [ -n "${ROWS:-}" ]; then args+=(--rows "$ROWS"); fi
+if [ "${APPEND:-0}" = 1 ]; then args+=(--append); fi
 python3 bench/search_bench.py "${args[@]}"

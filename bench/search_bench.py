@@ -72,7 +72,7 @@ def run_row(name: str, args: argparse.Namespace, runs_dir: Path) -> dict:
             "max_autotune_ms": compiled.get("max-autotune-no-cudagraphs"),
             "compile_errors": {m: e.get("error") for m, e in baseline["compiled"].items() if e.get("error")},
             "candidates": task["candidates"], "status_counts": task["status_counts"],
-            "iterations_to_95": iterations_to_95(rows), "eval_s": [float(r["eval_s"]) for r in rows if r["eval_s"]],
+            "iterations_to_95": iterations_to_95(rows), "finalists": task.get("finalists"), "eval_s": [float(r["eval_s"]) for r in rows if r["eval_s"]],
             "search_wall_s": data["wall_s"], "wall_s": wall, "best_node": task["best_node"],
             "run_dir": str(run_dir)}
 
@@ -151,6 +151,8 @@ def main() -> int:
     parser.add_argument("--rows", default=",".join(ROWS))
     parser.add_argument("--budget-s", type=float, default=1e9, help="stop starting rows after this long")
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--append", action="store_true",
+                        help="add these rows to an existing search_<strategy>.json instead of starting one")
     args = parser.parse_args()
     import torch
     import triton
@@ -163,6 +165,8 @@ def main() -> int:
               "strategy": args.strategy, "iterations": args.iterations, "proposer": "builtin",
               "compile": args.compile, "copy_bandwidth_tb_s": bandwidth / 1e12, "rows": []}
     path = args.out / f"search_{args.strategy}.json"
+    if args.append and path.is_file():
+        report["rows"] = json.loads(path.read_text())["rows"]
     for name in args.rows.split(","):
         if time.perf_counter() - started > args.budget_s:
             report["rows"].append({"row": name, "error": "not run: the time budget was spent"})
