@@ -196,6 +196,8 @@ def test_optimize_with_two_candidates_in_flight(tmp_path):
     nodes = [e for e in events if e["kind"] == "node"]
     # recorded as each finishes: the two of a round in either order
     assert sorted(e["node"] for e in nodes) == ["n0000", "n0001", "n0002", "n0003"]
-    assert {e["node"] for e in nodes[:2]} == {"n0000", "n0001"}
-    # the first round expands the root twice: two first-level candidates evaluated at once
-    assert [e["parent"] for e in nodes[:2]] == [None, None]
+    # the first round is the starting point alone (nothing to refine yet); the second has two
+    # in flight: a refinement of it and, the root now allowed a second child, a new start
+    assert nodes[0]["node"] == "n0000" and nodes[0]["parent"] is None
+    assert {e["node"] for e in nodes[1:3]} == {"n0001", "n0002"}
+    assert sorted(str(e["parent"]) for e in nodes[1:3]) == ["None", "n0000"]
