@@ -5,7 +5,8 @@
 For the two BENCHMARKS rows larger than L2 that the MCTS run left over 1.25x of the floor
 (mean over (256,2048,7,7) f32 and group norm over (1,256,512,512) bf16) and their smaller
 siblings: each point is rendered by its family, checked against the ATen op on the real-size
-input, and timed with triton's do_bench (L2 cleared before every call, median). This says which
+input, and timed as the search's workers time (kernforge.evaluate.timing: L2 emptied by a read before
+every call, median). This says which
 moves are worth giving the search; the figures a user sees come from bench/search_bench.py.
 """
 
@@ -27,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from family_check import make_task, tensor
 
+from kernforge.evaluate.timing import time_callable
 from kernforge.propose.templates import norms, reduce
 
 MEAN = "aten::mean.dim"
@@ -53,9 +55,10 @@ def mean_points(facts: dict) -> list[dict]:
 
 def gn_points(facts: dict) -> list[dict]:
     points = [norms.initial_group_norm(facts, "triton")]
-    for chunk, block, warps in itertools.product([32768, 65536, 131072], [8192, 16384], [8, 16, 32]):
+    for chunk, block, warps, unroll in itertools.product([65536, 131072], [4096, 8192, 16384], [8, 16, 32],
+                                                         [1, 2, 4, 8]):
         points.append({"variant": "resident", "chunk": chunk, "block": block, "num_warps": warps,
-                       "reverse": False, "wave_groups": 0})
+                       "reverse": False, "wave_groups": 0, "unroll": unroll})
     return [p for p in points if norms.valid_group_norm(facts, "triton", p)]
 
 
@@ -113,20 +116,22 @@ def outputs(value) -> list[torch.Tensor]:
     return list(value) if isinstance(value, (tuple, list)) else [value]
 
 
-def probe_row(name: str, out: Path) -> None:
-    from triton.testing import do_bench
+def median_ms(fn) -> float:
+    return time_callable(fn, torch.device("cuda")).p50_ms
 
+
+def probe_row(name: str, out: Path) -> None:
     op_fn = {MEAN: torch.ops.aten.mean.dim, GN: torch.ops.aten.native_group_norm}
     row, op, desc, points, render = next(c for c in cases() if c[0] == name)
     inputs = real_args(desc)
     expected = outputs(op_fn[op](*inputs))
-    eager_ms = do_bench(functools.partial(op_fn[op], *inputs), warmup=10, rep=100, return_mode="median")
+    eager_ms = median_ms(functools.partial(op_fn[op], *inputs))
     results = [{"row": row, "point": "eager", "ms": eager_ms, "ok": True}]
     print(f"{row:32s} eager {eager_ms:.4f} ms", flush=True)
     if op == MEAN:  # how fast x can be read at all: the ceiling for any mean over it
         ceiling = load(READ_CEILING, f"{row}_ceiling")
         for label, fn in (("read ceiling (stream_sum)", ceiling.kf_forward), ("torch.sum(x)", torch.sum)):
-            ms = do_bench(functools.partial(fn, inputs[0]), warmup=10, rep=100, return_mode="median")
+            ms = median_ms(functools.partial(fn, inputs[0]))
             results.append({"row": row, "point": label, "ms": ms})
             gbs = inputs[0].numel() * inputs[0].element_size() / ms / 1e6
             print(f"{row:32s} {label} {ms:.4f} ms = {gbs:.0f} GB/s", flush=True)
@@ -140,8 +145,7 @@ def probe_row(name: str, out: Path) -> None:
                         for g, e in zip(got, expected))
             entry["ok"] = worst < (1e-2 if desc[0]["dtype"] == "torch.bfloat16" else 1e-4)
             entry["worst_rel"] = worst
-            entry["ms"] = do_bench(functools.partial(module.kf_forward, *inputs), warmup=10, rep=100,
-                                   return_mode="median")
+            entry["ms"] = median_ms(functools.partial(module.kf_forward, *inputs))
         except Exception as exc:  # noqa: BLE001 - a point that fails to build or run is recorded
             entry["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
         results.append(entry)

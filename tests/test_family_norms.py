@@ -265,9 +265,14 @@ def triton_variants() -> list[dict]:
             {"variant": "split", "chunk": 2048, "block": 512, "num_warps": 4, "reverse": True, "wave_groups": 2},
             {"variant": "split", "chunk": 2048, "block": 512, "num_warps": 4, "reverse": False, "wave_groups": 4},
             # resident: 4 chunks a group; on the interpreter one group a wave, one pass a launch
-            {"variant": "resident", "chunk": 512, "block": 256, "num_warps": 2, "reverse": False, "wave_groups": 0}]),
+            {"variant": "resident", "chunk": 512, "block": 256, "num_warps": 2, "reverse": False, "wave_groups": 0},
+            # four blocks of 128 a trip: the chunk in one [4, 128] tile, inside one channel
+            {"variant": "resident", "chunk": 512, "block": 128, "num_warps": 2, "reverse": False, "wave_groups": 0,
+             "unroll": 4}]),
         (GN, gn_args([1, 6, 30, 30], 2), [  # resident with a short last chunk that straddles channels
-            {"variant": "resident", "chunk": 1024, "block": 512, "num_warps": 4, "reverse": False, "wave_groups": 0}]),
+            {"variant": "resident", "chunk": 1024, "block": 512, "num_warps": 4, "reverse": False, "wave_groups": 0},
+            {"variant": "resident", "chunk": 1024, "block": 256, "num_warps": 2, "reverse": False, "wave_groups": 0,
+             "unroll": 2}]),
         (BN, bn_args([2, 3, 5, 7]), [{"variant": v, "block": 512, "num_warps": 4} for v in ("flat", "plane")]),
         (BN_LEGIT, bn_args([2, 5, 3, 7], layout="nhwc", op=BN_LEGIT),
          [{"variant": v, "block": 512, "num_warps": 4} for v in ("flat", "tile")]),
@@ -305,6 +310,7 @@ def test_triton_sample_covers_every_structural_variant():
         assert {(op, "single_tile", False), (op, "single_tile", True), (op, "loop", False)} <= seen
     assert {(GN, "split", False), (GN, "per_group", False), (GN, "resident", False)} <= seen
     assert {v["params"].get("wave_groups") for v in triton_variants() if v["op"] == GN} >= {0, 2, 4}
+    assert {v["params"].get("unroll") for v in triton_variants() if v["op"] == GN} >= {1, 2, 4}
     assert {(BN, "flat", False), (BN, "plane", False), (BN_LEGIT, "tile", False)} <= seen
 
 

@@ -130,6 +130,10 @@ EXPLAIN = {
                        "at two launches per wave",
                     4: "waves of 4 groups: more of the second read from L2, more launches",
                     2: "waves of 2 groups: the second read almost all from L2, the most launches"},
+    "unroll": {1: "one block a loop trip",
+               2: "two blocks a loop trip, loaded together: twice the bytes in flight per program",
+               4: "four blocks a loop trip: for one program per SM, more loads in flight hide DRAM latency",
+               8: "eight blocks a loop trip: the most bytes in flight, the most registers"},
     "stats": {"two_pass": "mean first, then squared deviations: exact in float, reads the data twice",
               "one_pass_double": "sum and sum of squares in double in one read: fewer passes, still "
                                  "precise for large-mean data",
@@ -550,7 +554,7 @@ def space_group_norm(facts: dict[str, Any], backend: str) -> dict[str, list[Any]
     if backend == "triton":
         return {"variant": ["split", "per_group", "resident"], "chunk": [2048, 4096, 8192, 16384, 32768, 65536],
                 "block": [256, 512, 1024, 2048, 4096, 8192, 16384], "num_warps": [2, 4, 8, 16, 32],
-                "reverse": [False, True], "wave_groups": [0, 8, 4, 2]}
+                "reverse": [False, True], "wave_groups": [0, 8, 4, 2], "unroll": [1, 2, 4, 8]}
     return {}
 
 
@@ -571,7 +575,7 @@ def initial_group_norm(facts: dict[str, Any], backend: str) -> dict[str, Any]:
         block = min(4096, max(256, next_pow2(size)))
         warps = 2 if block <= 512 else 4 if block <= 1024 else 8
         return {"variant": "per_group", "chunk": 2048, "block": block, "num_warps": warps, "reverse": False,
-                "wave_groups": 0}
+                "wave_groups": 0, "unroll": 1}
     # Split: chunks of 16K elements, so (1,256,512,512) gives 32 x 128 = 4096 programs and
     # (1,512,128,128) 32 x 16 = 512 (at least ~4 programs per SM); a smaller chunk for smaller
     # groups keeps that count up. Blocks of 4096 with 8 warps: 16 values a thread per load.
@@ -580,7 +584,7 @@ def initial_group_norm(facts: dict[str, Any], backend: str) -> dict[str, Any]:
         chunk //= 2
     block = min(4096, chunk)
     return {"variant": "split", "chunk": chunk, "block": block, "num_warps": 8 if block >= 2048 else 4,
-            "reverse": True, "wave_groups": 0}
+            "reverse": True, "wave_groups": 0, "unroll": 1}
 
 
 def valid_group_norm(facts: dict[str, Any], backend: str, params: dict[str, Any]) -> bool:
@@ -588,6 +592,9 @@ def valid_group_norm(facts: dict[str, Any], backend: str, params: dict[str, Any]
         # the planes split combines per-plane sums and sums of squares: one-pass by construction
         return params["parallel"] == "groups" or params["stats"] == "one_pass_double"
     block, threads = params["block"], 32 * params["num_warps"]
+    if params.get("unroll", 1) > 1 and (params["variant"] != "resident" or block * params["unroll"] > params["chunk"]
+                                        or block * params["unroll"] // threads > 64):
+        return False  # tiles of several blocks are the resident variant's, within a chunk
     if threads > block or block // threads > 32 or block > max(256, 2 * next_pow2(facts["group_size"])):
         return False
     if params["variant"] == "per_group":
@@ -738,13 +745,17 @@ def merge(count, mean, m2, x, ok, n_b):
 @triton.jit
 def normalise_block(X, W, B, Y, g, start, group_size, hw, mean, rstd, BLOCK: tl.constexpr,
                     GROUPS: tl.constexpr, CG: tl.constexpr, IN_CHANNEL: tl.constexpr,
-                    HAS_W: tl.constexpr, HAS_B: tl.constexpr):
-    idx = start + tl.arange(0, BLOCK)
+                    HAS_W: tl.constexpr, HAS_B: tl.constexpr, ROWS: tl.constexpr = 1):
+    # ROWS > 1: ROWS consecutive blocks as one [ROWS, BLOCK] tile, all loaded before any is used
+    if ROWS == 1:
+        idx = start + tl.arange(0, BLOCK)
+    else:
+        idx = start + tl.arange(0, ROWS)[:, None] * BLOCK + tl.arange(0, BLOCK)[None, :]
     ok = idx < group_size
     base = g.to(tl.int64) * group_size
     x = tl.load(X + base + idx, mask=ok, other=0.0).to(tl.float32)
     c0 = (g % GROUPS) * CG
-    # HxW a multiple of BLOCK: a block lies inside one channel, so w and b are scalars
+    # HxW a multiple of the tile: a tile lies inside one channel, so w and b are scalars
     c = c0 + start // hw if IN_CHANNEL else c0 + idx // hw
     scale = rstd
     shift = 0.0
@@ -827,8 +838,8 @@ def launch(x, w, b, y, mean, rstd):
 _TRITON_GN_RESIDENT = '''
 @triton.jit
 def gn_resident(X, W, B, Y, PART, ARRIVED, MEAN, RSTD, n_groups, wave, group_size, hw, eps,
-                CHUNK: tl.constexpr, BLOCK: tl.constexpr, CHUNKS: tl.constexpr, CHUNKS_P2: tl.constexpr,
-                PHASE: tl.constexpr, GROUPS: tl.constexpr, CG: tl.constexpr, IN_CHANNEL: tl.constexpr,
+                CHUNK: tl.constexpr, BLOCK: tl.constexpr, UNROLL: tl.constexpr, CHUNKS: tl.constexpr,
+                CHUNKS_P2: tl.constexpr, PHASE: tl.constexpr, GROUPS: tl.constexpr, CG: tl.constexpr, IN_CHANNEL: tl.constexpr,
                 HAS_W: tl.constexpr, HAS_B: tl.constexpr):
     # One program per SM, all resident at once. Program p takes chunk p % CHUNKS of one group of
     # each wave: pass 1 reads the chunk (statistics to PART), the group's programs wait for each
@@ -849,12 +860,21 @@ def gn_resident(X, W, B, Y, PART, ARRIVED, MEAN, RSTD, n_groups, wave, group_siz
                 shift = tl.load(X + base + i * CHUNK).to(tl.float32)
                 s = tl.zeros([BLOCK], tl.float32)
                 ss = tl.zeros([BLOCK], tl.float32)
-                for off in range(0, CHUNK, BLOCK):
-                    idx = i * CHUNK + off + tl.arange(0, BLOCK)
+                for off in range(0, CHUNK, BLOCK * UNROLL):
+                    # UNROLL blocks a trip, loaded as one tile: more bytes in flight per SM, which
+                    # one program per SM needs; the sum over the tile's rows stays in each thread
+                    if UNROLL == 1:
+                        idx = i * CHUNK + off + tl.arange(0, BLOCK)
+                    else:
+                        idx = i * CHUNK + off + tl.arange(0, UNROLL)[:, None] * BLOCK + tl.arange(0, BLOCK)[None, :]
                     ok = idx < group_size
                     d = tl.where(ok, tl.load(X + base + idx, mask=ok, other=0.0).to(tl.float32) - shift, 0.0)
-                    s += d
-                    ss += d * d
+                    if UNROLL == 1:
+                        s += d
+                        ss += d * d
+                    else:
+                        s += tl.sum(d, axis=0)
+                        ss += tl.sum(d * d, axis=0)
                 n = tl.minimum(group_size - i * CHUNK, CHUNK).to(tl.float32)
                 s_all = tl.sum(s, axis=0)
                 tl.store(PART + 2 * (g * CHUNKS + i), shift + s_all / n)
@@ -878,9 +898,9 @@ def gn_resident(X, W, B, Y, PART, ARRIVED, MEAN, RSTD, n_groups, wave, group_siz
                 rstd = tl.rsqrt(tl.sum(m2s + counts * dev * dev, axis=0) / group_size + eps)
                 tl.store(MEAN + g, mean.to(MEAN.dtype.element_ty), mask=i == 0)
                 tl.store(RSTD + g, rstd.to(RSTD.dtype.element_ty), mask=i == 0)
-                for off in range(0, CHUNK, BLOCK):
+                for off in range(0, CHUNK, BLOCK * UNROLL):
                     normalise_block(X, W, B, Y, g, i * CHUNK + off, group_size, hw, mean, rstd, BLOCK,
-                                    GROUPS, CG, IN_CHANNEL, HAS_W, HAS_B)
+                                    GROUPS, CG, IN_CHANNEL, HAS_W, HAS_B, UNROLL)
 
 
 def launch(x, w, b, y, mean, rstd):
@@ -889,7 +909,7 @@ def launch(x, w, b, y, mean, rstd):
     wave = max(1, min(N_GROUPS, sms // chunks))  # groups per wave: every program on its own SM
     part = torch.empty((2 * N_GROUPS * chunks,), dtype=torch.float32, device=x.device)
     arrived = torch.zeros((N_GROUPS,), dtype=torch.int32, device=x.device)
-    common = dict(CHUNK=CHUNK, BLOCK=BLOCK, CHUNKS=chunks, CHUNKS_P2=triton.next_power_of_2(chunks),
+    common = dict(CHUNK=CHUNK, BLOCK=BLOCK, UNROLL=UNROLL, CHUNKS=chunks, CHUNKS_P2=triton.next_power_of_2(chunks),
                   GROUPS=GROUPS, CG=CG, IN_CHANNEL=IN_CHANNEL, HAS_W=HAS_W, HAS_B=HAS_B, num_warps=NUM_WARPS)
     args = (x, w, b, y, part, arrived, mean, rstd, N_GROUPS, wave, GROUP_SIZE, HW, EPS)
     if x.device.type == "cuda" and chunks <= sms:
@@ -942,10 +962,10 @@ def render_group_norm_triton(facts: dict[str, Any], params: dict[str, Any]) -> s
                  f"num_warps={params['num_warps']} reverse={params['reverse']} "
                  f"wave_groups={params['wave_groups']}" if params["variant"] == "split" else
                  f"variant=resident chunk={params['chunk']} block={params['block']} "
-                 f"num_warps={params['num_warps']}" if split else
+                 f"unroll={params.get('unroll', 1)} num_warps={params['num_warps']}" if split else
                  f"variant=per_group block={params['block']} num_warps={params['num_warps']}")
     split_consts = (f"CHUNK = {params['chunk']}\nREVERSE = {params['reverse']}\n"
-                    f"WAVE_GROUPS = {params['wave_groups']}\n" if split else "")
+                    f"WAVE_GROUPS = {params['wave_groups']}\nUNROLL = {params.get('unroll', 1)}\n" if split else "")
     body = _TRITON_GN_COMMON + {"split": _TRITON_GN_SPLIT, "per_group": _TRITON_GN_PER_GROUP,
                                 "resident": _TRITON_GN_RESIDENT + _sm_count_helper()}[params["variant"]]
     return f'''"""kernforge builtin: group norm, N={facts['n']} C={facts['c']} HxW={facts['hw']} \
@@ -968,7 +988,7 @@ HAS_W = {facts['has_weight']}
 HAS_B = {facts['has_bias']}
 BLOCK = {params['block']}
 NUM_WARPS = {params['num_warps']}
-IN_CHANNEL = {facts['hw'] % params['block'] == 0}
+IN_CHANNEL = {facts['hw'] % (params['block'] * params.get('unroll', 1)) == 0}
 {split_consts}{body}
 
 def kf_forward(input, weight, bias, N, C, HxW, group, eps):
