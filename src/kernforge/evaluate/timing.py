@@ -41,11 +41,17 @@ SYNCED_REPS = 50
 # leaves the host time to launch the call before the GPU reaches it.
 GPU_WARMUP, GPU_REPS, GPU_TARGET_MS = 5, (20, 500), 100.0
 FLUSH_BYTES = 256 << 20
+# After the flush the GPU also spins for about 0.5 ms (1M cycles at H200 clocks) before the
+# start event: the host has that long to launch the whole call, so a host held up by other
+# workers (a multi-launch candidate is enqueued over tens of microseconds) does not leave the
+# GPU idle inside the timed span. Not yet measured on a GPU: bench/timing_noise.py is the check.
+RUNWAY_CYCLES = 1_000_000
 
 # Bound now, before any candidate runs (see the module's docstring).
 _Event = torch.cuda.Event
 _synchronize = torch.cuda.synchronize
 _sum = torch.sum
+_spin = getattr(torch.cuda, "_sleep", None)
 
 
 @dataclass
@@ -125,6 +131,8 @@ def _event_samples(fn: Callable[[], Any], flush: torch.Tensor, reps: int) -> lis
     ends = [_Event(enable_timing=True) for _ in range(reps)]
     for start, end in zip(starts, ends):
         _sum(flush)
+        if _spin is not None and RUNWAY_CYCLES:
+            _spin(RUNWAY_CYCLES)
         start.record()
         fn()
         end.record()

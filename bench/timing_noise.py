@@ -1,0 +1,81 @@
+"""Does a busy host spread a multi-launch kernel's GPU timing, and does the runway help?
+
+    PYTHONPATH=src:. python3 bench/timing_noise.py
+
+The split softmax for (8, 262144) f32 (two launches) and eager's softmax (one), timed by
+kernforge.evaluate.timing with and without the runway (the GPU spinning ~0.5 ms after the L2
+flush, so the host has time to launch the call), on a quiet host and on one where every core
+runs a busy process (as when other workers build and check). Prints p20/p50/p80 per case.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import multiprocessing
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+from family_check import make_task, tensor
+
+from kernforge.evaluate import timing
+from kernforge.propose.templates import softmax
+
+
+def split_softmax():
+    args = [tensor([8, 262144]), -1, False]
+    facts = softmax.match(make_task("aten::_softmax.default", args))
+    params = softmax.initial(facts, "triton")
+    path = Path(tempfile.mkdtemp(prefix="kf-noise-")) / "split_softmax.py"
+    path.write_text(softmax.render(facts, "triton", params))
+    spec = importlib.util.spec_from_file_location("split_softmax", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.kf_forward, params
+
+
+def burn(stop) -> None:
+    x = 0
+    while not stop.is_set():
+        x = (x * 31 + 7) % 1000003
+
+
+def main() -> int:
+    x = torch.randn(8, 262144, device="cuda")
+    candidate, params = split_softmax()
+    print(f"split softmax params: {params}")
+    cases = [("split softmax", functools.partial(candidate, x, -1, False)),
+             ("eager softmax", functools.partial(torch.softmax, x, -1))]
+    print("| kernel | host | runway | p20 ms | p50 ms | p80 ms | spread |\n|---|---|---|---|---|---|---|")
+    default_runway = timing.RUNWAY_CYCLES
+    for host in ("quiet", "busy"):
+        stop = multiprocessing.Event()
+        burners = []
+        if host == "busy":
+            burners = [multiprocessing.Process(target=burn, args=(stop,)) for _ in range(os.cpu_count() or 1)]
+            for b in burners:
+                b.start()
+        try:
+            for name, fn in cases:
+                for runway in (0, default_runway):
+                    timing.RUNWAY_CYCLES = runway
+                    for _ in range(2):
+                        t = timing.time_callable(fn, torch.device("cuda"))
+                        print(f"| {name} | {host} | {runway} | {t.p20_ms:.4f} | {t.p50_ms:.4f} | {t.p80_ms:.4f} "
+                              f"| {t.spread:.2f} |", flush=True)
+        finally:
+            stop.set()
+            for b in burners:
+                b.join()
+    timing.RUNWAY_CYCLES = default_runway
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
