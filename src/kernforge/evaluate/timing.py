@@ -117,11 +117,16 @@ def _time_gpu(fn: Callable[[], Any]) -> Timing:
     estimate = _event_samples(fn, flush, GPU_WARMUP)[GPU_WARMUP // 2]
     reps = int(min(GPU_REPS[1], max(GPU_REPS[0], GPU_TARGET_MS / max(estimate, 1e-3))))
     samples = _event_samples(fn, flush, reps)
-    pick = lambda q: samples[min(len(samples) - 1, int(q * len(samples)))]
     synced_ms, sync_gap_ms = _synced(fn, flush)
-    return Timing(p20_ms=pick(0.2), p50_ms=pick(0.5), p80_ms=pick(0.8), runs=reps,
-                  method="cuda-events,l2-flush-read,rotated", synced_ms=synced_ms, sync_gap_ms=sync_gap_ms,
-                  host_ms=_host_clock_ms(fn))
+    return _timing(samples, "cuda-events,l2-flush-read,runway,rotated", synced_ms=synced_ms,
+                   sync_gap_ms=sync_gap_ms, host_ms=_host_clock_ms(fn))
+
+
+def _timing(samples: list[float], method: str, **cross_checks: float) -> Timing:
+    """p20/p50/p80 of sorted samples."""
+    pick = lambda q: samples[min(len(samples) - 1, int(q * len(samples)))]
+    return Timing(p20_ms=pick(0.2), p50_ms=pick(0.5), p80_ms=pick(0.8), runs=len(samples), method=method,
+                  **cross_checks)
 
 
 def _event_samples(fn: Callable[[], Any], flush: torch.Tensor, reps: int) -> list[float]:
@@ -189,10 +194,7 @@ def _time_cpu(fn: Callable[[], Any]) -> Timing:
         start = perf_counter()
         fn()
         samples.append((perf_counter() - start) * 1e3)
-    samples.sort()
-    pick = lambda q: samples[min(len(samples) - 1, int(q * len(samples)))]
-    return Timing(p20_ms=pick(0.2), p50_ms=pick(0.5), p80_ms=pick(0.8), runs=len(samples),
-                  method="wall-clock,rotated")
+    return _timing(sorted(samples), "wall-clock,rotated")
 
 
 def clearly_faster(candidate: Timing, baseline: Timing) -> bool:
