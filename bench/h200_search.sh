@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Issue 5's GPU benchmark, run on the H200 through the device tool from the repository root:
-#   STRATEGY=mcts ITERATIONS=50 ROWS=a,b,... [APPEND=1] bash bench/h200_search.sh
+#   STRATEGY=mcts ITERATIONS=50 ROWS=a,b,... [APPEND=1] [LANES=2] bash bench/h200_search.sh
+# LANES=N: N rows searched side by side, lane k on GPU k (an nvidia-h200-x2 or larger).
 # One `kernforge optimize` per row of BENCHMARKS.md's operator table (bench/seed_ops.py),
 # the builtin proposer, torch.compile default and max-autotune-no-cudagraphs timed as peers.
 # Writes search_<strategy>.json, table_<strategy>.md and, per row, <strategy>_<row>/ (results.tsv,
@@ -14,4 +15,5 @@ args=(--strategy "${STRATEGY:-mcts}" --iterations "${ITERATIONS:-50}" --compile 
       --parallel "${PARALLEL:-0}" --budget-s "${BUDGET_S:-1e9}" --out "$out")
 if [ -n "${ROWS:-}" ]; then args+=(--rows "$ROWS"); fi
 if [ "${APPEND:-0}" = 1 ]; then args+=(--append); fi
+if [ -n "${LANES:-}" ]; then args+=(--lanes "$LANES"); fi
 python3 bench/search_bench.py "${args[@]}"

@@ -19,6 +19,7 @@ import platform
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from statistics import median
@@ -43,13 +44,15 @@ def copy_bandwidth() -> float:
     return 2 * n / (ms * 1e-3)
 
 
-def run_row(name: str, args: argparse.Namespace, runs_dir: Path) -> dict:
+def run_row(name: str, args: argparse.Namespace, runs_dir: Path, gpu: int | None = None) -> dict:
     started = time.perf_counter()
     cmd = [sys.executable, "-m", "kernforge", "optimize", f"bench.seed_ops:{name}", "--backend", "triton",
            "--iterations", str(args.iterations), "--top-k", "1", "--strategy", args.strategy,
            "--compile", args.compile, "--runs-dir", str(runs_dir), "--json", "--timeout", "120"]
     if args.parallel:
         cmd += ["--parallel", str(args.parallel)]
+    if gpu is not None:
+        cmd += ["--gpus", str(gpu)]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False,
                           cwd=Path(__file__).resolve().parent.parent)
     wall = time.perf_counter() - started
@@ -151,6 +154,8 @@ def main() -> int:
     parser.add_argument("--rows", default=",".join(ROWS))
     parser.add_argument("--budget-s", type=float, default=1e9, help="stop starting rows after this long")
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--lanes", type=int, default=1,
+                        help="rows searched side by side, lane k on GPU k (a machine with several GPUs)")
     parser.add_argument("--append", action="store_true",
                         help="add these rows to an existing search_<strategy>.json instead of starting one")
     args = parser.parse_args()
@@ -167,17 +172,35 @@ def main() -> int:
     path = args.out / f"search_{args.strategy}.json"
     if args.append and path.is_file():
         report["rows"] = json.loads(path.read_text())["rows"]
-    for name in args.rows.split(","):
-        if time.perf_counter() - started > args.budget_s:
-            report["rows"].append({"row": name, "error": "not run: the time budget was spent"})
-            continue
-        result = run_row(name, args, Path(tempfile.gettempdir()) / "kf-bench-runs" / args.strategy)
-        result["floor_ms"] = floor_ms(name, bandwidth)
-        report["rows"].append(result)
-        path.write_text(json.dumps(report, indent=1))
-        print(json.dumps({k: result.get(k) for k in ("row", "op", "eager_ms", "best_ms", "speedup_vs_eager",
-                                                       "compile_ms", "max_autotune_ms", "candidates",
-                                                       "search_wall_s", "error")}), flush=True)
+    names = args.rows.split(",")
+    done: dict[str, dict] = {}
+    lock = threading.Lock()
+
+    def lane(k: int) -> None:
+        # lane k takes rows k, k + lanes, ...: list the longest rows first to balance the lanes
+        for name in names[k::args.lanes]:
+            if time.perf_counter() - started > args.budget_s:
+                result = {"row": name, "error": "not run: the time budget was spent"}
+            else:
+                runs = Path(tempfile.gettempdir()) / "kf-bench-runs" / args.strategy / f"lane{k}"
+                result = run_row(name, args, runs, gpu=k if args.lanes > 1 else None)
+                result["floor_ms"] = floor_ms(name, bandwidth)
+                result["gpu"] = k if args.lanes > 1 else None
+            with lock:
+                done[name] = result
+                report["rows"] = previous + [done[n] for n in names if n in done]
+                path.write_text(json.dumps(report, indent=1))
+                print(json.dumps({key: result.get(key) for key in ("row", "op", "eager_ms", "best_ms",
+                                                               "speedup_vs_eager", "compile_ms", "max_autotune_ms",
+                                                               "candidates", "search_wall_s", "error")}), flush=True)
+
+    previous = list(report["rows"])
+    threads = [threading.Thread(target=lane, args=(k,)) for k in range(max(1, args.lanes))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    report["lanes"] = args.lanes
     evals = [s for r in report["rows"] for s in r.get("eval_s", [])]
     walls = [r["search_wall_s"] / r["candidates"] for r in report["rows"] if r.get("candidates")]
     report["median_candidate_eval_s"] = median(evals) if evals else None
