@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -51,9 +52,11 @@ def run_row(name: str, args: argparse.Namespace, runs_dir: Path, gpu: int | None
            "--compile", args.compile, "--runs-dir", str(runs_dir), "--json", "--timeout", "120"]
     if args.parallel:
         cmd += ["--parallel", str(args.parallel)]
-    if gpu is not None:
-        cmd += ["--gpus", str(gpu)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False,
+    # A lane's whole process sees only its GPU: its capture and baselines too, not only its
+    # candidates (--gpus would pin those alone, and the capture would run on GPU 0 beside
+    # another lane's timings).
+    env = os.environ | {"CUDA_VISIBLE_DEVICES": str(gpu)} if gpu is not None else None
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env,
                           cwd=Path(__file__).resolve().parent.parent)
     wall = time.perf_counter() - started
     if proc.returncode != 0:
