@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import importlib.util
 import itertools
 import json
 import subprocess
@@ -29,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from family_check import make_task, tensor
 
 from kernforge.evaluate.timing import time_callable
+from kernforge.importing import import_path
 from kernforge.propose.templates import norms, reduce
 
 MEAN = "aten::mean.dim"
@@ -38,10 +38,7 @@ GN = "aten::native_group_norm.default"
 def load(source: str, name: str):
     path = Path(tempfile.mkdtemp(prefix="kf-probe-")) / f"{name}.py"
     path.write_text(source)
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return import_path(path, "kf_probe")
 
 
 def mean_points(facts: dict) -> list[dict]:
@@ -88,7 +85,7 @@ def kf_forward(x, *args):
 
 def cases() -> list[tuple[str, str, list, list[dict], object]]:
     out = []
-    for n in (256,):
+    for n in (32, 256):
         args = [tensor([n, 2048, 7, 7]), [-1, -2], True]
         facts = reduce.match(make_task(MEAN, args))
         out.append((f"mean_f32_{n}x2048x7x7", MEAN, args, mean_points(facts), lambda p, f=facts: reduce.render(f, "triton", p)))

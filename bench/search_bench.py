@@ -173,8 +173,8 @@ def main() -> int:
               "strategy": args.strategy, "iterations": args.iterations, "proposer": "builtin",
               "compile": args.compile, "copy_bandwidth_tb_s": bandwidth / 1e12, "rows": []}
     path = args.out / f"search_{args.strategy}.json"
-    if args.append and path.is_file():
-        report["rows"] = json.loads(path.read_text())["rows"]
+    if args.append and path.is_file():  # rows run again replace their old entry
+        report["rows"] = [r for r in json.loads(path.read_text())["rows"] if r["row"] not in args.rows.split(",")]
     names = args.rows.split(",")
     done: dict[str, dict] = {}
     lock = threading.Lock()

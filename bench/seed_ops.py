@@ -1,6 +1,6 @@
 """The operators of ../shared/BENCHMARKS.md's table, one model each, for `kernforge optimize`.
 
-    python -m kernforge optimize bench.seed_ops:softmax_bf16_8x2048x2048 --backend triton
+    python -m kernforge optimize bench.seed_ops:softmax_bf16_1x8x2048x2048 --backend triton
 
 Each factory returns (model, inputs) on the CPU; kernforge moves them to the device.
 ROWS gives each case its label in the table and the bytes that must move (read + write),

@@ -15,6 +15,7 @@ import sys
 import torch
 from triton.testing import do_bench
 
+from kernforge.evaluate import timing
 from kernforge.evaluate.timing import time_callable
 
 
@@ -33,6 +34,7 @@ def ops() -> list[tuple[str, object]]:
 
 
 def main() -> int:
+    timing.RUNWAY_CYCLES = 0  # the flushes alone, as when bench/results/h200/timing_flush.md was measured
     print("| op | method | repeat | p20 ms | p50 ms | p80 ms | spread |\n|---|---|---|---|---|---|---|")
     for name, fn in ops():
         for repeat in range(3):

@@ -11,7 +11,6 @@ runs a busy process (as when other workers build and check). Prints p20/p50/p80 
 from __future__ import annotations
 
 import functools
-import importlib.util
 import multiprocessing
 import os
 import sys
@@ -25,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from family_check import make_task, tensor
 
 from kernforge.evaluate import timing
+from kernforge.importing import import_path
 from kernforge.propose.templates import softmax
 
 
@@ -34,10 +34,7 @@ def split_softmax():
     params = softmax.initial(facts, "triton")
     path = Path(tempfile.mkdtemp(prefix="kf-noise-")) / "split_softmax.py"
     path.write_text(softmax.render(facts, "triton", params))
-    spec = importlib.util.spec_from_file_location("split_softmax", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.kf_forward, params
+    return import_path(path, "kf_noise").kf_forward, params
 
 
 def burn(stop) -> None:

@@ -154,7 +154,9 @@ def _strides_differ(outs: list[torch.Tensor], eager: list[torch.Tensor]) -> str 
     return None
 
 
-def check_source(source: str, backend_name: str, task: KernelTask, work_dir: Path) -> str | None:
+def check_source(source: str, backend_name: str, task: KernelTask, work_dir: Path,
+                 sets: tuple[str, ...] | None = None) -> str | None:
+    """Build `source` and check it (check_kernel; `sets`: its input sets, default all)."""
     from kernforge.backends import get_backend
 
     backend = get_backend(backend_name)
@@ -165,7 +167,7 @@ def check_source(source: str, backend_name: str, task: KernelTask, work_dir: Pat
         kernel = backend.build(path, work_dir / "build", task.outputs)
     except Exception as e:  # noqa: BLE001
         return f"build: {type(e).__name__}: {e}"[:2000]
-    return check_kernel(kernel, task)
+    return check_kernel(kernel, task, sets)
 
 
 def check_params(task: KernelTask, backend_name: str, params: dict[str, Any], work_dir: Path) -> str | None:

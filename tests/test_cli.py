@@ -300,3 +300,12 @@ def test_optimize_applies_the_model_options(runs_dir: Path):
     assert task["dtype"] == "bfloat16"
     config = json.loads(next(runs_dir.iterdir()).joinpath("config.json").read_text())
     assert config["model_name"] == "tiny_softmax" and config["model"]["dtype"] == "bf16" and config["resolved_backend"] == "cpu"
+
+
+def test_the_finalists_default_is_the_engines():
+    import inspect
+
+    from kernforge.cli import optimize
+    from kernforge.search.engine import FINALISTS
+
+    assert inspect.signature(optimize).parameters["finalists"].default.default == FINALISTS

@@ -327,3 +327,6 @@ def test_cpu_jobs_get_no_prestarted_worker():
     from kernforge.evaluate.runner import WORKERS
 
     assert WORKERS.devices == ("cuda",)  # a waiting worker's import would take the cores being timed
+    ready = len(WORKERS._ready)
+    WORKERS.prestart("cpu", dict(os.environ))
+    assert len(WORKERS._ready) == ready  # nothing was started for a CPU job

@@ -21,7 +21,7 @@ from typing import Any
 
 import family_check
 import pytest
-from family_check import channels_last, check_kernel, make_task, tensor
+from family_check import channels_last, check_source, make_task, tensor
 
 from kernforge.evaluate.scan import scan_source
 from kernforge.propose.builtin import BuiltinProposer, _all_points
@@ -38,8 +38,6 @@ ALL_SETS = ("normal", "large", "mixed")
 def check_variant(task: KernelTask, backend_name: str, params: dict[str, Any], work_dir: Path,
                   sets: tuple[str, ...] = ALL_SETS, int64: bool = False) -> str | None:
     """`int64` forces 64-bit offsets, which only tensors past 2^31 elements get by themselves."""
-    from kernforge.backends import get_backend
-
     facts = ew.match(task)
     assert not isinstance(facts, str), facts
     facts["int64"] = facts["int64"] or int64
@@ -47,15 +45,7 @@ def check_variant(task: KernelTask, backend_name: str, params: dict[str, Any], w
     findings = scan_source(source, "triton" if backend_name == "triton" else "c", task.outputs[0]["dtype"])
     if findings:
         return f"scan: {findings[0]}"
-    backend = get_backend(backend_name)
-    work_dir.mkdir(parents=True, exist_ok=True)
-    path = work_dir / f"variant{backend.source_suffix}"
-    path.write_text(source)
-    try:
-        kernel = backend.build(path, work_dir / "build", task.outputs)
-    except Exception as e:  # noqa: BLE001
-        return f"build: {type(e).__name__}: {e}"[:2000]
-    return check_kernel(kernel, task, sets)
+    return check_source(source, backend_name, task, work_dir, sets)
 
 
 # ---------------------------------------------------------------- the cases

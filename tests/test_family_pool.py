@@ -177,6 +177,12 @@ def triton_variants() -> list[dict]:
     return variants
 
 
+def test_triton_sample_points_are_valid():
+    for v in triton_variants():
+        facts = pool.match(make_task(v["op"], v["args"]))
+        assert pool.valid(facts, "triton", v["params"]), v["id"]
+
+
 @pytest.fixture(scope="module")
 def triton_results() -> dict:
     return family_check.run_under_interpreter(triton_variants())

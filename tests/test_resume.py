@@ -80,7 +80,10 @@ def test_a_killed_run_resumes_and_spends_exactly_its_budget(resumed):
 def test_resumed_candidates_expand_the_recorded_tree_and_never_repeat(resumed):
     run_dir, _, _ = resumed
     nodes = RunDB(run_dir / "run.db").nodes()
-    sources = [Path(n.source_path).read_text() for n in nodes]
+    # recorded relative to the run folder, so that a moved folder, or a resume started from
+    # another directory, still finds every candidate's source
+    assert not any(Path(n.source_path).is_absolute() for n in nodes)
+    sources = [(run_dir / n.source_path).read_text() for n in nodes]
     assert len(set(sources)) == len(sources)
     ids = {n.node for n in nodes}
     assert all(n.parent is None or n.parent in ids for n in nodes)

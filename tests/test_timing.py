@@ -40,7 +40,8 @@ def test_honest_kernels_measured_on_the_h200_pass():
 def test_paired_gaps_decide_when_both_timings_have_them():
     # The H200 search's false cheat: a two-launch group norm, events 0.0211 ms, synchronised
     # 0.0624 ms against eager's smaller difference, because the host was busier when it was
-    # timed. Its paired gap (the least over the calls) is eager's: not a cheat.
+    # timed. Its paired gap (the least over the calls) matches eager's: not a cheat. The gaps
+    # here are made up: the per-call gap has not been measured on a GPU yet.
     honest = Timing(p20_ms=0.02, p50_ms=0.0211, p80_ms=0.03, runs=50, method="test", synced_ms=0.0624,
                     sync_gap_ms=0.006)
     eager = Timing(p20_ms=0.24, p50_ms=0.245, p80_ms=0.25, runs=50, method="test", synced_ms=0.256,
@@ -50,6 +51,11 @@ def test_paired_gaps_decide_when_both_timings_have_them():
     cheat = Timing(p20_ms=0.002, p50_ms=0.002, p80_ms=0.002, runs=50, method="test", synced_ms=0.042,
                    sync_gap_ms=0.036)
     assert escapes_the_events(cheat, eager)
+    # the honest one's speedup stands despite its stretched synchronised median; an escape does not
+    assert confirmed_by_sync(honest, eager)
+    small_cheat = Timing(p20_ms=0.002, p50_ms=0.002, p80_ms=0.002, runs=50, method="test", synced_ms=0.03,
+                         sync_gap_ms=0.0055 + 0.3)  # 0.3 ms escaped against eager's 0.245
+    assert not confirmed_by_sync(small_cheat, eager)
 
 
 def test_honest_speedups_are_confirmed():

@@ -84,6 +84,7 @@ def optimize(
     gpus: str = typer.Option("all", help="local executor: the GPUs to spread candidates over, e.g. 0,1"),
     ray_address: str = typer.Option("local", help="ray executor: the cluster's address (ray://host:10001 "
                                                   "or host:6379), or local to start a cluster here"),
+    # 3 is search.engine.FINALISTS, not imported here because it pulls in torch (test_cli checks)
     finalists: int = typer.Option(3, min=0, help="when a task's budget is spent, evaluate its best N "
                                                  "candidates again, one at a time, and let only those "
                                                  "results count (0: keep the search's own)"),
@@ -91,7 +92,7 @@ def optimize(
     as_json: bool = typer.Option(False, "--json", help="print the result as JSON instead of tables"),
 ) -> None:
     """Profile the model, pick its K hottest ops, search faster kernels for each, print the result."""
-    from kernforge.optimize import OptimizeOptions, options_from_config, summary
+    from kernforge.optimize import OptimizeOptions, summary
     from kernforge.optimize import optimize as run_optimize
     from kernforge.optimize import resume as run_resume
     from kernforge.report import profile_table, results_table
@@ -101,7 +102,6 @@ def optimize(
     if resume is not None:
         with _progress(quiet=as_json) as on_event:
             result = run_resume(resume, on_event)
-        opts = options_from_config(json.loads((resume / "config.json").read_text()))
     else:
         opts = OptimizeOptions(spec=spec, backend=backend, proposer=proposer, strategy=strategy,
                                iterations=iterations, top_k=top_k, runs_dir=runs_dir,
@@ -110,6 +110,7 @@ def optimize(
                                model=_model_options(batch_size, seq_len, resolution, dtype, scale))
         with _progress(quiet=as_json) as on_event:
             result = run_optimize(opts, on_event)
+    opts = result.options
     data = summary(result)
     if as_json:
         print(json.dumps(data, indent=1))
@@ -314,10 +315,8 @@ class _progress:
             r = node.result
             speed = f"{r.speedup_vs_eager:.2f}x vs eager" if r.speedup_vs_eager else ""
             line = f"  {node.node_id} {r.status:13} {speed:16} {node.proposal.rationale[:70]}"
-            best = outcome.best
             self.rows.get(outcome.task.task_id, {}).update(
-                done=str(len(outcome.nodes)), best=f"{best.final.speedup_vs_eager:.2f}x" if best else "1.00x",
-                counts=", ".join(f"{k} {v}" for k, v in sorted(outcome.status_counts().items())),
+                done=str(len(outcome.nodes)), best=_best_text(outcome), counts=_counts_text(outcome),
                 last=f"{node.node_id} {r.status}")
             self._say(line if self.live else f"{line}  [{_standing(outcome)}]")
         elif kind == "confirm":
@@ -325,9 +324,7 @@ class _progress:
             r, before = node.confirmed, node.result.speedup_vs_eager
             speed = f"{r.speedup_vs_eager:.2f}x vs eager" if r.speedup_vs_eager else r.status
             self._say(f"  {node.node_id} again, alone: {speed} (in the search {before:.2f}x)")
-            best = outcome.best
-            self.rows.get(outcome.task.task_id, {}).update(
-                best=f"{best.final.speedup_vs_eager:.2f}x" if best else "1.00x", last=f"{node.node_id} again")
+            self.rows.get(outcome.task.task_id, {}).update(best=_best_text(outcome), last=f"{node.node_id} again")
         elif kind == "task_end":
             outcome = data[0]
             self.rows.get(outcome.task.task_id, {}).update(last="done")
@@ -352,9 +349,16 @@ class _progress:
 
 def _standing(outcome: Any) -> str:
     """Best speedup beyond the noise so far, and the count of each status."""
+    return f"best {_best_text(outcome)} | {_counts_text(outcome)}"
+
+
+def _best_text(outcome: Any) -> str:
     best = outcome.best
-    counts = ", ".join(f"{k} {v}" for k, v in sorted(outcome.status_counts().items()))
-    return f"best {best.final.speedup_vs_eager:.2f}x | {counts}" if best else f"best 1.00x | {counts}"
+    return f"{best.final.speedup_vs_eager:.2f}x" if best else "1.00x"
+
+
+def _counts_text(outcome: Any) -> str:
+    return ", ".join(f"{k} {v}" for k, v in sorted(outcome.status_counts().items()))
 
 
 def main() -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gc
-import json
 import platform
 import re
 import shutil
@@ -51,6 +50,7 @@ class OptimizeOptions:
 @dataclass
 class OptimizeResult:
     run_dir: Path
+    options: OptimizeOptions
     backend: str
     device: str
     capture: Capture
@@ -129,7 +129,7 @@ def optimize(opts: OptimizeOptions, on_event: OnEvent = lambda *a: None) -> Opti
     store.write_json("skipped.json", [{"op": p.op, "signature": p.signature, "share": p.share, "reason": why}
                                       for p, why in skipped])
     store.db.add_tasks([(t.task_id, asdict(t)) for t in tasks])
-    result = OptimizeResult(run_dir=store.root, backend=backend.name, device=device, capture=capture,
+    result = OptimizeResult(run_dir=store.root, options=opts, backend=backend.name, device=device, capture=capture,
                             skipped=skipped)
     return _search_all(opts, result, store, backend, proposer, tasks, {}, on_event, started)
 
@@ -159,7 +159,7 @@ def resume(run_dir: Path, on_event: OnEvent = lambda *a: None) -> OptimizeResult
     previous = {t.task_id: previous_nodes(store, t.task_id) for t in tasks}
     skipped_rows = store.read_json("skipped.json") if (run_dir / "skipped.json").is_file() else []
     profiles = {p.signature: p for p in capture.profiles}
-    result = OptimizeResult(run_dir=store.root, backend=backend.name, device=device, capture=capture,
+    result = OptimizeResult(run_dir=store.root, options=opts, backend=backend.name, device=device, capture=capture,
                             skipped=[(profiles[r["signature"]], r["reason"]) for r in skipped_rows
                                      if r["signature"] in profiles])
     store.rewrite_results([row_of(t, n) for t in tasks for n in previous[t.task_id]])
@@ -206,10 +206,10 @@ def options_from_config(config: dict[str, Any]) -> OptimizeOptions:
 def _finished_outcome(store: RunStore, task: Any, nodes: list[Node]) -> TaskOutcome:
     from kernforge.evaluate import Baseline, Timing
 
-    path = store.root / "tasks" / task.task_id / "baseline.json"
+    relative = f"tasks/{task.task_id}/baseline.json"
     baseline = None
-    if path.is_file():
-        data = json.loads(path.read_text())
+    if (store.root / relative).is_file():
+        data = store.read_json(relative)
         baseline = Baseline(**{**data, "eager": Timing(**data["eager"]) if data.get("eager") else None})
     return TaskOutcome(task=task, baseline=baseline, nodes=nodes,
                        error="" if baseline else "its baseline failed before the run stopped")

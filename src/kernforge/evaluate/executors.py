@@ -28,7 +28,6 @@ JobResult = tuple[dict[str, Any] | None, str, float]
 
 
 class Executor(Protocol):
-    name: str
     capacity: int  # jobs it can run at once
 
     def run(self, job: dict[str, Any], job_dir: Path, timeout_s: float) -> JobResult: ...
@@ -40,10 +39,7 @@ class LocalExecutor:
     """Worker processes on this machine, one slot per (GPU, k): a job takes a free slot and
     runs pinned to its GPU, with that GPU's lock (lock_dir None: no lock, for one job alone)."""
 
-    name = "local"
-
     def __init__(self, gpus: list[int] | None, per_device: int, lock_dir: Path | None):
-        self.gpus = gpus
         self.per_device = max(1, per_device)
         self.lock_dir = lock_dir
         self._slots: queue.Queue[int | None] = queue.Queue()

@@ -9,6 +9,7 @@ return it.
 from __future__ import annotations
 
 import functools
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -73,11 +74,20 @@ def _bit_identical(outs: list[torch.Tensor], other: list[torch.Tensor]) -> bool:
                                            for a, b in zip(outs, other))
 
 
-@functools.lru_cache(maxsize=1)
+_ORACLE_LOCK = threading.Lock()
+
+
 def _oracle(path: str) -> Oracle:
     """A task's oracle, read once: every candidate of the task is judged against the same file
     (4 input sets of 8.4 M float64 values, 268 MB, for the attention example), which never
-    changes while the task runs."""
+    changes while the task runs. Candidates in flight are judged in threads, so the first of
+    them loads it while the others wait, rather than each loading its own copy."""
+    with _ORACLE_LOCK:
+        return _load_oracle(path)
+
+
+@functools.lru_cache(maxsize=1)
+def _load_oracle(path: str) -> Oracle:
     return Oracle(torch.load(path, weights_only=False))
 
 

@@ -35,8 +35,6 @@ _BROUGHT_BACK = ("outputs_path", "reference_path", "oracle_path")
 
 
 class RayExecutor:
-    name = "ray"
-
     def __init__(self, address: str, device: str, per_device: int):
         check_address(address)
         import ray
@@ -56,12 +54,15 @@ class RayExecutor:
         self.device = device
         self.per_device = max(1, per_device)
         resources = ray.cluster_resources()
-        units = int(resources.get("GPU", 0)) if device == "cuda" else int(resources.get("CPU", 1))
-        if device == "cuda" and units == 0:
+        gpus = int(resources.get("GPU", 0))
+        if device == "cuda" and gpus == 0:
             raise UserError("the Ray cluster has no GPU; run a CPU search or add GPU nodes")
-        # On a GPU, per_device jobs share one (fractional num_gpus); on CPUs one job per CPU,
-        # as the local executor runs one CPU job at a time per machine.
-        self.capacity = units * self.per_device if device == "cuda" else max(1, units)
+        # On a GPU, per_device jobs share one (fractional num_gpus). On CPUs, per_device jobs per
+        # node, spread over the nodes, as the local executor runs --parallel CPU jobs per machine:
+        # one job per core would start workers (a torch import each) beside another's timing on
+        # the same cores, which made eager look 7-16x slower here (see PrestartedWorkers).
+        nodes = sum(1 for n in ray.nodes() if n.get("Alive"))
+        self.capacity = gpus * self.per_device if device == "cuda" else max(1, nodes) * self.per_device
         self._remote = ray.remote(_run_on_node)
         self._shared: dict[str, Any] = {}  # reference.pt path -> object ref, sent once
         self._lock = threading.Lock()
@@ -76,7 +77,8 @@ class RayExecutor:
             from kernforge.tasks import load_task
 
             samples = {p: Path(p).read_bytes() for p in load_task(Path(job["task_path"])).samples}
-        options = {"num_gpus": 1 / self.per_device} if self.device == "cuda" else {"num_cpus": 1}
+        options = ({"num_gpus": 1 / self.per_device} if self.device == "cuda"
+                   else {"num_cpus": 1, "scheduling_strategy": "SPREAD"})
         ref = self._remote.options(**options, max_retries=0).remote(job, files, samples, timeout_s)
         try:
             back = self.ray.get(ref, timeout=timeout_s + 120)
@@ -148,7 +150,7 @@ def _run_on_node(job: dict[str, Any], files: dict[str, Any], samples: dict[str, 
         name = f"gpu-{int(gpus[0])}.lock" if gpus else "cpu.lock"
         local["device_lock"] = str(machine_lock_dir() / name)
         job_dir = root / "job"
-        result, tail, wall = run_job(local, job_dir, timeout_s)
+        result, tail, wall = run_job(local, job_dir, timeout_s, prestart=False)
         back: dict[str, Any] = {"result": result, "tail": tail, "wall_s": wall,
                                 "log": _read(job_dir / "log.txt"), "files": {}, "build": b""}
         for key in _BROUGHT_BACK:

@@ -82,10 +82,13 @@ class Baseline:
     compiled: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
-def run_job(job: dict[str, Any], job_dir: Path, timeout_s: float,
-            env_extra: dict[str, str] | None = None) -> tuple[dict[str, Any] | None, str, float]:
+def run_job(job: dict[str, Any], job_dir: Path, timeout_s: float, env_extra: dict[str, str] | None = None,
+            prestart: bool = True) -> tuple[dict[str, Any] | None, str, float]:
     """Run one job in a worker process here; return (result or None if the worker died, log tail,
-    wall seconds). env_extra goes into the worker's environment (CUDA_VISIBLE_DEVICES: its GPU)."""
+    wall seconds). env_extra goes into the worker's environment (CUDA_VISIBLE_DEVICES: its GPU).
+    prestart: start the next job's worker meanwhile; not on a Ray node, where Ray sets each task's
+    CUDA_VISIBLE_DEVICES, so a waiting worker seldom matches the next job and would only hold a
+    CUDA context."""
     job_dir.mkdir(parents=True, exist_ok=True)
     job = {**job, "result_path": str(job_dir / "result.json")}
     (job_dir / "job.json").write_text(json.dumps(job, indent=1))
@@ -96,9 +99,14 @@ def run_job(job: dict[str, Any], job_dir: Path, timeout_s: float,
     proc = WORKERS.take(job["device"], env)
     if proc is not None:
         log_path.write_text("")  # the worker opens it for its output once it has the job
-        proc.stdin.write(f"{job_dir / 'job.json'}\n")
-        proc.stdin.close()
-    WORKERS.prestart(job["device"], env)  # the next job's worker starts while this one runs
+        try:
+            proc.stdin.write(f"{job_dir / 'job.json'}\n")
+            proc.stdin.close()
+        except OSError:  # it died after take() saw it alive: start a fresh one below instead
+            _kill_group(proc)
+            proc = None
+    if prestart:
+        WORKERS.prestart(job["device"], env)  # the next job's worker starts while this one runs
     with open(log_path, "a") as log:
         if proc is None:
             proc = subprocess.Popen([sys.executable, "-m", "kernforge.evaluate.worker", str(job_dir / "job.json")],

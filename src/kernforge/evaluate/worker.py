@@ -76,19 +76,27 @@ def run_baseline(job: dict[str, Any]) -> dict[str, Any]:
                 "outputs_meta": task.outputs}, job["reference_path"])
     torch.save({"oracles": oracles, "eager_errors": eager_errors, "dtypes": dtypes}, job["oracle_path"])
     inputs = to_device(input_sets[0], device)
-    timing, _ = time_rotated(op, inputs, device)
-    compiled = {mode: _time_compiled(op, inputs, device, mode) for mode in job.get("compile_modes", [])}
+    # Timed under the device's lock, as candidates are, so that another search on the machine
+    # never times beside it; on a CPU, checks_exclusive as for candidates.
+    lock = DeviceLock(job.get("device_lock"), checks_exclusive=device.type == "cpu")
+    with lock.for_timing():
+        timing, _ = time_rotated(op, inputs, device)
+    compiled = {mode: _time_compiled(op, inputs, device, mode, lock) for mode in job.get("compile_modes", [])}
     return {"status": "ok", "eager": timing.__dict__, "compiled": compiled, "eager_errors": eager_errors,
             "labels": labels, "device_name": device_name(device)}
 
 
-def _time_compiled(op: Any, inputs: Any, device: torch.device, mode: str) -> dict[str, Any]:
-    """torch.compile of the op alone, timed the same way; its error, if it cannot compile, is data."""
+def _time_compiled(op: Any, inputs: Any, device: torch.device, mode: str, lock: DeviceLock) -> dict[str, Any]:
+    """torch.compile of the op alone, timed the same way; its error, if it cannot compile, is data.
+    It compiles (and autotunes, minutes for max-autotune) on a first call outside the lock."""
     from kernforge.evaluate.timing import time_rotated
 
     try:
         compiled = torch.compile(lambda *a, **k: op(*a, **k), mode=None if mode == "default" else mode)
-        timing, _ = time_rotated(compiled, inputs, device)
+        args, kwargs = inputs
+        compiled(*args, **kwargs)
+        with lock.for_timing():
+            timing, _ = time_rotated(compiled, inputs, device)
         return {"timing": timing.__dict__, "error": ""}
     except Exception as e:  # noqa: BLE001 - a peer that fails is reported, not fatal
         return {"timing": None, "error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}

@@ -135,14 +135,11 @@ class BuiltinProposer:
 
     def _nearest_untried(self, space: dict[str, list[Any]], params: dict[str, Any],
                          fresh: Callable[[dict[str, Any]], bool]) -> dict[str, Any] | None:
-        best, best_dist = None, None
-        for candidate in _all_points(space):
-            if not fresh(candidate):
-                continue
-            dist = sum(abs(space[n].index(candidate[n]) - space[n].index(params[n])) for n in space)
-            if best_dist is None or dist < best_dist:
-                best, best_dist = candidate, dist
-        return best
+        # Nearest first (a stable sort: ties in the space's order), then the first fresh one.
+        here = {n: space[n].index(params[n]) for n in space}
+        by_distance = sorted(_all_points(space),
+                             key=lambda c: sum(abs(space[n].index(c[n]) - here[n]) for n in space))
+        return next((c for c in by_distance if fresh(c)), None)
 
 
 def _all_points(space: dict[str, list[Any]]):

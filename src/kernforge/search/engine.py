@@ -180,10 +180,6 @@ def search_task(
             return Node(node_id=node_id, parent_id=parent.node_id if parent else None,
                         proposal=proposal, result=result)
 
-        if len(started) == 1:
-            node = run(*started[0])
-            finish(node, decide)
-            return [node]
         # Each node is recorded as soon as its worker is done, so that a kill loses only the
         # candidates still running; decide() sees them in the order they finish.
         nodes: list[Node | None] = [None] * len(started)
@@ -231,10 +227,14 @@ def pick_finalists(nodes: list[Node], count: int) -> list[Node]:
 
 
 def previous_nodes(store: RunStore, task_id: str) -> list[Node]:
-    """The nodes a task recorded before the run stopped, rebuilt from the database and the files."""
+    """The nodes a task recorded before the run stopped, rebuilt from the database and the files,
+    in the order they finished: with several in flight, the strategies decided in that order (a
+    later id can have been kept before an earlier one beat it), so a rebuilt tree or greedy's
+    last kept node must see them so too."""
     nodes = []
-    for rec in store.db.nodes(task_id):
-        source = Path(rec.source_path).read_text() if Path(rec.source_path).exists() else ""
+    for rec in sorted(store.db.nodes(task_id), key=lambda r: r.finished):
+        path = store.root / rec.source_path
+        source = path.read_text() if path.exists() else ""
         proposal = Proposal(source=source, rationale=rec.rationale, params=rec.params.get("params", {}),
                             changes=rec.params.get("changes", {}))
         confirm = store.root / "tasks" / task_id / "nodes" / rec.node / "confirm.json"

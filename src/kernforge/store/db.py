@@ -30,7 +30,7 @@ CREATE TABLE IF NOT EXISTS nodes (
     status TEXT NOT NULL,
     speedup REAL,
     kept INTEGER NOT NULL,
-    source_path TEXT NOT NULL,
+    source_path TEXT NOT NULL,    -- relative to the run folder, which may move
     rationale TEXT NOT NULL,
     params_json TEXT NOT NULL,
     result_json TEXT NOT NULL,
@@ -52,19 +52,16 @@ class NodeRecord:
     rationale: str
     params: dict[str, Any]
     result: dict[str, Any]
+    finished: float = 0.0  # when the node was recorded: with several in flight, not the ids' order
 
 
 class RunDB:
     def __init__(self, path: Path):
-        self.path = path
         # One connection per RunDB, used from the search thread only (writes are serialised there).
-        self.conn = sqlite3.connect(path, timeout=30.0, isolation_level=None, check_same_thread=False)
+        self.conn = sqlite3.connect(path, timeout=30.0, isolation_level=None)
         self.conn.execute("PRAGMA journal_mode=WAL")
         self.conn.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable across a process kill
         self.conn.executescript(SCHEMA)
-
-    def close(self) -> None:
-        self.conn.close()
 
     def add_tasks(self, tasks: list[tuple[str, dict[str, Any]]]) -> None:
         with self.conn:
@@ -93,9 +90,9 @@ class RunDB:
 
     def nodes(self, task_id: str | None = None) -> list[NodeRecord]:
         query = ("SELECT task, node, parent, status, speedup, kept, source_path, rationale, params_json, "
-                 "result_json FROM nodes")
+                 "result_json, finished FROM nodes")
         rows = (self.conn.execute(query + " WHERE task = ? ORDER BY node", (task_id,)) if task_id
                 else self.conn.execute(query + " ORDER BY task, node")).fetchall()
         return [NodeRecord(task=r[0], node=r[1], parent=r[2], status=r[3], speedup=r[4], kept=bool(r[5]),
                            source_path=r[6], rationale=r[7], params=json.loads(r[8]),
-                           result=json.loads(r[9])) for r in rows]
+                           result=json.loads(r[9]), finished=r[10]) for r in rows]

@@ -50,14 +50,14 @@ class RunStore:
         source = self.node_dir(task_id, node_id) / f"candidate{suffix}"
         self.db.add_node(NodeRecord(
             task=task_id, node=node_id, parent=parent_id, status=result.status,
-            speedup=result.speedup_vs_eager, kept=kept, source_path=str(source),
+            speedup=result.speedup_vs_eager, kept=kept, source_path=str(source.relative_to(self.root)),
             rationale=proposal.rationale, params={"params": proposal.params, "changes": proposal.changes},
             result=result.to_json()))
 
     def rewrite_results(self, rows: list[dict[str, Any]]) -> None:
         """results.tsv made again from recorded rows: on resume, the database is the record."""
         (self.root / "results.tsv").unlink(missing_ok=True)
-        for row in rows:
+        for row in rows:  # a few hundred rows at most, once per resume
             self.append_result(row)
 
     @classmethod

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 # The SMs of an H100/H200, the GPUs kernforge is tuned on; used where no GPU is visible
 # (the Triton interpreter, tests). The starting points aim to give each SM several programs.
@@ -17,6 +18,36 @@ def gpu_sms() -> int:
     if torch.cuda.is_available():
         return torch.cuda.get_device_properties(0).multi_processor_count
     return H200_SMS
+
+# The generated module's own SM count, read once per device: launch() runs inside the timed
+# call, where a device-properties query each time would cost microseconds.
+TRITON_SM_COUNT = '''
+_SMS = {}
+
+
+def sm_count(device):
+    # the interpreter runs on the CPU: a few programs, so that persistent loops run more than once
+    if device not in _SMS:
+        _SMS[device] = (torch.cuda.get_device_properties(device).multi_processor_count
+                        if device.type == "cuda" else 4)
+    return _SMS[device]
+'''
+
+SUPPORTED_DTYPES = ("torch.float32", "torch.float16", "torch.bfloat16")
+
+
+def is_tensor(value: Any) -> bool:
+    """A tensor argument in a task's JSON form."""
+    return isinstance(value, dict) and "shape" in value
+
+
+def split_kwargs(args: list[Any]) -> tuple[list[Any], dict[str, Any]]:
+    """A task's arguments as capture records them: keyword ones in a last {"kwargs": {...}}
+    element (capture/profile.py)."""
+    if args and isinstance(args[-1], dict) and set(args[-1]) == {"kwargs"}:
+        return list(args[:-1]), dict(args[-1]["kwargs"])
+    return list(args), {}
+
 
 C_TYPES = {"float32": ("float", "KF_F32"), "float16": ("_Float16", "KF_F16"),
            "bfloat16": ("uint16_t", "KF_BF16")}

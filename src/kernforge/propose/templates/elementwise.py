@@ -29,7 +29,15 @@ from typing import Any
 
 from kernforge.backends.native import C_PRELUDE
 from kernforge.propose.builtin import Family
-from kernforge.propose.templates.common import C_LOAD_STORE, C_TYPES, gpu_sms, next_pow2
+from kernforge.propose.templates.common import (
+    C_LOAD_STORE,
+    C_TYPES,
+    TRITON_SM_COUNT,
+    gpu_sms,
+    is_tensor,
+    next_pow2,
+    split_kwargs,
+)
 from kernforge.tasks import KernelTask
 
 OUTPUT_DTYPES = {"torch.float32": "float32", "torch.bfloat16": "bfloat16", "torch.float16": "float16"}
@@ -101,7 +109,7 @@ def match(task: KernelTask) -> dict[str, Any] | str:
     reason = _op_reason(task.op, name, overload)
     if reason:
         return reason
-    args, kwargs = _split_kwargs(task.args)
+    args, kwargs = split_kwargs(task.args)
     expr = _expression(name, args, kwargs)
     if isinstance(expr, str):
         return expr
@@ -144,12 +152,6 @@ def _op_reason(op: str, name: str, overload: str) -> str | None:
     return f"no built-in template for {op}"
 
 
-def _split_kwargs(args: list[Any]) -> tuple[list[Any], dict[str, Any]]:
-    """A captured call's keyword arguments travel as a last {"kwargs": {...}} element."""
-    if args and isinstance(args[-1], dict) and set(args[-1]) == {"kwargs"}:
-        return list(args[:-1]), dict(args[-1]["kwargs"])
-    return list(args), {}
-
 
 def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, complex)
@@ -190,7 +192,7 @@ def _operands(name: str, args: list[Any], arity: int, out: dict[str, Any]) -> li
     for pos in range(arity):
         value = args[pos] if pos < len(args) else None
         role = "ab"[pos]
-        if _is_tensor(value):
+        if is_tensor(value):
             reason = _dtype_reason(name, value, out)
             if reason:
                 return reason
@@ -202,9 +204,6 @@ def _operands(name: str, args: list[Any], arity: int, out: dict[str, Any]) -> li
             return f"{name} with a {type(value).__name__} as argument {pos} has no built-in template"
     return operands
 
-
-def _is_tensor(value: Any) -> bool:
-    return isinstance(value, dict) and "shape" in value
 
 
 def _dtype_reason(name: str, t: dict[str, Any], out: dict[str, Any]) -> str | None:
@@ -312,6 +311,7 @@ def initial(facts: dict[str, Any], backend: str) -> dict[str, Any]:
     # 128-bit accesses, several in flight), halved until there are four programs per SM. Measured on
     # the H200 (triton 3.6): silu bf16 64M elements 0.070 ms, 90% of copy bandwidth (eager 0.073);
     # (8192,8192) * (8192,1) bf16 0.071 ms against eager's 0.164; at 4M elements 4096 beat 8192.
+    # (Timed by hand while the family was written; not kept in bench/results.)
     block = 16384 // ITEMSIZE[facts["dtype"]]
     while block > 1024 and math.ceil(facts["numel"] / block) < 4 * gpu_sms():
         block //= 2
@@ -470,7 +470,7 @@ def render_triton(facts: dict[str, Any], params: dict[str, Any]) -> str:
     body += [f"y = {_filled(expr.triton, facts, _lit_triton)}"] + _store_line(facts, params)
     if params["grid"] == "persistent":
         loop = [f"for tile in range(tl.program_id(0), {tiles}, tl.num_programs(0)):"] + ["    " + b for b in body]
-        grid = f"(min({tiles}, _sm_count(y.device) * PROGRAMS_PER_SM),)"
+        grid = f"(min({tiles}, sm_count(y.device) * PROGRAMS_PER_SM),)"
     else:
         loop = ["tile = tl.program_id(0)"] + body
         grid = f"({tiles},)"
@@ -489,8 +489,6 @@ kf-op: {facts['op']}
 {_header_params(params)}
 Keyword-only arguments (alpha, approximate) are baked into the kernel.
 """
-import functools
-
 import torch
 import triton
 import triton.language as tl
@@ -505,12 +503,7 @@ def elementwise_kernel({", ".join(ptrs + ["Y"])}{constexprs}):
 {kernel_lines}
 
 
-@functools.lru_cache(maxsize=None)
-def _sm_count(device):
-    if device.type == "cuda":
-        return torch.cuda.get_device_properties(device).multi_processor_count
-    return 4  # the interpreter: a few programs, so that the persistent loop runs more than once
-
+{TRITON_SM_COUNT}
 
 def _expect(t, shape, stride):
     # Shapes and strides are baked into the kernel: another layout would be read wrongly.

@@ -28,14 +28,16 @@ from kernforge.propose.builtin import Family
 from kernforge.propose.templates.common import (
     C_LOAD_STORE,
     C_TYPES,
+    SUPPORTED_DTYPES,
+    TRITON_SM_COUNT,
     c_simd_macro,
     contiguous_strides,
     gpu_sms,
+    is_tensor,
     next_pow2,
 )
 from kernforge.tasks import KernelTask
 
-SUPPORTED_DTYPES = ("torch.float32", "torch.float16", "torch.bfloat16")
 LAYER_NORM_OP = "aten::native_layer_norm.default"
 RMS_NORM_OP = "aten::_fused_rms_norm.default"
 GROUP_NORM_OP = "aten::native_group_norm.default"
@@ -51,9 +53,6 @@ MAX_TILE = 16384
 
 # ---------------------------------------------------------------- shared helpers
 
-def _is_tensor(a: Any) -> bool:
-    return isinstance(a, dict) and "shape" in a
-
 
 def _short(dtype: str) -> str:
     return dtype.replace("torch.", "")
@@ -64,7 +63,7 @@ def _aux_dtype_reason(name: str, desc: Any, x_dtype: str) -> str | None:
     templates know those two cases only."""
     if desc is None:
         return None
-    if not _is_tensor(desc):
+    if not is_tensor(desc):
         return f"{name} is not a tensor"
     if desc["dtype"] not in (x_dtype, "torch.float32"):
         return f"{name} of dtype {desc['dtype']} beside a {x_dtype} input has no built-in template"
@@ -80,7 +79,7 @@ def _outputs(task: KernelTask) -> list[dict[str, Any]]:
 
 def _common_x(task: KernelTask, label: str) -> dict[str, Any] | str:
     x = task.args[0] if task.args else None
-    if not _is_tensor(x):
+    if not is_tensor(x):
         return f"{label} without a tensor input"
     if x["dtype"] not in SUPPORTED_DTYPES:
         return f"{label} on {x['dtype']} has no built-in template"
@@ -200,16 +199,6 @@ def _alloc_lines(outputs: list[dict[str, Any]], names: list[str], like: str) -> 
     return "\n".join(lines)
 
 
-def _sm_count_helper() -> str:
-    return '''
-def sm_count(device):
-    # 132 on an H200; the interpreter runs on the CPU, where a few programs do.
-    if device.type == "cuda":
-        return torch.cuda.get_device_properties(device).multi_processor_count
-    return 4
-'''
-
-
 # ================================================================ layer norm and RMS norm
 
 def match_row_norm(task: KernelTask, kind: str) -> dict[str, Any] | str:
@@ -267,12 +256,13 @@ def initial_row_norm(facts: dict[str, Any], backend: str) -> dict[str, Any]:
                 "simd": True}
     whole = _whole_row(facts)
     if whole <= 8192:
-        # (8192, 4096) bf16 on the H200: a whole row per program, 8 warps (16 values a thread),
+        # (8192, 4096) bf16 on the H200: a whole row per program, 4 warps (32 values a thread),
         # rows_per_program filling ~4K values for short rows so each program moves enough bytes.
         rows = max(1, min(16, 4096 // whole))
         while rows > 1 and facts["rows"] < rows * gpu_sms() * 2:
             rows //= 2  # keep at least two waves of programs over the SMs
-        # measured on the H200, (8192, 4096) bf16 layer norm: 4 warps 39.1 us, 8 warps 45.6, 16 warps 48.1
+        # (8192, 4096) bf16 layer norm in the H200 search, a row per program: 4 warps 38.4 us,
+        # 8 warps 40.2, 16 warps 47.5 (bench/results/h200/search/part3)
         warps = 4 if whole * rows <= 4096 else 8 if whole * rows <= 8192 else 16
         return {"variant": "single_tile", "rows_per_program": rows, "persistent": False, "block": whole,
                 "num_warps": warps, "num_stages": 1}
@@ -467,7 +457,7 @@ def render_row_norm_triton(facts: dict[str, Any], params: dict[str, Any]) -> str
                      f"persistent={params['persistent']} block={params['block']} num_warps={params['num_warps']}")
         consts = (f"ROWS_PER_PROGRAM = {params['rows_per_program']}\nPERSISTENT = {params['persistent']}\n"
                   "PROGRAMS_PER_SM = 4  # enough resident programs to hide the load latency\n")
-        body = _TRITON_ROWS_TILE + _sm_count_helper()
+        body = _TRITON_ROWS_TILE + TRITON_SM_COUNT
     else:
         described = (f"variant=loop block={params['block']} num_warps={params['num_warps']} "
                      f"num_stages={params['num_stages']}")
@@ -592,7 +582,7 @@ def valid_group_norm(facts: dict[str, Any], backend: str, params: dict[str, Any]
         # the planes split combines per-plane sums and sums of squares: one-pass by construction
         return params["parallel"] == "groups" or params["stats"] == "one_pass_double"
     block, threads = params["block"], 32 * params["num_warps"]
-    if params.get("unroll", 1) > 1 and (params["variant"] != "resident" or block * params["unroll"] > params["chunk"]
+    if params["unroll"] > 1 and (params["variant"] != "resident" or block * params["unroll"] > params["chunk"]
                                         or block * params["unroll"] // threads > 64):
         return False  # tiles of several blocks are the resident variant's, within a chunk
     if threads > block or block // threads > 32 or block > max(256, 2 * next_pow2(facts["group_size"])):
@@ -731,6 +721,25 @@ int kf_forward(const kf_tensor *in, int n_in, kf_tensor *out, int n_out) {{
 
 _TRITON_GN_COMMON = '''
 @triton.jit
+def group_stats(PART, g, chunks, group_size, eps, CHUNK: tl.constexpr, CHUNKS_P2: tl.constexpr,
+                FROM_L2: tl.constexpr):
+    # Group g's mean and rstd from its chunks' (mean, M2) partials in PART (Chan's formula).
+    j = tl.arange(0, CHUNKS_P2)
+    ok = j < chunks
+    part = PART + 2 * (g * chunks + j)
+    if FROM_L2:  # written by other SMs in this same launch: from L2, never from a stale L1 line
+        means = tl.load(part, mask=ok, other=0.0, cache_modifier=".cg")
+        m2s = tl.load(part + 1, mask=ok, other=0.0, cache_modifier=".cg")
+    else:
+        means = tl.load(part, mask=ok, other=0.0)
+        m2s = tl.load(part + 1, mask=ok, other=0.0)
+    counts = tl.where(ok, tl.minimum(tl.maximum(group_size - j * CHUNK, 0), CHUNK), 0).to(tl.float32)
+    mean = tl.sum(counts * means, axis=0) / group_size
+    dev = means - mean
+    return mean, tl.rsqrt(tl.sum(m2s + counts * dev * dev, axis=0) / group_size + eps)
+
+
+@triton.jit
 def merge(count, mean, m2, x, ok, n_b):
     # Chan's formula: fold one block's (n_b, mean_b, M2_b) into the running statistics.
     n_b = n_b.to(tl.float32)
@@ -800,16 +809,7 @@ def gn_apply(X, W, B, Y, PART, MEAN, RSTD, group_size, chunks, hw, eps, g0, n_pr
     if REVERSE:
         pid = n_programs - 1 - pid
     g, i = g0 + pid // chunks, pid % chunks
-    j = tl.arange(0, CHUNKS_P2)
-    ok = j < chunks
-    part = PART + 2 * (g * chunks + j)
-    means = tl.load(part, mask=ok, other=0.0)
-    m2s = tl.load(part + 1, mask=ok, other=0.0)
-    counts = tl.where(ok, tl.minimum(tl.maximum(group_size - j * CHUNK, 0), CHUNK), 0).to(tl.float32)
-    mean = tl.sum(counts * means, axis=0) / group_size
-    dev = means - mean
-    m2 = tl.sum(m2s + counts * dev * dev, axis=0)
-    rstd = tl.rsqrt(m2 / group_size + eps)
+    mean, rstd = group_stats(PART, g, chunks, group_size, eps, CHUNK, CHUNKS_P2, False)
     first = i == 0
     tl.store(MEAN + g, mean.to(MEAN.dtype.element_ty), mask=first)
     tl.store(RSTD + g, rstd.to(RSTD.dtype.element_ty), mask=first)
@@ -885,17 +885,7 @@ def gn_resident(X, W, B, Y, PART, ARRIVED, MEAN, RSTD, n_groups, wave, group_siz
                 while arrived < CHUNKS:
                     arrived = tl.atomic_add(ARRIVED + g, 0, sem="acquire", scope="gpu")
             if PHASE != 1:
-                j = tl.arange(0, CHUNKS_P2)
-                ok_j = j < CHUNKS
-                part = PART + 2 * (g * CHUNKS + j)
-                # .cg: other SMs wrote these, so read them from L2, never from a stale L1 line
-                means = tl.load(part, mask=ok_j, other=0.0, cache_modifier=".cg")
-                m2s = tl.load(part + 1, mask=ok_j, other=0.0, cache_modifier=".cg")
-                counts = tl.where(ok_j, tl.minimum(tl.maximum(group_size - j * CHUNK, 0), CHUNK),
-                                  0).to(tl.float32)
-                mean = tl.sum(counts * means, axis=0) / group_size
-                dev = means - mean
-                rstd = tl.rsqrt(tl.sum(m2s + counts * dev * dev, axis=0) / group_size + eps)
+                mean, rstd = group_stats(PART, g, CHUNKS, group_size, eps, CHUNK, CHUNKS_P2, PHASE == 0)
                 tl.store(MEAN + g, mean.to(MEAN.dtype.element_ty), mask=i == 0)
                 tl.store(RSTD + g, rstd.to(RSTD.dtype.element_ty), mask=i == 0)
                 for off in range(0, CHUNK, BLOCK * UNROLL):
@@ -947,27 +937,28 @@ def launch(x, w, b, y, mean, rstd):
                           IN_CHANNEL=IN_CHANNEL, HAS_W=HAS_W, HAS_B=HAS_B, num_warps=NUM_WARPS)
 '''
 
-# Why two passes over x and not one: (1,256,512,512) bf16 is 128 MB, more than the H200's 50 MB
-# of L2 and the ~33 MB of all its registers, so no group-sized piece of it can wait on chip for its
-# statistics unless programs wait on each other (a grid-wide barrier), which the search cannot
-# check under the interpreter. Instead the second pass walks the groups in reverse order
-# (reverse=True): the last ~20-40 MB that pass 1 read are still in L2 when pass 2 starts on them;
-# or both passes run over waves of a few groups (wave_groups), each wave small enough for L2,
-# at the cost of two launches per wave.
+# Why x is read twice: (1,256,512,512) bf16 is 128 MB, more than the H200's 50 MB of L2 and the
+# ~33 MB of all its registers, so no group-sized piece of it can wait on chip for its statistics.
+# The variants differ in where the second read comes from: the split one walks the groups in
+# reverse (reverse=True), so the last ~20-40 MB that pass 1 read are still in L2, or runs both
+# passes over waves of a few groups (wave_groups), at two launches a wave; the resident one has
+# a group's programs wait for each other, so the second read is of what each just read. On the
+# H200 neither reached the 1.25x floor (bench/results/h200/search/table_all.md).
+
+
+# Per variant: the parameters its source states in its header, and those it reads as constants
+# (a parameter a variant ignores is left out of both, so that it does not make a new source).
+_GN_SHOWN = {"split": ("chunk", "block", "num_warps", "reverse", "wave_groups"),
+             "resident": ("chunk", "block", "unroll", "num_warps"), "per_group": ("block", "num_warps")}
+_GN_CONSTANTS = {"split": ("chunk", "reverse", "wave_groups"), "resident": ("chunk", "unroll"), "per_group": ()}
 
 
 def render_group_norm_triton(facts: dict[str, Any], params: dict[str, Any]) -> str:
-    split = params["variant"] != "per_group"
-    described = (f"variant=split chunk={params['chunk']} block={params['block']} "
-                 f"num_warps={params['num_warps']} reverse={params['reverse']} "
-                 f"wave_groups={params['wave_groups']}" if params["variant"] == "split" else
-                 f"variant=resident chunk={params['chunk']} block={params['block']} "
-                 f"unroll={params.get('unroll', 1)} num_warps={params['num_warps']}" if split else
-                 f"variant=per_group block={params['block']} num_warps={params['num_warps']}")
-    split_consts = (f"CHUNK = {params['chunk']}\nREVERSE = {params['reverse']}\n"
-                    f"WAVE_GROUPS = {params['wave_groups']}\nUNROLL = {params.get('unroll', 1)}\n" if split else "")
+    variant = params["variant"]
+    described = f"variant={variant} " + " ".join(f"{k}={params[k]}" for k in _GN_SHOWN[variant])
+    constants = "".join(f"{k.upper()} = {params[k]}\n" for k in _GN_CONSTANTS[variant])
     body = _TRITON_GN_COMMON + {"split": _TRITON_GN_SPLIT, "per_group": _TRITON_GN_PER_GROUP,
-                                "resident": _TRITON_GN_RESIDENT + _sm_count_helper()}[params["variant"]]
+                                "resident": _TRITON_GN_RESIDENT + TRITON_SM_COUNT}[variant]
     return f'''"""kernforge builtin: group norm, N={facts['n']} C={facts['c']} HxW={facts['hw']} \
 groups={facts['groups']}, {facts['dtype']}.
 
@@ -988,8 +979,8 @@ HAS_W = {facts['has_weight']}
 HAS_B = {facts['has_bias']}
 BLOCK = {params['block']}
 NUM_WARPS = {params['num_warps']}
-IN_CHANNEL = {facts['hw'] % (params['block'] * params.get('unroll', 1)) == 0}
-{split_consts}{body}
+IN_CHANNEL = {facts['hw'] % (params['block'] * params['unroll']) == 0}
+{constants}{body}
 
 def kf_forward(input, weight, bias, N, C, HxW, group, eps):
     x = input
@@ -1095,7 +1086,8 @@ def initial_batch_norm(facts: dict[str, Any], backend: str) -> dict[str, Any]:
         block = min(4096, max(512, next_pow2(facts["hw"])))
         return {"variant": "plane", "block": block, "num_warps": 4 if block <= 1024 else 8}
     # 7x7 or 14x14 planes would leave most of a plane program masked: flat, the channel per element
-    # (32,2048,7,7) fp32 on the H200: block 1024 with 8 warps 14.8 us, 2048 16.2, 4096 20.0 (eager 49)
+    # (32,2048,7,7) fp32 on the H200: block 1024 with 8 warps 14.8 us, 2048 16.2, 4096 20.0 (eager 49;
+    # timed by hand while the family was written, not kept in bench/results)
     block = min(1024, max(512, next_pow2(facts["n"] * facts["c"] * facts["hw"])))
     return {"variant": "flat", "block": block, "num_warps": 8 if block >= 1024 else 4}
 

@@ -19,11 +19,18 @@ from typing import Any
 from kernforge.backends.native import C_PRELUDE
 from kernforge.propose.builtin import Family
 from kernforge.propose.templates import reduce
-from kernforge.propose.templates.common import C_LOAD_STORE, C_TYPES, c_one_in_one_out, c_simd_macro
+from kernforge.propose.templates.common import (
+    C_LOAD_STORE,
+    C_TYPES,
+    SUPPORTED_DTYPES,
+    c_one_in_one_out,
+    c_simd_macro,
+    is_tensor,
+    split_kwargs,
+)
 from kernforge.tasks import KernelTask
 
 AVG, ADAPTIVE = "aten::avg_pool2d.default", "aten::_adaptive_avg_pool2d.default"
-SUPPORTED_DTYPES = ("torch.float32", "torch.float16", "torch.bfloat16")
 MAX_UNROLLED = 64  # window positions unrolled with tl.static_range; larger windows loop
 
 
@@ -33,11 +40,11 @@ def match(task: KernelTask) -> dict[str, Any] | str:
     if task.op not in (AVG, ADAPTIVE):
         return f"no built-in template for {task.op}"
     name = "avg_pool2d" if task.op == AVG else "adaptive_avg_pool2d"
-    args = list(task.args)
-    if args and isinstance(args[-1], dict) and set(args[-1]) == {"kwargs"}:
+    args, kwargs = split_kwargs(task.args)
+    if kwargs:
         return f"{name} with keyword arguments has no built-in template yet"
     x = args[0] if args else None
-    if not isinstance(x, dict) or "shape" not in x or len(x["shape"]) not in (3, 4):
+    if not is_tensor(x) or len(x["shape"]) not in (3, 4):
         return f"{name} needs a 3-D or 4-D tensor input"
     if x["dtype"] not in SUPPORTED_DTYPES:
         return f"{name} on {x['dtype']} has no built-in template"
@@ -150,7 +157,8 @@ def initial(facts: dict[str, Any], backend: str) -> dict[str, Any]:
         return {"parallel": "planes" if _planes(facts) >= 64 else "rows", "simd": True, "schedule": "static"}
     # One output per thread. On an H200: avg_pool2d 3x3/2 over (32, 256, 56, 56) fp32 took
     # 0.043 ms with blocks of 256 and 8 warps (0.074 ms with 1024); channels-last 0.039 ms
-    # with 1024 and 8 warps, its lanes reading neighbouring channels.
+    # with 1024 and 8 warps, its lanes reading neighbouring channels (timed by hand while the
+    # family was written; not kept in bench/results).
     block = 256 if facts["layout"] == "nchw" else 1024
     return {"block": block, "window_loop": "unrolled" if _unrollable(facts) else "loop", "num_warps": 8}
 

@@ -20,15 +20,17 @@ from kernforge.propose.builtin import Family
 from kernforge.propose.templates.common import (
     C_LOAD_STORE,
     C_TYPES,
+    SUPPORTED_DTYPES,
     c_one_in_one_out,
     c_simd_macro,
     gpu_sms,
+    is_tensor,
     next_pow2,
+    split_kwargs,
 )
 from kernforge.tasks import KernelTask
 
 OPS = {"aten::sum.dim_IntList": "sum", "aten::mean.dim": "mean", "aten::amax.default": "amax"}
-SUPPORTED_DTYPES = ("torch.float32", "torch.float16", "torch.bfloat16")
 
 
 # ---------------------------------------------------------------- what is supported
@@ -37,9 +39,9 @@ def match(task: KernelTask) -> dict[str, Any] | str:
     kind = OPS.get(task.op)
     if kind is None:
         return f"no built-in template for {task.op}"
-    args, kwargs = _split_kwargs(task.args)
+    args, kwargs = split_kwargs(task.args)
     x = args[0] if args else None
-    if not isinstance(x, dict) or "shape" not in x:
+    if not is_tensor(x):
         return f"{kind} without a tensor input"
     if kwargs.get("dtype") is not None:
         return f"{kind} with a dtype= argument (a converting reduction) has no built-in template yet"
@@ -55,12 +57,6 @@ def match(task: KernelTask) -> dict[str, Any] | str:
     keepdim = bool(args[2]) if len(args) > 2 else bool(kwargs.get("keepdim", False))
     return _layout_facts(kind, task.op, x, dims, keepdim, task.outputs[0])
 
-
-def _split_kwargs(args: list[Any]) -> tuple[list[Any], dict[str, Any]]:
-    """A capture appends keyword arguments as a last {"kwargs": {...}} element."""
-    if args and isinstance(args[-1], dict) and set(args[-1]) == {"kwargs"}:
-        return list(args[:-1]), dict(args[-1]["kwargs"])
-    return list(args), {}
 
 
 def _reduced_dims(dim: Any, ndim: int) -> list[int] | str:
@@ -152,7 +148,8 @@ def _initial_rows(facts: dict[str, Any]) -> dict[str, Any]:
     outer, r = facts["outer"], facts["r"]
     # Whole rows up to 1024 in one tile; longer rows loop in blocks of 4096 with 8 warps.
     # Measured on an H200, sum over (8, 2^20) fp32 split 64 ways: blocks of 4096 with 8 warps
-    # 0.018 ms, 2048 with 4 warps 0.028 ms, 1024 with 2 warps 0.058 ms.
+    # 0.018 ms, 2048 with 4 warps 0.028 ms, 1024 with 2 warps 0.058 ms (timed by hand while the
+    # family was written, as are the figures below; not kept in bench/results).
     block_r = max(32, next_pow2(r)) if r <= 1024 else 4096
     if r <= 1024 and not _aligned_fits(facts, block_r, 1) and r % _align(facts):
         block_r *= 2  # room for the aligned loads' shift (a row of 63 floats: 66 slots)
@@ -418,7 +415,8 @@ def reduce_rows(X, OUT, N_ROWS: tl.constexpr, N_RED: tl.constexpr, ROWS: tl.cons
 # Rows that start off a 16-byte boundary (49 floats: 3 rows in 4) defeat vector loads. Each
 # tile row starts at its row's start rounded down to ALIGN elements and masks what is not its
 # row after loading: (256, 2048, 7, 7) fp32 mean on an H200 took 0.035 ms this way, 0.049 ms
-# with the masked [ROWS, 64] tile; bf16 0.025 ms against 0.049 ms.
+# with the masked [ROWS, 64] tile; bf16 0.025 ms against 0.049 ms. The search's own runs:
+# 0.0347 ms (bench/results/h200/search), probes 0.0346-0.0355 (bench/results/h200/probe).
 _TRITON_ROWS_ALIGNED = '''
 @triton.jit
 def reduce_rows(X, OUT, N_ROWS: tl.constexpr, N_RED: tl.constexpr, ROWS: tl.constexpr,

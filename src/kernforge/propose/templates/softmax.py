@@ -19,14 +19,15 @@ from kernforge.propose.builtin import Family
 from kernforge.propose.templates.common import (
     C_LOAD_STORE,
     C_TYPES,
+    SUPPORTED_DTYPES,
     c_simd_macro,
     contiguous_strides,
     gpu_sms,
+    is_tensor,
     next_pow2,
 )
 from kernforge.tasks import KernelTask
 
-SUPPORTED_DTYPES = ("torch.float32", "torch.float16", "torch.bfloat16")
 MAX_CHUNKS = 1024  # split_row: the most chunks one row is split into
 
 
@@ -37,7 +38,7 @@ def match(task: KernelTask) -> dict[str, Any] | str:
     if task.op not in OPS:
         return f"no built-in template for {task.op}"
     x, dim, half_to_float = (task.args + [None, None, None])[:3]
-    if not isinstance(x, dict) or "shape" not in x:
+    if not is_tensor(x):
         return "softmax without a tensor input"
     shape, stride = x["shape"], x["stride"]
     ndim = len(shape)
