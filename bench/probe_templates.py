@@ -52,11 +52,13 @@ def mean_points(facts: dict) -> list[dict]:
 
 def gn_points(facts: dict) -> list[dict]:
     points = [norms.initial_group_norm(facts, "triton")]
-    for chunk, block, warps, unroll in itertools.product([65536, 131072], [4096, 8192, 16384], [8, 16, 32],
-                                                         [1, 2, 4, 8]):
-        points.append({"variant": "resident", "chunk": chunk, "block": block, "num_warps": warps,
-                       "reverse": False, "wave_groups": 0, "unroll": unroll})
-    return [p for p in points if norms.valid_group_norm(facts, "triton", p)]
+    resident = {"variant": "resident", "reverse": False, "wave_groups": 0}
+    # the best one-wave-at-a-time point of the last probe, then the pipelined one around it
+    points.append({**resident, "chunk": 65536, "block": 16384, "num_warps": 32, "unroll": 1, "pipeline": False})
+    for chunk, block, warps, unroll in itertools.product([16384, 32768, 65536], [8192, 16384], [16, 32], [1, 2]):
+        points.append({**resident, "chunk": chunk, "block": block, "num_warps": warps, "unroll": unroll,
+                       "pipeline": True})
+    return [p for p in points if norms.valid_group_norm(facts, "triton", {**points[0], **p})]
 
 
 READ_CEILING = """

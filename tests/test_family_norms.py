@@ -269,7 +269,10 @@ def triton_variants() -> list[dict]:
             {"variant": "resident", "chunk": 512, "block": 256, "num_warps": 2, "reverse": False, "wave_groups": 0},
             # four blocks of 128 a trip: the chunk in one [4, 128] tile, inside one channel
             {"variant": "resident", "chunk": 512, "block": 128, "num_warps": 2, "reverse": False, "wave_groups": 0,
-             "unroll": 4}]),
+             "unroll": 4},
+            # pipelined: on the interpreter the same two launches (the overlap needs the wait)
+            {"variant": "resident", "chunk": 512, "block": 256, "num_warps": 2, "reverse": False, "wave_groups": 0,
+             "pipeline": True}]),
         (GN, gn_args([1, 6, 30, 30], 2), [  # resident with a short last chunk that straddles channels
             {"variant": "resident", "chunk": 1024, "block": 512, "num_warps": 4, "reverse": False, "wave_groups": 0},
             {"variant": "resident", "chunk": 1024, "block": 256, "num_warps": 2, "reverse": False, "wave_groups": 0,
@@ -312,6 +315,7 @@ def test_triton_sample_covers_every_structural_variant():
     assert {(GN, "split", False), (GN, "per_group", False), (GN, "resident", False)} <= seen
     assert {v["params"].get("wave_groups") for v in triton_variants() if v["op"] == GN} >= {0, 2, 4}
     assert {v["params"].get("unroll") for v in triton_variants() if v["op"] == GN} >= {1, 2, 4}
+    assert {v["params"].get("pipeline") for v in triton_variants() if v["op"] == GN} == {False, True}
     assert {(BN, "flat", False), (BN, "plane", False), (BN_LEGIT, "tile", False)} <= seen
     # and against the spaces themselves: a variant added to a family's space without a sample fails
     for v in triton_variants():

@@ -544,7 +544,8 @@ def space_group_norm(facts: dict[str, Any], backend: str) -> dict[str, list[Any]
     if backend == "triton":
         return {"variant": ["split", "per_group", "resident"], "chunk": [2048, 4096, 8192, 16384, 32768, 65536],
                 "block": [256, 512, 1024, 2048, 4096, 8192, 16384], "num_warps": [2, 4, 8, 16, 32],
-                "reverse": [False, True], "wave_groups": [0, 8, 4, 2], "unroll": [1, 2, 4, 8]}
+                "reverse": [False, True], "wave_groups": [0, 8, 4, 2], "unroll": [1, 2, 4, 8],
+                "pipeline": [False, True]}
     return {}
 
 
@@ -565,7 +566,7 @@ def initial_group_norm(facts: dict[str, Any], backend: str) -> dict[str, Any]:
         block = min(4096, max(256, next_pow2(size)))
         warps = 2 if block <= 512 else 4 if block <= 1024 else 8
         return {"variant": "per_group", "chunk": 2048, "block": block, "num_warps": warps, "reverse": False,
-                "wave_groups": 0, "unroll": 1}
+                "wave_groups": 0, "unroll": 1, "pipeline": False}
     # Split: chunks of 16K elements, so (1,256,512,512) gives 32 x 128 = 4096 programs and
     # (1,512,128,128) 32 x 16 = 512 (at least ~4 programs per SM); a smaller chunk for smaller
     # groups keeps that count up. Blocks of 4096 with 8 warps: 16 values a thread per load.
@@ -574,7 +575,7 @@ def initial_group_norm(facts: dict[str, Any], backend: str) -> dict[str, Any]:
         chunk //= 2
     block = min(4096, chunk)
     return {"variant": "split", "chunk": chunk, "block": block, "num_warps": 8 if block >= 2048 else 4,
-            "reverse": True, "wave_groups": 0, "unroll": 1}
+            "reverse": True, "wave_groups": 0, "unroll": 1, "pipeline": False}
 
 
 def valid_group_norm(facts: dict[str, Any], backend: str, params: dict[str, Any]) -> bool:
@@ -585,6 +586,8 @@ def valid_group_norm(facts: dict[str, Any], backend: str, params: dict[str, Any]
     if params["unroll"] > 1 and (params["variant"] != "resident" or block * params["unroll"] > params["chunk"]
                                         or block * params["unroll"] // threads > 64):
         return False  # tiles of several blocks are the resident variant's, within a chunk
+    if params.get("pipeline") and params["variant"] != "resident":
+        return False  # only resident programs wait for each other, so only they can overlap the wait
     if threads > block or block // threads > 32 or block > max(256, 2 * next_pow2(facts["group_size"])):
         return False
     if params["variant"] == "per_group":
@@ -754,7 +757,7 @@ def merge(count, mean, m2, x, ok, n_b):
 @triton.jit
 def normalise_block(X, W, B, Y, g, start, group_size, hw, mean, rstd, BLOCK: tl.constexpr,
                     GROUPS: tl.constexpr, CG: tl.constexpr, IN_CHANNEL: tl.constexpr,
-                    HAS_W: tl.constexpr, HAS_B: tl.constexpr, ROWS: tl.constexpr = 1):
+                    HAS_W: tl.constexpr, HAS_B: tl.constexpr, ROWS: tl.constexpr = 1, EVICT: tl.constexpr = ""):
     # ROWS > 1: ROWS consecutive blocks as one [ROWS, BLOCK] tile, all loaded before any is used
     if ROWS == 1:
         idx = start + tl.arange(0, BLOCK)
@@ -762,7 +765,7 @@ def normalise_block(X, W, B, Y, g, start, group_size, hw, mean, rstd, BLOCK: tl.
         idx = start + tl.arange(0, ROWS)[:, None] * BLOCK + tl.arange(0, BLOCK)[None, :]
     ok = idx < group_size
     base = g.to(tl.int64) * group_size
-    x = tl.load(X + base + idx, mask=ok, other=0.0).to(tl.float32)
+    x = tl.load(X + base + idx, mask=ok, other=0.0, eviction_policy=EVICT).to(tl.float32)
     c0 = (g % GROUPS) * CG
     # HxW a multiple of the tile: a tile lies inside one channel, so w and b are scalars
     c = c0 + start // hw if IN_CHANNEL else c0 + idx // hw
@@ -837,10 +840,70 @@ def launch(x, w, b, y, mean, rstd):
 
 _TRITON_GN_RESIDENT = '''
 @triton.jit
+def chunk_stats(X, PART, g, i, group_size, CHUNK: tl.constexpr, BLOCK: tl.constexpr, UNROLL: tl.constexpr,
+                CHUNKS: tl.constexpr, EVICT: tl.constexpr):
+    # Pass 1 of chunk i of group g: (mean, M2) to PART. Sums per lane, reduced across the program
+    # once at the end: a block's loads never wait on a reduction, which one program per SM cannot
+    # afford. Sums of x minus the chunk's first value, so that a large mean does not swamp the variance.
+    base = g.to(tl.int64) * group_size
+    shift = tl.load(X + base + i * CHUNK).to(tl.float32)
+    s = tl.zeros([BLOCK], tl.float32)
+    ss = tl.zeros([BLOCK], tl.float32)
+    for off in range(0, CHUNK, BLOCK * UNROLL):
+        # UNROLL blocks a trip, loaded as one tile: more bytes in flight per SM, which one
+        # program per SM needs; the sum over the tile's rows stays in each thread
+        if UNROLL == 1:
+            idx = i * CHUNK + off + tl.arange(0, BLOCK)
+        else:
+            idx = i * CHUNK + off + tl.arange(0, UNROLL)[:, None] * BLOCK + tl.arange(0, BLOCK)[None, :]
+        ok = idx < group_size
+        x = tl.load(X + base + idx, mask=ok, other=0.0, eviction_policy=EVICT)
+        d = tl.where(ok, x.to(tl.float32) - shift, 0.0)
+        if UNROLL == 1:
+            s += d
+            ss += d * d
+        else:
+            s += tl.sum(d, axis=0)
+            ss += tl.sum(d * d, axis=0)
+    n = tl.minimum(group_size - i * CHUNK, CHUNK).to(tl.float32)
+    s_all = tl.sum(s, axis=0)
+    tl.store(PART + 2 * (g * CHUNKS + i), shift + s_all / n)
+    tl.store(PART + 2 * (g * CHUNKS + i) + 1, tl.maximum(tl.sum(ss, axis=0) - s_all * s_all / n, 0.0))
+
+
+@triton.jit
+def arrive(ARRIVED, g):
+    tl.debug_barrier()  # the whole program's stores precede its arrival
+    tl.atomic_add(ARRIVED + g, 1, sem="release", scope="gpu")
+
+
+@triton.jit
+def wait_for_group(ARRIVED, g, CHUNKS: tl.constexpr):
+    arrived = tl.atomic_add(ARRIVED + g, 0, sem="acquire", scope="gpu")
+    while arrived < CHUNKS:
+        arrived = tl.atomic_add(ARRIVED + g, 0, sem="acquire", scope="gpu")
+
+
+@triton.jit
+def chunk_apply(X, W, B, Y, PART, MEAN, RSTD, g, i, group_size, hw, eps, CHUNK: tl.constexpr,
+                BLOCK: tl.constexpr, UNROLL: tl.constexpr, CHUNKS: tl.constexpr, CHUNKS_P2: tl.constexpr,
+                FROM_L2: tl.constexpr, GROUPS: tl.constexpr, CG: tl.constexpr, IN_CHANNEL: tl.constexpr,
+                HAS_W: tl.constexpr, HAS_B: tl.constexpr, EVICT: tl.constexpr):
+    # Pass 2 of chunk i of group g: the group's statistics from every chunk's partials, then
+    # normalise the chunk (which pass 1 left in L2).
+    mean, rstd = group_stats(PART, g, CHUNKS, group_size, eps, CHUNK, CHUNKS_P2, FROM_L2)
+    tl.store(MEAN + g, mean.to(MEAN.dtype.element_ty), mask=i == 0)
+    tl.store(RSTD + g, rstd.to(RSTD.dtype.element_ty), mask=i == 0)
+    for off in range(0, CHUNK, BLOCK * UNROLL):
+        normalise_block(X, W, B, Y, g, i * CHUNK + off, group_size, hw, mean, rstd, BLOCK,
+                        GROUPS, CG, IN_CHANNEL, HAS_W, HAS_B, UNROLL, EVICT)
+
+
+@triton.jit
 def gn_resident(X, W, B, Y, PART, ARRIVED, MEAN, RSTD, n_groups, wave, group_size, hw, eps,
                 CHUNK: tl.constexpr, BLOCK: tl.constexpr, UNROLL: tl.constexpr, CHUNKS: tl.constexpr,
-                CHUNKS_P2: tl.constexpr, PHASE: tl.constexpr, GROUPS: tl.constexpr, CG: tl.constexpr, IN_CHANNEL: tl.constexpr,
-                HAS_W: tl.constexpr, HAS_B: tl.constexpr):
+                CHUNKS_P2: tl.constexpr, PHASE: tl.constexpr, PIPELINE: tl.constexpr, GROUPS: tl.constexpr,
+                CG: tl.constexpr, IN_CHANNEL: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr):
     # One program per SM, all resident at once. Program p takes chunk p % CHUNKS of one group of
     # each wave: pass 1 reads the chunk (statistics to PART), the group's programs wait for each
     # other (ARRIVED[g] counts them in), then pass 2 re-reads the chunk, which pass 1 has just
@@ -849,48 +912,39 @@ def gn_resident(X, W, B, Y, PART, ARRIVED, MEAN, RSTD, n_groups, wave, group_siz
     # (the CPU interpreter, or a GPU with too few SMs for a wave).
     pid = tl.program_id(0)
     i = pid % CHUNKS
-    for g0 in range(0, n_groups, wave):
-        g = g0 + pid // CHUNKS
-        if g < n_groups:
-            base = g.to(tl.int64) * group_size
-            if PHASE != 2:
-                # Sums per lane, reduced across the program once at the end: a block's loads never
-                # wait on a reduction, which one program per SM cannot afford. Sums of x minus
-                # the chunk's first value, so that a large mean does not swamp the variance.
-                shift = tl.load(X + base + i * CHUNK).to(tl.float32)
-                s = tl.zeros([BLOCK], tl.float32)
-                ss = tl.zeros([BLOCK], tl.float32)
-                for off in range(0, CHUNK, BLOCK * UNROLL):
-                    # UNROLL blocks a trip, loaded as one tile: more bytes in flight per SM, which
-                    # one program per SM needs; the sum over the tile's rows stays in each thread
-                    if UNROLL == 1:
-                        idx = i * CHUNK + off + tl.arange(0, BLOCK)
-                    else:
-                        idx = i * CHUNK + off + tl.arange(0, UNROLL)[:, None] * BLOCK + tl.arange(0, BLOCK)[None, :]
-                    ok = idx < group_size
-                    d = tl.where(ok, tl.load(X + base + idx, mask=ok, other=0.0).to(tl.float32) - shift, 0.0)
-                    if UNROLL == 1:
-                        s += d
-                        ss += d * d
-                    else:
-                        s += tl.sum(d, axis=0)
-                        ss += tl.sum(d * d, axis=0)
-                n = tl.minimum(group_size - i * CHUNK, CHUNK).to(tl.float32)
-                s_all = tl.sum(s, axis=0)
-                tl.store(PART + 2 * (g * CHUNKS + i), shift + s_all / n)
-                tl.store(PART + 2 * (g * CHUNKS + i) + 1, tl.maximum(tl.sum(ss, axis=0) - s_all * s_all / n, 0.0))
-            if PHASE == 0:
-                tl.debug_barrier()  # the whole program's stores precede its arrival
-                arrived = tl.atomic_add(ARRIVED + g, 1, sem="acq_rel", scope="gpu") + 1
-                while arrived < CHUNKS:
-                    arrived = tl.atomic_add(ARRIVED + g, 0, sem="acquire", scope="gpu")
-            if PHASE != 1:
-                mean, rstd = group_stats(PART, g, CHUNKS, group_size, eps, CHUNK, CHUNKS_P2, PHASE == 0)
-                tl.store(MEAN + g, mean.to(MEAN.dtype.element_ty), mask=i == 0)
-                tl.store(RSTD + g, rstd.to(RSTD.dtype.element_ty), mask=i == 0)
-                for off in range(0, CHUNK, BLOCK * UNROLL):
-                    normalise_block(X, W, B, Y, g, i * CHUNK + off, group_size, hw, mean, rstd, BLOCK,
-                                    GROUPS, CG, IN_CHANNEL, HAS_W, HAS_B, UNROLL)
+    if PIPELINE and PHASE == 0:
+        # Pass 1 of wave w before pass 2 of wave w - 1: by the time a program needs the last
+        # wave's statistics its group has long arrived, so the wait costs one atomic read instead
+        # of a stall while the slowest SM catches up, and DRAM reads go on through it. Pass 1
+        # asks L2 to keep its lines (evict_last) and pass 2 lets them go (evict_first), as two
+        # waves are in L2 at once.
+        prev = pid * 0 - 1
+        for g0 in range(0, n_groups, wave):
+            g = g0 + pid // CHUNKS
+            if g < n_groups:
+                chunk_stats(X, PART, g, i, group_size, CHUNK, BLOCK, UNROLL, CHUNKS, "evict_last")
+                arrive(ARRIVED, g)
+            if (prev >= 0) & (prev < n_groups):
+                wait_for_group(ARRIVED, prev, CHUNKS)
+                chunk_apply(X, W, B, Y, PART, MEAN, RSTD, prev, i, group_size, hw, eps, CHUNK, BLOCK, UNROLL,
+                            CHUNKS, CHUNKS_P2, True, GROUPS, CG, IN_CHANNEL, HAS_W, HAS_B, "evict_first")
+            prev = g
+        if prev < n_groups:
+            wait_for_group(ARRIVED, prev, CHUNKS)
+            chunk_apply(X, W, B, Y, PART, MEAN, RSTD, prev, i, group_size, hw, eps, CHUNK, BLOCK, UNROLL,
+                        CHUNKS, CHUNKS_P2, True, GROUPS, CG, IN_CHANNEL, HAS_W, HAS_B, "evict_first")
+    else:
+        for g0 in range(0, n_groups, wave):
+            g = g0 + pid // CHUNKS
+            if g < n_groups:
+                if PHASE != 2:
+                    chunk_stats(X, PART, g, i, group_size, CHUNK, BLOCK, UNROLL, CHUNKS, "")
+                if PHASE == 0:
+                    arrive(ARRIVED, g)
+                    wait_for_group(ARRIVED, g, CHUNKS)
+                if PHASE != 1:
+                    chunk_apply(X, W, B, Y, PART, MEAN, RSTD, g, i, group_size, hw, eps, CHUNK, BLOCK, UNROLL,
+                                CHUNKS, CHUNKS_P2, PHASE == 0, GROUPS, CG, IN_CHANNEL, HAS_W, HAS_B, "")
 
 
 def launch(x, w, b, y, mean, rstd):
@@ -900,7 +954,8 @@ def launch(x, w, b, y, mean, rstd):
     part = torch.empty((2 * N_GROUPS * chunks,), dtype=torch.float32, device=x.device)
     arrived = torch.zeros((N_GROUPS,), dtype=torch.int32, device=x.device)
     common = dict(CHUNK=CHUNK, BLOCK=BLOCK, UNROLL=UNROLL, CHUNKS=chunks, CHUNKS_P2=triton.next_power_of_2(chunks),
-                  GROUPS=GROUPS, CG=CG, IN_CHANNEL=IN_CHANNEL, HAS_W=HAS_W, HAS_B=HAS_B, num_warps=NUM_WARPS)
+                  PIPELINE=PIPELINE, GROUPS=GROUPS, CG=CG, IN_CHANNEL=IN_CHANNEL, HAS_W=HAS_W, HAS_B=HAS_B,
+                  num_warps=NUM_WARPS)
     args = (x, w, b, y, part, arrived, mean, rstd, N_GROUPS, wave, GROUP_SIZE, HW, EPS)
     if x.device.type == "cuda" and chunks <= sms:
         gn_resident[(wave * chunks,)](*args, PHASE=0, **common)
@@ -949,11 +1004,12 @@ def launch(x, w, b, y, mean, rstd):
 # Per variant: the parameters its source states in its header, and those it reads as constants
 # (a parameter a variant ignores is left out of both, so that it does not make a new source).
 _GN_SHOWN = {"split": ("chunk", "block", "num_warps", "reverse", "wave_groups"),
-             "resident": ("chunk", "block", "unroll", "num_warps"), "per_group": ("block", "num_warps")}
-_GN_CONSTANTS = {"split": ("chunk", "reverse", "wave_groups"), "resident": ("chunk", "unroll"), "per_group": ()}
+             "resident": ("chunk", "block", "unroll", "num_warps", "pipeline"), "per_group": ("block", "num_warps")}
+_GN_CONSTANTS = {"split": ("chunk", "reverse", "wave_groups"), "resident": ("chunk", "unroll", "pipeline"), "per_group": ()}
 
 
 def render_group_norm_triton(facts: dict[str, Any], params: dict[str, Any]) -> str:
+    params = {"unroll": 1, "pipeline": False, **params}  # points recorded before these moves existed
     variant = params["variant"]
     described = f"variant={variant} " + " ".join(f"{k}={params[k]}" for k in _GN_SHOWN[variant])
     constants = "".join(f"{k.upper()} = {params[k]}\n" for k in _GN_CONSTANTS[variant])
