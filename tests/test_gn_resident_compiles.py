@@ -11,8 +11,8 @@ import re
 from pathlib import Path
 
 import pytest
-
 from family_check import make_task, tensor
+
 from kernforge.propose.templates import norms
 
 triton = pytest.importorskip("triton")
