@@ -158,6 +158,7 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--row", help="probe one row in this process (the parent runs one child per row)")
+    parser.add_argument("--rows", help="comma-separated rows to probe (default: all)")
     parser.add_argument("--timeout", type=float, default=150)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -166,7 +167,8 @@ def main() -> int:
         return 0
     # one child per row, so that a kernel that never returns (a resident group norm whose programs
     # were not all resident would wait forever) costs only the rest of its row
-    for row in [c[0] for c in cases()]:
+    rows = args.rows.split(",") if args.rows else [c[0] for c in cases()]
+    for row in rows:
         try:
             subprocess.run([sys.executable, __file__, "--row", row, "--out", str(args.out)], timeout=args.timeout,
                            check=False)
