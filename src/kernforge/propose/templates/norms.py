@@ -757,7 +757,9 @@ def merge(count, mean, m2, x, ok, n_b):
 @triton.jit
 def normalise_block(X, W, B, Y, g, start, group_size, hw, mean, rstd, BLOCK: tl.constexpr,
                     GROUPS: tl.constexpr, CG: tl.constexpr, IN_CHANNEL: tl.constexpr,
-                    HAS_W: tl.constexpr, HAS_B: tl.constexpr, ROWS: tl.constexpr = 1, EVICT: tl.constexpr = ""):
+                    HAS_W: tl.constexpr, HAS_B: tl.constexpr, ROWS: tl.constexpr, EVICT: tl.constexpr):
+    # (ROWS and EVICT have no defaults: triton 3.6 passes a defaulted string to tl.load as a str,
+    # not a constexpr, and fails to compile)
     # ROWS > 1: ROWS consecutive blocks as one [ROWS, BLOCK] tile, all loaded before any is used
     if ROWS == 1:
         idx = start + tl.arange(0, BLOCK)
@@ -818,7 +820,7 @@ def gn_apply(X, W, B, Y, PART, MEAN, RSTD, group_size, chunks, hw, eps, g0, n_pr
     tl.store(RSTD + g, rstd.to(RSTD.dtype.element_ty), mask=first)
     for off in range(0, CHUNK, BLOCK):
         normalise_block(X, W, B, Y, g, i * CHUNK + off, group_size, hw, mean, rstd, BLOCK, GROUPS, CG,
-                        IN_CHANNEL, HAS_W, HAS_B)
+                        IN_CHANNEL, HAS_W, HAS_B, 1, "")
 
 
 def launch(x, w, b, y, mean, rstd):
@@ -984,7 +986,7 @@ def gn_group(X, W, B, Y, MEAN, RSTD, group_size, hw, eps, BLOCK: tl.constexpr, G
     tl.store(RSTD + g, rstd.to(RSTD.dtype.element_ty))
     for start in range(0, group_size, BLOCK):
         normalise_block(X, W, B, Y, g, start, group_size, hw, mean, rstd, BLOCK, GROUPS, CG, IN_CHANNEL,
-                        HAS_W, HAS_B)
+                        HAS_W, HAS_B, 1, "")
 
 
 def launch(x, w, b, y, mean, rstd):
