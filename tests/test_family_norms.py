@@ -161,11 +161,14 @@ def test_initial_points_for_the_h200_targets():
         # against a 31.6 us floor
         assert start == {"variant": "single_tile", "rows_per_program": 1, "persistent": False, "block": 4096,
                          "num_warps": 4, "num_stages": 1}
-    for shape, programs in (((1, 512, 128, 128), 512), ((1, 256, 512, 512), 4096)):
-        facts = target_facts(shape)
-        start = norms.initial_group_norm(facts, "triton")
-        assert start["variant"] == "split" and start["reverse"]
-        assert facts["n"] * facts["groups"] * -(-facts["group_size"] // start["chunk"]) == programs
+    facts = target_facts((1, 512, 128, 128))  # 16 MB: fits in L2, split into 512 programs
+    start = norms.initial_group_norm(facts, "triton")
+    assert start["variant"] == "split" and start["reverse"]
+    assert facts["n"] * facts["groups"] * -(-facts["group_size"] // start["chunk"]) == 512
+    large = target_facts((1, 256, 512, 512))  # 128 MB: resident, 32 programs a group, 4 groups a wave
+    start = norms.initial_group_norm(large, "triton")
+    assert start["variant"] == "resident" and norms.valid_group_norm(large, "triton", start)
+    assert -(-large["group_size"] // start["chunk"]) == 32
     small = family_for(make_task(GN, gn_args([64, 64, 8, 8], 32, BF16)))[1]
     assert norms.initial_group_norm(small, "triton")["variant"] == "per_group"
     for layout, variant in (("nchw", "plane"), ("nhwc", "tile")):

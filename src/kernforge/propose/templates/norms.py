@@ -553,6 +553,9 @@ def _gn_chunks(facts: dict[str, Any], chunk: int) -> int:
     return -(-facts["group_size"] // chunk)
 
 
+_ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}
+
+
 def initial_group_norm(facts: dict[str, Any], backend: str) -> dict[str, Any]:
     if backend == "cpu":
         # Few groups (32 in SD3.5's VAE) against many cores: spread planes, not groups.
@@ -566,6 +569,12 @@ def initial_group_norm(facts: dict[str, Any], backend: str) -> dict[str, Any]:
         block = min(4096, max(256, next_pow2(size)))
         warps = 2 if block <= 512 else 4 if block <= 1024 else 8
         return {"variant": "per_group", "chunk": 2048, "block": block, "num_warps": warps, "reverse": False,
+                "wave_groups": 0, "unroll": 1, "pipeline": False}
+    # More than the L2 holds (50 MB on the H100 and H200): the resident variant, whose second read
+    # comes from L2. On (1,256,512,512) bf16 the H200 probes timed this point at 0.1092 ms against
+    # the split start's 0.1155 (bench/results/h200/probe/probe2.log, do_bench timing).
+    if n_groups * size * _ITEMSIZE.get(facts["dtype"], 4) > 50 * 2**20 and 2 <= _gn_chunks(facts, 65536) <= gpu_sms():
+        return {"variant": "resident", "chunk": 65536, "block": 16384, "num_warps": 32, "reverse": False,
                 "wave_groups": 0, "unroll": 1, "pipeline": False}
     # Split: chunks of 16K elements, so (1,256,512,512) gives 32 x 128 = 4096 programs and
     # (1,512,128,128) 32 x 16 = 512 (at least ~4 programs per SM); a smaller chunk for smaller
