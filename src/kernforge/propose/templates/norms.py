@@ -911,6 +911,14 @@ def chunk_apply(X, W, B, Y, PART, MEAN, RSTD, g, i, group_size, hw, eps, CHUNK: 
 
 
 @triton.jit
+def zero_counters(ARRIVED, n, BLOCK: tl.constexpr):
+    # the arrival counters start at 0 each call (a launch of its own: the waiting kernel cannot
+    # clear them itself without a second wait)
+    idx = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(ARRIVED + idx, tl.zeros([BLOCK], tl.int32), mask=idx < n)
+
+
+@triton.jit
 def gn_resident(X, W, B, Y, PART, ARRIVED, MEAN, RSTD, n_groups, wave, group_size, hw, eps,
                 CHUNK: tl.constexpr, BLOCK: tl.constexpr, UNROLL: tl.constexpr, CHUNKS: tl.constexpr,
                 CHUNKS_P2: tl.constexpr, PHASE: tl.constexpr, PIPELINE: tl.constexpr, GROUPS: tl.constexpr,
@@ -963,12 +971,13 @@ def launch(x, w, b, y, mean, rstd):
     sms = sm_count(x.device)
     wave = max(1, min(N_GROUPS, sms // chunks))  # groups per wave: every program on its own SM
     part = torch.empty((2 * N_GROUPS * chunks,), dtype=torch.float32, device=x.device)
-    arrived = torch.zeros((N_GROUPS,), dtype=torch.int32, device=x.device)
+    arrived = torch.empty((N_GROUPS,), dtype=torch.int32, device=x.device)
     common = dict(CHUNK=CHUNK, BLOCK=BLOCK, UNROLL=UNROLL, CHUNKS=chunks, CHUNKS_P2=triton.next_power_of_2(chunks),
                   PIPELINE=PIPELINE, GROUPS=GROUPS, CG=CG, IN_CHANNEL=IN_CHANNEL, HAS_W=HAS_W, HAS_B=HAS_B,
                   num_warps=NUM_WARPS)
     args = (x, w, b, y, part, arrived, mean, rstd, N_GROUPS, wave, GROUP_SIZE, HW, EPS)
     if x.device.type == "cuda" and chunks <= sms:
+        zero_counters[(triton.cdiv(N_GROUPS, 1024),)](arrived, N_GROUPS, BLOCK=1024)
         gn_resident[(wave * chunks,)](*args, PHASE=0, **common)
     else:  # programs that cannot all be resident would wait forever: one launch per pass instead
         gn_resident[(wave * chunks,)](*args, PHASE=1, **common)

@@ -1,0 +1,52 @@
+"""Every source the built-in proposer can write passes the evaluator's static scan.
+
+The scan rejects a candidate before any worker runs it, so a template that trips a rule
+(the resident group norm once allocated its counters with torch.zeros) loses every point
+of its space in a search, silently, as "cheat". Checked for every valid point of each
+family's space, on the shapes of the families' own interpreter tests, for both backends."""
+
+from __future__ import annotations
+
+import pytest
+import test_family_elementwise
+import test_family_norms
+import test_family_pool
+import test_family_reduce
+import test_propose
+from family_check import family_for, make_task
+
+from kernforge.evaluate.scan import scan_source
+from kernforge.propose.builtin import _all_points
+from kernforge.tasks import KernelTask
+
+MODULES = (test_family_norms, test_family_pool, test_family_reduce, test_propose)
+
+
+def tasks() -> dict[str, KernelTask]:
+    """One task per (op, shape, dtype) among the families' interpreter samples."""
+    seen: dict[str, KernelTask] = {}
+    for module in MODULES:
+        for v in module.triton_variants():
+            seen.setdefault(f"{v['op']} {v['args']!r}", make_task(v["op"], v["args"]))
+    for case_id in test_family_elementwise.CASE_IDS:
+        for dtype in test_family_elementwise.DTYPES:
+            task = test_family_elementwise.case_task(case_id, dtype)[0]
+            seen.setdefault(f"{task.op} {task.args!r}", task)
+    return seen
+
+
+TASKS = tasks()
+
+
+@pytest.mark.parametrize("key", sorted(TASKS), ids=lambda key: key[:90])
+def test_every_point_passes_the_scan(key):
+    family, facts = family_for(TASKS[key])
+    checked = 0
+    for backend, language in (("triton", "triton"), ("cpu", "c")):
+        for params in _all_points(family.space(facts, backend)):
+            if not family.valid(facts, backend, params):
+                continue
+            findings = scan_source(family.render(facts, backend, params), language, facts.get("dtype", "float32"))
+            assert not findings, (backend, params, [str(f) for f in findings])
+            checked += 1
+    assert checked > 0
