@@ -99,8 +99,10 @@ def test_children_change_one_parameter_until_every_neighbour_is_tried():
     neighbours = []
     for name, values in space.items():
         i = values.index(root.params[name])
-        neighbours += [{**root.params, name: values[j]}
-                       for j in (i - 1, i + 1) if 0 <= j < len(values)]
+        if all(isinstance(v, str) for v in values):  # named choices: every other one
+            neighbours += [{**root.params, name: v} for v in values if v != root.params[name]]
+        else:
+            neighbours += [{**root.params, name: values[j]} for j in (i - 1, i + 1) if 0 <= j < len(values)]
     tried = [root]
     for _ in neighbours:
         child = proposer.propose(task, "cpu", root, tried)
@@ -112,8 +114,8 @@ def test_children_change_one_parameter_until_every_neighbour_is_tried():
     assert sorted(map(str, (c.params for c in tried[1:]))) == sorted(map(str, neighbours))
     jump = proposer.propose(task, "cpu", root, tried)
     assert jump.rationale.startswith("every neighbour tried; jump to the nearest untried point")
-    distance = sum(abs(space[k].index(jump.params[k]) - space[k].index(root.params[k]))
-                   for k in space)
+    distance = sum(int(jump.params[k] != root.params[k]) if all(isinstance(v, str) for v in space[k])
+                   else abs(space[k].index(jump.params[k]) - space[k].index(root.params[k])) for k in space)
     assert distance == 2  # every point at distance 1 was tried; the jump goes no further
 
 
@@ -279,3 +281,32 @@ def test_proposals_record_what_they_changed():
     assert root.changes == root.params
     child = proposer.propose(task, "cpu", root, [root])
     assert len(child.changes) == 1 and child.params == {**root.params, **child.changes}
+
+
+def test_a_value_that_only_ever_failed_is_moved_away_from_first():
+    """The large group norm's resident variant once failed every time (a scan rule); tweaking its
+    numbers failed the same way, 16 times. Two failures of it, no pass: the variant moves first."""
+    from kernforge.propose import Failure
+    from kernforge.propose.templates import norms
+
+    bf16 = "torch.bfloat16"
+    task = family_check.make_task("aten::native_group_norm.default", [
+        family_check.tensor([1, 256, 512, 512], bf16), family_check.tensor([256], bf16),
+        family_check.tensor([256], bf16), 1, 256, 512 * 512, 32, 1e-5])
+    proposer = BuiltinProposer(seed=0)
+    root = proposer.propose(task, "triton", None, [])
+    assert root.params["variant"] == "resident"
+    child = proposer.propose(task, "triton", root, [root])
+    tried = [root, child]
+    failures = [Failure(p, "cheat", "static scan: library-op") for p in tried]
+    for seed in range(5):
+        moved = BuiltinProposer(seed=seed).propose(task, "triton", root, tried, failures)
+        assert moved.changes.keys() == {"variant"} and moved.params["variant"] != "resident"
+        assert "variant=resident failed 2 times and never passed" in moved.rationale
+        facts = norms.match_group_norm(task)
+        assert norms.valid_group_norm(facts, "triton", moved.params)
+    # one resident point that did not fail, and the variant is no longer moved away from
+    passed = Proposal(source="passed", rationale="", params={**root.params, "num_warps": 16}, changes={})
+    for seed in range(5):
+        again = BuiltinProposer(seed=seed).propose(task, "triton", root, [*tried, passed], failures)
+        assert "never passed" not in again.rationale

@@ -14,6 +14,7 @@ may well hold again (a block too large to compile, a variant wrong for this shap
 from __future__ import annotations
 
 import random
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -92,7 +93,8 @@ class BuiltinProposer:
             parent_params = params
         else:
             parent_params = parent.params
-        move = self._neighbour(space, parent_params, fresh, failed_moves)
+        suspects = _never_passed(tried, failures)
+        move = self._neighbour(space, parent_params, fresh, failed_moves, suspects)
         if move is not None:
             name, new = move
             params = {**parent_params, name: new}
@@ -100,6 +102,9 @@ class BuiltinProposer:
             status = failed_moves.get((name, _key(new)))
             if status:
                 why += f" (this move failed before as {status}; every other move is tried)"
+            away = suspects.get((name, _key(parent_params[name])))
+            if away:
+                why += f" ({name}={parent_params[name]} failed {away} times and never passed: moving away from it)"
             return self._proposal(family, facts, backend, params, parent_params, why)
         jump = self._nearest_untried(space, parent_params, fresh)
         if jump is None:
@@ -121,14 +126,21 @@ class BuiltinProposer:
                         params=dict(params), changes=changes)
 
     def _neighbour(self, space: dict[str, list[Any]], params: dict[str, Any],
-                   fresh: Callable[[dict[str, Any]], bool],
-                   failed_moves: dict[tuple[str, str], str]) -> tuple[str, Any] | None:
+                   fresh: Callable[[dict[str, Any]], bool], failed_moves: dict[tuple[str, str], str],
+                   suspects: dict[tuple[str, str], int]) -> tuple[str, Any] | None:
         moves = []
         for name, values in space.items():
-            i = values.index(params[name])
-            for j in (i - 1, i + 1):
-                if 0 <= j < len(values) and fresh({**params, name: values[j]}):
-                    moves.append((name, values[j]))
+            near = [v for v in values if _steps(values, params[name], v) == 1]
+            moves += [(name, v) for v in near if fresh({**params, name: v})]
+        # A parent holding a value that has only ever failed (a variant that does not compile
+        # here, say) first moves that value away: tweaking its numbers would fail the same way.
+        # The most-failed value first, ties in the space's order (structure before numbers).
+        away = [m for m in moves if (m[0], _key(params[m[0]])) in suspects and (m[0], _key(m[1])) not in suspects]
+        if away:
+            worst = max(suspects[(name, _key(params[name]))] for name, _ in away)
+            first = next(name for name in space if suspects.get((name, _key(params[name]))) == worst
+                         and any(m[0] == name for m in away))
+            return self.rng.choice([m for m in away if m[0] == first])
         untainted = [m for m in moves if (m[0], _key(m[1])) not in failed_moves]
         pool = untainted or moves
         return self.rng.choice(pool) if pool else None
@@ -136,10 +148,25 @@ class BuiltinProposer:
     def _nearest_untried(self, space: dict[str, list[Any]], params: dict[str, Any],
                          fresh: Callable[[dict[str, Any]], bool]) -> dict[str, Any] | None:
         # Nearest first (a stable sort: ties in the space's order), then the first fresh one.
-        here = {n: space[n].index(params[n]) for n in space}
-        by_distance = sorted(_all_points(space),
-                             key=lambda c: sum(abs(space[n].index(c[n]) - here[n]) for n in space))
+        by_distance = sorted(_all_points(space), key=lambda c: sum(_steps(space[n], params[n], c[n]) for n in space))
         return next((c for c in by_distance if fresh(c)), None)
+
+
+def _steps(values: list[Any], a: Any, b: Any) -> int:
+    """How many moves apart two values of a parameter are: named choices (a variant, a layout)
+    have no order, so any other one is one move away; numbers and flags go one step at a time."""
+    if all(isinstance(v, str) for v in values):
+        return int(a != b)
+    return abs(values.index(a) - values.index(b))
+
+
+def _never_passed(tried: Sequence[Proposal], failures: Sequence[Failure]) -> dict[tuple[str, str], int]:
+    """(parameter, value) pairs in at least two failures and in no other proposal (a pending one
+    counts as not failed): how many failures each is in."""
+    failed_sources = {f.proposal.source for f in failures}
+    counts = Counter((name, _key(value)) for f in failures for name, value in f.proposal.params.items())
+    others = {(name, _key(value)) for p in tried if p.source not in failed_sources for name, value in p.params.items()}
+    return {pair: n for pair, n in counts.items() if n >= 2 and pair not in others}
 
 
 def _all_points(space: dict[str, list[Any]]):
