@@ -64,22 +64,36 @@ def run_cli(*args: str, cwd: Path | str = REPO_ROOT, env: dict[str, str] | None 
                           capture_output=True, text=True, timeout=timeout, check=False)
 
 
-def scripted_context(propose, evaluate_one, iterations: int, parallel: int = 1, previous=None):
+def scripted_context(propose, evaluate_one, iterations: int, parallel: int = 1, previous=None,
+                     duration=lambda proposal: 1.0):
     """A SearchContext over scripted results: evaluate_one(proposal, parent, decide) -> Node.
-    Batches are evaluated in order, as the engine does once a round's workers are done;
-    `batches` records the size of each round."""
+    On a simulated clock each started candidate takes duration(proposal) and the earliest to
+    finish is evaluated next (ties: the first started). Records, each time the strategy waits,
+    how many candidates were running (`ctx.running_at_wait`), and for each node when it started
+    and finished (`ctx.spans`, by node id)."""
+    import heapq
+
     from kernforge.search import SearchContext
 
-    def evaluate_many(items, decide):
-        ctx.batches.append(len(items))
-        nodes = []
-        for proposal, parent in items:
-            nodes.append(evaluate_one(proposal, parent, decide))
-            ctx.evaluated += 1
-        return nodes
+    clock = {"now": 0.0}
+    queue: list = []
+
+    def start(proposal, parent, decide):
+        handle = len(ctx.started)
+        ctx.started.append(clock["now"])
+        heapq.heappush(queue, (clock["now"] + duration(proposal), handle, proposal, parent, decide))
+        return handle
+
+    def wait_any():
+        ctx.running_at_wait.append(len(queue))
+        finished, handle, proposal, parent, decide = heapq.heappop(queue)
+        clock["now"] = finished
+        node = evaluate_one(proposal, parent, decide)
+        ctx.spans[node.node_id] = (ctx.started[handle], finished)
+        return handle, node
 
     previous = list(previous or [])
-    ctx = SearchContext(task=None, iterations=iterations, propose=propose, evaluate_many=evaluate_many,
+    ctx = SearchContext(task=None, iterations=iterations, propose=propose, start=start, wait_any=wait_any,
                         parallel=parallel, previous=previous, evaluated=len(previous))
-    ctx.batches = []
+    ctx.started, ctx.running_at_wait, ctx.spans = [], [], {}
     return ctx

@@ -21,7 +21,7 @@ def timed(p50: float) -> EvalResult:
 
 
 def run(strategy: str, landscape, iterations: int, supply: int | None = None, parallel: int = 1,
-        first: list[Node] | None = None) -> list[Node]:
+        first: list[Node] | None = None, duration=lambda proposal: 1.0) -> list[Node]:
     """landscape(lineage of proposal numbers) -> EvalResult; returns the new nodes in order.
     `first`: the nodes of an earlier search to continue from, as --resume does."""
     first = first or []
@@ -45,9 +45,9 @@ def run(strategy: str, landscape, iterations: int, supply: int | None = None, pa
         nodes.append(node)
         return node
 
-    ctx = scripted_context(propose, evaluate, iterations, parallel=parallel, previous=first)
+    ctx = scripted_context(propose, evaluate, iterations, parallel=parallel, previous=first, duration=duration)
     get_strategy(strategy).run(ctx)
-    run.batches = ctx.batches
+    run.running, run.spans = ctx.running_at_wait, ctx.spans
     return nodes
 
 
@@ -99,27 +99,40 @@ def test_mcts_expands_past_failures():
     assert any(n.result.ok for n in nodes)  # a variation of a broken candidate may work
 
 
-def test_mcts_evaluates_several_candidates_per_round_when_parallel():
+def test_mcts_evaluates_several_candidates_at_once_when_parallel():
     nodes = run("mcts", trap, iterations=20, parallel=4)
     assert len(nodes) == 20
-    assert max(run.batches) == 4 and sum(run.batches) == 20
+    assert max(run.running) == 4
     assert len({n.proposal.source for n in nodes}) == 20
-    # Still out of the trap that holds greedy under 1.3x; a round adds one level at most
-    # (a child cannot be expanded before it is evaluated), so it goes less deep than
-    # one-at-a-time in the same 20 candidates.
+    # Still out of the trap that holds greedy under 1.3x, though a child cannot be expanded
+    # before it is evaluated, so it goes less deep than one-at-a-time in the same 20 candidates.
     assert best_speedup(nodes) > 1.3
 
 
 def test_a_parallel_search_refines_its_first_candidate_before_adding_starting_points():
     nodes = run("mcts", lambda chain: timed(1.0 / len(chain)), iterations=16, parallel=8)
-    assert run.batches[0] == 1  # nothing to refine yet: one starting point, not eight
+    assert run.running[0] == 1  # nothing to refine yet: one starting point, not eight
     roots = [n for n in nodes if n.parent_id is None]
     assert len(roots) <= 4 and len(nodes) == 16  # ceil(16 ** 0.5) at most, the rest refines them
 
 
-def test_parallel_rounds_never_exceed_the_budget():
-    run("mcts", lambda chain: timed(0.9), iterations=10, parallel=4)
-    assert sum(run.batches) == 10 and max(run.batches) <= 4
+def test_parallel_searches_never_exceed_the_budget_or_the_workers():
+    nodes = run("mcts", lambda chain: timed(0.9), iterations=10, parallel=4)
+    assert len(nodes) == 10 and max(run.running) <= 4
+
+
+def test_a_slow_candidate_does_not_hold_the_other_workers():
+    """Every fifth candidate takes 20 times as long. A worker that finishes starts the next
+    candidate at once, so candidates started after a slow one finish before it (in rounds, a
+    round would wait for its slowest), and once the tree is wide enough the workers stay full."""
+    slow = lambda proposal: 20.0 if proposal.params["chain"][-1] % 5 == 0 else 1.0
+    nodes = run("mcts", lambda chain: timed(1.0 / len(chain)), iterations=40, parallel=4, duration=slow)
+    assert len(nodes) == 40
+    spans = run.spans
+    slow_ids = [n.node_id for n in nodes if n.proposal.params["chain"][-1] % 5 == 0]
+    assert any(spans[other][0] > spans[s][0] and spans[other][1] < spans[s][1]
+               for s in slow_ids for other in spans)
+    assert sum(r == 4 for r in run.running) >= len(run.running) // 2
 
 
 def resumed(strategy: str, landscape, first: list[Node], iterations: int) -> list[Node]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -75,19 +75,44 @@ class SearchContext:
     task: KernelTask
     iterations: int  # the task's whole budget, nodes from before a resume included
     propose: Callable[[Node | None], Proposal | None]
-    # ([(proposal, parent)], decide) -> the evaluated nodes, in the order of the items. The
-    # candidates run at once (up to `parallel`); as each one finishes, decide(node) says
+    # (proposal, parent, decide) -> a handle: starts evaluating one candidate in a worker and
+    # returns at once. Up to `parallel` run at the same time.
+    start: Callable[[Proposal, Node | None, Callable[[Node], bool]], Any]
+    # () -> (handle, node): waits for any started candidate to finish; decide(node) has said
     # whether the strategy keeps it, and the node is recorded.
-    evaluate_many: Callable[[list[tuple[Proposal, Node | None]], Callable[[Node], bool]], list[Node]]
+    wait_any: Callable[[], tuple[Any, Node]]
     parallel: int = 1
     previous: list[Node] = field(default_factory=list)  # recorded before a resume, in order
     evaluated: int = 0  # nodes so far, previous ones included
+    running: int = 0  # started and not yet finished
+
+    def launch(self, proposal: Proposal, parent: Node | None, decide: Callable[[Node], bool]) -> Any:
+        handle = self.start(proposal, parent, decide)
+        self.running += 1
+        return handle
+
+    def next_done(self) -> tuple[Any, Node]:
+        handle, node = self.wait_any()
+        self.running -= 1
+        self.evaluated += 1
+        return handle, node
+
+    def evaluate_many(self, items: list[tuple[Proposal, Node | None]],
+                      decide: Callable[[Node], bool]) -> list[Node]:
+        """Several candidates at once; their nodes in the order of the items, once all are done."""
+        handles = [self.launch(proposal, parent, decide) for proposal, parent in items]
+        done: dict[Any, Node] = {}
+        while len(done) < len(handles):
+            handle, node = self.next_done()
+            done[handle] = node
+        return [done[h] for h in handles]
 
     def evaluate(self, proposal: Proposal, parent: Node | None, decide: Callable[[Node], bool]) -> Node:
         return self.evaluate_many([(proposal, parent)], decide)[0]
 
     def budget_left(self) -> int:
-        return self.iterations - self.evaluated
+        """Candidates that may still be started: the running ones are already spent."""
+        return self.iterations - self.evaluated - self.running
 
 
 def search_task(
@@ -150,12 +175,12 @@ def search_task(
         store.write_json(f"tasks/{task.task_id}/nodes/{node_id}/proposal.json",
                          {"parent": parent.node_id if parent else None, "rationale": proposal.rationale,
                           "params": proposal.params, "changes": proposal.changes})
+        store.append_event("node_start", task=task.task_id, node=node_id, parent=parent.node_id if parent else None)
         return node_id, source
 
     def finish(node: Node, decide: Callable[[Node], bool]) -> None:
         node.kept = decide(node)
         outcome.nodes.append(node)
-        ctx.evaluated += 1
         result = node.result
         if not result.ok:
             failures.append(Failure(node.proposal, result.status, result.reason))
@@ -171,25 +196,27 @@ def search_task(
             store.commit_kept(task.task_id, node.proposal.source, backend.source_suffix, _commit_message(node))
         on_node(outcome, node)
 
-    def evaluate_many(items: list[tuple[Proposal, Node | None]], decide: Callable[[Node], bool]) -> list[Node]:
-        started = [(proposal, parent, *start(proposal, parent)) for proposal, parent in items]
+    def run(proposal: Proposal, parent: Node | None, node_id: str, source: Path) -> Node:
+        result = evaluate_candidate(task_path, reference_path, source, backend.name, device,
+                                    source.parent, candidate_timeout_s, executor)
+        return Node(node_id=node_id, parent_id=parent.node_id if parent else None, proposal=proposal, result=result)
 
-        def run(proposal: Proposal, parent: Node | None, node_id: str, source: Path) -> Node:
-            result = evaluate_candidate(task_path, reference_path, source, backend.name, device,
-                                        source.parent, candidate_timeout_s, executor)
-            return Node(node_id=node_id, parent_id=parent.node_id if parent else None,
-                        proposal=proposal, result=result)
+    # Workers run on threads; each node is recorded here, on the strategy's thread, as soon as
+    # its worker is done, so that a kill loses only the candidates still running.
+    pool = ThreadPoolExecutor(max_workers=max(1, executor.capacity))
+    running: dict[Future, Callable[[Node], bool]] = {}
 
-        # Each node is recorded as soon as its worker is done, so that a kill loses only the
-        # candidates still running; decide() sees them in the order they finish.
-        nodes: list[Node | None] = [None] * len(started)
-        with ThreadPoolExecutor(max_workers=len(started)) as pool:
-            futures = {pool.submit(run, *item): i for i, item in enumerate(started)}
-            for future in as_completed(futures):
-                node = future.result()
-                finish(node, decide)
-                nodes[futures[future]] = node
-        return [n for n in nodes if n is not None]
+    def start_one(proposal: Proposal, parent: Node | None, decide: Callable[[Node], bool]) -> Future:
+        future = pool.submit(run, proposal, parent, *start(proposal, parent))
+        running[future] = decide
+        return future
+
+    def wait_any() -> tuple[Future, Node]:
+        done, _ = wait(running, return_when=FIRST_COMPLETED)
+        future = min(done, key=lambda f: f.result().node_id)  # several at once: in id order
+        node = future.result()
+        finish(node, running.pop(future))
+        return future, node
 
     def confirm(node: Node) -> None:
         node_dir = store.node_dir(task.task_id, node.node_id)
@@ -203,7 +230,7 @@ def search_task(
                            search_speedup_vs_eager=node.result.speedup_vs_eager)
         on_confirm(outcome, node)
 
-    ctx = SearchContext(task=task, iterations=iterations, propose=propose, evaluate_many=evaluate_many,
+    ctx = SearchContext(task=task, iterations=iterations, propose=propose, start=start_one, wait_any=wait_any,
                         parallel=executor.capacity, previous=list(outcome.nodes), evaluated=len(outcome.nodes))
     try:
         strategy.run(ctx)
@@ -212,6 +239,9 @@ def search_task(
                 confirm(node)
         store.db.set_task_state(task.task_id, "done")
     finally:
+        # on an error or a kill, the candidates still running are lost (a resume redoes them);
+        # their workers are let finish so that none outlives the reference below
+        pool.shutdown(wait=True, cancel_futures=True)
         store.append_event("task_end", task=task.task_id, candidates=len(outcome.nodes),
                            counts=outcome.status_counts())
         # The oracle outputs are large (float64, several input sets) and can be

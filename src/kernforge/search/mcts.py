@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from kernforge.propose import Proposal
     from kernforge.search.engine import Node, SearchContext
 
 EXPLORATION = 1.0  # the UCB constant: sqrt(2) is the textbook value for rewards in [0, 1]; 1 explores a bit less
@@ -57,9 +56,11 @@ def reward(node: Node) -> float | None:
 
 
 class MCTS:
-    """Several leaves are selected per round when ctx.parallel > 1: each selection adds a
-    pending child to its leaf and a virtual visit along its path (undone when the result
-    is in), so that the next selection in the round looks elsewhere."""
+    """With ctx.parallel > 1 the search keeps every worker busy: whenever one finishes, its
+    result is backed up and new leaves are selected until the workers are full again (no
+    rounds that wait for their slowest candidate). Each selection adds a pending child to its
+    leaf and a virtual visit along its path, undone when the result is in, so that the next
+    selection looks elsewhere."""
 
     name = "mcts"
 
@@ -70,25 +71,25 @@ class MCTS:
     def run(self, ctx: SearchContext) -> None:
         root = TreeNode(node=None)
         self._rebuild(root, ctx.previous)
-        while ctx.budget_left() > 0:
-            batch = self._select_batch(root, ctx)
-            if batch is None:
-                return  # every node exhausted: the proposer has nothing new anywhere
-            if not batch:
-                continue  # the chosen leaves were exhausted; they are marked, select again
-            nodes = ctx.evaluate_many([(proposal, path[-1].node) for path, proposal in batch], self._decide)
-            for (path, _), node in zip(batch, nodes):
-                for t in path:
-                    t.visits -= 1
-                path[-1].pending -= 1
-                self._attach(path, node)
+        running: dict[object, list[TreeNode]] = {}
+        while True:
+            self._fill(root, ctx, running)
+            if not running:
+                return  # budget spent, or every node exhausted: the proposer has nothing new anywhere
+            handle, node = ctx.next_done()
+            path = running.pop(handle)
+            for t in path:
+                t.visits -= 1
+            path[-1].pending -= 1
+            self._attach(path, node)
 
-    def _select_batch(self, root: TreeNode, ctx: SearchContext) -> list[tuple[list[TreeNode], Proposal]] | None:
-        batch: list[tuple[list[TreeNode], Proposal]] = []
-        for _ in range(min(ctx.parallel, ctx.budget_left())):
+    def _fill(self, root: TreeNode, ctx: SearchContext, running: dict[object, list[TreeNode]]) -> None:
+        """Start candidates until every worker is busy, the budget is spent, or no leaf can be
+        expanded before a running candidate is back."""
+        while len(running) < ctx.parallel and ctx.budget_left() > 0:
             path = self._select(root)
             if path is None:
-                break
+                return
             leaf = path[-1]
             proposal = ctx.propose(leaf.node)
             if proposal is None:
@@ -97,10 +98,7 @@ class MCTS:
             for t in path:
                 t.visits += 1  # virtual: undone when the result is backed up
             leaf.pending += 1
-            batch.append((path, proposal))
-        if not batch and root.closed():
-            return None
-        return batch
+            running[ctx.launch(proposal, leaf.node, self._decide)] = path
 
     def _decide(self, node: Node) -> bool:
         from kernforge.search.strategy import keeps

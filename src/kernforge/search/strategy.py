@@ -7,7 +7,9 @@ A strategy drives one task's search through a SearchContext:
                         returns the Node, kept when decide(node) says so;
   ctx.evaluate_many([(p, parent), ...], decide) does the same for several
                         candidates at once (up to ctx.parallel);
-  ctx.budget_left()     how many candidates may still be evaluated;
+  ctx.launch(p, parent, decide) starts one and returns a handle at once;
+  ctx.next_done()       waits for any started one: (handle, node);
+  ctx.budget_left()     how many candidates may still be started;
   ctx.previous          the nodes recorded before a resume, to start from.
 It returns when the budget is spent or the proposer runs dry. Greedy is here;
 MCTS is in mcts.py; each is one registry line below.
