@@ -214,6 +214,11 @@ def test_search_leaves_every_step_in_the_run_folder(searched, softmax_task):
         assert result["status"] == node.result.status and result["kept"] == node.kept
         assert (node_dir / "log.txt").is_file() and (node_dir / "job.json").is_file()
     assert len(sources) == 3  # no candidate evaluated twice
+    # each candidate's start and end are events, the start first (the dashboard's "running")
+    events = [json.loads(line) for line in (store.root / "events.jsonl").read_text().splitlines()]
+    order = [(e["kind"], e["node"]) for e in events if e["kind"] in ("node_start", "node")]
+    for node in outcome.nodes:
+        assert order.index(("node_start", node.node_id)) < order.index(("node", node.node_id))
 
 
 def test_failed_baseline_is_a_task_error_not_a_crash(softmax_task, tmp_path: Path):
