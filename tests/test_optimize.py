@@ -55,8 +55,12 @@ def test_no_faster_kernel_found_is_a_speedup_of_one(outcome):
 def test_no_correct_kernel(outcome):
     row = task_row(outcome([node(0, EvalResult(status="wrong_result")),
                             node(1, EvalResult(status="timeout"))]))
-    assert row["verdict"] == "no correct kernel found"
+    assert row["verdict"].startswith("no correct kernel found (1 of 2 ")
     assert row["correct"] == 0
+    # one reason failing every candidate is named: what a user must fix or report
+    scan = "static scan: library-op (line 195: arrived = torch.zeros(...)): calls torch.zeros"
+    row = task_row(outcome([node(i, EvalResult(status="cheat", reason=scan + "\nmore")) for i in range(3)]))
+    assert row["verdict"] == f"no correct kernel found (3 of 3 cheat: {scan})"
 
 
 def test_untimed_correct_kernel(outcome):

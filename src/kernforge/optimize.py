@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -270,10 +271,21 @@ def _verdict(outcome: TaskOutcome, best: Node | None, timed: bool) -> str:
     if best is not None:
         return "faster kernel found"
     if not outcome.correct:
-        return "no correct kernel found"
+        return "no correct kernel found" + _commonest_failure(outcome)
     if not timed:
         return "correct kernel found (interpreter: not timed)"
     return "no faster kernel found"
+
+
+def _commonest_failure(outcome: TaskOutcome) -> str:
+    """Why nothing worked, when one reason dominates: one template tripping a scan rule or a
+    compiler difference fails every candidate the same way, and a user should see it first."""
+    failed = [n.result for n in outcome.nodes if not n.result.ok]
+    if not failed:
+        return ""
+    reasons = Counter((r.status, (r.reason.splitlines() or [""])[0][:160]) for r in failed)
+    (status, reason), count = reasons.most_common(1)[0]
+    return f" ({count} of {len(outcome.nodes)} {status}" + (f": {reason})" if reason else ")")
 
 
 def _options(opts: Any) -> dict[str, Any]:
