@@ -88,9 +88,11 @@ def test_a_search_leaves_events_and_a_commit_per_kept_improvement(softmax_captur
                           iterations=2, candidate_timeout_s=30.0)
     events = store.events()
     # the one correct candidate is a finalist: evaluated again, alone, after the budget is spent
-    assert [e["kind"] for e in events] == ["task_start", "node", "node", "confirm", "task_end"]
+    assert [e["kind"] for e in events] == ["task_start", "node_start", "node", "node_start", "node", "confirm",
+                                          "task_end"]
     assert [e["status"] for e in events if e["kind"] == "node"] == ["crash", "ok"]
-    assert events[3]["node"] == "n0001" and events[3]["status"] == "ok"
+    confirm = next(e for e in events if e["kind"] == "confirm")
+    assert confirm["node"] == "n0001" and confirm["status"] == "ok"
     assert outcome.nodes[1].confirmed is not None and outcome.nodes[0].confirmed is None
     assert (store.task_dir(task.task_id) / "nodes" / "n0001" / "confirm.json").is_file()
     assert events[-1]["counts"] == {"crash": 1, "ok": 1}
