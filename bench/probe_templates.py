@@ -51,14 +51,20 @@ def mean_points(facts: dict) -> list[dict]:
 
 
 def gn_points(facts: dict) -> list[dict]:
-    points = [norms.initial_group_norm(facts, "triton")]
-    resident = {"variant": "resident", "reverse": False, "wave_groups": 0}
-    # the best one-wave-at-a-time point of the last probe, then the pipelined one around it
-    points.append({**resident, "chunk": 65536, "block": 16384, "num_warps": 32, "unroll": 1, "pipeline": False})
-    for chunk, block, warps, unroll in itertools.product([16384, 32768, 65536], [8192, 16384], [16, 32], [1, 2]):
-        points.append({**resident, "chunk": chunk, "block": block, "num_warps": warps, "unroll": unroll,
-                       "pipeline": True})
-    return [p for p in points if norms.valid_group_norm(facts, "triton", {**points[0], **p})]
+    start = norms.initial_group_norm(facts, "triton")
+    resident = {**start, "variant": "resident", "reverse": False, "wave_groups": 0, "unroll": 1, "pipeline": False,
+                "per_sm": 1}
+    points = [start,
+              # the split starting point of earlier sessions, for comparison
+              {**start, "variant": "split", "chunk": 16384, "block": 4096, "num_warps": 8, "reverse": True,
+               "wave_groups": 0, "unroll": 1, "pipeline": False, "per_sm": 1},
+              # probe3's best: pipelined, two blocks a loop trip
+              {**resident, "chunk": 65536, "block": 16384, "num_warps": 32, "unroll": 2, "pipeline": True}]
+    # two programs per SM (cooperative launch), one wave at a time or pipelined
+    for chunk, block, warps, pipeline in itertools.product([32768, 65536], [8192, 16384], [8, 16], [False, True]):
+        points.append({**resident, "chunk": chunk, "block": block, "num_warps": warps, "pipeline": pipeline,
+                       "per_sm": 2})
+    return [p for p in points if norms.valid_group_norm(facts, "triton", p)]
 
 
 READ_CEILING = """

@@ -275,7 +275,10 @@ def triton_variants() -> list[dict]:
              "unroll": 4},
             # pipelined: on the interpreter the same two launches (the overlap needs the wait)
             {"variant": "resident", "chunk": 512, "block": 256, "num_warps": 2, "reverse": False, "wave_groups": 0,
-             "pipeline": True}]),
+             "pipeline": True},
+            # two programs per SM: on the GPU a cooperative launch; here the same two launches
+            {"variant": "resident", "chunk": 512, "block": 256, "num_warps": 2, "reverse": False, "wave_groups": 0,
+             "pipeline": True, "per_sm": 2}]),
         (GN, gn_args([1, 6, 30, 30], 2), [  # resident with a short last chunk that straddles channels
             {"variant": "resident", "chunk": 1024, "block": 512, "num_warps": 4, "reverse": False, "wave_groups": 0},
             {"variant": "resident", "chunk": 1024, "block": 256, "num_warps": 2, "reverse": False, "wave_groups": 0,
@@ -319,6 +322,7 @@ def test_triton_sample_covers_every_structural_variant():
     assert {v["params"].get("wave_groups") for v in triton_variants() if v["op"] == GN} >= {0, 2, 4}
     assert {v["params"].get("unroll") for v in triton_variants() if v["op"] == GN} >= {1, 2, 4}
     assert {v["params"].get("pipeline") for v in triton_variants() if v["op"] == GN} == {False, True}
+    assert {v["params"].get("per_sm") for v in triton_variants() if v["op"] == GN} == {1, 2}
     assert {(BN, "flat", False), (BN, "plane", False), (BN_LEGIT, "tile", False)} <= seen
     # and against the spaces themselves: a variant added to a family's space without a sample fails
     for v in triton_variants():
@@ -352,3 +356,15 @@ def test_moves_are_explained():
     assert "L2" in norms.explain("reverse", False, True)
     assert "SM" in norms.explain("chunk", 16384, 8192)
 
+
+
+def test_two_programs_per_sm_only_for_the_resident_variant_and_within_the_thread_slots():
+    large = target_facts((1, 256, 512, 512))
+    start = norms.initial_group_norm(large, "triton")
+    assert start["per_sm"] == 1
+    assert not norms.valid_group_norm(large, "triton", {**start, "per_sm": 2})  # 2 x 32 warps
+    assert norms.valid_group_norm(large, "triton", {**start, "per_sm": 2, "num_warps": 16})
+    split = norms.initial_group_norm(target_facts((1, 512, 128, 128)), "triton")
+    assert not norms.valid_group_norm(target_facts((1, 512, 128, 128)), "triton", {**split, "per_sm": 2})
+    source = norms.render_group_norm(large, "triton", {**start, "per_sm": 2, "num_warps": 16})
+    assert "PER_SM = 2" in source and "launch_cooperative_grid=PER_SM > 1" in source

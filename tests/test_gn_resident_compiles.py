@@ -51,15 +51,20 @@ def compile_for_hopper(tmp_path: Path, params: dict) -> str:
     aligned = {(names.index(n),): [["tt.divisibility", 16]] for n in (*POINTERS, "group_size", "hw")}
     source = ASTSource(module.gn_resident, signature, constexprs={(names.index(k),): v for k, v in constants.items()},
                        attrs=aligned)
-    kernel = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": params["num_warps"]})
+    # two programs an SM launch cooperatively (the launcher reads the flag from the metadata)
+    cooperative = params["per_sm"] > 1
+    kernel = triton.compile(source, target=GPUTarget("cuda", 90, 32),
+                            options={"num_warps": params["num_warps"], "launch_cooperative_grid": cooperative})
+    assert bool(kernel.metadata.launch_cooperative_grid) == cooperative
     return kernel.asm["ptx"]
 
 
-@pytest.mark.parametrize("pipeline", [False, True])
-def test_waiting_form_compiles_for_hopper(tmp_path, monkeypatch, pipeline):
+@pytest.mark.parametrize("pipeline, per_sm", [(False, 1), (True, 1), (True, 2)])
+def test_waiting_form_compiles_for_hopper(tmp_path, monkeypatch, pipeline, per_sm):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)  # triton.jit must give a compilable kernel
     params = {**norms.initial_group_norm(large_group_norm(), "triton"), "variant": "resident", "chunk": 32768,
-              "block": 8192, "num_warps": 16, "reverse": False, "wave_groups": 0, "unroll": 2, "pipeline": pipeline}
+              "block": 8192, "num_warps": 16, "reverse": False, "wave_groups": 0, "unroll": 2, "pipeline": pipeline,
+              "per_sm": per_sm}
     try:
         ptx = compile_for_hopper(tmp_path, params)
     except RuntimeError as exc:  # no ptxas in this triton install: nothing to say about the source

@@ -133,6 +133,9 @@ EXPLAIN = {
                2: "two blocks a loop trip, loaded together: twice the bytes in flight per program",
                4: "four blocks a loop trip: for one program per SM, more loads in flight hide DRAM latency",
                8: "eight blocks a loop trip: the most bytes in flight, the most registers"},
+    "per_sm": {1: "one resident program per SM: the most registers each",
+               2: "two resident programs per SM: one loads while the other waits for its group "
+                  "(launched cooperatively, so a grid that cannot all be resident is an error, not a hang)"},
     "stats": {"two_pass": "mean first, then squared deviations: exact in float, reads the data twice",
               "one_pass_double": "sum and sum of squares in double in one read: fewer passes, still "
                                  "precise for large-mean data",
@@ -545,7 +548,7 @@ def space_group_norm(facts: dict[str, Any], backend: str) -> dict[str, list[Any]
         return {"variant": ["split", "per_group", "resident"], "chunk": [2048, 4096, 8192, 16384, 32768, 65536],
                 "block": [256, 512, 1024, 2048, 4096, 8192, 16384], "num_warps": [2, 4, 8, 16, 32],
                 "reverse": [False, True], "wave_groups": [0, 8, 4, 2], "unroll": [1, 2, 4, 8],
-                "pipeline": [False, True]}
+                "pipeline": [False, True], "per_sm": [1, 2]}
     return {}
 
 
@@ -569,13 +572,13 @@ def initial_group_norm(facts: dict[str, Any], backend: str) -> dict[str, Any]:
         block = min(4096, max(256, next_pow2(size)))
         warps = 2 if block <= 512 else 4 if block <= 1024 else 8
         return {"variant": "per_group", "chunk": 2048, "block": block, "num_warps": warps, "reverse": False,
-                "wave_groups": 0, "unroll": 1, "pipeline": False}
+                "wave_groups": 0, "unroll": 1, "pipeline": False, "per_sm": 1}
     # More than the L2 holds (50 MB on the H100 and H200): the resident variant, whose second read
     # comes from L2. On (1,256,512,512) bf16 the H200 probes timed this point at 0.1092 ms against
     # the split start's 0.1155 (bench/results/h200/probe/probe2.log, do_bench timing).
     if n_groups * size * _ITEMSIZE.get(facts["dtype"], 4) > 50 * 2**20 and 2 <= _gn_chunks(facts, 65536) <= gpu_sms():
         return {"variant": "resident", "chunk": 65536, "block": 16384, "num_warps": 32, "reverse": False,
-                "wave_groups": 0, "unroll": 1, "pipeline": False}
+                "wave_groups": 0, "unroll": 1, "pipeline": False, "per_sm": 1}
     # Split: chunks of 16K elements, so (1,256,512,512) gives 32 x 128 = 4096 programs and
     # (1,512,128,128) 32 x 16 = 512 (at least ~4 programs per SM); a smaller chunk for smaller
     # groups keeps that count up. Blocks of 4096 with 8 warps: 16 values a thread per load.
@@ -584,7 +587,7 @@ def initial_group_norm(facts: dict[str, Any], backend: str) -> dict[str, Any]:
         chunk //= 2
     block = min(4096, chunk)
     return {"variant": "split", "chunk": chunk, "block": block, "num_warps": 8 if block >= 2048 else 4,
-            "reverse": True, "wave_groups": 0, "unroll": 1, "pipeline": False}
+            "reverse": True, "wave_groups": 0, "unroll": 1, "pipeline": False, "per_sm": 1}
 
 
 def valid_group_norm(facts: dict[str, Any], backend: str, params: dict[str, Any]) -> bool:
@@ -595,8 +598,10 @@ def valid_group_norm(facts: dict[str, Any], backend: str, params: dict[str, Any]
     if params["unroll"] > 1 and (params["variant"] != "resident" or block * params["unroll"] > params["chunk"]
                                         or block * params["unroll"] // threads > 64):
         return False  # tiles of several blocks are the resident variant's, within a chunk
-    if params.get("pipeline") and params["variant"] != "resident":
+    if (params.get("pipeline") or params.get("per_sm", 1) > 1) and params["variant"] != "resident":
         return False  # only resident programs wait for each other, so only they can overlap the wait
+    if params.get("per_sm", 1) * params["num_warps"] > 32:
+        return False  # two programs of 32 warps would need every thread slot and half the registers each
     if threads > block or block // threads > 32 or block > max(256, 2 * next_pow2(facts["group_size"])):
         return False
     if params["variant"] == "per_group":
@@ -606,7 +611,7 @@ def valid_group_norm(facts: dict[str, Any], backend: str, params: dict[str, Any]
         # least two of them for the wait to be worth it
         chunks = _gn_chunks(facts, params["chunk"])
         return (not params["reverse"] and params["wave_groups"] == 0 and params["chunk"] >= params["block"]
-                and 2 <= chunks <= gpu_sms())
+                and 2 <= chunks <= params.get("per_sm", 1) * gpu_sms())
     if params["wave_groups"] and params["wave_groups"] * 2 > facts["n"] * facts["groups"]:
         return False  # a wave of more than half the groups is hardly a wave
     chunk = params["chunk"]
@@ -968,17 +973,20 @@ def gn_resident(X, W, B, Y, PART, ARRIVED, MEAN, RSTD, n_groups, wave, group_siz
 
 def launch(x, w, b, y, mean, rstd):
     chunks = triton.cdiv(GROUP_SIZE, CHUNK)
-    sms = sm_count(x.device)
-    wave = max(1, min(N_GROUPS, sms // chunks))  # groups per wave: every program on its own SM
+    slots = PER_SM * sm_count(x.device)
+    wave = max(1, min(N_GROUPS, slots // chunks))  # groups per wave: every program resident at once
     part = torch.empty((2 * N_GROUPS * chunks,), dtype=torch.float32, device=x.device)
     arrived = torch.empty((N_GROUPS,), dtype=torch.int32, device=x.device)
     common = dict(CHUNK=CHUNK, BLOCK=BLOCK, UNROLL=UNROLL, CHUNKS=chunks, CHUNKS_P2=triton.next_power_of_2(chunks),
                   PIPELINE=PIPELINE, GROUPS=GROUPS, CG=CG, IN_CHANNEL=IN_CHANNEL, HAS_W=HAS_W, HAS_B=HAS_B,
                   num_warps=NUM_WARPS)
     args = (x, w, b, y, part, arrived, mean, rstd, N_GROUPS, wave, GROUP_SIZE, HW, EPS)
-    if x.device.type == "cuda" and chunks <= sms:
+    if x.device.type == "cuda" and chunks <= slots:
         zero_counters[(triton.cdiv(N_GROUPS, 1024),)](arrived, N_GROUPS, BLOCK=1024)
-        gn_resident[(wave * chunks,)](*args, PHASE=0, **common)
+        # One program per SM always fits once it compiles. Two might not (registers, shared
+        # memory): a cooperative launch refuses a grid that cannot be resident all at once,
+        # where a plain one would leave programs waiting for SMs that never free up.
+        gn_resident[(wave * chunks,)](*args, PHASE=0, launch_cooperative_grid=PER_SM > 1, **common)
     else:  # programs that cannot all be resident would wait forever: one launch per pass instead
         gn_resident[(wave * chunks,)](*args, PHASE=1, **common)
         gn_resident[(wave * chunks,)](*args, PHASE=2, **common)
@@ -1024,12 +1032,12 @@ def launch(x, w, b, y, mean, rstd):
 # Per variant: the parameters its source states in its header, and those it reads as constants
 # (a parameter a variant ignores is left out of both, so that it does not make a new source).
 _GN_SHOWN = {"split": ("chunk", "block", "num_warps", "reverse", "wave_groups"),
-             "resident": ("chunk", "block", "unroll", "num_warps", "pipeline"), "per_group": ("block", "num_warps")}
-_GN_CONSTANTS = {"split": ("chunk", "reverse", "wave_groups"), "resident": ("chunk", "unroll", "pipeline"), "per_group": ()}
+             "resident": ("chunk", "block", "unroll", "num_warps", "pipeline", "per_sm"), "per_group": ("block", "num_warps")}
+_GN_CONSTANTS = {"split": ("chunk", "reverse", "wave_groups"), "resident": ("chunk", "unroll", "pipeline", "per_sm"), "per_group": ()}
 
 
 def render_group_norm_triton(facts: dict[str, Any], params: dict[str, Any]) -> str:
-    params = {"unroll": 1, "pipeline": False, **params}  # points recorded before these moves existed
+    params = {"unroll": 1, "pipeline": False, "per_sm": 1, **params}  # points recorded before these moves existed
     variant = params["variant"]
     described = f"variant={variant} " + " ".join(f"{k}={params[k]}" for k in _GN_SHOWN[variant])
     constants = "".join(f"{k.upper()} = {params[k]}\n" for k in _GN_CONSTANTS[variant])
