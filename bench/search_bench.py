@@ -176,6 +176,7 @@ def main() -> int:
     if args.append and path.is_file():  # rows run again replace their old entry
         report["rows"] = [r for r in json.loads(path.read_text())["rows"] if r["row"] not in args.rows.split(",")]
     names = args.rows.split(",")
+    previous = list(report["rows"])  # kept rows of an --append, first in the report
     done: dict[str, dict] = {}
     lock = threading.Lock()
 
@@ -197,7 +198,6 @@ def main() -> int:
                                                                "speedup_vs_eager", "compile_ms", "max_autotune_ms",
                                                                "candidates", "search_wall_s", "error")}), flush=True)
 
-    previous = list(report["rows"])
     threads = [threading.Thread(target=lane, args=(k,)) for k in range(max(1, args.lanes))]
     for t in threads:
         t.start()

@@ -14,17 +14,17 @@ import functools
 import multiprocessing
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from family_check import make_task, tensor
+from probe_templates import load
 
 from kernforge.evaluate import timing
-from kernforge.importing import import_path
 from kernforge.propose.templates import softmax
 
 
@@ -32,9 +32,7 @@ def split_softmax():
     args = [tensor([8, 262144]), -1, False]
     facts = softmax.match(make_task("aten::_softmax.default", args))
     params = softmax.initial(facts, "triton")
-    path = Path(tempfile.mkdtemp(prefix="kf-noise-")) / "split_softmax.py"
-    path.write_text(softmax.render(facts, "triton", params))
-    return import_path(path, "kf_noise").kf_forward, params
+    return load(softmax.render(facts, "triton", params), "split_softmax").kf_forward, params
 
 
 def burn(stop) -> None:

@@ -357,7 +357,6 @@ def test_moves_are_explained():
     assert "SM" in norms.explain("chunk", 16384, 8192)
 
 
-
 def test_two_programs_per_sm_only_for_the_resident_variant_and_within_the_thread_slots():
     large = target_facts((1, 256, 512, 512))
     start = norms.initial_group_norm(large, "triton")

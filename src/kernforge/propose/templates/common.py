@@ -34,6 +34,7 @@ def sm_count(device):
 '''
 
 SUPPORTED_DTYPES = ("torch.float32", "torch.float16", "torch.bfloat16")
+ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}  # bytes per element of the dtypes above
 
 
 def is_tensor(value: Any) -> bool:

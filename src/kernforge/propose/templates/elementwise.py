@@ -32,6 +32,7 @@ from kernforge.propose.builtin import Family
 from kernforge.propose.templates.common import (
     C_LOAD_STORE,
     C_TYPES,
+    ITEMSIZE,
     TRITON_SM_COUNT,
     gpu_sms,
     is_tensor,
@@ -44,7 +45,6 @@ OUTPUT_DTYPES = {"torch.float32": "float32", "torch.bfloat16": "bfloat16", "torc
 # 0-dim tensors take no part in type promotion against full tensors: any of these may join.
 SCALAR_TENSOR_DTYPES = ("torch.float32", "torch.float64", "torch.float16", "torch.bfloat16",
                         "torch.int32", "torch.int64")
-ITEMSIZE = {"float32": 4, "bfloat16": 2, "float16": 2}
 INT32_LIMIT = 2**31 - 1
 
 
@@ -152,7 +152,6 @@ def _op_reason(op: str, name: str, overload: str) -> str | None:
     return f"no built-in template for {op}"
 
 
-
 def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, complex)
 
@@ -203,7 +202,6 @@ def _operands(name: str, args: list[Any], arity: int, out: dict[str, Any]) -> li
         else:
             return f"{name} with a {type(value).__name__} as argument {pos} has no built-in template"
     return operands
-
 
 
 def _dtype_reason(name: str, t: dict[str, Any], out: dict[str, Any]) -> str | None:

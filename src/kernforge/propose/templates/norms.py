@@ -28,6 +28,7 @@ from kernforge.propose.builtin import Family
 from kernforge.propose.templates.common import (
     C_LOAD_STORE,
     C_TYPES,
+    ITEMSIZE,
     SUPPORTED_DTYPES,
     TRITON_SM_COUNT,
     c_simd_macro,
@@ -153,8 +154,6 @@ EXPLAIN = {
 def explain(name: str, old: Any, new: Any) -> str:
     text = EXPLAIN.get(name, {}).get(new)
     return text or _explain_number(name, old, new)
-
-
 
 
 def _c_head(title: str, op: str, params: dict[str, Any], dtype: str) -> str:
@@ -556,7 +555,9 @@ def _gn_chunks(facts: dict[str, Any], chunk: int) -> int:
     return -(-facts["group_size"] // chunk)
 
 
-_ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}
+# The moves added after the first group-norm points were recorded, and their values there
+# (a resumed run's points lack them).
+_GN_DEFAULTS = {"unroll": 1, "pipeline": False, "per_sm": 1}
 
 
 def initial_group_norm(facts: dict[str, Any], backend: str) -> dict[str, Any]:
@@ -576,7 +577,7 @@ def initial_group_norm(facts: dict[str, Any], backend: str) -> dict[str, Any]:
     # More than the L2 holds (50 MB on the H100 and H200): the resident variant, whose second read
     # comes from L2. On (1,256,512,512) bf16 the H200 probes timed this point at 0.1092 ms against
     # the split start's 0.1155 (bench/results/h200/probe/probe2.log, do_bench timing).
-    if n_groups * size * _ITEMSIZE.get(facts["dtype"], 4) > 50 * 2**20 and 2 <= _gn_chunks(facts, 65536) <= gpu_sms():
+    if n_groups * size * ITEMSIZE[facts["dtype"]] > 50 * 2**20 and 2 <= _gn_chunks(facts, 65536) <= gpu_sms():
         return {"variant": "resident", "chunk": 65536, "block": 16384, "num_warps": 32, "reverse": False,
                 "wave_groups": 0, "unroll": 1, "pipeline": False, "per_sm": 1}
     # Split: chunks of 16K elements, so (1,256,512,512) gives 32 x 128 = 4096 programs and
@@ -594,13 +595,14 @@ def valid_group_norm(facts: dict[str, Any], backend: str, params: dict[str, Any]
     if backend == "cpu":
         # the planes split combines per-plane sums and sums of squares: one-pass by construction
         return params["parallel"] == "groups" or params["stats"] == "one_pass_double"
+    params = {**_GN_DEFAULTS, **params}
     block, threads = params["block"], 32 * params["num_warps"]
     if params["unroll"] > 1 and (params["variant"] != "resident" or block * params["unroll"] > params["chunk"]
                                         or block * params["unroll"] // threads > 64):
         return False  # tiles of several blocks are the resident variant's, within a chunk
-    if (params.get("pipeline") or params.get("per_sm", 1) > 1) and params["variant"] != "resident":
+    if (params["pipeline"] or params["per_sm"] > 1) and params["variant"] != "resident":
         return False  # only resident programs wait for each other, so only they can overlap the wait
-    if params.get("per_sm", 1) * params["num_warps"] > 32:
+    if params["per_sm"] * params["num_warps"] > 32:
         return False  # two programs of 32 warps would need every thread slot and half the registers each
     if threads > block or block // threads > 32 or block > max(256, 2 * next_pow2(facts["group_size"])):
         return False
@@ -611,7 +613,7 @@ def valid_group_norm(facts: dict[str, Any], backend: str, params: dict[str, Any]
         # least two of them for the wait to be worth it
         chunks = _gn_chunks(facts, params["chunk"])
         return (not params["reverse"] and params["wave_groups"] == 0 and params["chunk"] >= params["block"]
-                and 2 <= chunks <= params.get("per_sm", 1) * gpu_sms())
+                and 2 <= chunks <= params["per_sm"] * gpu_sms())
     if params["wave_groups"] and params["wave_groups"] * 2 > facts["n"] * facts["groups"]:
         return False  # a wave of more than half the groups is hardly a wave
     chunk = params["chunk"]
@@ -793,6 +795,22 @@ def normalise_block(X, W, B, Y, g, start, group_size, hw, mean, rstd, BLOCK: tl.
         shift = tl.load(B + c, mask=ok if not IN_CHANNEL else None).to(tl.float32)
     y = x * scale + (shift - mean * scale)
     tl.store(Y + base + idx, y.to(Y.dtype.element_ty), mask=ok)
+
+
+@triton.jit
+def chunk_apply(X, W, B, Y, PART, MEAN, RSTD, g, i, chunks, group_size, hw, eps, CHUNK: tl.constexpr,
+                BLOCK: tl.constexpr, UNROLL: tl.constexpr, CHUNKS_P2: tl.constexpr,
+                FROM_L2: tl.constexpr, GROUPS: tl.constexpr, CG: tl.constexpr, IN_CHANNEL: tl.constexpr,
+                HAS_W: tl.constexpr, HAS_B: tl.constexpr, EVICT: tl.constexpr):
+    # Pass 2 of chunk i of group g: the group's statistics from its chunks' partials (every
+    # program of the group does the same small sum: cheaper than a launch of its own), then
+    # normalise the chunk, UNROLL blocks a loop trip.
+    mean, rstd = group_stats(PART, g, chunks, group_size, eps, CHUNK, CHUNKS_P2, FROM_L2)
+    tl.store(MEAN + g, mean.to(MEAN.dtype.element_ty), mask=i == 0)
+    tl.store(RSTD + g, rstd.to(RSTD.dtype.element_ty), mask=i == 0)
+    for off in range(0, CHUNK, BLOCK * UNROLL):
+        normalise_block(X, W, B, Y, g, i * CHUNK + off, group_size, hw, mean, rstd, BLOCK,
+                        GROUPS, CG, IN_CHANNEL, HAS_W, HAS_B, UNROLL, EVICT)
 '''
 
 _TRITON_GN_SPLIT = '''
@@ -822,19 +840,13 @@ def gn_apply(X, W, B, Y, PART, MEAN, RSTD, group_size, chunks, hw, eps, g0, n_pr
              CHUNK: tl.constexpr, BLOCK: tl.constexpr, CHUNKS_P2: tl.constexpr, REVERSE: tl.constexpr,
              GROUPS: tl.constexpr, CG: tl.constexpr, IN_CHANNEL: tl.constexpr,
              HAS_W: tl.constexpr, HAS_B: tl.constexpr):
-    # Pass 2, program (g, i): combine group g's partials (every program of the group does the same
-    # small sum: cheaper than a third launch), then normalise chunk i.
+    # Pass 2, program (g, i): normalise chunk i of group g.
     pid = tl.program_id(0)
     if REVERSE:
         pid = n_programs - 1 - pid
     g, i = g0 + pid // chunks, pid % chunks
-    mean, rstd = group_stats(PART, g, chunks, group_size, eps, CHUNK, CHUNKS_P2, False)
-    first = i == 0
-    tl.store(MEAN + g, mean.to(MEAN.dtype.element_ty), mask=first)
-    tl.store(RSTD + g, rstd.to(RSTD.dtype.element_ty), mask=first)
-    for off in range(0, CHUNK, BLOCK):
-        normalise_block(X, W, B, Y, g, i * CHUNK + off, group_size, hw, mean, rstd, BLOCK, GROUPS, CG,
-                        IN_CHANNEL, HAS_W, HAS_B, 1, "")
+    chunk_apply(X, W, B, Y, PART, MEAN, RSTD, g, i, chunks, group_size, hw, eps, CHUNK, BLOCK, 1, CHUNKS_P2, False,
+                GROUPS, CG, IN_CHANNEL, HAS_W, HAS_B, "")
 
 
 def launch(x, w, b, y, mean, rstd):
@@ -901,21 +913,6 @@ def wait_for_group(ARRIVED, g, CHUNKS: tl.constexpr):
 
 
 @triton.jit
-def chunk_apply(X, W, B, Y, PART, MEAN, RSTD, g, i, group_size, hw, eps, CHUNK: tl.constexpr,
-                BLOCK: tl.constexpr, UNROLL: tl.constexpr, CHUNKS: tl.constexpr, CHUNKS_P2: tl.constexpr,
-                FROM_L2: tl.constexpr, GROUPS: tl.constexpr, CG: tl.constexpr, IN_CHANNEL: tl.constexpr,
-                HAS_W: tl.constexpr, HAS_B: tl.constexpr, EVICT: tl.constexpr):
-    # Pass 2 of chunk i of group g: the group's statistics from every chunk's partials, then
-    # normalise the chunk (which pass 1 left in L2).
-    mean, rstd = group_stats(PART, g, CHUNKS, group_size, eps, CHUNK, CHUNKS_P2, FROM_L2)
-    tl.store(MEAN + g, mean.to(MEAN.dtype.element_ty), mask=i == 0)
-    tl.store(RSTD + g, rstd.to(RSTD.dtype.element_ty), mask=i == 0)
-    for off in range(0, CHUNK, BLOCK * UNROLL):
-        normalise_block(X, W, B, Y, g, i * CHUNK + off, group_size, hw, mean, rstd, BLOCK,
-                        GROUPS, CG, IN_CHANNEL, HAS_W, HAS_B, UNROLL, EVICT)
-
-
-@triton.jit
 def zero_counters(ARRIVED, n, BLOCK: tl.constexpr):
     # the arrival counters start at 0 each call (a launch of its own: the waiting kernel cannot
     # clear them itself without a second wait)
@@ -928,7 +925,7 @@ def gn_resident(X, W, B, Y, PART, ARRIVED, MEAN, RSTD, n_groups, wave, group_siz
                 CHUNK: tl.constexpr, BLOCK: tl.constexpr, UNROLL: tl.constexpr, CHUNKS: tl.constexpr,
                 CHUNKS_P2: tl.constexpr, PHASE: tl.constexpr, PIPELINE: tl.constexpr, GROUPS: tl.constexpr,
                 CG: tl.constexpr, IN_CHANNEL: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr):
-    # One program per SM, all resident at once. Program p takes chunk p % CHUNKS of one group of
+    # PER_SM programs per SM, all resident at once. Program p takes chunk p % CHUNKS of one group of
     # each wave: pass 1 reads the chunk (statistics to PART), the group's programs wait for each
     # other (ARRIVED[g] counts them in), then pass 2 re-reads the chunk, which pass 1 has just
     # left in L2, to normalise it. x crosses DRAM about once. PHASE 0 does both passes with the
@@ -942,21 +939,18 @@ def gn_resident(X, W, B, Y, PART, ARRIVED, MEAN, RSTD, n_groups, wave, group_siz
         # of a stall while the slowest SM catches up, and DRAM reads go on through it. Pass 1
         # asks L2 to keep its lines (evict_last) and pass 2 lets them go (evict_first), as two
         # waves are in L2 at once.
+        # One step past the last wave: there only the last wave's pass 2 is left.
         prev = pid * 0 - 1
-        for g0 in range(0, n_groups, wave):
+        for g0 in range(0, n_groups + wave, wave):
             g = g0 + pid // CHUNKS
             if g < n_groups:
                 chunk_stats(X, PART, g, i, group_size, CHUNK, BLOCK, UNROLL, CHUNKS, "evict_last")
                 arrive(ARRIVED, g)
             if (prev >= 0) & (prev < n_groups):
                 wait_for_group(ARRIVED, prev, CHUNKS)
-                chunk_apply(X, W, B, Y, PART, MEAN, RSTD, prev, i, group_size, hw, eps, CHUNK, BLOCK, UNROLL,
-                            CHUNKS, CHUNKS_P2, True, GROUPS, CG, IN_CHANNEL, HAS_W, HAS_B, "evict_first")
+                chunk_apply(X, W, B, Y, PART, MEAN, RSTD, prev, i, CHUNKS, group_size, hw, eps, CHUNK, BLOCK, UNROLL,
+                            CHUNKS_P2, True, GROUPS, CG, IN_CHANNEL, HAS_W, HAS_B, "evict_first")
             prev = g
-        if prev < n_groups:
-            wait_for_group(ARRIVED, prev, CHUNKS)
-            chunk_apply(X, W, B, Y, PART, MEAN, RSTD, prev, i, group_size, hw, eps, CHUNK, BLOCK, UNROLL,
-                        CHUNKS, CHUNKS_P2, True, GROUPS, CG, IN_CHANNEL, HAS_W, HAS_B, "evict_first")
     else:
         for g0 in range(0, n_groups, wave):
             g = g0 + pid // CHUNKS
@@ -967,8 +961,8 @@ def gn_resident(X, W, B, Y, PART, ARRIVED, MEAN, RSTD, n_groups, wave, group_siz
                     arrive(ARRIVED, g)
                     wait_for_group(ARRIVED, g, CHUNKS)
                 if PHASE != 1:
-                    chunk_apply(X, W, B, Y, PART, MEAN, RSTD, g, i, group_size, hw, eps, CHUNK, BLOCK, UNROLL,
-                                CHUNKS, CHUNKS_P2, PHASE == 0, GROUPS, CG, IN_CHANNEL, HAS_W, HAS_B, "")
+                    chunk_apply(X, W, B, Y, PART, MEAN, RSTD, g, i, CHUNKS, group_size, hw, eps, CHUNK, BLOCK,
+                                UNROLL, CHUNKS_P2, PHASE == 0, GROUPS, CG, IN_CHANNEL, HAS_W, HAS_B, "")
 
 
 def launch(x, w, b, y, mean, rstd):
@@ -1037,7 +1031,7 @@ _GN_CONSTANTS = {"split": ("chunk", "reverse", "wave_groups"), "resident": ("chu
 
 
 def render_group_norm_triton(facts: dict[str, Any], params: dict[str, Any]) -> str:
-    params = {"unroll": 1, "pipeline": False, "per_sm": 1, **params}  # points recorded before these moves existed
+    params = {**_GN_DEFAULTS, **params}
     variant = params["variant"]
     described = f"variant={variant} " + " ".join(f"{k}={params[k]}" for k in _GN_SHOWN[variant])
     constants = "".join(f"{k.upper()} = {params[k]}\n" for k in _GN_CONSTANTS[variant])

@@ -58,7 +58,6 @@ def match(task: KernelTask) -> dict[str, Any] | str:
     return _layout_facts(kind, task.op, x, dims, keepdim, task.outputs[0])
 
 
-
 def _reduced_dims(dim: Any, ndim: int) -> list[int] | str:
     """The reduced dims, normalised and sorted; None or [] mean every dim (as ATen does)."""
     if dim is None or dim == []:
@@ -415,8 +414,9 @@ def reduce_rows(X, OUT, N_ROWS: tl.constexpr, N_RED: tl.constexpr, ROWS: tl.cons
 # Rows that start off a 16-byte boundary (49 floats: 3 rows in 4) defeat vector loads. Each
 # tile row starts at its row's start rounded down to ALIGN elements and masks what is not its
 # row after loading: (256, 2048, 7, 7) fp32 mean on an H200 took 0.035 ms this way, 0.049 ms
-# with the masked [ROWS, 64] tile; bf16 0.025 ms against 0.049 ms. The search's own runs:
-# 0.0347 ms (bench/results/h200/search), probes 0.0346-0.0355 (bench/results/h200/probe).
+# with the masked [ROWS, 64] tile; bf16 0.025 ms against 0.049 ms (those by hand, do_bench's
+# timing). With the workers' timing the search's fp32 best was 0.0289 ms and the probe's 0.0293
+# (bench/results/h200/search/table_all.md, bench/results/h200/probe/probe3.log).
 _TRITON_ROWS_ALIGNED = '''
 @triton.jit
 def reduce_rows(X, OUT, N_ROWS: tl.constexpr, N_RED: tl.constexpr, ROWS: tl.constexpr,
