@@ -165,10 +165,10 @@ def test_initial_points_for_the_h200_targets():
     start = norms.initial_group_norm(facts, "triton")
     assert start["variant"] == "split" and start["reverse"]
     assert facts["n"] * facts["groups"] * -(-facts["group_size"] // start["chunk"]) == 512
-    large = target_facts((1, 256, 512, 512))  # 128 MB: resident, 32 programs a group, 4 groups a wave
+    large = target_facts((1, 256, 512, 512))  # 128 MB: resident, two programs an SM, 64 programs a group
     start = norms.initial_group_norm(large, "triton")
     assert start["variant"] == "resident" and norms.valid_group_norm(large, "triton", start)
-    assert -(-large["group_size"] // start["chunk"]) == 32
+    assert -(-large["group_size"] // start["chunk"]) == 64 and start["per_sm"] == 2
     small = family_for(make_task(GN, gn_args([64, 64, 8, 8], 32, BF16)))[1]
     assert norms.initial_group_norm(small, "triton")["variant"] == "per_group"
     for layout, variant in (("nchw", "plane"), ("nhwc", "tile")):
@@ -360,9 +360,9 @@ def test_moves_are_explained():
 def test_two_programs_per_sm_only_for_the_resident_variant_and_within_the_thread_slots():
     large = target_facts((1, 256, 512, 512))
     start = norms.initial_group_norm(large, "triton")
-    assert start["per_sm"] == 1
-    assert not norms.valid_group_norm(large, "triton", {**start, "per_sm": 2})  # 2 x 32 warps
-    assert norms.valid_group_norm(large, "triton", {**start, "per_sm": 2, "num_warps": 16})
+    assert start["per_sm"] == 2 and start["num_warps"] == 16
+    assert not norms.valid_group_norm(large, "triton", {**start, "num_warps": 32})  # 2 x 32 warps
+    assert norms.valid_group_norm(large, "triton", {**start, "per_sm": 1, "num_warps": 32})
     split = norms.initial_group_norm(target_facts((1, 512, 128, 128)), "triton")
     assert not norms.valid_group_norm(target_facts((1, 512, 128, 128)), "triton", {**split, "per_sm": 2})
     source = norms.render_group_norm(large, "triton", {**start, "per_sm": 2, "num_warps": 16})

@@ -294,8 +294,14 @@ def test_a_value_that_only_ever_failed_is_moved_away_from_first():
         family_check.tensor([1, 256, 512, 512], bf16), family_check.tensor([256], bf16),
         family_check.tensor([256], bf16), 1, 256, 512 * 512, 32, 1e-5])
     proposer = BuiltinProposer(seed=0)
-    root = proposer.propose(task, "triton", None, [])
-    assert root.params["variant"] == "resident"
+    start = proposer.propose(task, "triton", None, [])
+    assert start.params["variant"] == "resident"
+    # the start point of that run: one program an SM (two an SM can only move to another resident
+    # point, as the other variants have no per_sm)
+    facts = norms.match_group_norm(task)
+    one_per_sm = {**start.params, "chunk": 65536, "num_warps": 32, "per_sm": 1}
+    root = Proposal(source=norms.render_group_norm(facts, "triton", one_per_sm), rationale="", params=one_per_sm,
+                    changes={})
     child = proposer.propose(task, "triton", root, [root])
     tried = [root, child]
     failures = [Failure(p, "cheat", "static scan: library-op") for p in tried]
@@ -303,7 +309,6 @@ def test_a_value_that_only_ever_failed_is_moved_away_from_first():
         moved = BuiltinProposer(seed=seed).propose(task, "triton", root, tried, failures)
         assert moved.changes.keys() == {"variant"} and moved.params["variant"] != "resident"
         assert "variant=resident failed 2 times and never passed" in moved.rationale
-        facts = norms.match_group_norm(task)
         assert norms.valid_group_norm(facts, "triton", moved.params)
     # one resident point that did not fail, and the variant is no longer moved away from
     passed = Proposal(source="passed", rationale="", params={**root.params, "num_warps": 16}, changes={})

@@ -575,11 +575,12 @@ def initial_group_norm(facts: dict[str, Any], backend: str) -> dict[str, Any]:
         return {"variant": "per_group", "chunk": 2048, "block": block, "num_warps": warps, "reverse": False,
                 "wave_groups": 0, "unroll": 1, "pipeline": False, "per_sm": 1}
     # More than the L2 holds (50 MB on the H100 and H200): the resident variant, whose second read
-    # comes from L2. On (1,256,512,512) bf16 the H200 probes timed this point at 0.1092 ms against
-    # the split start's 0.1155 (bench/results/h200/probe/probe2.log, do_bench timing).
-    if n_groups * size * ITEMSIZE[facts["dtype"]] > 50 * 2**20 and 2 <= _gn_chunks(facts, 65536) <= gpu_sms():
-        return {"variant": "resident", "chunk": 65536, "block": 16384, "num_warps": 32, "reverse": False,
-                "wave_groups": 0, "unroll": 1, "pipeline": False, "per_sm": 1}
+    # comes from L2, two programs an SM so that one reads while the other waits for its group. On
+    # (1,256,512,512) bf16 the H200 probes timed this point at 0.1004 ms, one program an SM (chunk
+    # 65536, 32 warps) at 0.1060 and the split start at 0.1106 (bench/results/h200/probe/probe4.log).
+    if n_groups * size * ITEMSIZE[facts["dtype"]] > 50 * 2**20 and 2 <= _gn_chunks(facts, 32768) <= 2 * gpu_sms():
+        return {"variant": "resident", "chunk": 32768, "block": 16384, "num_warps": 16, "reverse": False,
+                "wave_groups": 0, "unroll": 1, "pipeline": False, "per_sm": 2}
     # Split: chunks of 16K elements, so (1,256,512,512) gives 32 x 128 = 4096 programs and
     # (1,512,128,128) 32 x 16 = 512 (at least ~4 programs per SM); a smaller chunk for smaller
     # groups keeps that count up. Blocks of 4096 with 8 warps: 16 values a thread per load.
