@@ -165,10 +165,10 @@ def test_initial_points_for_the_h200_targets():
     start = norms.initial_group_norm(facts, "triton")
     assert start["variant"] == "split" and start["reverse"]
     assert facts["n"] * facts["groups"] * -(-facts["group_size"] // start["chunk"]) == 512
-    large = target_facts((1, 256, 512, 512))  # 128 MB: resident, two programs an SM, 64 programs a group
+    large = target_facts((1, 256, 512, 512))  # 128 MB: the queue, 256 chunks a group, 8 programs an SM
     start = norms.initial_group_norm(large, "triton")
-    assert start["variant"] == "resident" and norms.valid_group_norm(large, "triton", start)
-    assert -(-large["group_size"] // start["chunk"]) == 64 and start["per_sm"] == 2
+    assert start["variant"] == "queue" and norms.valid_group_norm(large, "triton", start)
+    assert -(-large["group_size"] // start["chunk"]) == 256 and start["per_sm"] == 8
     small = family_for(make_task(GN, gn_args([64, 64, 8, 8], 32, BF16)))[1]
     assert norms.initial_group_norm(small, "triton")["variant"] == "per_group"
     for layout, variant in (("nchw", "plane"), ("nhwc", "tile")):
@@ -278,11 +278,19 @@ def triton_variants() -> list[dict]:
              "pipeline": True},
             # two programs per SM: on the GPU a cooperative launch; here the same two launches
             {"variant": "resident", "chunk": 512, "block": 256, "num_warps": 2, "reverse": False, "wave_groups": 0,
-             "pipeline": True, "per_sm": 2}]),
+             "pipeline": True, "per_sm": 2},
+            # the queue: on the interpreter one program takes every ticket in order, which is the
+            # order that makes a pass 2 find its group's statistics done
+            {"variant": "queue", "chunk": 512, "block": 256, "num_warps": 2, "reverse": False, "wave_groups": 0,
+             "lead": 1},
+            {"variant": "queue", "chunk": 512, "block": 128, "num_warps": 2, "reverse": False, "wave_groups": 0,
+             "unroll": 2, "per_sm": 4, "lead": 8}]),
         (GN, gn_args([1, 6, 30, 30], 2), [  # resident with a short last chunk that straddles channels
             {"variant": "resident", "chunk": 1024, "block": 512, "num_warps": 4, "reverse": False, "wave_groups": 0},
             {"variant": "resident", "chunk": 1024, "block": 256, "num_warps": 2, "reverse": False, "wave_groups": 0,
-             "unroll": 2}]),
+             "unroll": 2},
+            {"variant": "queue", "chunk": 1024, "block": 512, "num_warps": 4, "reverse": False, "wave_groups": 0,
+             "lead": 2, "per_sm": 2}]),
         (BN, bn_args([2, 3, 5, 7]), [{"variant": v, "block": 512, "num_warps": 4} for v in ("flat", "plane")]),
         (BN_LEGIT, bn_args([2, 5, 3, 7], layout="nhwc", op=BN_LEGIT),
          [{"variant": v, "block": 512, "num_warps": 4} for v in ("flat", "tile")]),
@@ -318,11 +326,12 @@ def test_triton_sample_covers_every_structural_variant():
     seen = {(v["op"], v["params"]["variant"], v["params"].get("persistent", False)) for v in triton_variants()}
     for op in (LN, RMS):
         assert {(op, "single_tile", False), (op, "single_tile", True), (op, "loop", False)} <= seen
-    assert {(GN, "split", False), (GN, "per_group", False), (GN, "resident", False)} <= seen
+    assert {(GN, "split", False), (GN, "per_group", False), (GN, "resident", False), (GN, "queue", False)} <= seen
     assert {v["params"].get("wave_groups") for v in triton_variants() if v["op"] == GN} >= {0, 2, 4}
     assert {v["params"].get("unroll") for v in triton_variants() if v["op"] == GN} >= {1, 2, 4}
     assert {v["params"].get("pipeline") for v in triton_variants() if v["op"] == GN} == {False, True}
-    assert {v["params"].get("per_sm") for v in triton_variants() if v["op"] == GN} == {1, 2}
+    assert {v["params"].get("per_sm") for v in triton_variants() if v["op"] == GN} == {1, 2, 4}
+    assert {v["params"].get("lead") for v in triton_variants() if v["op"] == GN} >= {1, 2, 8}
     assert {(BN, "flat", False), (BN, "plane", False), (BN_LEGIT, "tile", False)} <= seen
     # and against the spaces themselves: a variant added to a family's space without a sample fails
     for v in triton_variants():
@@ -359,8 +368,11 @@ def test_moves_are_explained():
 
 def test_two_programs_per_sm_only_for_the_resident_variant_and_within_the_thread_slots():
     large = target_facts((1, 256, 512, 512))
-    start = norms.initial_group_norm(large, "triton")
-    assert start["per_sm"] == 2 and start["num_warps"] == 16
+    start = {**norms.initial_group_norm(large, "triton"), "variant": "resident", "chunk": 32768, "block": 16384,
+             "num_warps": 16, "per_sm": 2, "lead": 2}  # the best resident point on the H200
+    assert norms.valid_group_norm(large, "triton", start)
+    assert not norms.valid_group_norm(large, "triton", {**start, "per_sm": 4})  # two at most, cooperatively
+    assert not norms.valid_group_norm(large, "triton", {**start, "lead": 4})  # only the queue has a lead
     assert not norms.valid_group_norm(large, "triton", {**start, "num_warps": 32})  # 2 x 32 warps
     assert norms.valid_group_norm(large, "triton", {**start, "per_sm": 1, "num_warps": 32})
     split = norms.initial_group_norm(target_facts((1, 512, 128, 128)), "triton")

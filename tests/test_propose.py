@@ -295,11 +295,12 @@ def test_a_value_that_only_ever_failed_is_moved_away_from_first():
         family_check.tensor([256], bf16), 1, 256, 512 * 512, 32, 1e-5])
     proposer = BuiltinProposer(seed=0)
     start = proposer.propose(task, "triton", None, [])
-    assert start.params["variant"] == "resident"
-    # the start point of that run: one program an SM (two an SM can only move to another resident
-    # point, as the other variants have no per_sm)
+    assert start.params["variant"] == "queue"
+    # the start point of that run: resident, one program an SM (two an SM can move only to the queue,
+    # the other variants having no per_sm)
     facts = norms.match_group_norm(task)
-    one_per_sm = {**start.params, "chunk": 65536, "num_warps": 32, "per_sm": 1}
+    one_per_sm = {**start.params, "variant": "resident", "chunk": 65536, "block": 16384, "num_warps": 32,
+                  "per_sm": 1, "lead": 2}
     root = Proposal(source=norms.render_group_norm(facts, "triton", one_per_sm), rationale="", params=one_per_sm,
                     changes={})
     child = proposer.propose(task, "triton", root, [root])
@@ -314,4 +315,4 @@ def test_a_value_that_only_ever_failed_is_moved_away_from_first():
     passed = Proposal(source="passed", rationale="", params={**root.params, "num_warps": 16}, changes={})
     for seed in range(5):
         again = BuiltinProposer(seed=seed).propose(task, "triton", root, [*tried, passed], failures)
-        assert "never passed" not in again.rationale
+        assert "variant=resident failed" not in again.rationale

@@ -115,6 +115,8 @@ EXPLAIN = {
         "per_group": "one program per group, looping twice over it: no partial buffer, for many small groups",
         "resident": "one program per SM, a few groups at a time: a group's programs wait for each other's "
                     "statistics, then normalise what they just read, from L2: x crosses DRAM about once",
+        "queue": "programs take chunks from a queue, normalising a group a few groups behind reading its "
+                 "statistics: no wave barrier, reads and writes overlap, the second read from L2",
         "flat": "one flat index over every element, the channel recomputed per element: no tail waste",
         "plane": "programs inside one (sample, channel) plane: scale and shift loaded once as scalars",
         "tile": "[positions x channels] tiles of the channels-last layout: scale and shift loaded once "
@@ -136,7 +138,13 @@ EXPLAIN = {
                8: "eight blocks a loop trip: the most bytes in flight, the most registers"},
     "per_sm": {1: "one resident program per SM: the most registers each",
                2: "two resident programs per SM: one loads while the other waits for its group "
-                  "(launched cooperatively, so a grid that cannot all be resident is an error, not a hang)"},
+                  "(launched cooperatively, so a grid that cannot all be resident is an error, not a hang)",
+               4: "four queue programs per SM: more loads in flight, fewer registers each",
+               8: "eight queue programs per SM: the most loads in flight, the fewest registers each"},
+    "lead": {1: "the queue normalises a group right after its statistics: the least L2 held, the most waiting",
+             2: "normalise two groups behind the statistics: the wait is usually over",
+             4: "four groups behind: no waiting, more of L2 held",
+             8: "eight groups behind: the second read may fall out of L2"},
     "stats": {"two_pass": "mean first, then squared deviations: exact in float, reads the data twice",
               "one_pass_double": "sum and sum of squares in double in one read: fewer passes, still "
                                  "precise for large-mean data",
@@ -544,10 +552,11 @@ def space_group_norm(facts: dict[str, Any], backend: str) -> dict[str, list[Any]
         return {"parallel": ["groups", "planes"], "stats": ["two_pass", "one_pass_double"],
                 "simd": [False, True]}
     if backend == "triton":
-        return {"variant": ["split", "per_group", "resident"], "chunk": [2048, 4096, 8192, 16384, 32768, 65536],
+        return {"variant": ["split", "per_group", "resident", "queue"],
+                "chunk": [2048, 4096, 8192, 16384, 32768, 65536],
                 "block": [256, 512, 1024, 2048, 4096, 8192, 16384], "num_warps": [2, 4, 8, 16, 32],
                 "reverse": [False, True], "wave_groups": [0, 8, 4, 2], "unroll": [1, 2, 4, 8],
-                "pipeline": [False, True], "per_sm": [1, 2]}
+                "pipeline": [False, True], "per_sm": [1, 2, 4, 8], "lead": [1, 2, 4, 8]}
     return {}
 
 
@@ -557,7 +566,7 @@ def _gn_chunks(facts: dict[str, Any], chunk: int) -> int:
 
 # The moves added after the first group-norm points were recorded, and their values there
 # (a resumed run's points lack them).
-_GN_DEFAULTS = {"unroll": 1, "pipeline": False, "per_sm": 1}
+_GN_DEFAULTS = {"unroll": 1, "pipeline": False, "per_sm": 1, "lead": 2}
 
 
 def initial_group_norm(facts: dict[str, Any], backend: str) -> dict[str, Any]:
@@ -573,14 +582,16 @@ def initial_group_norm(facts: dict[str, Any], backend: str) -> dict[str, Any]:
         block = min(4096, max(256, next_pow2(size)))
         warps = 2 if block <= 512 else 4 if block <= 1024 else 8
         return {"variant": "per_group", "chunk": 2048, "block": block, "num_warps": warps, "reverse": False,
-                "wave_groups": 0, "unroll": 1, "pipeline": False, "per_sm": 1}
-    # More than the L2 holds (50 MB on the H100 and H200): the resident variant, whose second read
-    # comes from L2, two programs an SM so that one reads while the other waits for its group. On
-    # (1,256,512,512) bf16 the H200 probes timed this point at 0.1004 ms, one program an SM (chunk
-    # 65536, 32 warps) at 0.1060 and the split start at 0.1106 (bench/results/h200/probe/probe4.log).
-    if n_groups * size * ITEMSIZE[facts["dtype"]] > 50 * 2**20 and 2 <= _gn_chunks(facts, 32768) <= 2 * gpu_sms():
-        return {"variant": "resident", "chunk": 32768, "block": 16384, "num_warps": 16, "reverse": False,
-                "wave_groups": 0, "unroll": 1, "pipeline": False, "per_sm": 2}
+                "wave_groups": 0, "unroll": 1, "pipeline": False, "per_sm": 1, "lead": 2}
+    # More than the L2 holds (50 MB on the H100 and H200): the queue, whose second read comes from
+    # L2 and whose programs never wait for a wave. On (1,256,512,512) bf16 the H200 probes timed
+    # this point at 0.0997 and 0.0995 ms in two calls, the best resident point (two programs an SM)
+    # at 0.1009 and 0.1031 in the same calls, the split start at 0.1101 (bench/results/h200/probe/
+    # probe5.log to probe7.log). The queue's programs need not all be resident, so no neighbour
+    # fails to launch, as two resident programs of too many registers do.
+    if n_groups * size * ITEMSIZE[facts["dtype"]] > 50 * 2**20 and _gn_chunks(facts, 8192) >= 2:
+        return {"variant": "queue", "chunk": 8192, "block": 4096, "num_warps": 4, "reverse": False,
+                "wave_groups": 0, "unroll": 1, "pipeline": False, "per_sm": 8, "lead": 4}
     # Split: chunks of 16K elements, so (1,256,512,512) gives 32 x 128 = 4096 programs and
     # (1,512,128,128) 32 x 16 = 512 (at least ~4 programs per SM); a smaller chunk for smaller
     # groups keeps that count up. Blocks of 4096 with 8 warps: 16 values a thread per load.
@@ -589,7 +600,7 @@ def initial_group_norm(facts: dict[str, Any], backend: str) -> dict[str, Any]:
         chunk //= 2
     block = min(4096, chunk)
     return {"variant": "split", "chunk": chunk, "block": block, "num_warps": 8 if block >= 2048 else 4,
-            "reverse": True, "wave_groups": 0, "unroll": 1, "pipeline": False, "per_sm": 1}
+            "reverse": True, "wave_groups": 0, "unroll": 1, "pipeline": False, "per_sm": 1, "lead": 2}
 
 
 def valid_group_norm(facts: dict[str, Any], backend: str, params: dict[str, Any]) -> bool:
@@ -598,13 +609,18 @@ def valid_group_norm(facts: dict[str, Any], backend: str, params: dict[str, Any]
         return params["parallel"] == "groups" or params["stats"] == "one_pass_double"
     params = {**_GN_DEFAULTS, **params}
     block, threads = params["block"], 32 * params["num_warps"]
-    if params["unroll"] > 1 and (params["variant"] != "resident" or block * params["unroll"] > params["chunk"]
-                                        or block * params["unroll"] // threads > 64):
-        return False  # tiles of several blocks are the resident variant's, within a chunk
-    if (params["pipeline"] or params["per_sm"] > 1) and params["variant"] != "resident":
-        return False  # only resident programs wait for each other, so only they can overlap the wait
-    if params["per_sm"] * params["num_warps"] > 32:
+    waiting = params["variant"] in ("resident", "queue")
+    if params["unroll"] > 1 and (not waiting or block * params["unroll"] > params["chunk"]
+                                 or block * params["unroll"] // threads > 64):
+        return False  # tiles of several blocks are the waiting variants', within a chunk
+    if (params["per_sm"] > 1 and not waiting) or (params["pipeline"] and params["variant"] != "resident"):
+        return False  # only their programs wait for each other, so only they can overlap the wait
+    if params["variant"] != "queue" and params["lead"] != _GN_DEFAULTS["lead"]:
+        return False  # only the queue has a lead
+    if params["variant"] == "resident" and params["per_sm"] * params["num_warps"] > 32:
         return False  # two programs of 32 warps would need every thread slot and half the registers each
+    if params["per_sm"] * params["num_warps"] > 64:
+        return False  # an SM holds 64 warps
     if threads > block or block // threads > 32 or block > max(256, 2 * next_pow2(facts["group_size"])):
         return False
     if params["variant"] == "per_group":
@@ -614,7 +630,11 @@ def valid_group_norm(facts: dict[str, Any], backend: str, params: dict[str, Any]
         # least two of them for the wait to be worth it
         chunks = _gn_chunks(facts, params["chunk"])
         return (not params["reverse"] and params["wave_groups"] == 0 and params["chunk"] >= params["block"]
-                and 2 <= chunks <= params["per_sm"] * gpu_sms())
+                and params["per_sm"] <= 2 and 2 <= chunks <= params["per_sm"] * gpu_sms())
+    if params["variant"] == "queue":
+        # any number of programs: none waits for one that has not started (see the kernel)
+        return (not params["reverse"] and params["wave_groups"] == 0 and params["chunk"] >= params["block"]
+                and _gn_chunks(facts, params["chunk"]) >= 2)
     if params["wave_groups"] and params["wave_groups"] * 2 > facts["n"] * facts["groups"]:
         return False  # a wave of more than half the groups is hardly a wave
     chunk = params["chunk"]
@@ -867,7 +887,7 @@ def launch(x, w, b, y, mean, rstd):
                               HAS_B=HAS_B, num_warps=NUM_WARPS)
 '''
 
-_TRITON_GN_RESIDENT = '''
+_TRITON_GN_WAITING = '''
 @triton.jit
 def chunk_stats(X, PART, g, i, group_size, CHUNK: tl.constexpr, BLOCK: tl.constexpr, UNROLL: tl.constexpr,
                 CHUNKS: tl.constexpr, EVICT: tl.constexpr):
@@ -919,8 +939,9 @@ def zero_counters(ARRIVED, n, BLOCK: tl.constexpr):
     # clear them itself without a second wait)
     idx = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     tl.store(ARRIVED + idx, tl.zeros([BLOCK], tl.int32), mask=idx < n)
+'''
 
-
+_TRITON_GN_RESIDENT = '''
 @triton.jit
 def gn_resident(X, W, B, Y, PART, ARRIVED, MEAN, RSTD, n_groups, wave, group_size, hw, eps,
                 CHUNK: tl.constexpr, BLOCK: tl.constexpr, UNROLL: tl.constexpr, CHUNKS: tl.constexpr,
@@ -987,6 +1008,63 @@ def launch(x, w, b, y, mean, rstd):
         gn_resident[(wave * chunks,)](*args, PHASE=2, **common)
 '''
 
+_TRITON_GN_QUEUE = '''
+@triton.jit
+def ticket_work(t, n_work, lead):
+    # Ticket t -> (pass 1?, work item k), item k being chunk k % CHUNKS of group k // CHUNKS. The
+    # first `lead` tickets are pass 1 of items 0..lead-1; then pass 2 of item a and pass 1 of item
+    # lead + a alternate; then the last passes 2. Pass 2 of item a comes after pass 1 of every
+    # item below lead + a, so of its whole group when lead >= CHUNKS.
+    paired = 2 * (n_work - lead)
+    u = t - lead
+    first = (t < lead) | ((u < paired) & (u % 2 == 1))
+    k = tl.where(t < lead, t, tl.where(u < paired, tl.where(u % 2 == 1, lead + u // 2, u // 2),
+                                       n_work - lead + (u - paired)))
+    return first, k
+
+
+@triton.jit
+def gn_queue(X, W, B, Y, PART, ARRIVED, MEAN, RSTD, n_groups, n_work, lead, group_size, hw, eps,
+             CHUNK: tl.constexpr, BLOCK: tl.constexpr, UNROLL: tl.constexpr, CHUNKS: tl.constexpr,
+             CHUNKS_P2: tl.constexpr, GROUPS: tl.constexpr, CG: tl.constexpr, IN_CHANNEL: tl.constexpr,
+             HAS_W: tl.constexpr, HAS_B: tl.constexpr):
+    # Every program takes tickets from one counter (ARRIVED[n_groups]) until none is left, each
+    # ticket one pass over one chunk. A pass 2 waits only for passes 1 whose tickets were taken
+    # before its own, by programs that are running and never wait in pass 1: no wave barrier,
+    # no deadlock whether or not every program is resident, and SMs read one group while they
+    # write another. Pass 1 asks L2 to keep its lines for pass 2, `lead` chunks later. Each pass 2
+    # sums the group's partials itself: a form in which the group's last pass 1 did it once, for
+    # all, was slower on the H200 (0.1062 ms against 0.0995, bench/results/h200/probe/probe8.log).
+    ticket = ARRIVED + n_groups
+    t = tl.atomic_add(ticket, 1, sem="relaxed")
+    while t < 2 * n_work:
+        first, k = ticket_work(t, n_work, lead)
+        g = k // CHUNKS
+        i = k % CHUNKS
+        if first:
+            chunk_stats(X, PART, g, i, group_size, CHUNK, BLOCK, UNROLL, CHUNKS, "evict_last")
+            arrive(ARRIVED, g)
+        else:
+            wait_for_group(ARRIVED, g, CHUNKS)
+            chunk_apply(X, W, B, Y, PART, MEAN, RSTD, g, i, CHUNKS, group_size, hw, eps, CHUNK, BLOCK, UNROLL,
+                        CHUNKS_P2, True, GROUPS, CG, IN_CHANNEL, HAS_W, HAS_B, "evict_first")
+        t = tl.atomic_add(ticket, 1, sem="relaxed")
+
+
+def launch(x, w, b, y, mean, rstd):
+    chunks = triton.cdiv(GROUP_SIZE, CHUNK)
+    n_work = N_GROUPS * chunks
+    part = torch.empty((2 * n_work,), dtype=torch.float32, device=x.device)
+    counters = torch.empty((N_GROUPS + 1,), dtype=torch.int32, device=x.device)  # arrivals, then the ticket
+    zero_counters[(triton.cdiv(N_GROUPS + 1, 1024),)](counters, N_GROUPS + 1, BLOCK=1024)
+    programs = min(n_work, PER_SM * sm_count(x.device))
+    gn_queue[(programs,)](x, w, b, y, part, counters, mean, rstd, N_GROUPS, n_work, min(LEAD * chunks, n_work),
+                          GROUP_SIZE, HW, EPS, CHUNK=CHUNK, BLOCK=BLOCK, UNROLL=UNROLL, CHUNKS=chunks,
+                          CHUNKS_P2=triton.next_power_of_2(chunks), GROUPS=GROUPS, CG=CG, IN_CHANNEL=IN_CHANNEL,
+                          HAS_W=HAS_W, HAS_B=HAS_B, num_warps=NUM_WARPS)
+'''
+
+
 _TRITON_GN_PER_GROUP = '''
 @triton.jit
 def gn_group(X, W, B, Y, MEAN, RSTD, group_size, hw, eps, BLOCK: tl.constexpr, GROUPS: tl.constexpr,
@@ -1027,8 +1105,10 @@ def launch(x, w, b, y, mean, rstd):
 # Per variant: the parameters its source states in its header, and those it reads as constants
 # (a parameter a variant ignores is left out of both, so that it does not make a new source).
 _GN_SHOWN = {"split": ("chunk", "block", "num_warps", "reverse", "wave_groups"),
-             "resident": ("chunk", "block", "unroll", "num_warps", "pipeline", "per_sm"), "per_group": ("block", "num_warps")}
-_GN_CONSTANTS = {"split": ("chunk", "reverse", "wave_groups"), "resident": ("chunk", "unroll", "pipeline", "per_sm"), "per_group": ()}
+             "resident": ("chunk", "block", "unroll", "num_warps", "pipeline", "per_sm"),
+             "queue": ("chunk", "block", "unroll", "num_warps", "per_sm", "lead"), "per_group": ("block", "num_warps")}
+_GN_CONSTANTS = {"split": ("chunk", "reverse", "wave_groups"), "resident": ("chunk", "unroll", "pipeline", "per_sm"),
+                 "queue": ("chunk", "unroll", "per_sm", "lead"), "per_group": ()}
 
 
 def render_group_norm_triton(facts: dict[str, Any], params: dict[str, Any]) -> str:
@@ -1037,7 +1117,8 @@ def render_group_norm_triton(facts: dict[str, Any], params: dict[str, Any]) -> s
     described = f"variant={variant} " + " ".join(f"{k}={params[k]}" for k in _GN_SHOWN[variant])
     constants = "".join(f"{k.upper()} = {params[k]}\n" for k in _GN_CONSTANTS[variant])
     body = _TRITON_GN_COMMON + {"split": _TRITON_GN_SPLIT, "per_group": _TRITON_GN_PER_GROUP,
-                                "resident": _TRITON_GN_RESIDENT + TRITON_SM_COUNT}[variant]
+                                "resident": _TRITON_GN_WAITING + _TRITON_GN_RESIDENT + TRITON_SM_COUNT,
+                                "queue": _TRITON_GN_WAITING + _TRITON_GN_QUEUE + TRITON_SM_COUNT}[variant]
     return f'''"""kernforge builtin: group norm, N={facts['n']} C={facts['c']} HxW={facts['hw']} \
 groups={facts['groups']}, {facts['dtype']}.
 
