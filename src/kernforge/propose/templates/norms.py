@@ -136,11 +136,11 @@ EXPLAIN = {
                2: "two blocks a loop trip, loaded together: twice the bytes in flight per program",
                4: "four blocks a loop trip: for one program per SM, more loads in flight hide DRAM latency",
                8: "eight blocks a loop trip: the most bytes in flight, the most registers"},
-    "per_sm": {1: "one resident program per SM: the most registers each",
-               2: "two resident programs per SM: one loads while the other waits for its group "
-                  "(launched cooperatively, so a grid that cannot all be resident is an error, not a hang)",
-               4: "four queue programs per SM: more loads in flight, fewer registers each",
-               8: "eight queue programs per SM: the most loads in flight, the fewest registers each"},
+    "per_sm": {1: "one program per SM: the most registers each",
+               2: "two programs per SM: one loads while the other waits for its group (resident ones are "
+                  "launched cooperatively, so a grid that cannot all be resident is an error, not a hang)",
+               4: "four programs per SM (the queue): more loads in flight, fewer registers each",
+               8: "eight programs per SM (the queue): the most loads in flight, the fewest registers each"},
     "lead": {1: "the queue normalises a group right after its statistics: the least L2 held, the most waiting",
              2: "normalise two groups behind the statistics: the wait is usually over",
              4: "four groups behind: no waiting, more of L2 held",
