@@ -29,6 +29,7 @@ from family_check import make_task, tensor
 from kernforge.evaluate.timing import time_callable
 from kernforge.importing import import_path
 from kernforge.propose.templates import norms, reduce
+from kernforge.propose.templates.common import is_tensor
 
 MEAN = "aten::mean.dim"
 GN = "aten::native_group_norm.default"
@@ -118,7 +119,7 @@ def cases() -> list[tuple[str, str, list, list[dict], object]]:
 def real_args(args: list) -> list:
     made = []
     for a in args:
-        if isinstance(a, dict) and "shape" in a:
+        if is_tensor(a):
             dtype = getattr(torch, a["dtype"].split(".")[1])
             made.append(torch.randn(a["shape"], device="cuda", dtype=torch.float32).mul_(3).add_(1).to(dtype))
         else:
@@ -130,16 +131,26 @@ def outputs(value) -> list[torch.Tensor]:
     return list(value) if isinstance(value, (tuple, list)) else [value]
 
 
+def reference(op: str):
+    """The ATen op a row's points are checked against."""
+    return {MEAN: torch.ops.aten.mean.dim, GN: torch.ops.aten.native_group_norm}[op]
+
+
+def worst_error(got: list[torch.Tensor], expected: list[torch.Tensor]) -> float:
+    """The largest error over the outputs, relative to each expected output's largest value."""
+    return max(((g.float() - e.float()).abs().max() / e.float().abs().max().clamp_min(1e-6)).item()
+               for g, e in zip(got, expected))
+
+
 def median_ms(fn) -> float:
     return time_callable(fn, torch.device("cuda")).p50_ms
 
 
 def probe_row(name: str, out: Path) -> None:
-    op_fn = {MEAN: torch.ops.aten.mean.dim, GN: torch.ops.aten.native_group_norm}
     row, op, desc, points, render = next(c for c in cases() if c[0] == name)
     inputs = real_args(desc)
-    expected = outputs(op_fn[op](*inputs))
-    eager_ms = median_ms(functools.partial(op_fn[op], *inputs))
+    expected = outputs(reference(op)(*inputs))
+    eager_ms = median_ms(functools.partial(reference(op), *inputs))
     results = [{"row": row, "point": "eager", "ms": eager_ms, "ok": True}]
     print(f"{row:32s} eager {eager_ms:.4f} ms", flush=True)
     if op == MEAN:  # how fast x can be read at all: the ceiling for any mean over it
@@ -155,8 +166,7 @@ def probe_row(name: str, out: Path) -> None:
             module = load(render(point), f"{row}_{i}")
             got = outputs(module.kf_forward(*inputs))
             torch.cuda.synchronize()
-            worst = max(((g.float() - e.float()).abs().max() / e.float().abs().max().clamp_min(1e-6)).item()
-                        for g, e in zip(got, expected))
+            worst = worst_error(got, expected)
             entry["ok"] = worst < (1e-2 if desc[0]["dtype"] == "torch.bfloat16" else 1e-4)
             entry["worst_rel"] = worst
             entry["ms"] = median_ms(functools.partial(module.kf_forward, *inputs))

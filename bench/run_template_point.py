@@ -43,11 +43,8 @@ def main() -> int:
 
     module = probe.load(source, "kf_point")
     inputs = probe.real_args(desc)
-    reference = {probe.MEAN: torch.ops.aten.mean.dim, probe.GN: torch.ops.aten.native_group_norm}[op]
-    expected = probe.outputs(reference(*inputs))
-    got = probe.outputs(module.kf_forward(*inputs))
-    worst = max(((g.float() - e.float()).abs().max() / e.float().abs().max().clamp_min(1e-6)).item()
-                for g, e in zip(got, expected))
+    expected = probe.outputs(probe.reference(op)(*inputs))
+    worst = probe.worst_error(probe.outputs(module.kf_forward(*inputs)), expected)
     print(f"{args.row} {params}: worst relative error {worst:.2e}", flush=True)
     for _ in range(args.calls):
         module.kf_forward(*inputs)

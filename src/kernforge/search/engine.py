@@ -97,18 +97,12 @@ class SearchContext:
         self.evaluated += 1
         return handle, node
 
-    def evaluate_many(self, items: list[tuple[Proposal, Node | None]],
-                      decide: Callable[[Node], bool]) -> list[Node]:
-        """Several candidates at once; their nodes in the order of the items, once all are done."""
-        handles = [self.launch(proposal, parent, decide) for proposal, parent in items]
-        done: dict[Any, Node] = {}
-        while len(done) < len(handles):
-            handle, node = self.next_done()
-            done[handle] = node
-        return [done[h] for h in handles]
-
     def evaluate(self, proposal: Proposal, parent: Node | None, decide: Callable[[Node], bool]) -> Node:
-        return self.evaluate_many([(proposal, parent)], decide)[0]
+        """One candidate, waited for: for a strategy with nothing else in flight (the next
+        finished candidate must be this one)."""
+        assert self.running == 0, "evaluate() beside launched candidates: use launch() and next_done()"
+        self.launch(proposal, parent, decide)
+        return self.next_done()[1]
 
     def budget_left(self) -> int:
         """Candidates that may still be started: the running ones are already spent."""

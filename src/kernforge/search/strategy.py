@@ -5,9 +5,8 @@ A strategy drives one task's search through a SearchContext:
                         (None: a first candidate); None when it has nothing new;
   ctx.evaluate(p, parent, decide) builds, checks and times it in a worker and
                         returns the Node, kept when decide(node) says so;
-  ctx.evaluate_many([(p, parent), ...], decide) does the same for several
-                        candidates at once (up to ctx.parallel);
-  ctx.launch(p, parent, decide) starts one and returns a handle at once;
+  ctx.launch(p, parent, decide) starts one and returns a handle at once (up to
+                        ctx.parallel run at the same time);
   ctx.next_done()       waits for any started one: (handle, node);
   ctx.budget_left()     how many candidates may still be started;
   ctx.previous          the nodes recorded before a resume, to start from.

@@ -1098,23 +1098,25 @@ def launch(x, w, b, y, mean, rstd):
 # The variants differ in where the second read comes from: the split one walks the groups in
 # reverse (reverse=True), so the last ~20-40 MB that pass 1 read are still in L2, or runs both
 # passes over waves of a few groups (wave_groups), at two launches a wave; the resident one has
-# a group's programs wait for each other, so the second read is of what each just read. On the
-# H200 neither reached the 1.25x floor (bench/results/h200/search/table_all.md).
+# a group's programs wait for each other, so the second read is of what each just read; the
+# queue runs pass 2 of a group a few groups behind its pass 1, with no wave barrier. On the
+# H200 none reached 1.25x the floor: the queue's 0.0990 ms is the best, 1.57x
+# (bench/results/h200/search/table_all.md).
 
 
-# Per variant: the parameters its source states in its header, and those it reads as constants
-# (a parameter a variant ignores is left out of both, so that it does not make a new source).
-_GN_SHOWN = {"split": ("chunk", "block", "num_warps", "reverse", "wave_groups"),
-             "resident": ("chunk", "block", "unroll", "num_warps", "pipeline", "per_sm"),
-             "queue": ("chunk", "block", "unroll", "num_warps", "per_sm", "lead"), "per_group": ("block", "num_warps")}
+# Per variant: the parameters its source reads as constants besides BLOCK and NUM_WARPS, which
+# every variant reads (a parameter a variant ignores is left out, so that it does not make a new
+# source). Its header states them all, in _GN_ORDER.
 _GN_CONSTANTS = {"split": ("chunk", "reverse", "wave_groups"), "resident": ("chunk", "unroll", "pipeline", "per_sm"),
                  "queue": ("chunk", "unroll", "per_sm", "lead"), "per_group": ()}
+_GN_ORDER = ("chunk", "block", "unroll", "num_warps", "reverse", "wave_groups", "pipeline", "per_sm", "lead")
 
 
 def render_group_norm_triton(facts: dict[str, Any], params: dict[str, Any]) -> str:
     params = {**_GN_DEFAULTS, **params}
     variant = params["variant"]
-    described = f"variant={variant} " + " ".join(f"{k}={params[k]}" for k in _GN_SHOWN[variant])
+    shown = [k for k in _GN_ORDER if k in ("block", "num_warps") or k in _GN_CONSTANTS[variant]]
+    described = f"variant={variant} " + " ".join(f"{k}={params[k]}" for k in shown)
     constants = "".join(f"{k.upper()} = {params[k]}\n" for k in _GN_CONSTANTS[variant])
     body = _TRITON_GN_COMMON + {"split": _TRITON_GN_SPLIT, "per_group": _TRITON_GN_PER_GROUP,
                                 "resident": _TRITON_GN_WAITING + _TRITON_GN_RESIDENT + TRITON_SM_COUNT,

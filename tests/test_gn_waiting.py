@@ -1,19 +1,26 @@
-"""The resident group norm's waiting form (PHASE 0) runs only on a GPU, and so does the queue's
-waiting: the interpreter runs
-programs one after another, so a program that waits for another would wait forever, and the
-interpreter tests take the two-launch form. This compiles the waiting form for Hopper (sm_90)
-with triton's own compiler and ptxas, no GPU needed, so that a typo or a construct triton
-rejects in that branch fails here and not on the H200."""
+"""The group norm variants whose programs wait for each other: the resident one and the queue.
+
+The resident variant's waiting form (PHASE 0) runs only on a GPU: the interpreter runs programs
+one after another, so a program that waits for another would wait forever, and the interpreter
+tests take its two-launch form. The queue runs under the interpreter, but there one program
+takes every ticket in order, so its waits are always already over. So the waiting code is
+compiled here for Hopper (sm_90) with triton's own compiler and ptxas, no GPU needed, so that a
+typo or a construct triton rejects fails here and not on the H200; and the queue's ticket order,
+which is what keeps its concurrent waits from deadlocking, is checked ticket by ticket."""
 
 from __future__ import annotations
 
-import importlib.util
+import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from family_check import make_task, tensor
 
+from kernforge.importing import import_path
 from kernforge.propose.templates import norms
 
 triton = pytest.importorskip("triton")
@@ -36,9 +43,7 @@ def compile_for_hopper(tmp_path: Path, params: dict) -> str:
     assert norms.valid_group_norm(facts, "triton", params)
     path = tmp_path / "gn.py"
     path.write_text(norms.render_group_norm(facts, "triton", params))
-    spec = importlib.util.spec_from_file_location("gn_resident_probe", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = import_path(path, "gn_waiting")
     queue = params["variant"] == "queue"
     pointers = {"X": "*bf16", "W": "*bf16", "B": "*bf16", "Y": "*bf16", "PART": "*fp32", "ARRIVED": "*i32",
                 "MEAN": "*bf16", "RSTD": "*bf16", "n_groups": "i32"}
@@ -102,3 +107,72 @@ def test_queue_compiles_for_hopper(tmp_path, monkeypatch, unroll, per_sm):
     assert "ld.global.gpu.acquire" in ptx or "atom.global.gpu.acquire" in ptx
     assert "evict_last" in ptx and "evict_first" in ptx
     assert re.search(r"ld\.global\S*\.v4\.b32", ptx) and re.search(r"st\.global\S*\.v4\.b32", ptx)
+
+
+# Runs ticket_work, as rendered, under the interpreter for every ticket of each (n_work, lead).
+SCHEDULE = """
+import json, sys
+from pathlib import Path
+
+import torch
+import triton
+import triton.language as tl
+
+from kernforge.importing import import_path
+
+ticket_work = import_path(Path(sys.argv[1]), "gn_queue").ticket_work
+
+
+@triton.jit
+def schedule(FIRST, K, n_work, lead, N: tl.constexpr):
+    t = tl.arange(0, N)
+    first, k = ticket_work(t, n_work, lead)
+    tl.store(FIRST + t, first.to(tl.int32), mask=t < 2 * n_work)
+    tl.store(K + t, k, mask=t < 2 * n_work)
+
+
+out = []
+for n_work, lead in json.loads(sys.argv[2]):
+    first = torch.zeros(2 * n_work, dtype=torch.int32)
+    k = torch.zeros(2 * n_work, dtype=torch.int32)
+    schedule[(1,)](first, k, n_work, lead, N=triton.next_power_of_2(2 * n_work))
+    out.append([first.tolist(), k.tolist()])
+print(json.dumps(out))
+"""
+
+
+def schedules(tmp_path: Path, cases: list[tuple[int, int]]) -> list[tuple[list[int], list[int]]]:
+    params = {**norms.initial_group_norm(large_group_norm(), "triton"), "variant": "queue"}
+    source = tmp_path / "gn_queue_source.py"
+    source.write_text(norms.render_group_norm(large_group_norm(), "triton", params))
+    script = tmp_path / "schedule.py"
+    script.write_text(SCHEDULE)
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    proc = subprocess.run([sys.executable, str(script), str(source), json.dumps(cases)], capture_output=True,
+                          text=True, env=env, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout)
+
+
+def order_violations(first: list[int], k: list[int], chunks: int) -> list[int]:
+    """Items whose pass 2 comes before pass 1 of some item of their group (a pass 2 that could
+    wait for a ticket no running program has taken yet)."""
+    n_work = len(k) // 2
+    pass1 = {k[t]: t for t in range(2 * n_work) if first[t]}
+    pass2 = {k[t]: t for t in range(2 * n_work) if not first[t]}
+    assert sorted(pass1) == sorted(pass2) == list(range(n_work))  # each item once in each pass
+    return [a for a in range(n_work)
+            if any(pass1[b] > pass2[a] for b in range(a // chunks * chunks, (a // chunks + 1) * chunks))]
+
+
+def test_queue_tickets_take_pass_2_only_after_its_whole_group_s_pass_1(tmp_path):
+    # (chunks a group, groups, lead in groups), lead as the launcher gives it: LEAD * chunks, at
+    # most every item; and a lead one chunk short of a group, which the order does not allow
+    cases = [(c, n, lead) for c in (1, 3, 4) for n in (1, 2, 5) for lead in (1, 2, 8)]
+    runs = [(c * n, min(lead * c, c * n)) for c, n, lead in cases]
+    short = [(4 * 5, 3)]
+    results = schedules(tmp_path, runs + short)
+    for (chunks, _, _), (first, k) in zip(cases, results):
+        assert order_violations(first, k, chunks) == [], (chunks, first, k)
+    first, k = results[-1]
+    assert order_violations(first, k, 4)  # lead 3 < 4 chunks: some pass 2 comes too early
