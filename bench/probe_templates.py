@@ -74,6 +74,12 @@ def gn_points(facts: dict) -> list[dict]:
                    # trip were 5% faster than one of 4K (0.1012 against 0.1062 ms)
                    {"unroll": 4, "block": 2048}, {"unroll": 2, "block": 2048, "per_sm": 16}):
         points.append({**queue, **change})
+    # held: the GPU holds a group in registers, a chunk a program (x read once); not yet on the H200
+    held = {**queue, "variant": "held", "lead": 2}
+    # lead 2: two groups in registers; further: bulk L2 prefetches of group g + lead
+    for chunk, warps, per_sm in ((8192, 8, 2), (8192, 4, 2), (16384, 8, 1), (16384, 16, 1), (2048, 4, 1)):
+        for lead in (2, 3, 4):
+            points.append({**held, "chunk": chunk, "num_warps": warps, "per_sm": per_sm, "lead": lead})
     return [p for p in points if norms.valid_group_norm(facts, "triton", p)]
 
 
@@ -146,8 +152,10 @@ def median_ms(fn) -> float:
     return time_callable(fn, torch.device("cuda")).p50_ms
 
 
-def probe_row(name: str, out: Path) -> None:
+def probe_row(name: str, out: Path, variants: list[str] | None = None) -> None:
     row, op, desc, points, render = next(c for c in cases() if c[0] == name)
+    if variants:  # the first point (the family's start) always, for comparison
+        points = points[:1] + [p for p in points[1:] if p.get("variant") in variants]
     inputs = real_args(desc)
     expected = outputs(reference(op)(*inputs))
     eager_ms = median_ms(functools.partial(reference(op), *inputs))
@@ -160,6 +168,12 @@ def probe_row(name: str, out: Path) -> None:
             results.append({"row": row, "point": label, "ms": ms})
             gbs = inputs[0].numel() * inputs[0].element_size() / ms / 1e6
             print(f"{row:32s} {label} {ms:.4f} ms = {gbs:.0f} GB/s", flush=True)
+    if op == GN:  # what moving x's bytes in and out at all takes, timed the same way: a copy
+        y = torch.empty_like(inputs[0])
+        ms = median_ms(functools.partial(y.copy_, inputs[0]))
+        results.append({"row": row, "point": "copy x to y (Tensor.copy_)", "ms": ms})
+        tbs = 2 * inputs[0].numel() * inputs[0].element_size() / ms / 1e9
+        print(f"{row:32s} copy x to y {ms:.4f} ms = {tbs:.2f} TB/s", flush=True)
     for i, point in enumerate(points):
         entry = {"row": row, "point": point}
         try:
@@ -185,17 +199,19 @@ def main() -> int:
     parser.add_argument("--row", help="probe one row in this process (the parent runs one child per row)")
     parser.add_argument("--rows", help="comma-separated rows to probe (default: all)")
     parser.add_argument("--timeout", type=float, default=150)
+    parser.add_argument("--variants", help="comma-separated variants to probe besides the start (default: all)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     if args.row:
-        probe_row(args.row, args.out)
+        probe_row(args.row, args.out, args.variants.split(",") if args.variants else None)
         return 0
     # one child per row, so that a kernel that never returns (a resident group norm whose programs
     # were not all resident would wait forever) costs only the rest of its row
     rows = args.rows.split(",") if args.rows else [c[0] for c in cases()]
     for row in rows:
         try:
-            subprocess.run([sys.executable, __file__, "--row", row, "--out", str(args.out)], timeout=args.timeout,
+            subprocess.run([sys.executable, __file__, "--row", row, "--out", str(args.out),
+                            *(["--variants", args.variants] if args.variants else [])], timeout=args.timeout,
                            check=False)
         except subprocess.TimeoutExpired:
             print(f"{row}: timed out after {args.timeout:.0f} s", flush=True)

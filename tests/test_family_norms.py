@@ -284,13 +284,23 @@ def triton_variants() -> list[dict]:
             {"variant": "queue", "chunk": 512, "block": 256, "num_warps": 2, "reverse": False, "wave_groups": 0,
              "lead": 1},
             {"variant": "queue", "chunk": 512, "block": 128, "num_warps": 2, "reverse": False, "wave_groups": 0,
-             "unroll": 2, "per_sm": 4, "lead": 8}]),
+             "unroll": 2, "per_sm": 4, "lead": 8},
+            # held: four programs hold a chunk of each group; on the interpreter statistics of
+            # every group in one launch, normalising in a second, through the same rotation of chunks
+            {"variant": "held", "chunk": 512, "block": 4096, "num_warps": 2, "reverse": False, "wave_groups": 0},
+            # and with L2 prefetches 4 groups ahead (a GPU's only: here the same two launches)
+            {"variant": "held", "chunk": 512, "block": 4096, "num_warps": 2, "reverse": False, "wave_groups": 0,
+             "lead": 4}]),
+        (GN, gn_args([1, 4, 16, 16], 1), [  # held with one group: nothing loads ahead
+            {"variant": "held", "chunk": 256, "block": 4096, "num_warps": 1, "reverse": False, "wave_groups": 0}]),
         (GN, gn_args([1, 6, 30, 30], 2), [  # resident with a short last chunk that straddles channels
             {"variant": "resident", "chunk": 1024, "block": 512, "num_warps": 4, "reverse": False, "wave_groups": 0},
             {"variant": "resident", "chunk": 1024, "block": 256, "num_warps": 2, "reverse": False, "wave_groups": 0,
              "unroll": 2},
             {"variant": "queue", "chunk": 1024, "block": 512, "num_warps": 4, "reverse": False, "wave_groups": 0,
-             "lead": 2, "per_sm": 2}]),
+             "lead": 2, "per_sm": 2},
+            # held: three chunks, the last short, chunks straddling channels
+            {"variant": "held", "chunk": 1024, "block": 4096, "num_warps": 4, "reverse": False, "wave_groups": 0}]),
         (BN, bn_args([2, 3, 5, 7]), [{"variant": v, "block": 512, "num_warps": 4} for v in ("flat", "plane")]),
         (BN_LEGIT, bn_args([2, 5, 3, 7], layout="nhwc", op=BN_LEGIT),
          [{"variant": v, "block": 512, "num_warps": 4} for v in ("flat", "tile")]),

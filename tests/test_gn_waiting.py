@@ -44,10 +44,14 @@ def compile_for_hopper(tmp_path: Path, params: dict) -> str:
     path = tmp_path / "gn.py"
     path.write_text(norms.render_group_norm(facts, "triton", params))
     module = import_path(path, "gn_waiting")
-    queue = params["variant"] == "queue"
+    variant = params["variant"]
+    queue = variant == "queue"
     pointers = {"X": "*bf16", "W": "*bf16", "B": "*bf16", "Y": "*bf16", "PART": "*fp32", "ARRIVED": "*i32",
                 "MEAN": "*bf16", "RSTD": "*bf16", "n_groups": "i32"}
-    sizes = {"n_work": "i32", "lead": "i32"} if queue else {"wave": "i32"}
+    sizes = {"queue": {"n_work": "i32", "lead": "i32"}, "resident": {"wave": "i32"}, "held": {}}[variant]
+    if variant == "held":  # no counters: the partials' bits are their own flags
+        del pointers["ARRIVED"]
+        pointers["PART"] = "*i32"
     kinds = pointers | sizes | {"group_size": "i32", "hw": "i32", "eps": "fp32"}
     chunks = facts["group_size"] // params["chunk"]
     constants = {"CHUNK": params["chunk"], "BLOCK": params["block"], "UNROLL": params["unroll"], "CHUNKS": chunks,
@@ -55,18 +59,25 @@ def compile_for_hopper(tmp_path: Path, params: dict) -> str:
                  "IN_CHANNEL": True, "HAS_W": True, "HAS_B": True}
     if queue:
         del constants["PHASE"], constants["PIPELINE"]
+    if variant == "held":  # in gn_held's order; chunks that divide the group: nothing masked
+        constants = {"CHUNK": params["chunk"], "CHUNKS": chunks, "CHUNKS_P2": chunks, "PHASE": 0, "EVEN": True,
+                     "THREADS": 32 * params["num_warps"], "PREFETCH": True, "GROUPS": 32, "CG": 8, "IN_CHANNEL": True,
+                     "HAS_W": True, "HAS_B": True}
     signature = kinds | {name: "constexpr" for name in constants}
     names = list(signature)
     # what triton's launcher would specialise on: 16-byte aligned pointers, sizes divisible by 16
-    aligned = {(names.index(n),): [["tt.divisibility", 16]] for n in (*POINTERS, "group_size", "hw")}
-    source = ASTSource(module.gn_queue if queue else module.gn_resident, signature, constexprs={(names.index(k),): v for k, v in constants.items()},
+    aligned = {(names.index(n),): [["tt.divisibility", 16]] for n in (*POINTERS, "group_size", "hw") if n in names}
+    kernel = getattr(module, f"gn_{variant}")
+    source = ASTSource(kernel, signature, constexprs={(names.index(k),): v for k, v in constants.items()},
                        attrs=aligned)
-    # two resident programs an SM launch cooperatively (the launcher reads the flag from the metadata)
-    cooperative = params["per_sm"] > 1 and not queue
-    kernel = triton.compile(source, target=GPUTarget("cuda", 90, 32),
-                            options={"num_warps": params["num_warps"], "launch_cooperative_grid": cooperative})
-    assert bool(kernel.metadata.launch_cooperative_grid) == cooperative
-    return kernel.asm["ptx"]
+    # held programs, and two resident programs an SM, launch cooperatively (the launcher reads the
+    # flag from the metadata)
+    cooperative = variant == "held" or (params["per_sm"] > 1 and not queue)
+    compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32),
+                              options={"num_warps": params["num_warps"], "launch_cooperative_grid": cooperative,
+                                       "num_stages": 1})
+    assert bool(compiled.metadata.launch_cooperative_grid) == cooperative
+    return compiled.asm["ptx"]
 
 
 @pytest.mark.parametrize("pipeline, per_sm", [(False, 1), (True, 1), (True, 2)])
@@ -176,3 +187,26 @@ def test_queue_tickets_take_pass_2_only_after_its_whole_group_s_pass_1(tmp_path)
         assert order_violations(first, k, chunks) == [], (chunks, first, k)
     first, k = results[-1]
     assert order_violations(first, k, 4)  # lead 3 < 4 chunks: some pass 2 comes too early
+
+
+@pytest.mark.parametrize("chunk, warps, per_sm, lead", [(16384, 8, 1, 2), (8192, 4, 2, 2), (8192, 8, 2, 4)])
+def test_held_compiles_for_hopper(tmp_path, monkeypatch, chunk, warps, per_sm, lead):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    params = {**norms.initial_group_norm(large_group_norm(), "triton"), "variant": "held", "chunk": chunk,
+              "block": 4096, "num_warps": warps, "reverse": False, "wave_groups": 0, "unroll": 1, "pipeline": False,
+              "per_sm": per_sm, "lead": lead}
+    try:
+        ptx = compile_for_hopper(tmp_path, params)
+    except RuntimeError as exc:
+        if "ptxas" in str(exc):
+            pytest.skip(str(exc))
+        raise
+    # a lead past the two groups in registers: one bulk L2 prefetch a warp, of its piece
+    prefetches = re.findall(r"cp\.async\.bulk\.prefetch\.L2\.global \[\S+\], (\d+);", ptx)
+    assert prefetches == ([str(chunk // warps * 2)] if lead > 2 else [])
+    # the wait polls the partials with volatile loads, and nothing fences: a fence would wait for
+    # the loads of the next groups; x read once (evict_first) and moved in 16-byte vectors
+    assert "ld.volatile.global" in ptx
+    assert not re.search(r"\b(fence|membar|atom|red)\.", ptx)
+    assert "evict_first" in ptx and "evict_last" not in ptx
+    assert re.search(r"ld\.global\S*\.v4\.b32", ptx) and re.search(r"st\.global\S*\.v4\.b32", ptx)

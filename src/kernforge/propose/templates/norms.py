@@ -117,6 +117,8 @@ EXPLAIN = {
                     "statistics, then normalise what they just read, from L2: x crosses DRAM about once",
         "queue": "programs take chunks from a queue, normalising a group a few groups behind reading its "
                  "statistics: no wave barrier, reads and writes overlap, the second read from L2",
+        "held": "the whole GPU holds a group in registers, a chunk a program, two more groups loading: "
+                "x crosses DRAM once and is never read twice",
         "flat": "one flat index over every element, the channel recomputed per element: no tail waste",
         "plane": "programs inside one (sample, channel) plane: scale and shift loaded once as scalars",
         "tile": "[positions x channels] tiles of the channels-last layout: scale and shift loaded once "
@@ -141,9 +143,11 @@ EXPLAIN = {
                   "launched cooperatively, so a grid that cannot all be resident is an error, not a hang)",
                4: "four programs per SM (the queue): more loads in flight, fewer registers each",
                8: "eight programs per SM (the queue): the most loads in flight, the fewest registers each"},
-    "lead": {1: "the queue normalises a group right after its statistics: the least L2 held, the most waiting",
-             2: "normalise two groups behind the statistics: the wait is usually over",
-             4: "four groups behind: no waiting, more of L2 held",
+    "lead": {1: "the queue normalises a group right after its statistics: the least L2 held, the most waiting "
+                "(held: one group loading ahead)",
+             2: "normalise two groups behind the statistics: the wait is usually over (held: two groups loading)",
+             3: "three groups behind (held: three groups loading ahead, more bytes in flight, more registers)",
+             4: "four groups behind: no waiting, more of L2 held (held: four loading, the most registers)",
              8: "eight groups behind: the second read may fall out of L2"},
     "stats": {"two_pass": "mean first, then squared deviations: exact in float, reads the data twice",
               "one_pass_double": "sum and sum of squares in double in one read: fewer passes, still "
@@ -552,11 +556,11 @@ def space_group_norm(facts: dict[str, Any], backend: str) -> dict[str, list[Any]
         return {"parallel": ["groups", "planes"], "stats": ["two_pass", "one_pass_double"],
                 "simd": [False, True]}
     if backend == "triton":
-        return {"variant": ["split", "per_group", "resident", "queue"],
+        return {"variant": ["split", "per_group", "resident", "queue", "held"],
                 "chunk": [2048, 4096, 8192, 16384, 32768, 65536],
                 "block": [256, 512, 1024, 2048, 4096, 8192, 16384], "num_warps": [2, 4, 8, 16, 32],
                 "reverse": [False, True], "wave_groups": [0, 8, 4, 2], "unroll": [1, 2, 4, 8],
-                "pipeline": [False, True], "per_sm": [1, 2, 4, 8], "lead": [1, 2, 4, 8]}
+                "pipeline": [False, True], "per_sm": [1, 2, 4, 8], "lead": [1, 2, 3, 4, 8]}
     return {}
 
 
@@ -608,6 +612,8 @@ def valid_group_norm(facts: dict[str, Any], backend: str, params: dict[str, Any]
         # the planes split combines per-plane sums and sums of squares: one-pass by construction
         return params["parallel"] == "groups" or params["stats"] == "one_pass_double"
     params = {**_GN_DEFAULTS, **params}
+    if params["variant"] == "held":
+        return _valid_held(facts, params)
     block, threads = params["block"], 32 * params["num_warps"]
     waiting = params["variant"] in ("resident", "queue")
     if params["unroll"] > 1 and (not waiting or block * params["unroll"] > params["chunk"]
@@ -616,7 +622,7 @@ def valid_group_norm(facts: dict[str, Any], backend: str, params: dict[str, Any]
     if (params["per_sm"] > 1 and not waiting) or (params["pipeline"] and params["variant"] != "resident"):
         return False  # only their programs wait for each other, so only they can overlap the wait
     if params["variant"] != "queue" and params["lead"] != _GN_DEFAULTS["lead"]:
-        return False  # only the queue has a lead
+        return False  # only the queue and the held variant have a lead
     if params["variant"] == "resident" and params["per_sm"] * params["num_warps"] > 32:
         return False  # two programs of 32 warps would need every thread slot and half the registers each
     if params["per_sm"] * params["num_warps"] > 64:
@@ -642,6 +648,31 @@ def valid_group_norm(facts: dict[str, Any], backend: str, params: dict[str, Any]
     return block <= chunk < 2 * facts["group_size"] and _gn_chunks(facts, chunk) <= 4096
 
 
+
+def _valid_held(facts: dict[str, Any], params: dict[str, Any]) -> bool:
+    # One program per chunk of a group, all resident at once (at most two an SM, as the resident
+    # variant), each holding three chunks in registers: at most 128 bytes of each a thread. The
+    # block is not read (a chunk is one tile): held points keep a block of 4096 (the queue start's),
+    # so that no two of them render the same source.
+    threads = 32 * params["num_warps"]
+    chunks = _gn_chunks(facts, params["chunk"])
+    plain = (params["unroll"] == 1 and not params["pipeline"] and not params["reverse"]
+             and params["wave_groups"] == 0)
+    # ptxas (sm_90a) gives ~250 registers a thread at 128 bytes of a chunk a thread (16K bf16, 8
+    # warps); two programs an SM are compiled to at most half the register file each (maxnreg)
+    per_thread = params["chunk"] // threads * ITEMSIZE[facts["dtype"]]
+    # lead: 2, the two groups in registers; further, bulk L2 prefetches of 16-byte multiples that
+    # never run past the group, so chunks that divide it
+    prefetch = params["lead"] == 2 or (params["lead"] > 2 and _held_piece_bytes(facts, params) % 16 == 0
+                                       and facts["group_size"] % params["chunk"] == 0)
+    return (plain and params["block"] == 4096 and params["per_sm"] <= 2 and params["per_sm"] * params["num_warps"] <= 32
+            and threads <= params["chunk"] and per_thread <= 128 and prefetch
+            and 2 <= chunks <= params["per_sm"] * gpu_sms())
+
+
+def _held_piece_bytes(facts: dict[str, Any], params: dict[str, Any]) -> int:
+    """The bytes of a chunk each warp of a held program prefetches into L2."""
+    return params["chunk"] // params["num_warps"] * ITEMSIZE[facts["dtype"]]
 # ---------------------------------------------------------------- group norm: C
 
 def _c_group_stats(stats: str) -> str:
@@ -773,6 +804,12 @@ def group_stats(PART, g, chunks, group_size, eps, CHUNK: tl.constexpr, CHUNKS_P2
     else:
         means = tl.load(part, mask=ok, other=0.0)
         m2s = tl.load(part + 1, mask=ok, other=0.0)
+    return combine(means, m2s, j, ok, group_size, eps, CHUNK)
+
+
+@triton.jit
+def combine(means, m2s, j, ok, group_size, eps, CHUNK: tl.constexpr):
+    # Chan's formula over the chunks' (mean, M2): the group's mean and rstd
     counts = tl.where(ok, tl.minimum(tl.maximum(group_size - j * CHUNK, 0), CHUNK), 0).to(tl.float32)
     mean = tl.sum(counts * means, axis=0) / group_size
     dev = means - mean
@@ -1065,6 +1102,190 @@ def launch(x, w, b, y, mean, rstd):
 '''
 
 
+_TRITON_GN_HELD = '''
+@triton.jit
+def add_triples(a, b, c, d, e, f):
+    return tl.maximum(a, d), b + e, c + f
+
+
+@triton.jit
+def publish_slice(PART, x, k, ok, n, g, pid, CHUNKS: tl.constexpr, EVEN: tl.constexpr):
+    # (mean, M2) of one program's chunk of group g to PART[g] as bits, with one reduction across
+    # the program: the sum of x, for the mean, and of (x - k)^2, k a value of the chunk, for M2,
+    # so that a large mean cancels nothing. Returns the mean. PART[g] holds the chunks' means,
+    # then their M2s. The bits are their own flag: PART starts as -1 (a NaN that no arithmetic
+    # gives; a result with those bits is stored as another NaN), so a reader that finds no -1 has
+    # them all, with no counter and no fence: a release fence would wait for every load the
+    # program has in flight, the next groups' too.
+    x = x.to(tl.float32)
+    d = x - k
+    if not EVEN:
+        d = tl.where(ok, d, 0.0)
+    s, q = tl.reduce((x, d * d), 0, add_pairs)  # masked-off lanes of x hold 0
+    mean = s / n
+    mean_bits = mean.to(tl.int32, bitcast=True)
+    m2_bits = tl.maximum(q - n * (mean - k) * (mean - k), 0.0).to(tl.int32, bitcast=True)
+    tl.store(PART + 2 * g * CHUNKS + pid, tl.where(mean_bits == -1, 0x7FC00000, mean_bits))
+    tl.store(PART + (2 * g + 1) * CHUNKS + pid, tl.where(m2_bits == -1, 0x7FC00000, m2_bits))
+    return mean
+
+
+@triton.jit
+def add_pairs(a, b, c, d):
+    return a + c, b + d
+
+
+@triton.jit
+def peek(PART, g, CHUNKS: tl.constexpr, CHUNKS_P2: tl.constexpr):
+    # Group g's partials as they are now, from L2 (volatile: never a stale copy). Issued before the
+    # program's own statistics of the next group, so that their latency hides behind that work.
+    j = tl.arange(0, CHUNKS_P2)
+    at = PART + 2 * g * CHUNKS + j
+    return (tl.load(at, mask=j < CHUNKS, other=0, volatile=True),
+            tl.load(at + CHUNKS, mask=j < CHUNKS, other=0, volatile=True))
+
+
+@triton.jit
+def gather(mean_bits, m2_bits, k, counts):
+    # One reduction: partials still missing (-1), the group's sum, and Chan's M2 sum about k
+    means = mean_bits.to(tl.float32, bitcast=True)
+    dev = means - k
+    return tl.reduce((((mean_bits == -1) | (m2_bits == -1)).to(tl.int32), counts * means,
+                      m2_bits.to(tl.float32, bitcast=True) + counts * dev * dev), 0, add_triples)
+
+
+@triton.jit
+def settle(PART, g, mean_bits, m2_bits, k, group_size, eps, CHUNK: tl.constexpr, CHUNKS: tl.constexpr,
+           CHUNKS_P2: tl.constexpr):
+    # Group g's mean and rstd once no partial is -1: a program that has not published yet is
+    # waited for by looking again (on the interpreter they are all there at the first look).
+    # Chan's formula about k (the program's own chunk's mean), not the group's mean, so that one
+    # reduction gives the sums (and the count of missing partials): the group's variance includes
+    # its chunks' spread, so k - mean is a few standard deviations and nothing cancels.
+    j = tl.arange(0, CHUNKS_P2)
+    counts = tl.where(j < CHUNKS, tl.minimum(tl.maximum(group_size - j * CHUNK, 0), CHUNK), 0).to(tl.float32)
+    missing, a, b = gather(mean_bits, m2_bits, k, counts)
+    while missing > 0:
+        mean_bits, m2_bits = peek(PART, g, CHUNKS, CHUNKS_P2)
+        missing, a, b = gather(mean_bits, m2_bits, k, counts)
+    mean = a / group_size
+    return mean, tl.rsqrt(tl.maximum(b / group_size - (mean - k) * (mean - k), 0.0) + eps)
+
+
+@triton.jit
+def unpublished(PART, n, BLOCK: tl.constexpr):
+    # every partial to -1 (not yet published), each call
+    idx = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(PART + idx, tl.full([BLOCK], -1, tl.int32), mask=idx < n)
+
+
+'''
+
+
+def _held_kernel(lead: int, piece_bytes: int) -> str:
+    """gn_held; beyond the two groups that load into registers, for lead > 2 each warp asks L2 for
+    its piece (piece_bytes) of its program's chunk of group g + lead with one bulk prefetch: bytes
+    in flight that hold no registers (a deeper rotation of registers spilled, and was 2-5x slower
+    on the H200: bench/results/h200/probe/probe12.log). The warp's lanes give the same address,
+    so the prefetch, an instruction of one address a warp, issues once."""
+    prefetch = "" if lead <= 2 else f'''
+        if PREFETCH:
+            ahead = tl.minimum(g + {lead}, n_groups - 1)  # the last group again past the end: harmless
+            piece = X + ahead * group + pid * CHUNK + tl.arange(0, THREADS) // 32 * (CHUNK // (THREADS // 32))
+            tl.inline_asm_elementwise("cp.async.bulk.prefetch.L2.global [$1], {piece_bytes}; mov.u32 $0, 0;",
+                                      "=r,l", [piece], dtype=tl.int32, is_pure=False, pack=1)'''
+    return f'''
+@triton.jit
+def gn_held(X, W, B, Y, PART, MEAN, RSTD, n_groups, group_size, hw, eps,
+            CHUNK: tl.constexpr, CHUNKS: tl.constexpr, CHUNKS_P2: tl.constexpr, PHASE: tl.constexpr,
+            EVEN: tl.constexpr, THREADS: tl.constexpr, PREFETCH: tl.constexpr, GROUPS: tl.constexpr,
+            CG: tl.constexpr, IN_CHANNEL: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr):
+    # The whole GPU holds a group: program p keeps chunk p of every group in registers, CHUNKS
+    # programs all resident. x is read from DRAM once and never again, from L2 or anywhere. Each
+    # iteration a program starts loading group g + 2 (x2), looks at group g's partials, publishes
+    # its own of group g + 1 (x1), then (group g's partials published an iteration ago, so the
+    # wait is usually over) normalises the chunk of group g (x0) it already holds. The whole GPU
+    # works on one group at a time, so the bytes in flight are those of the groups loading ahead.
+    # EVEN: chunks divide the group, so nothing is masked. PREFETCH: on a GPU, x 16-byte aligned.
+    # PHASE 0 does it all; 1 and 2 (statistics, then normalising) are two launches for programs
+    # that run one after another (the CPU interpreter), which would wait forever in one.
+    pid = tl.program_id(0)
+    idx = pid * CHUNK + tl.arange(0, CHUNK)
+    ok = idx < group_size
+    group = group_size.to(tl.int64)
+    if EVEN:
+        x0 = tl.load(X + idx, eviction_policy="evict_first")
+    else:
+        x0 = tl.load(X + idx, mask=ok, other=0.0, eviction_policy="evict_first")
+    x1 = tl.load(X + group + idx, mask=ok & (n_groups > 1), other=0.0, eviction_policy="evict_first")
+    # the chunk's first value in each group, as every thread's shift for that group's statistics
+    k0 = tl.load(X + pid * CHUNK).to(tl.float32)
+    k1 = tl.load(X + group + pid * CHUNK, mask=n_groups > 1, other=0.0).to(tl.float32)
+    n = tl.minimum(group_size - pid * CHUNK, CHUNK).to(tl.float32)
+    if PHASE != 2:
+        m0 = publish_slice(PART, x0, k0, ok, n, 0, pid, CHUNKS, EVEN)
+    else:  # the two-launch form's pass 2: the chunk's mean afresh, where pass 1 computed it
+        m0 = tl.sum(x0.to(tl.float32), axis=0) / n
+    for g in range(0, n_groups):{prefetch}
+        x2 = tl.load(X + (g + 2) * group + idx, mask=ok & (g + 2 < n_groups), other=0.0,
+                     eviction_policy="evict_first")
+        k2 = tl.load(X + (g + 2) * group + pid * CHUNK, mask=g + 2 < n_groups, other=0.0).to(tl.float32)
+        if PHASE != 1:
+            mean_bits, m2_bits = peek(PART, g, CHUNKS, CHUNKS_P2)
+        m1 = m0
+        if PHASE != 2:
+            if g + 1 < n_groups:
+                m1 = publish_slice(PART, x1, k1, ok, n, g + 1, pid, CHUNKS, EVEN)
+        else:
+            m1 = tl.sum(x1.to(tl.float32), axis=0) / n
+        if PHASE != 1:
+            mean, rstd = settle(PART, g, mean_bits, m2_bits, m0, group_size, eps, CHUNK, CHUNKS, CHUNKS_P2)
+            tl.store(MEAN + g, mean.to(MEAN.dtype.element_ty), mask=pid == 0)
+            tl.store(RSTD + g, rstd.to(RSTD.dtype.element_ty), mask=pid == 0)
+            c0 = (g % GROUPS) * CG
+            # HxW a multiple of the chunk: the chunk lies inside one channel, so w and b are scalars
+            c = c0 + pid * CHUNK // hw if IN_CHANNEL else c0 + idx // hw
+            scale = rstd
+            shift = 0.0
+            if HAS_W:
+                scale = rstd * tl.load(W + c, mask=ok if not IN_CHANNEL else None).to(tl.float32)
+            if HAS_B:
+                shift = tl.load(B + c, mask=ok if not IN_CHANNEL else None).to(tl.float32)
+            y = (x0.to(tl.float32) * scale + (shift - mean * scale)).to(Y.dtype.element_ty)
+            # y streams out (evict_first): the L2 keeps the groups prefetched ahead
+            if EVEN:
+                tl.store(Y + g * group + idx, y, eviction_policy="evict_first")
+            else:
+                tl.store(Y + g * group + idx, y, mask=ok, eviction_policy="evict_first")
+        x0, x1 = x1, x2
+        k0, k1 = k1, k2
+        m0 = m1
+
+
+'''
+
+
+_TRITON_GN_HELD_LAUNCH = '''
+def launch(x, w, b, y, mean, rstd):
+    chunks = triton.cdiv(GROUP_SIZE, CHUNK)
+    part = torch.empty((2 * N_GROUPS * chunks,), dtype=torch.int32, device=x.device)  # (mean, M2) bits
+    unpublished[(triton.cdiv(part.numel(), 1024),)](part, part.numel(), BLOCK=1024)
+    common = dict(CHUNK=CHUNK, CHUNKS=chunks, CHUNKS_P2=triton.next_power_of_2(chunks),
+                  EVEN=GROUP_SIZE % CHUNK == 0, THREADS=32 * NUM_WARPS, GROUPS=GROUPS, CG=CG,
+                  IN_CHANNEL=IN_CHANNEL, HAS_W=HAS_W, HAS_B=HAS_B, num_warps=NUM_WARPS, num_stages=1,
+                  # PER_SM programs share an SM's 64K registers
+                  maxnreg=min(255, 65536 // (PER_SM * 32 * NUM_WARPS) // 8 * 8))
+    args = (x, w, b, y, part, mean, rstd, N_GROUPS, GROUP_SIZE, HW, EPS)
+    if x.device.type == "cuda" and chunks <= PER_SM * sm_count(x.device):
+        # every program must be resident at once: a cooperative launch refuses a grid that
+        # cannot be (registers, a GPU with fewer SMs), where a plain one would hang
+        gn_held[(chunks,)](*args, PHASE=0, PREFETCH=x.data_ptr() % 16 == 0, launch_cooperative_grid=True,
+                           **common)
+    else:  # programs that cannot all be resident would wait forever: one launch per pass instead
+        gn_held[(chunks,)](*args, PHASE=1, PREFETCH=False, **common)
+        gn_held[(chunks,)](*args, PHASE=2, PREFETCH=False, **common)
+'''
+
 _TRITON_GN_PER_GROUP = '''
 @triton.jit
 def gn_group(X, W, B, Y, MEAN, RSTD, group_size, hw, eps, BLOCK: tl.constexpr, GROUPS: tl.constexpr,
@@ -1108,19 +1329,26 @@ def launch(x, w, b, y, mean, rstd):
 # every variant reads (a parameter a variant ignores is left out, so that it does not make a new
 # source). Its header states them all, in _GN_ORDER.
 _GN_CONSTANTS = {"split": ("chunk", "reverse", "wave_groups"), "resident": ("chunk", "unroll", "pipeline", "per_sm"),
-                 "queue": ("chunk", "unroll", "per_sm", "lead"), "per_group": ()}
+                 "queue": ("chunk", "unroll", "per_sm", "lead"), "per_group": (), "held": ("chunk", "per_sm", "lead")}
 _GN_ORDER = ("chunk", "block", "unroll", "num_warps", "reverse", "wave_groups", "pipeline", "per_sm", "lead")
 
 
 def render_group_norm_triton(facts: dict[str, Any], params: dict[str, Any]) -> str:
     params = {**_GN_DEFAULTS, **params}
     variant = params["variant"]
-    shown = [k for k in _GN_ORDER if k in ("block", "num_warps") or k in _GN_CONSTANTS[variant]]
+    # the held variant has no blocks: a program's whole chunk is one tile
+    tile = ("num_warps",) if variant == "held" else ("block", "num_warps")
+    shown = [k for k in _GN_ORDER if k in tile or k in _GN_CONSTANTS[variant]]
     described = f"variant={variant} " + " ".join(f"{k}={params[k]}" for k in shown)
     constants = "".join(f"{k.upper()} = {params[k]}\n" for k in _GN_CONSTANTS[variant])
+    block = "" if variant == "held" else f"BLOCK = {params['block']}\n"
+    tile_size = params["chunk"] if variant == "held" else params["block"] * params["unroll"]
     body = _TRITON_GN_COMMON + {"split": _TRITON_GN_SPLIT, "per_group": _TRITON_GN_PER_GROUP,
                                 "resident": _TRITON_GN_WAITING + _TRITON_GN_RESIDENT + TRITON_SM_COUNT,
-                                "queue": _TRITON_GN_WAITING + _TRITON_GN_QUEUE + TRITON_SM_COUNT}[variant]
+                                "queue": _TRITON_GN_WAITING + _TRITON_GN_QUEUE + TRITON_SM_COUNT,
+                                "held": _TRITON_GN_HELD + _held_kernel(params["lead"], _held_piece_bytes(facts, params))
+                                + _TRITON_GN_HELD_LAUNCH
+                                + TRITON_SM_COUNT}[variant]
     return f'''"""kernforge builtin: group norm, N={facts['n']} C={facts['c']} HxW={facts['hw']} \
 groups={facts['groups']}, {facts['dtype']}.
 
@@ -1139,9 +1367,8 @@ GROUP_SIZE = {facts['group_size']}
 EPS = {facts['eps']!r}
 HAS_W = {facts['has_weight']}
 HAS_B = {facts['has_bias']}
-BLOCK = {params['block']}
-NUM_WARPS = {params['num_warps']}
-IN_CHANNEL = {facts['hw'] % (params['block'] * params['unroll']) == 0}
+{block}NUM_WARPS = {params['num_warps']}
+IN_CHANNEL = {facts['hw'] % tile_size == 0}
 {constants}{body}
 
 def kf_forward(input, weight, bias, N, C, HxW, group, eps):
