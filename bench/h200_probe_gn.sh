@@ -15,8 +15,8 @@ PYTHONPATH=src:. timeout 300 python3 bench/probe_templates.py --rows $large,$sma
     ${VARIANTS:+--variants $VARIANTS} \
     2>&1 | tee "$out/probe.log" | grep -v "^\s*$" | tail -45
 held='{"variant":"held","chunk":8192,"block":4096,"num_warps":8,"per_sm":2,"lead":4}'
-# PROFILE: which of the two to profile (default both)
-for label in ${PROFILE:-queue held}; do
+# PROFILE: which of the two to profile (unset: both; empty: neither)
+for label in ${PROFILE-queue held}; do
     point='{}'; [ "$label" = held ] && point=$held
     PYTHONPATH=src:. timeout 120 ncu --set full -k "regex:gn_$label" -s 2 -c 1 -o "$out/ncu_$label" \
         python3 bench/run_template_point.py --row $large --point "$point" > "$out/ncu_$label.log" 2>&1

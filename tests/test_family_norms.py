@@ -165,10 +165,16 @@ def test_initial_points_for_the_h200_targets():
     start = norms.initial_group_norm(facts, "triton")
     assert start["variant"] == "split" and start["reverse"]
     assert facts["n"] * facts["groups"] * -(-facts["group_size"] // start["chunk"]) == 512
-    large = target_facts((1, 256, 512, 512))  # 128 MB: the queue, 256 chunks a group, 8 programs an SM
+    large = target_facts((1, 256, 512, 512))  # 128 MB: held, 256 chunks a group, 2 programs an SM
     start = norms.initial_group_norm(large, "triton")
-    assert start["variant"] == "queue" and norms.valid_group_norm(large, "triton", start)
-    assert -(-large["group_size"] // start["chunk"]) == 256 and start["per_sm"] == 8
+    assert start == {"variant": "held", "chunk": 8192, "block": 4096, "num_warps": 4, "reverse": False,
+                     "wave_groups": 0, "unroll": 1, "pipeline": False, "per_sm": 2, "lead": 4}
+    assert norms.valid_group_norm(large, "triton", start)
+    # a group too large to hold two programs an SM at 128 bytes a thread, and float32: the queue
+    for shape, dtype in (((1, 128, 1024, 1024), BF16), ((1, 256, 512, 512), F32)):
+        facts = family_for(make_task(GN, gn_args(list(shape), 32, dtype)))[1]
+        start = norms.initial_group_norm(facts, "triton")
+        assert start["variant"] == "queue" and norms.valid_group_norm(facts, "triton", start), shape
     small = family_for(make_task(GN, gn_args([64, 64, 8, 8], 32, BF16)))[1]
     assert norms.initial_group_norm(small, "triton")["variant"] == "per_group"
     for layout, variant in (("nchw", "plane"), ("nhwc", "tile")):

@@ -295,7 +295,7 @@ def test_a_value_that_only_ever_failed_is_moved_away_from_first():
         family_check.tensor([256], bf16), 1, 256, 512 * 512, 32, 1e-5])
     proposer = BuiltinProposer(seed=0)
     start = proposer.propose(task, "triton", None, [])
-    assert start.params["variant"] == "queue"
+    assert start.params["variant"] == "held"
     # the start point of that run: resident, one program an SM (two an SM can move only to the queue,
     # the other variants having no per_sm)
     facts = norms.match_group_norm(task)

@@ -141,7 +141,7 @@ EXPLAIN = {
     "per_sm": {1: "one program per SM: the most registers each",
                2: "two programs per SM: one loads while the other waits for its group (resident ones are "
                   "launched cooperatively, so a grid that cannot all be resident is an error, not a hang)",
-               4: "four programs per SM (the queue): more loads in flight, fewer registers each",
+               4: "four programs per SM (the queue, the held variant): more loads in flight, fewer registers each",
                8: "eight programs per SM (the queue): the most loads in flight, the fewest registers each"},
     "lead": {1: "the queue normalises a group right after its statistics: the least L2 held, the most waiting "
                 "(held: one group loading ahead)",
@@ -587,13 +587,18 @@ def initial_group_norm(facts: dict[str, Any], backend: str) -> dict[str, Any]:
         warps = 2 if block <= 512 else 4 if block <= 1024 else 8
         return {"variant": "per_group", "chunk": 2048, "block": block, "num_warps": warps, "reverse": False,
                 "wave_groups": 0, "unroll": 1, "pipeline": False, "per_sm": 1, "lead": 2}
-    # More than the L2 holds (50 MB on the H100 and H200): the queue, whose second read comes from
-    # L2 and whose programs never wait for a wave. On (1,256,512,512) bf16 the H200 probes timed
-    # this point at 0.0997 and 0.0995 ms in two calls, the best resident point (two programs an SM)
-    # at 0.1009 and 0.1031 in the same calls, the split start at 0.1101 (bench/results/h200/probe/
-    # probe5.log to probe7.log). The queue's programs need not all be resident, so no neighbour
-    # fails to launch, as two resident programs of too many registers do.
+    # More than the L2 holds (50 MB on the H100 and H200): the held variant, where a group fits
+    # the GPU's registers two programs an SM, 128 bytes of a chunk a thread; else the queue. On
+    # (1,256,512,512) bf16 the H200 probe timed the held start at 0.0853 ms, the queue at 0.0994
+    # in the same call (bench/results/h200/probe/probe14.log).
+    if n_groups * size * ITEMSIZE[facts["dtype"]] > 50 * 2**20:
+        held = _held_start(facts)
+        if held is not None:
+            return held
     if n_groups * size * ITEMSIZE[facts["dtype"]] > 50 * 2**20 and _gn_chunks(facts, 8192) >= 2:
+        # the queue: the second read from L2, no wave, programs need not all be resident. On the
+        # large row above, 0.0995-0.0997 ms in two probes against 0.1009-0.1031 for two resident
+        # programs an SM (probe5.log to probe7.log)
         return {"variant": "queue", "chunk": 8192, "block": 4096, "num_warps": 4, "reverse": False,
                 "wave_groups": 0, "unroll": 1, "pipeline": False, "per_sm": 8, "lead": 4}
     # Split: chunks of 16K elements, so (1,256,512,512) gives 32 x 128 = 4096 programs and
@@ -650,8 +655,8 @@ def valid_group_norm(facts: dict[str, Any], backend: str, params: dict[str, Any]
 
 
 def _valid_held(facts: dict[str, Any], params: dict[str, Any]) -> bool:
-    # One program per chunk of a group, all resident at once (at most two an SM, as the resident
-    # variant), each holding three chunks in registers: at most 128 bytes of each a thread. The
+    # One program per chunk of a group, all resident at once (at most four an SM), each holding
+    # three chunks in registers: at most 128 bytes of each a thread. The
     # block is not read (a chunk is one tile): held points keep a block of 4096 (the queue start's),
     # so that no two of them render the same source.
     threads = 32 * params["num_warps"]
@@ -659,15 +664,26 @@ def _valid_held(facts: dict[str, Any], params: dict[str, Any]) -> bool:
     plain = (params["unroll"] == 1 and not params["pipeline"] and not params["reverse"]
              and params["wave_groups"] == 0)
     # ptxas (sm_90a) gives ~250 registers a thread at 128 bytes of a chunk a thread (16K bf16, 8
-    # warps); two programs an SM are compiled to at most half the register file each (maxnreg)
+    # warps); per_sm programs an SM are compiled to at most their share of the register file (maxnreg)
     per_thread = params["chunk"] // threads * ITEMSIZE[facts["dtype"]]
     # lead: 2, the two groups in registers; further, bulk L2 prefetches of 16-byte multiples that
     # never run past the group, so chunks that divide it
     prefetch = params["lead"] == 2 or (params["lead"] > 2 and _held_piece_bytes(facts, params) % 16 == 0
                                        and facts["group_size"] % params["chunk"] == 0)
-    return (plain and params["block"] == 4096 and params["per_sm"] <= 2 and params["per_sm"] * params["num_warps"] <= 32
+    return (plain and params["block"] == 4096 and params["per_sm"] <= 4 and params["per_sm"] * params["num_warps"] <= 32
             and threads <= params["chunk"] and per_thread <= 128 and prefetch
             and 2 <= chunks <= params["per_sm"] * gpu_sms())
+
+
+def _held_start(facts: dict[str, Any]) -> dict[str, Any] | None:
+    """Two held programs an SM, chunks of 128 bytes a thread (about 240 registers; more a thread
+    spills), L2 prefetches 4 groups ahead; None where that cannot be (a group too large for the
+    GPU's registers at that size, or in float32, which needs 8 warps a program and spills)."""
+    chunk = next_pow2(-(-facts["group_size"] // (2 * gpu_sms())))
+    warps = chunk * ITEMSIZE[facts["dtype"]] // (128 * 32)
+    params = {"variant": "held", "chunk": chunk, "block": 4096, "num_warps": warps, "reverse": False,
+              "wave_groups": 0, "unroll": 1, "pipeline": False, "per_sm": 2, "lead": 4}
+    return params if 1 <= warps <= 4 and valid_group_norm(facts, "triton", params) else None
 
 
 def _held_piece_bytes(facts: dict[str, Any], params: dict[str, Any]) -> int:
