@@ -80,9 +80,12 @@ def gn_points(facts: dict) -> list[dict]:
     # chunks of 8K and 16K, 4 to 16 warps, leads 2 to 4: the best, 8K, 4 warps, 2 an SM, lead 4
     # (0.0853 ms), is the start now; here four an SM, and the queue's start again
     points.insert(1, queue)
-    for chunk, warps, per_sm, lead in ((8192, 4, 2, 3), (4096, 4, 4, 4), (4096, 2, 4, 4), (4096, 4, 4, 3),
-                                       (2048, 4, 1, 3), (2048, 2, 2, 3)):
-        points.append({**held, "chunk": chunk, "num_warps": warps, "per_sm": per_sm, "lead": lead})
+    # probe14: four an SM were slower (0.0948-0.1075 ms against 0.0883). Here the chunk as rows
+    # (unroll), whose per-thread sums run in side-by-side chains
+    for chunk, warps, per_sm, lead, rows in ((8192, 4, 2, 4, 2), (8192, 4, 2, 4, 4), (8192, 4, 2, 4, 8),
+                                             (8192, 8, 2, 4, 4), (16384, 8, 1, 4, 4), (16384, 8, 1, 4, 8),
+                                             (2048, 4, 1, 3, 2)):
+        points.append({**held, "chunk": chunk, "num_warps": warps, "per_sm": per_sm, "lead": lead, "unroll": rows})
     return [p for p in points if norms.valid_group_norm(facts, "triton", p)]
 
 

@@ -296,7 +296,10 @@ def triton_variants() -> list[dict]:
             {"variant": "held", "chunk": 512, "block": 4096, "num_warps": 2, "reverse": False, "wave_groups": 0},
             # and with L2 prefetches 4 groups ahead (a GPU's only: here the same two launches)
             {"variant": "held", "chunk": 512, "block": 4096, "num_warps": 2, "reverse": False, "wave_groups": 0,
-             "lead": 4}]),
+             "lead": 4},
+            # the chunk as two rows of 256
+            {"variant": "held", "chunk": 512, "block": 4096, "num_warps": 1, "reverse": False, "wave_groups": 0,
+             "unroll": 2}]),
         (GN, gn_args([1, 4, 16, 16], 1), [  # held with one group: nothing loads ahead
             {"variant": "held", "chunk": 256, "block": 4096, "num_warps": 1, "reverse": False, "wave_groups": 0}]),
         (GN, gn_args([1, 6, 30, 30], 2), [  # resident with a short last chunk that straddles channels

@@ -61,7 +61,7 @@ def compile_for_hopper(tmp_path: Path, params: dict) -> str:
         del constants["PHASE"], constants["PIPELINE"]
     if variant == "held":  # in gn_held's order; chunks that divide the group: nothing masked
         constants = {"CHUNK": params["chunk"], "CHUNKS": chunks, "CHUNKS_P2": chunks, "PHASE": 0, "EVEN": True,
-                     "THREADS": 32 * params["num_warps"], "PREFETCH": True, "GROUPS": 32, "CG": 8, "IN_CHANNEL": True,
+                     "ROWS": params["unroll"], "THREADS": 32 * params["num_warps"], "PREFETCH": True, "GROUPS": 32, "CG": 8, "IN_CHANNEL": True,
                      "HAS_W": True, "HAS_B": True}
     signature = kinds | {name: "constexpr" for name in constants}
     names = list(signature)
@@ -189,12 +189,13 @@ def test_queue_tickets_take_pass_2_only_after_its_whole_group_s_pass_1(tmp_path)
     assert order_violations(first, k, 4)  # lead 3 < 4 chunks: some pass 2 comes too early
 
 
-@pytest.mark.parametrize("chunk, warps, per_sm, lead", [(16384, 8, 1, 2), (8192, 4, 2, 2), (8192, 8, 2, 4)])
-def test_held_compiles_for_hopper(tmp_path, monkeypatch, chunk, warps, per_sm, lead):
+@pytest.mark.parametrize("chunk, warps, per_sm, lead, rows", [(16384, 8, 1, 2, 1), (8192, 4, 2, 2, 1),
+                                                            (8192, 8, 2, 4, 1), (8192, 4, 2, 4, 4)])
+def test_held_compiles_for_hopper(tmp_path, monkeypatch, chunk, warps, per_sm, lead, rows):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     params = {**norms.initial_group_norm(large_group_norm(), "triton"), "variant": "held", "chunk": chunk,
-              "block": 4096, "num_warps": warps, "reverse": False, "wave_groups": 0, "unroll": 1, "pipeline": False,
-              "per_sm": per_sm, "lead": lead}
+              "block": 4096, "num_warps": warps, "reverse": False, "wave_groups": 0, "unroll": rows,
+              "pipeline": False, "per_sm": per_sm, "lead": lead}
     try:
         ptx = compile_for_hopper(tmp_path, params)
     except RuntimeError as exc:

@@ -661,8 +661,10 @@ def _valid_held(facts: dict[str, Any], params: dict[str, Any]) -> bool:
     # so that no two of them render the same source.
     threads = 32 * params["num_warps"]
     chunks = _gn_chunks(facts, params["chunk"])
-    plain = (params["unroll"] == 1 and not params["pipeline"] and not params["reverse"]
-             and params["wave_groups"] == 0)
+    # unroll: the chunk as rows, at least one 16-byte vector a thread a row
+    rows_fit = params["chunk"] // params["unroll"] >= threads * 16 // ITEMSIZE[facts["dtype"]]
+    plain = (params["unroll"] == 1 or rows_fit) and not params["pipeline"] and not params["reverse"] \
+        and params["wave_groups"] == 0
     # ptxas (sm_90a) gives ~250 registers a thread at 128 bytes of a chunk a thread (16K bf16, 8
     # warps); per_sm programs an SM are compiled to at most their share of the register file (maxnreg)
     per_thread = params["chunk"] // threads * ITEMSIZE[facts["dtype"]]
@@ -670,8 +672,11 @@ def _valid_held(facts: dict[str, Any], params: dict[str, Any]) -> bool:
     # never run past the group, so chunks that divide it
     prefetch = params["lead"] == 2 or (params["lead"] > 2 and _held_piece_bytes(facts, params) % 16 == 0
                                        and facts["group_size"] % params["chunk"] == 0)
+    # an SM's programs hold 3 chunks each and their float copies: 32 KB of chunk an SM fills the
+    # registers (four an SM of 16 KB chunks spilled and took 0.21 ms, bench/results/h200/search/run_held_gn)
+    fits = params["per_sm"] * params["chunk"] * ITEMSIZE[facts["dtype"]] <= 32768
     return (plain and params["block"] == 4096 and params["per_sm"] <= 4 and params["per_sm"] * params["num_warps"] <= 32
-            and threads <= params["chunk"] and per_thread <= 128 and prefetch
+            and threads <= params["chunk"] and per_thread <= 128 and prefetch and fits
             and 2 <= chunks <= params["per_sm"] * gpu_sms())
 
 
@@ -1125,7 +1130,7 @@ def add_triples(a, b, c, d, e, f):
 
 
 @triton.jit
-def publish_slice(PART, x, k, ok, n, g, pid, CHUNKS: tl.constexpr, EVEN: tl.constexpr):
+def publish_slice(PART, x, k, ok, n, g, pid, CHUNKS: tl.constexpr, EVEN: tl.constexpr, ROWS: tl.constexpr):
     # (mean, M2) of one program's chunk of group g to PART[g] as bits, with one reduction across
     # the program: the sum of x, for the mean, and of (x - k)^2, k a value of the chunk, for M2,
     # so that a large mean cancels nothing. Returns the mean. PART[g] holds the chunks' means,
@@ -1137,7 +1142,7 @@ def publish_slice(PART, x, k, ok, n, g, pid, CHUNKS: tl.constexpr, EVEN: tl.cons
     d = x - k
     if not EVEN:
         d = tl.where(ok, d, 0.0)
-    s, q = tl.reduce((x, d * d), 0, add_pairs)  # masked-off lanes of x hold 0
+    s, q = sum_pairs(x, d * d, ROWS)  # masked-off lanes of x hold 0
     mean = s / n
     mean_bits = mean.to(tl.int32, bitcast=True)
     m2_bits = tl.maximum(q - n * (mean - k) * (mean - k), 0.0).to(tl.int32, bitcast=True)
@@ -1149,6 +1154,15 @@ def publish_slice(PART, x, k, ok, n, g, pid, CHUNKS: tl.constexpr, EVEN: tl.cons
 @triton.jit
 def add_pairs(a, b, c, d):
     return a + c, b + d
+
+
+@triton.jit
+def sum_pairs(a, b, ROWS: tl.constexpr):
+    # Sums of two [ROWS, C] tiles: over the rows first, in each thread ROWS-long chains side by
+    # side, then across the program (a [CHUNK] tile would add a thread's values in one long chain)
+    if ROWS > 1:
+        a, b = tl.reduce((a, b), 0, add_pairs)
+    return tl.reduce((a, b), 0, add_pairs)
 
 
 @triton.jit
@@ -1214,19 +1228,24 @@ def _held_kernel(lead: int, piece_bytes: int) -> str:
 @triton.jit
 def gn_held(X, W, B, Y, PART, MEAN, RSTD, n_groups, group_size, hw, eps,
             CHUNK: tl.constexpr, CHUNKS: tl.constexpr, CHUNKS_P2: tl.constexpr, PHASE: tl.constexpr,
-            EVEN: tl.constexpr, THREADS: tl.constexpr, PREFETCH: tl.constexpr, GROUPS: tl.constexpr,
-            CG: tl.constexpr, IN_CHANNEL: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr):
+            EVEN: tl.constexpr, ROWS: tl.constexpr, THREADS: tl.constexpr, PREFETCH: tl.constexpr,
+            GROUPS: tl.constexpr, CG: tl.constexpr, IN_CHANNEL: tl.constexpr, HAS_W: tl.constexpr,
+            HAS_B: tl.constexpr):
     # The whole GPU holds a group: program p keeps chunk p of every group in registers, CHUNKS
     # programs all resident. x is read from DRAM once and never again, from L2 or anywhere. Each
     # iteration a program starts loading group g + 2 (x2), looks at group g's partials, publishes
     # its own of group g + 1 (x1), then (group g's partials published an iteration ago, so the
     # wait is usually over) normalises the chunk of group g (x0) it already holds. The whole GPU
     # works on one group at a time, so the bytes in flight are those of the groups loading ahead.
-    # EVEN: chunks divide the group, so nothing is masked. PREFETCH: on a GPU, x 16-byte aligned.
+    # EVEN: chunks divide the group, so nothing is masked. ROWS: the chunk as a [ROWS, CHUNK / ROWS]
+    # tile. PREFETCH: on a GPU, x 16-byte aligned.
     # PHASE 0 does it all; 1 and 2 (statistics, then normalising) are two launches for programs
     # that run one after another (the CPU interpreter), which would wait forever in one.
     pid = tl.program_id(0)
-    idx = pid * CHUNK + tl.arange(0, CHUNK)
+    if ROWS == 1:
+        idx = pid * CHUNK + tl.arange(0, CHUNK)
+    else:
+        idx = pid * CHUNK + tl.arange(0, ROWS)[:, None] * (CHUNK // ROWS) + tl.arange(0, CHUNK // ROWS)[None, :]
     ok = idx < group_size
     group = group_size.to(tl.int64)
     if EVEN:
@@ -1239,9 +1258,10 @@ def gn_held(X, W, B, Y, PART, MEAN, RSTD, n_groups, group_size, hw, eps,
     k1 = tl.load(X + group + pid * CHUNK, mask=n_groups > 1, other=0.0).to(tl.float32)
     n = tl.minimum(group_size - pid * CHUNK, CHUNK).to(tl.float32)
     if PHASE != 2:
-        m0 = publish_slice(PART, x0, k0, ok, n, 0, pid, CHUNKS, EVEN)
+        m0 = publish_slice(PART, x0, k0, ok, n, 0, pid, CHUNKS, EVEN, ROWS)
     else:  # the two-launch form's pass 2: the chunk's mean afresh, where pass 1 computed it
-        m0 = tl.sum(x0.to(tl.float32), axis=0) / n
+        m0, _ = sum_pairs(x0.to(tl.float32), x0.to(tl.float32), ROWS)
+        m0 = m0 / n
     for g in range(0, n_groups):{prefetch}
         x2 = tl.load(X + (g + 2) * group + idx, mask=ok & (g + 2 < n_groups), other=0.0,
                      eviction_policy="evict_first")
@@ -1251,9 +1271,10 @@ def gn_held(X, W, B, Y, PART, MEAN, RSTD, n_groups, group_size, hw, eps,
         m1 = m0
         if PHASE != 2:
             if g + 1 < n_groups:
-                m1 = publish_slice(PART, x1, k1, ok, n, g + 1, pid, CHUNKS, EVEN)
+                m1 = publish_slice(PART, x1, k1, ok, n, g + 1, pid, CHUNKS, EVEN, ROWS)
         else:
-            m1 = tl.sum(x1.to(tl.float32), axis=0) / n
+            m1, _ = sum_pairs(x1.to(tl.float32), x1.to(tl.float32), ROWS)
+            m1 = m1 / n
         if PHASE != 1:
             mean, rstd = settle(PART, g, mean_bits, m2_bits, m0, group_size, eps, CHUNK, CHUNKS, CHUNKS_P2)
             tl.store(MEAN + g, mean.to(MEAN.dtype.element_ty), mask=pid == 0)
@@ -1287,7 +1308,7 @@ def launch(x, w, b, y, mean, rstd):
     part = torch.empty((2 * N_GROUPS * chunks,), dtype=torch.int32, device=x.device)  # (mean, M2) bits
     unpublished[(triton.cdiv(part.numel(), 1024),)](part, part.numel(), BLOCK=1024)
     common = dict(CHUNK=CHUNK, CHUNKS=chunks, CHUNKS_P2=triton.next_power_of_2(chunks),
-                  EVEN=GROUP_SIZE % CHUNK == 0, THREADS=32 * NUM_WARPS, GROUPS=GROUPS, CG=CG,
+                  EVEN=GROUP_SIZE % CHUNK == 0, ROWS=UNROLL, THREADS=32 * NUM_WARPS, GROUPS=GROUPS, CG=CG,
                   IN_CHANNEL=IN_CHANNEL, HAS_W=HAS_W, HAS_B=HAS_B, num_warps=NUM_WARPS, num_stages=1,
                   # PER_SM programs share an SM's 64K registers
                   maxnreg=min(255, 65536 // (PER_SM * 32 * NUM_WARPS) // 8 * 8))
@@ -1345,7 +1366,7 @@ def launch(x, w, b, y, mean, rstd):
 # every variant reads (a parameter a variant ignores is left out, so that it does not make a new
 # source). Its header states them all, in _GN_ORDER.
 _GN_CONSTANTS = {"split": ("chunk", "reverse", "wave_groups"), "resident": ("chunk", "unroll", "pipeline", "per_sm"),
-                 "queue": ("chunk", "unroll", "per_sm", "lead"), "per_group": (), "held": ("chunk", "per_sm", "lead")}
+                 "queue": ("chunk", "unroll", "per_sm", "lead"), "per_group": (), "held": ("chunk", "unroll", "per_sm", "lead")}
 _GN_ORDER = ("chunk", "block", "unroll", "num_warps", "reverse", "wave_groups", "pipeline", "per_sm", "lead")
 
 
