@@ -11,7 +11,7 @@ mkdir -p "$out"
 nvidia-smi > "$out/nvidia-smi.txt"
 large=group_norm_bf16_1x256x512x512
 small=group_norm_bf16_1x512x128x128
-PYTHONPATH=src:. timeout 300 python3 bench/probe_templates.py --rows $large,$small --timeout 150 --out "$out/probe" \
+PYTHONPATH=src:. timeout 300 python3 bench/probe_templates.py --rows ${GN_ROWS:-$large,$small} --timeout 150 --out "$out/probe" \
     ${VARIANTS:+--variants $VARIANTS} \
     2>&1 | tee "$out/probe.log" | grep -v "^\s*$" | tail -45
 held='{"variant":"held","chunk":8192,"block":4096,"num_warps":8,"per_sm":2,"lead":4}'
