@@ -57,7 +57,7 @@ def gn_points(facts: dict) -> list[dict]:
     smaller chunks and more programs were faster down to chunks of 8K, blocks of 4K, 4 warps,
     8 an SM and a lead of 4 (0.0995-0.0997 ms). probe8 timed the points below with a form of the
     queue (not kept) whose passes 2 read statistics that the group's last pass 1 published once:
-    0.1062 ms at that point."""
+    0.1062 ms at that point. probe9-16: the held variant as it took shape (README there)."""
     start = norms.initial_group_norm(facts, "triton")
     resident = {**start, "variant": "resident", "reverse": False, "wave_groups": 0, "unroll": 1, "pipeline": False,
                 "per_sm": 1, "lead": 2}
@@ -76,12 +76,13 @@ def gn_points(facts: dict) -> list[dict]:
         points.append({**queue, **change})
     # held: the GPU holds a group in registers, a chunk a program (x read once); not yet on the H200
     held = {**queue, "variant": "held", "lead": 2}
-    # lead 2: two groups in registers; further: bulk L2 prefetches of group g + lead. probe13 timed
+    # lead 2: two groups in registers; further: bulk L2 prefetches of group g + lead. probe14 timed
     # chunks of 8K and 16K, 4 to 16 warps, leads 2 to 4: the best, 8K, 4 warps, 2 an SM, lead 4
-    # (0.0853 ms), is the start now; here four an SM, and the queue's start again
+    # (0.0853 ms), is the start now; probe15 timed four an SM and the queue's start again
     points.insert(1, queue)
-    # probe14: four an SM were slower (0.0948-0.1075 ms against 0.0883). Here the chunk as rows
-    # (unroll), whose per-thread sums run in side-by-side chains
+    # probe15: four an SM were slower (0.0948-0.1075 ms against 0.0883). probe16: the chunk as
+    # rows (unroll), whose per-thread sums run in side-by-side chains: 0.0861 against 0.0877, in
+    # the noise
     for chunk, warps, per_sm, lead, rows in ((8192, 4, 2, 4, 2), (8192, 4, 2, 4, 4), (8192, 4, 2, 4, 8),
                                              (8192, 8, 2, 4, 4), (16384, 8, 1, 4, 4), (16384, 8, 1, 4, 8),
                                              (2048, 4, 1, 3, 2)):
