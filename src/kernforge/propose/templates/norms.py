@@ -1351,15 +1351,17 @@ def launch(x, w, b, y, mean, rstd):
                           IN_CHANNEL=IN_CHANNEL, HAS_W=HAS_W, HAS_B=HAS_B, num_warps=NUM_WARPS)
 '''
 
-# Why x is read twice: (1,256,512,512) bf16 is 128 MB, more than the H200's 50 MB of L2 and the
-# ~33 MB of all its registers, so no group-sized piece of it can wait on chip for its statistics.
-# The variants differ in where the second read comes from: the split one walks the groups in
-# reverse (reverse=True), so the last ~20-40 MB that pass 1 read are still in L2, or runs both
-# passes over waves of a few groups (wave_groups), at two launches a wave; the resident one has
-# a group's programs wait for each other, so the second read is of what each just read; the
-# queue runs pass 2 of a group a few groups behind its pass 1, with no wave barrier. On the
-# H200 none reached 1.25x the floor: the queue's 0.0990 ms is the best, 1.57x
-# (bench/results/h200/search/table_all.md).
+# Where the second look at x comes from: (1,256,512,512) bf16 is 128 MB, more than the H200's
+# 50 MB of L2 and the ~33 MB of all its registers, so x cannot wait on chip whole for its
+# statistics. The split one walks the groups in reverse (reverse=True), so the last ~20-40 MB
+# that pass 1 read are still in L2, or runs both passes over waves of a few groups
+# (wave_groups), at two launches a wave; the resident one has a group's programs wait for
+# each other, so the second read is of what each just read; the queue runs pass 2 of a group a
+# few groups behind its pass 1, with no wave barrier. Those read x twice, the second time from
+# L2, and the queue is bound by L2 (ncu: 87-89% L2 throughput). The held one keeps a group, not
+# x, on chip: the whole GPU holds one group at a time in registers and reads x once. On the
+# H200 it is the best, 0.0873 ms, 1.37x the floor; the queue reached 0.0990, 1.57x
+# (bench/results/h200/search/table_all.md, bench/results/h200/probe/README.md).
 
 
 # Per variant: the parameters its source reads as constants besides BLOCK and NUM_WARPS, which
