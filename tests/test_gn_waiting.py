@@ -80,18 +80,22 @@ def compile_for_hopper(tmp_path: Path, params: dict) -> str:
     return compiled.asm["ptx"]
 
 
+def compile_or_skip(tmp_path: Path, params: dict) -> str:
+    try:
+        return compile_for_hopper(tmp_path, params)
+    except RuntimeError as exc:  # no ptxas in this triton install: nothing to say about the source
+        if "ptxas" in str(exc):
+            pytest.skip(str(exc))
+        raise
+
+
 @pytest.mark.parametrize("pipeline, per_sm", [(False, 1), (True, 1), (True, 2)])
 def test_waiting_form_compiles_for_hopper(tmp_path, monkeypatch, pipeline, per_sm):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)  # triton.jit must give a compilable kernel
     params = {**norms.initial_group_norm(large_group_norm(), "triton"), "variant": "resident", "chunk": 32768,
               "block": 8192, "num_warps": 16, "reverse": False, "wave_groups": 0, "unroll": 2, "pipeline": pipeline,
               "per_sm": per_sm, "lead": 2}
-    try:
-        ptx = compile_for_hopper(tmp_path, params)
-    except RuntimeError as exc:  # no ptxas in this triton install: nothing to say about the source
-        if "ptxas" in str(exc):
-            pytest.skip(str(exc))
-        raise
+    ptx = compile_or_skip(tmp_path, params)
     # the wait is there (release on arrival, acquire while spinning), and x moves in 16-byte vectors
     assert re.search(r"atom\.global\.gpu\.release\.add", ptx) or re.search(r"red\.release\.gpu", ptx)
     assert "ld.global.gpu.acquire" in ptx or "atom.global.gpu.acquire" in ptx
@@ -106,12 +110,7 @@ def test_queue_compiles_for_hopper(tmp_path, monkeypatch, unroll, per_sm):
     params = {**norms.initial_group_norm(large_group_norm(), "triton"), "variant": "queue", "chunk": 32768,
               "block": 4096, "num_warps": 8, "reverse": False, "wave_groups": 0, "unroll": unroll, "pipeline": False,
               "per_sm": per_sm, "lead": 4}
-    try:
-        ptx = compile_for_hopper(tmp_path, params)
-    except RuntimeError as exc:
-        if "ptxas" in str(exc):
-            pytest.skip(str(exc))
-        raise
+    ptx = compile_or_skip(tmp_path, params)
     # tickets from one counter, the same release/acquire wait, x kept in L2 by pass 1 for pass 2
     assert re.search(r"atom\.global\S*\.add", ptx)
     assert re.search(r"atom\.global\.gpu\.release\.add", ptx) or re.search(r"red\.release\.gpu", ptx)
@@ -196,12 +195,7 @@ def test_held_compiles_for_hopper(tmp_path, monkeypatch, chunk, warps, per_sm, l
     params = {**norms.initial_group_norm(large_group_norm(), "triton"), "variant": "held", "chunk": chunk,
               "block": 4096, "num_warps": warps, "reverse": False, "wave_groups": 0, "unroll": rows,
               "pipeline": False, "per_sm": per_sm, "lead": lead}
-    try:
-        ptx = compile_for_hopper(tmp_path, params)
-    except RuntimeError as exc:
-        if "ptxas" in str(exc):
-            pytest.skip(str(exc))
-        raise
+    ptx = compile_or_skip(tmp_path, params)
     # a lead past the two groups in registers: one bulk L2 prefetch a warp, of its piece
     prefetches = re.findall(r"cp\.async\.bulk\.prefetch\.L2\.global \[\S+\], (\d+);", ptx)
     assert prefetches == ([str(chunk // warps * 2)] if lead > 2 else [])

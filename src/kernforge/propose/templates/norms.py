@@ -811,7 +811,22 @@ int kf_forward(const kf_tensor *in, int n_in, kf_tensor *out, int n_out) {{
 
 # ---------------------------------------------------------------- group norm: Triton
 
-_TRITON_GN_COMMON = '''
+# y = x * scale + shift, with w and b folded into the group's statistics: every Triton group
+# norm's last step
+_TRITON_GN_AFFINE = '''
+@triton.jit
+def affine(W, B, c, ok, mean, rstd, IN_CHANNEL: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr):
+    scale = rstd
+    shift = 0.0
+    if HAS_W:
+        scale = rstd * tl.load(W + c, mask=ok if not IN_CHANNEL else None).to(tl.float32)
+    if HAS_B:
+        shift = tl.load(B + c, mask=ok if not IN_CHANNEL else None).to(tl.float32)
+    return scale, shift - mean * scale
+'''
+
+_TRITON_GN_COMMON = _TRITON_GN_AFFINE + '''
+
 @triton.jit
 def group_stats(PART, g, chunks, group_size, eps, CHUNK: tl.constexpr, CHUNKS_P2: tl.constexpr,
                 FROM_L2: tl.constexpr):
@@ -866,14 +881,8 @@ def normalise_block(X, W, B, Y, g, start, group_size, hw, mean, rstd, BLOCK: tl.
     c0 = (g % GROUPS) * CG
     # HxW a multiple of the tile: a tile lies inside one channel, so w and b are scalars
     c = c0 + start // hw if IN_CHANNEL else c0 + idx // hw
-    scale = rstd
-    shift = 0.0
-    if HAS_W:
-        scale = rstd * tl.load(W + c, mask=ok if not IN_CHANNEL else None).to(tl.float32)
-    if HAS_B:
-        shift = tl.load(B + c, mask=ok if not IN_CHANNEL else None).to(tl.float32)
-    y = x * scale + (shift - mean * scale)
-    tl.store(Y + base + idx, y.to(Y.dtype.element_ty), mask=ok)
+    scale, shift = affine(W, B, c, ok, mean, rstd, IN_CHANNEL, HAS_W, HAS_B)
+    tl.store(Y + base + idx, (x * scale + shift).to(Y.dtype.element_ty), mask=ok)
 
 
 @triton.jit
@@ -1282,13 +1291,8 @@ def gn_held(X, W, B, Y, PART, MEAN, RSTD, n_groups, group_size, hw, eps,
             c0 = (g % GROUPS) * CG
             # HxW a multiple of the chunk: the chunk lies inside one channel, so w and b are scalars
             c = c0 + pid * CHUNK // hw if IN_CHANNEL else c0 + idx // hw
-            scale = rstd
-            shift = 0.0
-            if HAS_W:
-                scale = rstd * tl.load(W + c, mask=ok if not IN_CHANNEL else None).to(tl.float32)
-            if HAS_B:
-                shift = tl.load(B + c, mask=ok if not IN_CHANNEL else None).to(tl.float32)
-            y = (x0.to(tl.float32) * scale + (shift - mean * scale)).to(Y.dtype.element_ty)
+            scale, shift = affine(W, B, c, ok, mean, rstd, IN_CHANNEL, HAS_W, HAS_B)
+            y = (x0.to(tl.float32) * scale + shift).to(Y.dtype.element_ty)
             # y streams out (evict_first): the L2 keeps the groups prefetched ahead
             if EVEN:
                 tl.store(Y + g * group + idx, y, eviction_policy="evict_first")
@@ -1385,7 +1389,7 @@ def render_group_norm_triton(facts: dict[str, Any], params: dict[str, Any]) -> s
     body = _TRITON_GN_COMMON + {"split": _TRITON_GN_SPLIT, "per_group": _TRITON_GN_PER_GROUP,
                                 "resident": _TRITON_GN_WAITING + _TRITON_GN_RESIDENT + TRITON_SM_COUNT,
                                 "queue": _TRITON_GN_WAITING + _TRITON_GN_QUEUE + TRITON_SM_COUNT,
-                                "held": _TRITON_GN_HELD + _held_kernel(params["lead"], _held_piece_bytes(facts, params))
+                                "held": _TRITON_GN_AFFINE + _TRITON_GN_HELD + _held_kernel(params["lead"], _held_piece_bytes(facts, params))
                                 + _TRITON_GN_HELD_LAUNCH
                                 + TRITON_SM_COUNT}[variant]
     return f'''"""kernforge builtin: group norm, N={facts['n']} C={facts['c']} HxW={facts['hw']} \
