@@ -13,6 +13,7 @@ from family_check import channels_last, check_params, family_for, make_task, ten
 from kernforge.backends import cpu
 from kernforge.propose.builtin import BuiltinProposer, _all_points
 from kernforge.propose.templates import norms
+from kernforge.propose.templates.common import gpu_sms
 from kernforge.tasks import KernelTask
 
 LN, RMS, GN = norms.LAYER_NORM_OP, norms.RMS_NORM_OP, norms.GROUP_NORM_OP
@@ -398,3 +399,25 @@ def test_two_programs_per_sm_only_for_the_resident_variant_and_within_the_thread
     assert not norms.valid_group_norm(target_facts((1, 512, 128, 128)), "triton", {**split, "per_sm": 2})
     source = norms.render_group_norm(large, "triton", {**start, "per_sm": 2, "num_warps": 16})
     assert "PER_SM = 2" in source and "launch_cooperative_grid=PER_SM > 1" in source
+
+
+def test_held_points_are_resident_and_fit_the_registers():
+    """A held group must fit the GPU's programs at once, and an SM's programs its registers: at
+    most 32 KB of chunk an SM (four programs an SM of 16 KB chunks spilled on the H200, 0.21 ms)."""
+    large = target_facts((1, 256, 512, 512))  # groups of 2M bf16: 4 MB over 132 SMs
+    start = norms.initial_group_norm(large, "triton")
+    assert start["variant"] == "held"
+    assert not norms.valid_group_norm(large, "triton", {**start, "per_sm": 4})  # 64 KB an SM
+    assert not norms.valid_group_norm(large, "triton", {**start, "chunk": 4096})  # 512 programs, 264 slots
+    assert norms.valid_group_norm(large, "triton", {**start, "chunk": 4096, "per_sm": 4})
+    assert not norms.valid_group_norm(large, "triton", {**start, "num_warps": 2})  # 256 bytes a thread
+    assert not norms.valid_group_norm(large, "triton", {**start, "block": 2048})  # held reads no block
+    # every valid held point of the space, the other parameters at the start's values
+    space = norms.space_group_norm(large, "triton")
+    held_space = {name: space[name] for name in ("chunk", "num_warps", "unroll", "per_sm", "lead")}
+    points = [{**start, **p} for p in _all_points(held_space)]
+    held = [p for p in points if norms.valid_group_norm(large, "triton", p)]
+    assert len(held) >= 10
+    for p in held:
+        assert p["per_sm"] * p["chunk"] * 2 <= 32768
+        assert -(-large["group_size"] // p["chunk"]) <= p["per_sm"] * gpu_sms()  # all resident

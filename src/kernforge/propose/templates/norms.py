@@ -134,10 +134,12 @@ EXPLAIN = {
                        "at two launches per wave",
                     4: "waves of 4 groups: more of the second read from L2, more launches",
                     2: "waves of 2 groups: the second read almost all from L2, the most launches"},
-    "unroll": {1: "one block a loop trip",
-               2: "two blocks a loop trip, loaded together: twice the bytes in flight per program",
-               4: "four blocks a loop trip: for one program per SM, more loads in flight hide DRAM latency",
-               8: "eight blocks a loop trip: the most bytes in flight, the most registers"},
+    "unroll": {1: "one block a loop trip (held: the chunk as one row)",
+               2: "two blocks a loop trip, loaded together: twice the bytes in flight per program (held: the "
+                  "chunk as two rows, whose per-thread sums run side by side)",
+               4: "four blocks a loop trip: for one program per SM, more loads in flight hide DRAM latency "
+                  "(held: four rows)",
+               8: "eight blocks a loop trip: the most bytes in flight, the most registers (held: eight rows)"},
     "per_sm": {1: "one program per SM: the most registers each",
                2: "two programs per SM: one loads while the other waits for its group (resident ones are "
                   "launched cooperatively, so a grid that cannot all be resident is an error, not a hang)",
