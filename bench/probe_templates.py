@@ -57,7 +57,7 @@ def gn_points(facts: dict) -> list[dict]:
     smaller chunks and more programs were faster down to chunks of 8K, blocks of 4K, 4 warps,
     8 an SM and a lead of 4 (0.0995-0.0997 ms). probe8 timed the points below with a form of the
     queue (not kept) whose passes 2 read statistics that the group's last pass 1 published once:
-    0.1062 ms at that point. probe9-16: the held variant as it took shape (README there)."""
+    0.1062 ms at that point. probe9-18: the held variant as it took shape (README there)."""
     start = norms.initial_group_norm(facts, "triton")
     resident = {**start, "variant": "resident", "reverse": False, "wave_groups": 0, "unroll": 1, "pipeline": False,
                 "per_sm": 1, "lead": 2}
@@ -67,22 +67,21 @@ def gn_points(facts: dict) -> list[dict]:
               # the best resident points: two an SM (probe4), pipelined one an SM (probe3)
               {**resident, "chunk": 32768, "block": 16384, "num_warps": 16, "per_sm": 2},
               {**resident, "chunk": 65536, "block": 16384, "num_warps": 32, "unroll": 2, "pipeline": True}]
+    # the queue's start (the large row's start before the held variant), then its neighbours
     queue = {**resident, "variant": "queue", "chunk": 8192, "block": 4096, "num_warps": 4, "per_sm": 8, "lead": 4}
+    points.insert(1, queue)
     for change in ({"lead": 2}, {"lead": 8}, {"per_sm": 16}, {"block": 2048}, {"num_warps": 8},
                    {"chunk": 4096}, {"chunk": 16384}, {"chunk": 16384, "num_warps": 8}, {"unroll": 2, "block": 2048},
                    # a whole chunk's loads in flight at once: in probe8's form, two blocks of 2K a
                    # trip were 5% faster than one of 4K (0.1012 against 0.1062 ms)
                    {"unroll": 4, "block": 2048}, {"unroll": 2, "block": 2048, "per_sm": 16}):
         points.append({**queue, **change})
-    # held: the GPU holds a group in registers, a chunk a program (x read once); not yet on the H200
+    # held: the GPU holds a group in registers, a chunk a program (x read once). lead 2: two groups
+    # in registers; further: bulk L2 prefetches of group g + lead. probe14 timed chunks of 8K and
+    # 16K, 4 to 16 warps, leads 2 to 4: the best, 8K, 4 warps, 2 an SM, lead 4 (0.0853 ms), is the
+    # large row's start now. probe15: four an SM were slower (0.0948-0.1075 ms against 0.0883).
+    # Below, probe16-17's: the chunk as rows (unroll), whose per-thread sums run side by side
     held = {**queue, "variant": "held", "lead": 2}
-    # lead 2: two groups in registers; further: bulk L2 prefetches of group g + lead. probe14 timed
-    # chunks of 8K and 16K, 4 to 16 warps, leads 2 to 4: the best, 8K, 4 warps, 2 an SM, lead 4
-    # (0.0853 ms), is the start now; probe15 timed four an SM and the queue's start again
-    points.insert(1, queue)
-    # probe15: four an SM were slower (0.0948-0.1075 ms against 0.0883). probe16: the chunk as
-    # rows (unroll), whose per-thread sums run in side-by-side chains: 0.0861 against 0.0877, in
-    # the noise
     for chunk, warps, per_sm, lead, rows in ((8192, 4, 2, 4, 2), (8192, 4, 2, 4, 4), (8192, 4, 2, 4, 8),
                                              (8192, 8, 2, 4, 4), (16384, 8, 1, 4, 4), (16384, 8, 1, 4, 8),
                                              (2048, 4, 1, 3, 2)):

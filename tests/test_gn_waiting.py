@@ -1,12 +1,12 @@
-"""The group norm variants whose programs wait for each other: the resident one and the queue.
+"""The group norm variants whose programs wait for each other: resident, queue and held.
 
-The resident variant's waiting form (PHASE 0) runs only on a GPU: the interpreter runs programs
-one after another, so a program that waits for another would wait forever, and the interpreter
-tests take its two-launch form. The queue runs under the interpreter, but there one program
-takes every ticket in order, so its waits are always already over. So the waiting code is
-compiled here for Hopper (sm_90) with triton's own compiler and ptxas, no GPU needed, so that a
-typo or a construct triton rejects fails here and not on the H200; and the queue's ticket order,
-which is what keeps its concurrent waits from deadlocking, is checked ticket by ticket."""
+Their waiting forms run only on a GPU: the interpreter runs programs one after another, so a
+program that waits for another not yet run would wait forever. The resident and held variants
+take a two-launch form there, and in the queue one program takes every ticket in order, so its
+waits are always already over. So the waiting code is compiled here for Hopper (sm_90) with
+triton's own compiler and ptxas, no GPU needed, so that a typo or a construct triton rejects
+fails here and not on the H200; and the queue's ticket order, which is what keeps its
+concurrent waits from deadlocking, is checked ticket by ticket."""
 
 from __future__ import annotations
 
@@ -45,37 +45,29 @@ def compile_for_hopper(tmp_path: Path, params: dict) -> str:
     path.write_text(norms.render_group_norm(facts, "triton", params))
     module = import_path(path, "gn_waiting")
     variant = params["variant"]
-    queue = variant == "queue"
-    pointers = {"X": "*bf16", "W": "*bf16", "B": "*bf16", "Y": "*bf16", "PART": "*fp32", "ARRIVED": "*i32",
-                "MEAN": "*bf16", "RSTD": "*bf16", "n_groups": "i32"}
-    sizes = {"queue": {"n_work": "i32", "lead": "i32"}, "resident": {"wave": "i32"}, "held": {}}[variant]
-    if variant == "held":  # no counters: the partials' bits are their own flags
-        del pointers["ARRIVED"]
-        pointers["PART"] = "*i32"
-    kinds = pointers | sizes | {"group_size": "i32", "hw": "i32", "eps": "fp32"}
-    chunks = facts["group_size"] // params["chunk"]
-    constants = {"CHUNK": params["chunk"], "BLOCK": params["block"], "UNROLL": params["unroll"], "CHUNKS": chunks,
-                 "CHUNKS_P2": chunks, "PHASE": 0, "PIPELINE": params["pipeline"], "GROUPS": 32, "CG": 8,
-                 "IN_CHANNEL": True, "HAS_W": True, "HAS_B": True}
-    if queue:
-        del constants["PHASE"], constants["PIPELINE"]
-    if variant == "held":  # in gn_held's order; chunks that divide the group: nothing masked
-        constants = {"CHUNK": params["chunk"], "CHUNKS": chunks, "CHUNKS_P2": chunks, "PHASE": 0, "EVEN": True,
-                     "ROWS": params["unroll"], "THREADS": 32 * params["num_warps"], "PREFETCH": True, "GROUPS": 32, "CG": 8, "IN_CHANNEL": True,
-                     "HAS_W": True, "HAS_B": True}
-    signature = kinds | {name: "constexpr" for name in constants}
-    names = list(signature)
+    kernel = getattr(module, f"gn_{variant}")
+    chunks = facts["group_size"] // params["chunk"]  # chunks that divide the group: nothing masked
+    # the kernel's constants as its launcher gives them on a GPU (PHASE 0: the waiting form)
+    values = {"CHUNK": params["chunk"], "BLOCK": params["block"], "UNROLL": params["unroll"], "CHUNKS": chunks,
+              "CHUNKS_P2": chunks, "PHASE": 0, "PIPELINE": params["pipeline"], "EVEN": True, "ROWS": params["unroll"],
+              "THREADS": 32 * params["num_warps"], "PREFETCH": True, "GROUPS": 32, "CG": 8, "IN_CHANNEL": True,
+              "HAS_W": True, "HAS_B": True}
+    # held has no counters: its partials' bits are their own flags
+    kinds = {"X": "*bf16", "W": "*bf16", "B": "*bf16", "Y": "*bf16", "PART": "*i32" if variant == "held" else "*fp32",
+             "ARRIVED": "*i32", "MEAN": "*bf16", "RSTD": "*bf16"}
+    names = kernel.arg_names
+    signature = {n: "constexpr" if n in values else kinds.get(n, "fp32" if n == "eps" else "i32") for n in names}
     # what triton's launcher would specialise on: 16-byte aligned pointers, sizes divisible by 16
     aligned = {(names.index(n),): [["tt.divisibility", 16]] for n in (*POINTERS, "group_size", "hw") if n in names}
-    kernel = getattr(module, f"gn_{variant}")
-    source = ASTSource(kernel, signature, constexprs={(names.index(k),): v for k, v in constants.items()},
+    source = ASTSource(kernel, signature, constexprs={(i,): values[n] for i, n in enumerate(names) if n in values},
                        attrs=aligned)
     # held programs, and two resident programs an SM, launch cooperatively (the launcher reads the
-    # flag from the metadata)
-    cooperative = variant == "held" or (params["per_sm"] > 1 and not queue)
-    compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32),
-                              options={"num_warps": params["num_warps"], "launch_cooperative_grid": cooperative,
-                                       "num_stages": 1})
+    # flag from the metadata); held is launched with one stage, as its launcher does
+    cooperative = variant == "held" or (params["per_sm"] > 1 and variant == "resident")
+    options = {"num_warps": params["num_warps"], "launch_cooperative_grid": cooperative}
+    if variant == "held":
+        options["num_stages"] = 1
+    compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
     assert bool(compiled.metadata.launch_cooperative_grid) == cooperative
     return compiled.asm["ptx"]
 

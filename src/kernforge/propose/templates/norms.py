@@ -145,12 +145,13 @@ EXPLAIN = {
                   "launched cooperatively, so a grid that cannot all be resident is an error, not a hang)",
                4: "four programs per SM (the queue, the held variant): more loads in flight, fewer registers each",
                8: "eight programs per SM (the queue): the most loads in flight, the fewest registers each"},
-    "lead": {1: "the queue normalises a group right after its statistics: the least L2 held, the most waiting "
-                "(held: one group loading ahead)",
-             2: "normalise two groups behind the statistics: the wait is usually over (held: two groups loading)",
-             3: "three groups behind (held: three groups loading ahead, more bytes in flight, more registers)",
-             4: "four groups behind: no waiting, more of L2 held (held: four loading, the most registers)",
-             8: "eight groups behind: the second read may fall out of L2"},
+    "lead": {1: "the queue normalises a group right after its statistics: the least L2 held, the most waiting",
+             2: "normalise two groups behind the statistics: the wait is usually over (held: only the two "
+                "groups loading into registers, no L2 prefetch)",
+             3: "three groups behind (held: L2 prefetches three groups ahead, bytes in flight that hold no "
+                "registers)",
+             4: "four groups behind: no waiting, more of L2 held (held: L2 prefetches four groups ahead)",
+             8: "eight groups behind: the second read may fall out of L2 (held: prefetches eight groups ahead)"},
     "stats": {"two_pass": "mean first, then squared deviations: exact in float, reads the data twice",
               "one_pass_double": "sum and sum of squares in double in one read: fewer passes, still "
                                  "precise for large-mean data",
@@ -593,11 +594,11 @@ def initial_group_norm(facts: dict[str, Any], backend: str) -> dict[str, Any]:
     # the GPU's registers two programs an SM, 128 bytes of a chunk a thread; else the queue. On
     # (1,256,512,512) bf16 the H200 probe timed the held start at 0.0853 ms, the queue at 0.0994
     # in the same call (bench/results/h200/probe/probe14.log).
-    if n_groups * size * ITEMSIZE[facts["dtype"]] > 50 * 2**20:
-        held = _held_start(facts)
-        if held is not None:
-            return held
-    if n_groups * size * ITEMSIZE[facts["dtype"]] > 50 * 2**20 and _gn_chunks(facts, 8192) >= 2:
+    larger_than_l2 = n_groups * size * ITEMSIZE[facts["dtype"]] > 50 * 2**20
+    held = _held_start(facts) if larger_than_l2 else None
+    if held is not None:
+        return held
+    if larger_than_l2 and _gn_chunks(facts, 8192) >= 2:
         # the queue: the second read from L2, no wave, programs need not all be resident. On the
         # large row above, 0.0995-0.0997 ms in two probes against 0.1009-0.1031 for two resident
         # programs an SM (probe5.log to probe7.log)
@@ -654,19 +655,16 @@ def valid_group_norm(facts: dict[str, Any], backend: str, params: dict[str, Any]
     # the combine step loads every chunk's partials as one vector: at most 4096 of them
     return block <= chunk < 2 * facts["group_size"] and _gn_chunks(facts, chunk) <= 4096
 
-
-
 def _valid_held(facts: dict[str, Any], params: dict[str, Any]) -> bool:
     # One program per chunk of a group, all resident at once (at most four an SM), each holding
-    # three chunks in registers: at most 128 bytes of each a thread. The
-    # block is not read (a chunk is one tile): held points keep a block of 4096 (the queue start's),
-    # so that no two of them render the same source.
+    # three chunks in registers: at most 128 bytes of each a thread. The block is not read (a
+    # chunk is one tile): held points keep a block of 4096, the held start's, so that no two of
+    # them render the same source.
     threads = 32 * params["num_warps"]
     chunks = _gn_chunks(facts, params["chunk"])
     # unroll: the chunk as rows, at least one 16-byte vector a thread a row
-    rows_fit = params["chunk"] // params["unroll"] >= threads * 16 // ITEMSIZE[facts["dtype"]]
-    plain = (params["unroll"] == 1 or rows_fit) and not params["pipeline"] and not params["reverse"] \
-        and params["wave_groups"] == 0
+    rows_fit = params["unroll"] == 1 or params["chunk"] // params["unroll"] >= threads * 16 // ITEMSIZE[facts["dtype"]]
+    plain = rows_fit and not params["pipeline"] and not params["reverse"] and params["wave_groups"] == 0
     # ptxas (sm_90a) gives ~250 registers a thread at 128 bytes of a chunk a thread (16K bf16, 8
     # warps); per_sm programs an SM are compiled to at most their share of the register file (maxnreg)
     per_thread = params["chunk"] // threads * ITEMSIZE[facts["dtype"]]
@@ -675,7 +673,7 @@ def _valid_held(facts: dict[str, Any], params: dict[str, Any]) -> bool:
     prefetch = params["lead"] == 2 or (params["lead"] > 2 and _held_piece_bytes(facts, params) % 16 == 0
                                        and facts["group_size"] % params["chunk"] == 0)
     # an SM's programs hold 3 chunks each and their float copies: 32 KB of chunk an SM fills the
-    # registers (four an SM of 16 KB chunks spilled and took 0.21 ms, bench/results/h200/search/run_held_gn)
+    # registers (four an SM of 16 KB chunks took 0.20-0.21 ms, bench/results/h200/search/run_held_gn)
     fits = params["per_sm"] * params["chunk"] * ITEMSIZE[facts["dtype"]] <= 32768
     return (plain and params["block"] == 4096 and params["per_sm"] <= 4 and params["per_sm"] * params["num_warps"] <= 32
             and threads <= params["chunk"] and per_thread <= 128 and prefetch and fits
@@ -696,6 +694,8 @@ def _held_start(facts: dict[str, Any]) -> dict[str, Any] | None:
 def _held_piece_bytes(facts: dict[str, Any], params: dict[str, Any]) -> int:
     """The bytes of a chunk each warp of a held program prefetches into L2."""
     return params["chunk"] // params["num_warps"] * ITEMSIZE[facts["dtype"]]
+
+
 # ---------------------------------------------------------------- group norm: C
 
 def _c_group_stats(stats: str) -> str:
@@ -813,6 +813,16 @@ int kf_forward(const kf_tensor *in, int n_in, kf_tensor *out, int n_out) {{
 
 # ---------------------------------------------------------------- group norm: Triton
 
+# What the variants whose programs wait for each other start each call from: their counters
+# at 0 (resident, queue) or their partials at -1 (held), in a launch of its own, as the waiting
+# kernel cannot clear them itself without a second wait
+_TRITON_GN_FILL = '''
+@triton.jit
+def fill(PTR, n, value, BLOCK: tl.constexpr):
+    idx = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(PTR + idx, tl.zeros([BLOCK], tl.int32) + value, mask=idx < n)
+'''
+
 # y = x * scale + shift, with w and b folded into the group's statistics: every Triton group
 # norm's last step
 _TRITON_GN_AFFINE = '''
@@ -842,12 +852,6 @@ def group_stats(PART, g, chunks, group_size, eps, CHUNK: tl.constexpr, CHUNKS_P2
     else:
         means = tl.load(part, mask=ok, other=0.0)
         m2s = tl.load(part + 1, mask=ok, other=0.0)
-    return combine(means, m2s, j, ok, group_size, eps, CHUNK)
-
-
-@triton.jit
-def combine(means, m2s, j, ok, group_size, eps, CHUNK: tl.constexpr):
-    # Chan's formula over the chunks' (mean, M2): the group's mean and rstd
     counts = tl.where(ok, tl.minimum(tl.maximum(group_size - j * CHUNK, 0), CHUNK), 0).to(tl.float32)
     mean = tl.sum(counts * means, axis=0) / group_size
     dev = means - mean
@@ -1001,14 +1005,7 @@ def wait_for_group(ARRIVED, g, CHUNKS: tl.constexpr):
     while arrived < CHUNKS:
         arrived = tl.atomic_add(ARRIVED + g, 0, sem="acquire", scope="gpu")
 
-
-@triton.jit
-def zero_counters(ARRIVED, n, BLOCK: tl.constexpr):
-    # the arrival counters start at 0 each call (a launch of its own: the waiting kernel cannot
-    # clear them itself without a second wait)
-    idx = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    tl.store(ARRIVED + idx, tl.zeros([BLOCK], tl.int32), mask=idx < n)
-'''
+''' + _TRITON_GN_FILL
 
 _TRITON_GN_RESIDENT = '''
 @triton.jit
@@ -1067,7 +1064,7 @@ def launch(x, w, b, y, mean, rstd):
                   num_warps=NUM_WARPS)
     args = (x, w, b, y, part, arrived, mean, rstd, N_GROUPS, wave, GROUP_SIZE, HW, EPS)
     if x.device.type == "cuda" and chunks <= slots:
-        zero_counters[(triton.cdiv(N_GROUPS, 1024),)](arrived, N_GROUPS, BLOCK=1024)
+        fill[(triton.cdiv(N_GROUPS, 1024),)](arrived, N_GROUPS, 0, BLOCK=1024)
         # One program per SM always fits once it compiles. Two might not (registers, shared
         # memory): a cooperative launch refuses a grid that cannot be resident all at once,
         # where a plain one would leave programs waiting for SMs that never free up.
@@ -1125,7 +1122,7 @@ def launch(x, w, b, y, mean, rstd):
     n_work = N_GROUPS * chunks
     part = torch.empty((2 * n_work,), dtype=torch.float32, device=x.device)
     counters = torch.empty((N_GROUPS + 1,), dtype=torch.int32, device=x.device)  # arrivals, then the ticket
-    zero_counters[(triton.cdiv(N_GROUPS + 1, 1024),)](counters, N_GROUPS + 1, BLOCK=1024)
+    fill[(triton.cdiv(N_GROUPS + 1, 1024),)](counters, N_GROUPS + 1, 0, BLOCK=1024)
     programs = min(n_work, PER_SM * sm_count(x.device))
     gn_queue[(programs,)](x, w, b, y, part, counters, mean, rstd, N_GROUPS, n_work, min(LEAD * chunks, n_work),
                           GROUP_SIZE, HW, EPS, CHUNK=CHUNK, BLOCK=BLOCK, UNROLL=UNROLL, CHUNKS=chunks,
@@ -1214,10 +1211,9 @@ def settle(PART, g, mean_bits, m2_bits, k, group_size, eps, CHUNK: tl.constexpr,
 
 
 @triton.jit
-def unpublished(PART, n, BLOCK: tl.constexpr):
-    # every partial to -1 (not yet published), each call
-    idx = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    tl.store(PART + idx, tl.full([BLOCK], -1, tl.int32), mask=idx < n)
+def own_mean(PART, g, pid, CHUNKS: tl.constexpr):
+    # the mean this program published for its chunk of group g
+    return tl.load(PART + 2 * g * CHUNKS + pid).to(tl.float32, bitcast=True)
 
 
 '''
@@ -1268,11 +1264,9 @@ def gn_held(X, W, B, Y, PART, MEAN, RSTD, n_groups, group_size, hw, eps,
     k0 = tl.load(X + pid * CHUNK).to(tl.float32)
     k1 = tl.load(X + group + pid * CHUNK, mask=n_groups > 1, other=0.0).to(tl.float32)
     n = tl.minimum(group_size - pid * CHUNK, CHUNK).to(tl.float32)
+    m0 = 0.0  # this program's chunk mean of group g: the k of the group's statistics
     if PHASE != 2:
         m0 = publish_slice(PART, x0, k0, ok, n, 0, pid, CHUNKS, EVEN, ROWS)
-    else:  # the two-launch form's pass 2: the chunk's mean afresh, where pass 1 computed it
-        m0, _ = sum_pairs(x0.to(tl.float32), x0.to(tl.float32), ROWS)
-        m0 = m0 / n
     for g in range(0, n_groups):{prefetch}
         x2 = tl.load(X + (g + 2) * group + idx, mask=ok & (g + 2 < n_groups), other=0.0,
                      eviction_policy="evict_first")
@@ -1283,10 +1277,9 @@ def gn_held(X, W, B, Y, PART, MEAN, RSTD, n_groups, group_size, hw, eps,
         if PHASE != 2:
             if g + 1 < n_groups:
                 m1 = publish_slice(PART, x1, k1, ok, n, g + 1, pid, CHUNKS, EVEN, ROWS)
-        else:
-            m1, _ = sum_pairs(x1.to(tl.float32), x1.to(tl.float32), ROWS)
-            m1 = m1 / n
         if PHASE != 1:
+            if PHASE == 2:  # the two-launch form: the mean that pass 1 published
+                m0 = own_mean(PART, g, pid, CHUNKS)
             mean, rstd = settle(PART, g, mean_bits, m2_bits, m0, group_size, eps, CHUNK, CHUNKS, CHUNKS_P2)
             tl.store(MEAN + g, mean.to(MEAN.dtype.element_ty), mask=pid == 0)
             tl.store(RSTD + g, rstd.to(RSTD.dtype.element_ty), mask=pid == 0)
@@ -1312,7 +1305,7 @@ _TRITON_GN_HELD_LAUNCH = '''
 def launch(x, w, b, y, mean, rstd):
     chunks = triton.cdiv(GROUP_SIZE, CHUNK)
     part = torch.empty((2 * N_GROUPS * chunks,), dtype=torch.int32, device=x.device)  # (mean, M2) bits
-    unpublished[(triton.cdiv(part.numel(), 1024),)](part, part.numel(), BLOCK=1024)
+    fill[(triton.cdiv(part.numel(), 1024),)](part, part.numel(), -1, BLOCK=1024)  # nothing published
     common = dict(CHUNK=CHUNK, CHUNKS=chunks, CHUNKS_P2=triton.next_power_of_2(chunks),
                   EVEN=GROUP_SIZE % CHUNK == 0, ROWS=UNROLL, THREADS=32 * NUM_WARPS, GROUPS=GROUPS, CG=CG,
                   IN_CHANNEL=IN_CHANNEL, HAS_W=HAS_W, HAS_B=HAS_B, num_warps=NUM_WARPS, num_stages=1,
@@ -1388,12 +1381,14 @@ def render_group_norm_triton(facts: dict[str, Any], params: dict[str, Any]) -> s
     constants = "".join(f"{k.upper()} = {params[k]}\n" for k in _GN_CONSTANTS[variant])
     block = "" if variant == "held" else f"BLOCK = {params['block']}\n"
     tile_size = params["chunk"] if variant == "held" else params["block"] * params["unroll"]
-    body = _TRITON_GN_COMMON + {"split": _TRITON_GN_SPLIT, "per_group": _TRITON_GN_PER_GROUP,
-                                "resident": _TRITON_GN_WAITING + _TRITON_GN_RESIDENT + TRITON_SM_COUNT,
-                                "queue": _TRITON_GN_WAITING + _TRITON_GN_QUEUE + TRITON_SM_COUNT,
-                                "held": _TRITON_GN_AFFINE + _TRITON_GN_HELD + _held_kernel(params["lead"], _held_piece_bytes(facts, params))
-                                + _TRITON_GN_HELD_LAUNCH
-                                + TRITON_SM_COUNT}[variant]
+    if variant == "held":  # its own statistics and waiting: of the shared code only the last step
+        body = (_TRITON_GN_AFFINE + _TRITON_GN_FILL + _TRITON_GN_HELD
+                + _held_kernel(params["lead"], _held_piece_bytes(facts, params)) + _TRITON_GN_HELD_LAUNCH
+                + TRITON_SM_COUNT)
+    else:
+        body = _TRITON_GN_COMMON + {"split": _TRITON_GN_SPLIT, "per_group": _TRITON_GN_PER_GROUP,
+                                    "resident": _TRITON_GN_WAITING + _TRITON_GN_RESIDENT + TRITON_SM_COUNT,
+                                    "queue": _TRITON_GN_WAITING + _TRITON_GN_QUEUE + TRITON_SM_COUNT}[variant]
     return f'''"""kernforge builtin: group norm, N={facts['n']} C={facts['c']} HxW={facts['hw']} \
 groups={facts['groups']}, {facts['dtype']}.
 
