@@ -2,6 +2,7 @@
 # The group norm rows' probe points, then ncu profiles of the large row's queue start and a
 # held point, in one device call on an nvidia-h200, from the repository root:
 #   OUT=DIR bash bench/h200_probe_gn.sh
+# FORMS: the forms of each held point to time, e.g. template,elements (probe_templates.py --forms).
 # Everything goes to $OUT/x.tgz (the device returns a few files a call). Candidates per minute
 # on 1 and 2 GPUs (issue 6) were measured by an earlier form of this script: bench/gpu_scaling.py.
 set -uo pipefail
@@ -11,8 +12,8 @@ mkdir -p "$out"
 nvidia-smi > "$out/nvidia-smi.txt"
 large=group_norm_bf16_1x256x512x512
 small=group_norm_bf16_1x512x128x128
-[ "${PROBE:-1}" = 1 ] && PYTHONPATH=src:. timeout 300 python3 bench/probe_templates.py --rows ${GN_ROWS:-$large,$small} --timeout 150 --out "$out/probe" \
-    ${VARIANTS:+--variants $VARIANTS} \
+[ "${PROBE:-1}" = 1 ] && PYTHONPATH=src:. timeout $(( ${ROW_TIMEOUT:-150} + 150 )) python3 bench/probe_templates.py --rows ${GN_ROWS:-$large,$small} --timeout ${ROW_TIMEOUT:-150} --out "$out/probe" \
+    ${VARIANTS:+--variants $VARIANTS} ${FORMS:+--forms $FORMS} \
     2>&1 | tee "$out/probe.log" | grep -v "^\s*$" | tail -45
 # the queue's start and the held start (the row's start since 29fb66c)
 queue='{"variant":"queue","chunk":8192,"block":4096,"num_warps":4,"per_sm":8,"lead":4}'

@@ -82,9 +82,11 @@ def gn_points(facts: dict) -> list[dict]:
     # large row's start now. probe15: four an SM were slower (0.0948-0.1075 ms against 0.0883).
     # Below, probe16-17's: the chunk as rows (unroll), whose per-thread sums run side by side
     held = {**queue, "variant": "held", "lead": 2}
-    for chunk, warps, per_sm, lead, rows in ((8192, 4, 2, 4, 2), (8192, 4, 2, 4, 4), (8192, 4, 2, 4, 8),
-                                             (8192, 8, 2, 4, 4), (16384, 8, 1, 4, 4), (16384, 8, 1, 4, 8),
-                                             (2048, 4, 1, 3, 2)):
+    # probe19: 16-bit chunks held as 32-bit pairs need fewer registers a value, so more warps an SM
+    for chunk, warps, per_sm, lead, rows in ((8192, 4, 2, 4, 2), (8192, 4, 2, 3, 2), (8192, 4, 2, 4, 4),
+                                             (8192, 4, 2, 4, 8), (8192, 8, 2, 4, 1), (8192, 8, 2, 4, 4),
+                                             (4096, 4, 4, 4, 1), (4096, 4, 4, 4, 2), (16384, 8, 1, 4, 4),
+                                             (16384, 8, 1, 4, 8), (2048, 4, 1, 3, 2)):
         points.append({**held, "chunk": chunk, "num_warps": warps, "per_sm": per_sm, "lead": lead, "unroll": rows})
     return [p for p in points if norms.valid_group_norm(facts, "triton", p)]
 
@@ -158,10 +160,28 @@ def median_ms(fn) -> float:
     return time_callable(fn, torch.device("cuda")).p50_ms
 
 
-def probe_row(name: str, out: Path, variants: list[str] | None = None) -> None:
+# Forms of the held group norm's source that are not points of the search, timed side by side
+# with the template's own form ("template") where --forms names them: probe19 asked whether
+# holding 16-bit chunks as 32-bit pairs (the template's form since probe19) beat holding them as
+# 16-bit values ("elements"), and whether unrolling the group loop three times, so that the
+# rotation of the held chunks needs no register moves, helps ("unroll3").
+HELD_FORMS = {
+    "template": lambda src: src,
+    "elements": lambda src: src.replace("pairs = x.element_size() == 2", "pairs = False and x.element_size() == 2"),
+    "unroll3": lambda src: src.replace("for g in range(0, n_groups):",
+                                       "for g in tl.range(0, n_groups, loop_unroll_factor=3):"),
+}
+
+
+def forms_of(point: dict, forms: list[str]) -> list[str]:
+    return forms if point.get("variant") == "held" and forms else ["template"]
+
+
+def probe_row(name: str, out: Path, variants: list[str] | None = None, forms: list[str] | None = None) -> None:
     row, op, desc, points, render = next(c for c in cases() if c[0] == name)
     if variants:  # the first point (the family's start) always, for comparison
         points = points[:1] + [p for p in points[1:] if p.get("variant") in variants]
+    points = [(p, form) for p in points for form in forms_of(p, forms or [])]
     inputs = real_args(desc)
     expected = outputs(reference(op)(*inputs))
     eager_ms = median_ms(functools.partial(reference(op), *inputs))
@@ -180,10 +200,12 @@ def probe_row(name: str, out: Path, variants: list[str] | None = None) -> None:
         results.append({"row": row, "point": "copy x to y (Tensor.copy_)", "ms": ms})
         tbs = 2 * inputs[0].numel() * inputs[0].element_size() / ms / 1e9
         print(f"{row:32s} copy x to y {ms:.4f} ms = {tbs:.2f} TB/s", flush=True)
-    for i, point in enumerate(points):
-        entry = {"row": row, "point": point}
+    for i, (point, form) in enumerate(points):
+        entry = {"row": row, "point": point, "form": form}
         try:
-            module = load(render(point), f"{row}_{i}")
+            source = HELD_FORMS[form](render(point))
+            assert form == "template" or source != render(point), f"the form {form} changed nothing"
+            module = load(source, f"{row}_{i}")
             got = outputs(module.kf_forward(*inputs))
             torch.cuda.synchronize()
             worst = worst_error(got, expected)
@@ -195,7 +217,7 @@ def probe_row(name: str, out: Path, variants: list[str] | None = None) -> None:
         results.append(entry)
         (out / f"probe_{row}.json").write_text(json.dumps(results, indent=1))
         shown = " ".join(f"{k}={v}" for k, v in point.items())
-        print(f"{row:32s} {entry.get('ms', float('nan')):.4f} ms ok={entry.get('ok')} {shown} "
+        print(f"{row:32s} {entry.get('ms', float('nan')):.4f} ms ok={entry.get('ok')} {form} {shown} "
               f"{entry.get('error', '')}", flush=True)
 
 
@@ -206,10 +228,12 @@ def main() -> int:
     parser.add_argument("--rows", help="comma-separated rows to probe (default: all)")
     parser.add_argument("--timeout", type=float, default=150)
     parser.add_argument("--variants", help="comma-separated variants to probe besides the start (default: all)")
+    parser.add_argument("--forms", help=f"comma-separated forms of each held point: {', '.join(HELD_FORMS)}")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     if args.row:
-        probe_row(args.row, args.out, args.variants.split(",") if args.variants else None)
+        probe_row(args.row, args.out, args.variants.split(",") if args.variants else None,
+                  args.forms.split(",") if args.forms else None)
         return 0
     # one child per row, so that a kernel that never returns (a resident group norm whose programs
     # were not all resident would wait forever) costs only the rest of its row
@@ -217,7 +241,8 @@ def main() -> int:
     for row in rows:
         try:
             subprocess.run([sys.executable, __file__, "--row", row, "--out", str(args.out),
-                            *(["--variants", args.variants] if args.variants else [])], timeout=args.timeout,
+                            *(["--variants", args.variants] if args.variants else []),
+                            *(["--forms", args.forms] if args.forms else [])], timeout=args.timeout,
                            check=False)
         except subprocess.TimeoutExpired:
             print(f"{row}: timed out after {args.timeout:.0f} s", flush=True)
@@ -227,7 +252,7 @@ def main() -> int:
         eager = results[0]["ms"]
         good = [r for r in results[1:] if r.get("ok") and "ms" in r]
         for r in sorted(good, key=lambda r: r["ms"])[:3]:
-            print(f"{r['row']:32s} {r['ms']:.4f} ms (eager {eager:.4f}) {r['point']}")
+            print(f"{r['row']:32s} {r['ms']:.4f} ms (eager {eager:.4f}) {r.get('form', '')} {r['point']}")
     return 0
 
 

@@ -1138,19 +1138,48 @@ def add_triples(a, b, c, d, e, f):
 
 
 @triton.jit
-def publish_slice(PART, x, k, ok, n, g, pid, CHUNKS: tl.constexpr, EVEN: tl.constexpr, ROWS: tl.constexpr):
+def unpack(v, BF16: tl.constexpr):
+    # the two 16-bit values of each 32-bit word, as floats: bfloat16 is float32's upper half
+    if BF16:
+        return (v << 16).to(tl.float32, bitcast=True), (v & -65536).to(tl.float32, bitcast=True)
+    return ((v.to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)),
+            ((v >> 16).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)))
+
+
+@triton.jit
+def pack(lo, hi, TY: tl.constexpr, CVT: tl.constexpr):
+    # two floats rounded to TY (to nearest even), as one 32-bit word: one cvt instruction a pair
+    # on a GPU (CVT), casts and shifts on the interpreter, which has no inline assembly
+    if CVT != "":
+        return tl.inline_asm_elementwise(CVT, "=r,r,r", [lo, hi], dtype=tl.int32, is_pure=True, pack=1)
+    return ((lo.to(TY).to(tl.int16, bitcast=True).to(tl.int32) & 65535)
+            | (hi.to(TY).to(tl.int16, bitcast=True).to(tl.int32) << 16))
+
+
+@triton.jit
+def publish_slice(PART, x, k, ok, n, g, pid, CHUNKS: tl.constexpr, EVEN: tl.constexpr, ROWS: tl.constexpr,
+                  PAIRS: tl.constexpr, BF16: tl.constexpr):
     # (mean, M2) of one program's chunk of group g to PART[g] as bits, with one reduction across
     # the program: the sum of x, for the mean, and of (x - k)^2, k a value of the chunk, for M2,
     # so that a large mean cancels nothing. Returns the mean. PART[g] holds the chunks' means,
     # then their M2s. The bits are their own flag: PART starts as -1 (a NaN that no arithmetic
     # gives; a result with those bits is stored as another NaN), so a reader that finds no -1 has
     # them all, with no counter and no fence: a release fence would wait for every load the
-    # program has in flight, the next groups' too.
-    x = x.to(tl.float32)
-    d = x - k
-    if not EVEN:
-        d = tl.where(ok, d, 0.0)
-    s, q = sum_pairs(x, d * d, ROWS)  # masked-off lanes of x hold 0
+    # program has in flight, the next groups' too. PAIRS: x is 32-bit words of two 16-bit values.
+    if PAIRS:
+        lo, hi = unpack(x, BF16)
+        dl = lo - k
+        dh = hi - k
+        if not EVEN:
+            dl = tl.where(ok, dl, 0.0)
+            dh = tl.where(ok, dh, 0.0)
+        s, q = sum_pairs(lo + hi, dl * dl + dh * dh, ROWS)  # masked-off words hold 0
+    else:
+        x = x.to(tl.float32)
+        d = x - k
+        if not EVEN:
+            d = tl.where(ok, d, 0.0)
+        s, q = sum_pairs(x, d * d, ROWS)  # masked-off lanes of x hold 0
     mean = s / n
     mean_bits = mean.to(tl.int32, bitcast=True)
     m2_bits = tl.maximum(q - n * (mean - k) * (mean - k), 0.0).to(tl.int32, bitcast=True)
@@ -1228,7 +1257,7 @@ def _held_kernel(lead: int, piece_bytes: int) -> str:
     prefetch = "" if lead <= 2 else f'''
         if PREFETCH:
             ahead = tl.minimum(g + {lead}, n_groups - 1)  # the last group again past the end: harmless
-            piece = X + ahead * group + pid * CHUNK + tl.arange(0, THREADS) // 32 * (CHUNK // (THREADS // 32))
+            piece = X + ahead * values + pid * CHUNK + tl.arange(0, THREADS) // 32 * (CHUNK // (THREADS // 32))
             tl.inline_asm_elementwise("cp.async.bulk.prefetch.L2.global [$1], {piece_bytes}; mov.u32 $0, 0;",
                                       "=r,l", [piece], dtype=tl.int32, is_pure=False, pack=1)'''
     return f'''
@@ -1236,8 +1265,8 @@ def _held_kernel(lead: int, piece_bytes: int) -> str:
 def gn_held(X, W, B, Y, PART, MEAN, RSTD, n_groups, group_size, hw, eps,
             CHUNK: tl.constexpr, CHUNKS: tl.constexpr, CHUNKS_P2: tl.constexpr, PHASE: tl.constexpr,
             EVEN: tl.constexpr, ROWS: tl.constexpr, THREADS: tl.constexpr, PREFETCH: tl.constexpr,
-            GROUPS: tl.constexpr, CG: tl.constexpr, IN_CHANNEL: tl.constexpr, HAS_W: tl.constexpr,
-            HAS_B: tl.constexpr):
+            PAIRS: tl.constexpr, BF16: tl.constexpr, CVT: tl.constexpr, GROUPS: tl.constexpr,
+            CG: tl.constexpr, IN_CHANNEL: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr):
     # The whole GPU holds a group: program p keeps chunk p of every group in registers, CHUNKS
     # programs all resident. x is read from DRAM once and never again, from L2 or anywhere. Each
     # iteration a program starts loading group g + 2 (x2), looks at group g's partials, publishes
@@ -1246,37 +1275,50 @@ def gn_held(X, W, B, Y, PART, MEAN, RSTD, n_groups, group_size, hw, eps,
     # works on one group at a time, so the bytes in flight are those of the groups loading ahead.
     # EVEN: chunks divide the group, so nothing is masked. ROWS: the chunk as a [ROWS, CHUNK / ROWS]
     # tile. PREFETCH: on a GPU, x 16-byte aligned.
+    # PAIRS: 16-bit x and y are loaded and held as 32-bit words of two values. Held as 16-bit
+    # tensors, the chunks cost a register a value across the loop and a repacking each iteration
+    # (ptxas, sm_90: 222 registers, 293 PRMT); as words, a register holds two and y packs with one
+    # cvt a pair (CVT).
     # PHASE 0 does it all; 1 and 2 (statistics, then normalising) are two launches for programs
     # that run one after another (the CPU interpreter), which would wait forever in one.
     pid = tl.program_id(0)
+    UNIT: tl.constexpr = 2 if PAIRS else 1  # values a held element
+    WIDTH: tl.constexpr = CHUNK // UNIT  # held elements a chunk
+    if PAIRS:
+        XH = X.to(tl.pointer_type(tl.int32))
+        YH = Y.to(tl.pointer_type(tl.int32))
+    else:
+        XH = X
+        YH = Y
     if ROWS == 1:
-        idx = pid * CHUNK + tl.arange(0, CHUNK)
+        idx = pid * WIDTH + tl.arange(0, WIDTH)
     else:
-        idx = pid * CHUNK + tl.arange(0, ROWS)[:, None] * (CHUNK // ROWS) + tl.arange(0, CHUNK // ROWS)[None, :]
-    ok = idx < group_size
-    group = group_size.to(tl.int64)
+        idx = pid * WIDTH + tl.arange(0, ROWS)[:, None] * (WIDTH // ROWS) + tl.arange(0, WIDTH // ROWS)[None, :]
+    ok = idx < group_size // UNIT
+    values = group_size.to(tl.int64)
+    group = values // UNIT  # held elements a group
     if EVEN:
-        x0 = tl.load(X + idx, eviction_policy="evict_first")
+        x0 = tl.load(XH + idx, eviction_policy="evict_first")
     else:
-        x0 = tl.load(X + idx, mask=ok, other=0.0, eviction_policy="evict_first")
-    x1 = tl.load(X + group + idx, mask=ok & (n_groups > 1), other=0.0, eviction_policy="evict_first")
+        x0 = tl.load(XH + idx, mask=ok, other=0, eviction_policy="evict_first")
+    x1 = tl.load(XH + group + idx, mask=ok & (n_groups > 1), other=0, eviction_policy="evict_first")
     # the chunk's first value in each group, as every thread's shift for that group's statistics
     k0 = tl.load(X + pid * CHUNK).to(tl.float32)
-    k1 = tl.load(X + group + pid * CHUNK, mask=n_groups > 1, other=0.0).to(tl.float32)
+    k1 = tl.load(X + values + pid * CHUNK, mask=n_groups > 1, other=0.0).to(tl.float32)
     n = tl.minimum(group_size - pid * CHUNK, CHUNK).to(tl.float32)
     m0 = 0.0  # this program's chunk mean of group g: the k of the group's statistics
     if PHASE != 2:
-        m0 = publish_slice(PART, x0, k0, ok, n, 0, pid, CHUNKS, EVEN, ROWS)
+        m0 = publish_slice(PART, x0, k0, ok, n, 0, pid, CHUNKS, EVEN, ROWS, PAIRS, BF16)
     for g in range(0, n_groups):{prefetch}
-        x2 = tl.load(X + (g + 2) * group + idx, mask=ok & (g + 2 < n_groups), other=0.0,
+        x2 = tl.load(XH + (g + 2) * group + idx, mask=ok & (g + 2 < n_groups), other=0,
                      eviction_policy="evict_first")
-        k2 = tl.load(X + (g + 2) * group + pid * CHUNK, mask=g + 2 < n_groups, other=0.0).to(tl.float32)
+        k2 = tl.load(X + (g + 2) * values + pid * CHUNK, mask=g + 2 < n_groups, other=0.0).to(tl.float32)
         if PHASE != 1:
             mean_bits, m2_bits = peek(PART, g, CHUNKS, CHUNKS_P2)
         m1 = m0
         if PHASE != 2:
             if g + 1 < n_groups:
-                m1 = publish_slice(PART, x1, k1, ok, n, g + 1, pid, CHUNKS, EVEN, ROWS)
+                m1 = publish_slice(PART, x1, k1, ok, n, g + 1, pid, CHUNKS, EVEN, ROWS, PAIRS, BF16)
         if PHASE != 1:
             if PHASE == 2:  # the two-launch form: the mean that pass 1 published
                 m0 = own_mean(PART, g, pid, CHUNKS)
@@ -1285,14 +1327,19 @@ def gn_held(X, W, B, Y, PART, MEAN, RSTD, n_groups, group_size, hw, eps,
             tl.store(RSTD + g, rstd.to(RSTD.dtype.element_ty), mask=pid == 0)
             c0 = (g % GROUPS) * CG
             # HxW a multiple of the chunk: the chunk lies inside one channel, so w and b are scalars
-            c = c0 + pid * CHUNK // hw if IN_CHANNEL else c0 + idx // hw
+            # (pairs need HxW even: a word's two values then share their channel)
+            c = c0 + pid * CHUNK // hw if IN_CHANNEL else c0 + idx * UNIT // hw
             scale, shift = affine(W, B, c, ok, mean, rstd, IN_CHANNEL, HAS_W, HAS_B)
-            y = (x0.to(tl.float32) * scale + shift).to(Y.dtype.element_ty)
+            if PAIRS:
+                lo, hi = unpack(x0, BF16)
+                y = pack(lo * scale + shift, hi * scale + shift, Y.dtype.element_ty, CVT)
+            else:
+                y = (x0.to(tl.float32) * scale + shift).to(Y.dtype.element_ty)
             # y streams out (evict_first): the L2 keeps the groups prefetched ahead
             if EVEN:
-                tl.store(Y + g * group + idx, y, eviction_policy="evict_first")
+                tl.store(YH + g * group + idx, y, eviction_policy="evict_first")
             else:
-                tl.store(Y + g * group + idx, y, mask=ok, eviction_policy="evict_first")
+                tl.store(YH + g * group + idx, y, mask=ok, eviction_policy="evict_first")
         x0, x1 = x1, x2
         k0, k1 = k1, k2
         m0 = m1
@@ -1306,8 +1353,12 @@ def launch(x, w, b, y, mean, rstd):
     chunks = triton.cdiv(GROUP_SIZE, CHUNK)
     part = torch.empty((2 * N_GROUPS * chunks,), dtype=torch.int32, device=x.device)  # (mean, M2) bits
     fill[(triton.cdiv(part.numel(), 1024),)](part, part.numel(), -1, BLOCK=1024)  # nothing published
+    # 16-bit values held and stored as pairs: HxW even, x and y 4-byte aligned
+    pairs = x.element_size() == 2 and HW % 2 == 0 and x.data_ptr() % 4 == 0 and y.data_ptr() % 4 == 0
+    cvt = {torch.bfloat16: "cvt.rn.bf16x2.f32 $0, $2, $1;", torch.float16: "cvt.rn.f16x2.f32 $0, $2, $1;"}
     common = dict(CHUNK=CHUNK, CHUNKS=chunks, CHUNKS_P2=triton.next_power_of_2(chunks),
-                  EVEN=GROUP_SIZE % CHUNK == 0, ROWS=UNROLL, THREADS=32 * NUM_WARPS, GROUPS=GROUPS, CG=CG,
+                  EVEN=GROUP_SIZE % CHUNK == 0, ROWS=UNROLL, THREADS=32 * NUM_WARPS, PAIRS=pairs,
+                  BF16=x.dtype == torch.bfloat16, GROUPS=GROUPS, CG=CG,
                   IN_CHANNEL=IN_CHANNEL, HAS_W=HAS_W, HAS_B=HAS_B, num_warps=NUM_WARPS, num_stages=1,
                   # PER_SM programs share an SM's 64K registers
                   maxnreg=min(255, 65536 // (PER_SM * 32 * NUM_WARPS) // 8 * 8))
@@ -1315,11 +1366,11 @@ def launch(x, w, b, y, mean, rstd):
     if x.device.type == "cuda" and chunks <= PER_SM * sm_count(x.device):
         # every program must be resident at once: a cooperative launch refuses a grid that
         # cannot be (registers, a GPU with fewer SMs), where a plain one would hang
-        gn_held[(chunks,)](*args, PHASE=0, PREFETCH=x.data_ptr() % 16 == 0, launch_cooperative_grid=True,
-                           **common)
+        gn_held[(chunks,)](*args, PHASE=0, PREFETCH=x.data_ptr() % 16 == 0, CVT=cvt.get(x.dtype, "") if pairs else "",
+                           launch_cooperative_grid=True, **common)
     else:  # programs that cannot all be resident would wait forever: one launch per pass instead
-        gn_held[(chunks,)](*args, PHASE=1, PREFETCH=False, **common)
-        gn_held[(chunks,)](*args, PHASE=2, PREFETCH=False, **common)
+        gn_held[(chunks,)](*args, PHASE=1, PREFETCH=False, CVT="", **common)
+        gn_held[(chunks,)](*args, PHASE=2, PREFETCH=False, CVT="", **common)
 '''
 
 _TRITON_GN_PER_GROUP = '''
