@@ -35,7 +35,10 @@ def large_group_norm() -> dict:
     return norms.match_group_norm(make_task(GN, args))
 
 
-def compile_for_hopper(tmp_path: Path, params: dict) -> str:
+PACK_BF16 = "cvt.rn.bf16x2.f32 $0, $2, $1;"  # the held launcher's pair packing for bfloat16
+
+
+def compile_for_hopper(tmp_path: Path, params: dict, pairs: bool = True) -> str:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
@@ -51,7 +54,7 @@ def compile_for_hopper(tmp_path: Path, params: dict) -> str:
     values = {"CHUNK": params["chunk"], "BLOCK": params["block"], "UNROLL": params["unroll"], "CHUNKS": chunks,
               "CHUNKS_P2": chunks, "PHASE": 0, "PIPELINE": params["pipeline"], "EVEN": True, "ROWS": params["unroll"],
               "THREADS": 32 * params["num_warps"], "PREFETCH": True, "GROUPS": 32, "CG": 8, "IN_CHANNEL": True,
-              "HAS_W": True, "HAS_B": True}
+              "HAS_W": True, "HAS_B": True, "PAIRS": pairs, "BF16": True, "CVT": PACK_BF16 if pairs else ""}
     # held has no counters: its partials' bits are their own flags
     kinds = {"X": "*bf16", "W": "*bf16", "B": "*bf16", "Y": "*bf16", "PART": "*i32" if variant == "held" else "*fp32",
              "ARRIVED": "*i32", "MEAN": "*bf16", "RSTD": "*bf16"}
@@ -72,9 +75,9 @@ def compile_for_hopper(tmp_path: Path, params: dict) -> str:
     return compiled.asm["ptx"]
 
 
-def compile_or_skip(tmp_path: Path, params: dict) -> str:
+def compile_or_skip(tmp_path: Path, params: dict, pairs: bool = True) -> str:
     try:
-        return compile_for_hopper(tmp_path, params)
+        return compile_for_hopper(tmp_path, params, pairs)
     except RuntimeError as exc:  # no ptxas in this triton install: nothing to say about the source
         if "ptxas" in str(exc):
             pytest.skip(str(exc))
@@ -180,14 +183,17 @@ def test_queue_tickets_take_pass_2_only_after_its_whole_group_s_pass_1(tmp_path)
     assert order_violations(first, k, 4)  # lead 3 < 4 chunks: some pass 2 comes too early
 
 
-@pytest.mark.parametrize("chunk, warps, per_sm, lead, rows", [(16384, 8, 1, 2, 1), (8192, 4, 2, 2, 1),
-                                                            (8192, 8, 2, 4, 1), (8192, 4, 2, 4, 4)])
-def test_held_compiles_for_hopper(tmp_path, monkeypatch, chunk, warps, per_sm, lead, rows):
+@pytest.mark.parametrize("chunk, warps, per_sm, lead, rows, pairs", [
+    (16384, 8, 1, 2, 1, True), (8192, 4, 2, 2, 1, False), (8192, 8, 2, 4, 1, True), (8192, 4, 2, 4, 4, True),
+    (8192, 4, 2, 4, 4, False)])
+def test_held_compiles_for_hopper(tmp_path, monkeypatch, chunk, warps, per_sm, lead, rows, pairs):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     params = {**norms.initial_group_norm(large_group_norm(), "triton"), "variant": "held", "chunk": chunk,
               "block": 4096, "num_warps": warps, "reverse": False, "wave_groups": 0, "unroll": rows,
               "pipeline": False, "per_sm": per_sm, "lead": lead}
-    ptx = compile_or_skip(tmp_path, params)
+    ptx = compile_or_skip(tmp_path, params, pairs)
+    # 16-bit values held as pairs: y packed by the launcher's cvt, one a pair, inline
+    assert bool(re.search(r"cvt\.rn\.bf16x2\.f32[^\n]*\s+// end inline asm", ptx)) == pairs
     # a lead past the two groups in registers: one bulk L2 prefetch a warp, of its piece
     prefetches = re.findall(r"cp\.async\.bulk\.prefetch\.L2\.global \[\S+\], (\d+);", ptx)
     assert prefetches == ([str(chunk // warps * 2)] if lead > 2 else [])
