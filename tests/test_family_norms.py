@@ -300,9 +300,16 @@ def triton_variants() -> list[dict]:
              "lead": 4},
             # the chunk as two rows of 256
             {"variant": "held", "chunk": 512, "block": 4096, "num_warps": 1, "reverse": False, "wave_groups": 0,
-             "unroll": 2}]),
+             "unroll": 2},
+            # statistics two groups ahead: four chunks in the rotation, and with prefetches
+            {"variant": "held", "chunk": 512, "block": 4096, "num_warps": 2, "reverse": False, "wave_groups": 0,
+             "pipeline": True, "lead": 3},
+            {"variant": "held", "chunk": 512, "block": 4096, "num_warps": 1, "reverse": False, "wave_groups": 0,
+             "pipeline": True, "lead": 4, "unroll": 2}]),
         (GN, gn_args([1, 4, 16, 16], 1), [  # held with one group: nothing loads ahead
-            {"variant": "held", "chunk": 256, "block": 4096, "num_warps": 1, "reverse": False, "wave_groups": 0}]),
+            {"variant": "held", "chunk": 256, "block": 4096, "num_warps": 1, "reverse": False, "wave_groups": 0},
+            {"variant": "held", "chunk": 256, "block": 4096, "num_warps": 1, "reverse": False, "wave_groups": 0,
+             "pipeline": True, "lead": 3}]),
         (GN, gn_args([1, 6, 30, 30], 2), [  # resident with a short last chunk that straddles channels
             {"variant": "resident", "chunk": 1024, "block": 512, "num_warps": 4, "reverse": False, "wave_groups": 0},
             {"variant": "resident", "chunk": 1024, "block": 256, "num_warps": 2, "reverse": False, "wave_groups": 0,
@@ -310,7 +317,9 @@ def triton_variants() -> list[dict]:
             {"variant": "queue", "chunk": 1024, "block": 512, "num_warps": 4, "reverse": False, "wave_groups": 0,
              "lead": 2, "per_sm": 2},
             # held: three chunks, the last short, chunks straddling channels
-            {"variant": "held", "chunk": 1024, "block": 4096, "num_warps": 4, "reverse": False, "wave_groups": 0}]),
+            {"variant": "held", "chunk": 1024, "block": 4096, "num_warps": 4, "reverse": False, "wave_groups": 0},
+            {"variant": "held", "chunk": 1024, "block": 4096, "num_warps": 4, "reverse": False, "wave_groups": 0,
+             "pipeline": True, "lead": 3}]),
         (BN, bn_args([2, 3, 5, 7]), [{"variant": v, "block": 512, "num_warps": 4} for v in ("flat", "plane")]),
         (BN_LEGIT, bn_args([2, 5, 3, 7], layout="nhwc", op=BN_LEGIT),
          [{"variant": v, "block": 512, "num_warps": 4} for v in ("flat", "tile")]),

@@ -183,20 +183,21 @@ def test_queue_tickets_take_pass_2_only_after_its_whole_group_s_pass_1(tmp_path)
     assert order_violations(first, k, 4)  # lead 3 < 4 chunks: some pass 2 comes too early
 
 
-@pytest.mark.parametrize("chunk, warps, per_sm, lead, rows, pairs", [
-    (16384, 8, 1, 2, 1, True), (8192, 4, 2, 2, 1, False), (8192, 8, 2, 4, 1, True), (8192, 4, 2, 4, 4, True),
-    (8192, 4, 2, 4, 4, False)])
-def test_held_compiles_for_hopper(tmp_path, monkeypatch, chunk, warps, per_sm, lead, rows, pairs):
+@pytest.mark.parametrize("chunk, warps, per_sm, lead, rows, pairs, pipeline", [
+    (16384, 8, 1, 2, 1, True, False), (8192, 4, 2, 2, 1, False, False), (8192, 8, 2, 4, 1, True, False),
+    (8192, 4, 2, 4, 4, True, False), (8192, 4, 2, 4, 4, False, False), (8192, 4, 2, 4, 1, True, True),
+    (8192, 4, 2, 3, 2, True, True)])
+def test_held_compiles_for_hopper(tmp_path, monkeypatch, chunk, warps, per_sm, lead, rows, pairs, pipeline):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     params = {**norms.initial_group_norm(large_group_norm(), "triton"), "variant": "held", "chunk": chunk,
               "block": 4096, "num_warps": warps, "reverse": False, "wave_groups": 0, "unroll": rows,
-              "pipeline": False, "per_sm": per_sm, "lead": lead}
+              "pipeline": pipeline, "per_sm": per_sm, "lead": lead}
     ptx = compile_or_skip(tmp_path, params, pairs)
     # 16-bit values held as pairs: y packed by the launcher's cvt, one a pair, inline
     assert bool(re.search(r"cvt\.rn\.bf16x2\.f32[^\n]*\s+// end inline asm", ptx)) == pairs
-    # a lead past the two groups in registers: one bulk L2 prefetch a warp, of its piece
+    # a lead past the groups loading into registers: one bulk L2 prefetch a warp, of its piece
     prefetches = re.findall(r"cp\.async\.bulk\.prefetch\.L2\.global \[\S+\], (\d+);", ptx)
-    assert prefetches == ([str(chunk // warps * 2)] if lead > 2 else [])
+    assert prefetches == ([str(chunk // warps * 2)] if lead > (3 if pipeline else 2) else [])
     # the wait polls the partials with volatile loads, and nothing fences: a fence would wait for
     # the loads of the next groups; x read once (evict_first) and moved in 16-byte vectors
     assert "ld.volatile.global" in ptx

@@ -140,6 +140,10 @@ EXPLAIN = {
                4: "four blocks a loop trip: for one program per SM, more loads in flight hide DRAM latency "
                   "(held: four rows)",
                8: "eight blocks a loop trip: the most bytes in flight, the most registers (held: eight rows)"},
+    "pipeline": {True: "resident: the next wave's statistics before this wave is normalised; held: statistics "
+                       "published two groups ahead (four chunks in registers), so a group's partials are two "
+                       "iterations old when it is normalised",
+                  False: "resident: a wave at a time; held: statistics one group ahead, three chunks in registers"},
     "per_sm": {1: "one program per SM: the most registers each",
                2: "two programs per SM: one loads while the other waits for its group (resident ones are "
                   "launched cooperatively, so a grid that cannot all be resident is an error, not a hang)",
@@ -657,24 +661,28 @@ def valid_group_norm(facts: dict[str, Any], backend: str, params: dict[str, Any]
 
 def _valid_held(facts: dict[str, Any], params: dict[str, Any]) -> bool:
     # One program per chunk of a group, all resident at once (at most four an SM), each holding
-    # three chunks in registers: at most 128 bytes of each a thread. The block is not read (a
-    # chunk is one tile): held points keep a block of 4096, the held start's, so that no two of
-    # them render the same source.
+    # three chunks in registers (four with pipeline: statistics two groups ahead): at most 128
+    # bytes of each a thread. The block is not read (a chunk is one tile): held points keep a
+    # block of 4096, the held start's, so that no two of them render the same source.
     threads = 32 * params["num_warps"]
     chunks = _gn_chunks(facts, params["chunk"])
+    itemsize = ITEMSIZE[facts["dtype"]]
     # unroll: the chunk as rows, at least one 16-byte vector a thread a row
-    rows_fit = params["unroll"] == 1 or params["chunk"] // params["unroll"] >= threads * 16 // ITEMSIZE[facts["dtype"]]
-    plain = rows_fit and not params["pipeline"] and not params["reverse"] and params["wave_groups"] == 0
+    rows_fit = params["unroll"] == 1 or params["chunk"] // params["unroll"] >= threads * 16 // itemsize
+    plain = rows_fit and not params["reverse"] and params["wave_groups"] == 0
     # ptxas (sm_90a) gives ~250 registers a thread at 128 bytes of a chunk a thread (16K bf16, 8
     # warps); per_sm programs an SM are compiled to at most their share of the register file (maxnreg)
-    per_thread = params["chunk"] // threads * ITEMSIZE[facts["dtype"]]
-    # lead: 2, the two groups in registers; further, bulk L2 prefetches of 16-byte multiples that
-    # never run past the group, so chunks that divide it
-    prefetch = params["lead"] == 2 or (params["lead"] > 2 and _held_piece_bytes(facts, params) % 16 == 0
-                                       and facts["group_size"] % params["chunk"] == 0)
-    # an SM's programs hold 3 chunks each and their float copies: 32 KB of chunk an SM fills the
-    # registers (four an SM of 16 KB chunks took 0.20-0.21 ms, bench/results/h200/search/run_held_gn)
-    fits = params["per_sm"] * params["chunk"] * ITEMSIZE[facts["dtype"]] <= 32768
+    per_thread = params["chunk"] // threads * itemsize
+    # lead: the groups in registers (3, or 2 without pipeline), no prefetch; further, bulk L2
+    # prefetches of 16-byte multiples that never run past the group, so chunks that divide it
+    loading = 3 if params["pipeline"] else 2
+    prefetch = params["lead"] == loading or (params["lead"] > loading and _held_piece_bytes(facts, params) % 16 == 0
+                                             and facts["group_size"] % params["chunk"] == 0)
+    # an SM's programs hold their chunks and float copies: 32 KB of chunk an SM fills the registers
+    # (four an SM of 16 KB chunks took 0.20-0.21 ms, bench/results/h200/search/run_held_gn). A
+    # fourth chunk fits where values are held 32 bits a register (float32, 16-bit pairs: 249
+    # registers at the start's point, ptxas sm_90), not as 16-bit values a register (probe12)
+    fits = params["per_sm"] * params["chunk"] * itemsize <= 32768
     return (plain and params["block"] == 4096 and params["per_sm"] <= 4 and params["per_sm"] * params["num_warps"] <= 32
             and threads <= params["chunk"] and per_thread <= 128 and prefetch and fits
             and 2 <= chunks <= params["per_sm"] * gpu_sms())
@@ -1248,18 +1256,36 @@ def own_mean(PART, g, pid, CHUNKS: tl.constexpr):
 '''
 
 
-def _held_kernel(lead: int, piece_bytes: int) -> str:
-    """gn_held; beyond the two groups that load into registers, for lead > 2 each warp asks L2 for
-    its piece (piece_bytes) of its program's chunk of group g + lead with one bulk prefetch: bytes
-    in flight that hold no registers (a deeper rotation of registers spilled, and was 2-5x slower
-    on the H200: bench/results/h200/probe/probe12.log). The warp's lanes give the same address,
-    so the prefetch, an instruction of one address a warp, issues once."""
-    prefetch = "" if lead <= 2 else f'''
+def _held_kernel(lead: int, piece_bytes: int, early: int) -> str:
+    """gn_held, whose programs publish their statistics `early` groups (1 or 2) before they
+    normalise that group, so hold early + 1 chunks and load one more. Beyond the chunks that
+    load into registers, for lead > early + 1 each warp asks L2 for its piece (piece_bytes) of its
+    program's chunk of group g + lead with one bulk prefetch: bytes in flight that hold no
+    registers. The warp's lanes give the same address, so the prefetch, an instruction of one
+    address a warp, issues once. The rotation of held chunks (x0 the group normalised, x{early}
+    the one published, x{early + 1} the one loading) is written out for each depth."""
+    last = early + 1  # the chunk loading
+    prefetch = "" if lead <= last else f'''
         if PREFETCH:
             ahead = tl.minimum(g + {lead}, n_groups - 1)  # the last group again past the end: harmless
             piece = X + ahead * values + pid * CHUNK + tl.arange(0, THREADS) // 32 * (CHUNK // (THREADS // 32))
             tl.inline_asm_elementwise("cp.async.bulk.prefetch.L2.global [$1], {piece_bytes}; mov.u32 $0, 0;",
                                       "=r,l", [piece], dtype=tl.int32, is_pure=False, pack=1)'''
+    first_loads = "".join(f'''
+    x{i} = tl.load(XH + {i} * group + idx, mask=ok & (n_groups > {i}), other=0, eviction_policy="evict_first")
+    k{i} = tl.load(X + {i} * values + pid * CHUNK, mask=n_groups > {i}, other=0.0).to(tl.float32)'''
+                          for i in range(1, last))
+    first_means = "".join(f"\n    m{i} = 0.0" for i in range(early))
+    first_publish = "".join(f'''
+        if n_groups > {i}:
+            m{i} = publish_slice(PART, x{i}, k{i}, ok, n, {i}, pid, CHUNKS, EVEN, ROWS, PAIRS, BF16)'''
+                            for i in range(early))
+    rotate = ("\n        x0, " + "".join(f"x{i}, " for i in range(1, last)).rstrip(", ") + " = "
+              + ", ".join(f"x{i}" for i in range(1, last + 1)))
+    rotate_k = ("\n        k0, " + "".join(f"k{i}, " for i in range(1, last)).rstrip(", ") + " = "
+                + ", ".join(f"k{i}" for i in range(1, last + 1)))
+    rotate_m = ("\n        " + ", ".join(f"m{i}" for i in range(early)) + " = "
+                + ", ".join(f"m{i}" for i in range(1, early + 1)))
     return f'''
 @triton.jit
 def gn_held(X, W, B, Y, PART, MEAN, RSTD, n_groups, group_size, hw, eps,
@@ -1269,10 +1295,11 @@ def gn_held(X, W, B, Y, PART, MEAN, RSTD, n_groups, group_size, hw, eps,
             CG: tl.constexpr, IN_CHANNEL: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr):
     # The whole GPU holds a group: program p keeps chunk p of every group in registers, CHUNKS
     # programs all resident. x is read from DRAM once and never again, from L2 or anywhere. Each
-    # iteration a program starts loading group g + 2 (x2), looks at group g's partials, publishes
-    # its own of group g + 1 (x1), then (group g's partials published an iteration ago, so the
-    # wait is usually over) normalises the chunk of group g (x0) it already holds. The whole GPU
-    # works on one group at a time, so the bytes in flight are those of the groups loading ahead.
+    # iteration a program starts loading group g + {last} (x{last}), looks at group g's partials,
+    # publishes its own of group g + {early} (x{early}), then (group g's partials published
+    # {"an iteration" if early == 1 else f"{early} iterations"} ago, so the wait is usually over)
+    # normalises the chunk of group g (x0) it already holds. The whole GPU works on one group at a
+    # time, so the bytes in flight are those of the groups loading ahead.
     # EVEN: chunks divide the group, so nothing is masked. ROWS: the chunk as a [ROWS, CHUNK / ROWS]
     # tile. PREFETCH: on a GPU, x 16-byte aligned.
     # PAIRS: 16-bit x and y are loaded and held as 32-bit words of two values. Held as 16-bit
@@ -1301,24 +1328,23 @@ def gn_held(X, W, B, Y, PART, MEAN, RSTD, n_groups, group_size, hw, eps,
         x0 = tl.load(XH + idx, eviction_policy="evict_first")
     else:
         x0 = tl.load(XH + idx, mask=ok, other=0, eviction_policy="evict_first")
-    x1 = tl.load(XH + group + idx, mask=ok & (n_groups > 1), other=0, eviction_policy="evict_first")
     # the chunk's first value in each group, as every thread's shift for that group's statistics
-    k0 = tl.load(X + pid * CHUNK).to(tl.float32)
-    k1 = tl.load(X + values + pid * CHUNK, mask=n_groups > 1, other=0.0).to(tl.float32)
+    k0 = tl.load(X + pid * CHUNK).to(tl.float32){first_loads}
     n = tl.minimum(group_size - pid * CHUNK, CHUNK).to(tl.float32)
-    m0 = 0.0  # this program's chunk mean of group g: the k of the group's statistics
-    if PHASE != 2:
-        m0 = publish_slice(PART, x0, k0, ok, n, 0, pid, CHUNKS, EVEN, ROWS, PAIRS, BF16)
+    # this program's chunk means of groups g..: the k of each group's statistics{first_means}
+    if PHASE != 2:{first_publish}
     for g in range(0, n_groups):{prefetch}
-        x2 = tl.load(XH + (g + 2) * group + idx, mask=ok & (g + 2 < n_groups), other=0,
+        x{last} = tl.load(XH + (g + {last}) * group + idx, mask=ok & (g + {last} < n_groups), other=0,
                      eviction_policy="evict_first")
-        k2 = tl.load(X + (g + 2) * values + pid * CHUNK, mask=g + 2 < n_groups, other=0.0).to(tl.float32)
+        k{last} = tl.load(X + (g + {last}) * values + pid * CHUNK, mask=g + {last} < n_groups,
+                     other=0.0).to(tl.float32)
         if PHASE != 1:
             mean_bits, m2_bits = peek(PART, g, CHUNKS, CHUNKS_P2)
-        m1 = m0
+        m{early} = m{early - 1}
         if PHASE != 2:
-            if g + 1 < n_groups:
-                m1 = publish_slice(PART, x1, k1, ok, n, g + 1, pid, CHUNKS, EVEN, ROWS, PAIRS, BF16)
+            if g + {early} < n_groups:
+                m{early} = publish_slice(PART, x{early}, k{early}, ok, n, g + {early}, pid, CHUNKS, EVEN, ROWS,
+                                   PAIRS, BF16)
         if PHASE != 1:
             if PHASE == 2:  # the two-launch form: the mean that pass 1 published
                 m0 = own_mean(PART, g, pid, CHUNKS)
@@ -1339,10 +1365,7 @@ def gn_held(X, W, B, Y, PART, MEAN, RSTD, n_groups, group_size, hw, eps,
             if EVEN:
                 tl.store(YH + g * group + idx, y, eviction_policy="evict_first")
             else:
-                tl.store(YH + g * group + idx, y, mask=ok, eviction_policy="evict_first")
-        x0, x1 = x1, x2
-        k0, k1 = k1, k2
-        m0 = m1
+                tl.store(YH + g * group + idx, y, mask=ok, eviction_policy="evict_first"){rotate}{rotate_k}{rotate_m}
 
 
 '''
@@ -1418,7 +1441,8 @@ def launch(x, w, b, y, mean, rstd):
 # every variant reads (a parameter a variant ignores is left out, so that it does not make a new
 # source). Its header states them all, in _GN_ORDER.
 _GN_CONSTANTS = {"split": ("chunk", "reverse", "wave_groups"), "resident": ("chunk", "unroll", "pipeline", "per_sm"),
-                 "queue": ("chunk", "unroll", "per_sm", "lead"), "per_group": (), "held": ("chunk", "unroll", "per_sm", "lead")}
+                 "queue": ("chunk", "unroll", "per_sm", "lead"), "per_group": (),
+                 "held": ("chunk", "unroll", "pipeline", "per_sm", "lead")}
 _GN_ORDER = ("chunk", "block", "unroll", "num_warps", "reverse", "wave_groups", "pipeline", "per_sm", "lead")
 
 
@@ -1434,7 +1458,8 @@ def render_group_norm_triton(facts: dict[str, Any], params: dict[str, Any]) -> s
     tile_size = params["chunk"] if variant == "held" else params["block"] * params["unroll"]
     if variant == "held":  # its own statistics and waiting: of the shared code only the last step
         body = (_TRITON_GN_AFFINE + _TRITON_GN_FILL + _TRITON_GN_HELD
-                + _held_kernel(params["lead"], _held_piece_bytes(facts, params)) + _TRITON_GN_HELD_LAUNCH
+                + _held_kernel(params["lead"], _held_piece_bytes(facts, params), 2 if params["pipeline"] else 1)
+                + _TRITON_GN_HELD_LAUNCH
                 + TRITON_SM_COUNT)
     else:
         body = _TRITON_GN_COMMON + {"split": _TRITON_GN_SPLIT, "per_group": _TRITON_GN_PER_GROUP,
