@@ -169,7 +169,7 @@ def test_initial_points_for_the_h200_targets():
     large = target_facts((1, 256, 512, 512))  # 128 MB: held, 256 chunks a group, 2 programs an SM
     start = norms.initial_group_norm(large, "triton")
     assert start == {"variant": "held", "chunk": 8192, "block": 4096, "num_warps": 4, "reverse": False,
-                     "wave_groups": 0, "unroll": 1, "pipeline": False, "per_sm": 2, "lead": 4}
+                     "wave_groups": 0, "unroll": 1, "pipeline": True, "per_sm": 2, "lead": 4}
     assert norms.valid_group_norm(large, "triton", start)
     # a group too large to hold two programs an SM at 128 bytes a thread, and float32: the queue
     for shape, dtype in (((1, 128, 1024, 1024), BF16), ((1, 256, 512, 512), F32)):

@@ -300,7 +300,7 @@ def test_a_value_that_only_ever_failed_is_moved_away_from_first():
     # the other variants having no per_sm)
     facts = norms.match_group_norm(task)
     one_per_sm = {**start.params, "variant": "resident", "chunk": 65536, "block": 16384, "num_warps": 32,
-                  "per_sm": 1, "lead": 2}
+                  "per_sm": 1, "lead": 2, "pipeline": False}
     root = Proposal(source=norms.render_group_norm(facts, "triton", one_per_sm), rationale="", params=one_per_sm,
                     changes={})
     child = proposer.propose(task, "triton", root, [root])

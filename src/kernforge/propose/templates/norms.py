@@ -597,7 +597,8 @@ def initial_group_norm(facts: dict[str, Any], backend: str) -> dict[str, Any]:
     # More than the L2 holds (50 MB on the H100 and H200): the held variant, where a group fits
     # the GPU's registers two programs an SM, 128 bytes of a chunk a thread; else the queue. On
     # (1,256,512,512) bf16 the H200 probe timed the held start at 0.0853 ms, the queue at 0.0994
-    # in the same call (bench/results/h200/probe/probe14.log).
+    # in the same call (bench/results/h200/probe/probe14.log); with statistics two groups ahead
+    # (pipeline) 0.0785 ms, against 0.0922 one group ahead in the same call (probe20.log).
     larger_than_l2 = n_groups * size * ITEMSIZE[facts["dtype"]] > 50 * 2**20
     held = _held_start(facts) if larger_than_l2 else None
     if held is not None:
@@ -689,13 +690,14 @@ def _valid_held(facts: dict[str, Any], params: dict[str, Any]) -> bool:
 
 
 def _held_start(facts: dict[str, Any]) -> dict[str, Any] | None:
-    """Two held programs an SM, chunks of 128 bytes a thread (about 240 registers; more a thread
-    spills), L2 prefetches 4 groups ahead; None where that cannot be (a group too large for the
-    GPU's registers at that size, or in float32, which needs 8 warps a program and spills)."""
+    """Two held programs an SM, chunks of 128 bytes a thread (about 250 registers; more a thread
+    spills), statistics two groups ahead (pipeline), L2 prefetches 4 groups ahead; None where that
+    cannot be (a group too large for the GPU's registers at that size, or in float32, which needs
+    8 warps a program and spills)."""
     chunk = next_pow2(-(-facts["group_size"] // (2 * gpu_sms())))
     warps = chunk * ITEMSIZE[facts["dtype"]] // (128 * 32)
     params = {"variant": "held", "chunk": chunk, "block": 4096, "num_warps": warps, "reverse": False,
-              "wave_groups": 0, "unroll": 1, "pipeline": False, "per_sm": 2, "lead": 4}
+              "wave_groups": 0, "unroll": 1, "pipeline": True, "per_sm": 2, "lead": 4}
     return params if 1 <= warps <= 4 and valid_group_norm(facts, "triton", params) else None
 
 
