@@ -28,11 +28,12 @@ from family_check import make_task, tensor
 
 from kernforge.evaluate.timing import time_callable
 from kernforge.importing import import_path
-from kernforge.propose.templates import norms, reduce
+from kernforge.propose.templates import norms, reduce, softmax
 from kernforge.propose.templates.common import is_tensor
 
 MEAN = "aten::mean.dim"
 GN = "aten::native_group_norm.default"
+SOFTMAX = "aten::_softmax.default"
 
 
 def load(source: str, name: str):
@@ -48,6 +49,17 @@ def mean_points(facts: dict) -> list[dict]:
         points.append({"split": 1, "rows_per_program": rows, "block_r": block, "loads": loads,
                        "num_warps": warps, "num_stages": 1})
     return [p for p in points if reduce.valid(facts, "triton", p)]
+
+
+def softmax_points(facts: dict) -> list[dict]:
+    """Short rows packed into a program's tile: rows a program and warps around the start. The
+    nine-row search at 331fcac found the (4096,256) f32 row level with torch.compile default
+    (0.0070 against 0.0073 ms, bands overlapping); probe21 asks how far a plain copy is."""
+    start = softmax.initial(facts, "triton")
+    points = [start] + [{**start, "rows_per_program": rows, "num_warps": warps}
+                        for rows in (1, 2, 4, 8, 16) for warps in (1, 2, 4, 8)]
+    unique = list({json.dumps(p, sort_keys=True): p for p in points}.values())
+    return [p for p in unique if softmax.valid(facts, "triton", p)]
 
 
 def gn_points(facts: dict) -> list[dict]:
@@ -126,6 +138,10 @@ def cases() -> list[tuple[str, str, list, list[dict], object]]:
         args = [tensor([n, 2048, 7, 7]), [-1, -2], True]
         facts = reduce.match(make_task(MEAN, args))
         out.append((f"mean_f32_{n}x2048x7x7", MEAN, args, mean_points(facts), lambda p, f=facts: reduce.render(f, "triton", p)))
+    args = [tensor([4096, 256]), -1, False]
+    facts = softmax.match(make_task(SOFTMAX, args))
+    out.append(("softmax_f32_4096x256", SOFTMAX, args, softmax_points(facts),
+                lambda p, f=facts: softmax.render(f, "triton", p)))
     for c, s in ((512, 128), (256, 512)):
         bf = "torch.bfloat16"
         args = [tensor([1, c, s, s], bf), tensor([c], bf), tensor([c], bf), 1, c, s * s, 32, 1e-5]
@@ -152,7 +168,8 @@ def outputs(value) -> list[torch.Tensor]:
 
 def reference(op: str):
     """The ATen op a row's points are checked against."""
-    return {MEAN: torch.ops.aten.mean.dim, GN: torch.ops.aten.native_group_norm}[op]
+    return {MEAN: torch.ops.aten.mean.dim, GN: torch.ops.aten.native_group_norm,
+            SOFTMAX: torch.ops.aten._softmax}[op]
 
 
 def worst_error(got: list[torch.Tensor], expected: list[torch.Tensor]) -> float:
@@ -199,7 +216,7 @@ def probe_row(name: str, out: Path, variants: list[str] | None = None, forms: li
             results.append({"row": row, "point": label, "ms": ms})
             gbs = inputs[0].numel() * inputs[0].element_size() / ms / 1e6
             print(f"{row:32s} {label} {ms:.4f} ms = {gbs:.0f} GB/s", flush=True)
-    if op == GN:  # what moving x's bytes in and out at all takes, timed the same way: a copy
+    if op in (GN, SOFTMAX):  # what moving x's bytes in and out at all takes, timed the same way: a copy
         y = torch.empty_like(inputs[0])
         ms = median_ms(functools.partial(y.copy_, inputs[0]))
         results.append({"row": row, "point": "copy x to y (Tensor.copy_)", "ms": ms})
