@@ -1435,8 +1435,8 @@ def launch(x, w, b, y, mean, rstd):
 # few groups behind its pass 1, with no wave barrier. Those read x twice, the second time from
 # L2, and the queue is bound by L2 (ncu: 87-89% L2 throughput). The held one keeps a group, not
 # x, on chip: the whole GPU holds one group at a time in registers and reads x once. On the
-# H200 it is the best, 0.0836 ms, 1.32x the floor; the queue reached 0.0990, 1.57x
-# (bench/results/h200/search/table_all.md, bench/results/h200/probe/README.md).
+# H200 it is the best, 0.0768 ms, 1.21x the floor, with statistics two groups ahead; the queue
+# reached 0.0990, 1.57x (bench/results/h200/search/table_all.md, bench/results/h200/probe/README.md).
 
 
 # Per variant: the parameters its source reads as constants besides BLOCK and NUM_WARPS, which
