@@ -326,10 +326,12 @@ def triton_variants() -> list[dict]:
     ]
     variants = []
     for op, args, points in picks:
-        for dtype in (F32, BF16):
+        for dtype in (F32, BF16, F16):
             typed = [dict(a, dtype=dtype) if isinstance(a, dict) and a.get("dtype") == F32 else a for a in args]
             family, facts = facts_of(op, typed)
             for p in points:
+                if dtype == F16 and p.get("variant") != "held":
+                    continue  # float16 for the held group norm's pairs only, whose unpacking is its own
                 params = {**family.initial(facts, "triton"), **p}
                 if family.name.endswith("_norm") and "num_stages" in params and params["variant"] == "single_tile":
                     params["num_stages"] = 1
@@ -422,9 +424,16 @@ def test_held_points_are_resident_and_fit_the_registers():
     assert norms.valid_group_norm(large, "triton", {**start, "chunk": 4096, "per_sm": 4})
     assert not norms.valid_group_norm(large, "triton", {**start, "num_warps": 2})  # 256 bytes a thread
     assert not norms.valid_group_norm(large, "triton", {**start, "block": 2048})  # held reads no block
+    assert not norms.valid_group_norm(large, "triton", {**start, "lead": 2})  # lead 3 is already in registers
+    assert norms.valid_group_norm(large, "triton", {**start, "lead": 2, "pipeline": False})
+    odd = target_facts((1, 256, 510, 514))  # HxW even: pairs, a fourth chunk
+    assert norms.initial_group_norm(odd, "triton") == {**start, "lead": 3}  # chunks do not divide: no prefetch
+    odd = target_facts((1, 256, 511, 511))  # HxW odd: no pairs, so no fourth chunk
+    assert norms.initial_group_norm(odd, "triton") == {**start, "lead": 2, "pipeline": False}
+    assert not norms.valid_group_norm(odd, "triton", {**start, "lead": 3})
     # every valid held point of the space, the other parameters at the start's values
     space = norms.space_group_norm(large, "triton")
-    held_space = {name: space[name] for name in ("chunk", "num_warps", "unroll", "per_sm", "lead")}
+    held_space = {name: space[name] for name in ("chunk", "num_warps", "unroll", "per_sm", "lead", "pipeline")}
     points = [{**start, **p} for p in _all_points(held_space)]
     held = [p for p in points if norms.valid_group_norm(large, "triton", p)]
     assert len(held) >= 10

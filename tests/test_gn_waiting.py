@@ -30,19 +30,25 @@ BF16 = "torch.bfloat16"
 POINTERS = ("X", "W", "B", "Y", "PART", "ARRIVED", "MEAN", "RSTD")
 
 
-def large_group_norm() -> dict:
-    args = [tensor([1, 256, 512, 512], BF16), tensor([256], BF16), tensor([256], BF16), 1, 256, 512 * 512, 32, 1e-5]
+def group_norm(shape: list[int], dtype: str = BF16) -> dict:
+    c = shape[1]
+    args = [tensor(shape, dtype), tensor([c], dtype), tensor([c], dtype), shape[0], c, shape[2] * shape[3], 32, 1e-5]
     return norms.match_group_norm(make_task(GN, args))
+
+
+def large_group_norm() -> dict:
+    return group_norm([1, 256, 512, 512])
 
 
 PACK_BF16 = "cvt.rn.bf16x2.f32 $0, $2, $1;"  # the held launcher's pair packing for bfloat16
 
 
-def compile_for_hopper(tmp_path: Path, params: dict, pairs: bool = True) -> str:
+def compile_for_hopper(tmp_path: Path, params: dict, pairs: bool = True, facts: dict | None = None) -> str:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    facts = large_group_norm()
+    facts = facts or large_group_norm()
+    element = {"bfloat16": "*bf16", "float32": "*fp32"}[facts["dtype"]]
     assert norms.valid_group_norm(facts, "triton", params)
     path = tmp_path / "gn.py"
     path.write_text(norms.render_group_norm(facts, "triton", params))
@@ -54,10 +60,10 @@ def compile_for_hopper(tmp_path: Path, params: dict, pairs: bool = True) -> str:
     values = {"CHUNK": params["chunk"], "BLOCK": params["block"], "UNROLL": params["unroll"], "CHUNKS": chunks,
               "CHUNKS_P2": chunks, "PHASE": 0, "PIPELINE": params["pipeline"], "EVEN": True, "ROWS": params["unroll"],
               "THREADS": 32 * params["num_warps"], "PREFETCH": True, "GROUPS": 32, "CG": 8, "IN_CHANNEL": True,
-              "HAS_W": True, "HAS_B": True, "PAIRS": pairs, "BF16": True, "CVT": PACK_BF16 if pairs else ""}
+              "HAS_W": True, "HAS_B": True, "PAIRS": pairs, "CVT": PACK_BF16 if pairs else ""}
     # held has no counters: its partials' bits are their own flags
-    kinds = {"X": "*bf16", "W": "*bf16", "B": "*bf16", "Y": "*bf16", "PART": "*i32" if variant == "held" else "*fp32",
-             "ARRIVED": "*i32", "MEAN": "*bf16", "RSTD": "*bf16"}
+    kinds = {"X": element, "W": element, "B": element, "Y": element, "PART": "*i32" if variant == "held" else "*fp32",
+             "ARRIVED": "*i32", "MEAN": element, "RSTD": element}
     names = kernel.arg_names
     signature = {n: "constexpr" if n in values else kinds.get(n, "fp32" if n == "eps" else "i32") for n in names}
     # what triton's launcher would specialise on: 16-byte aligned pointers, sizes divisible by 16
@@ -75,9 +81,9 @@ def compile_for_hopper(tmp_path: Path, params: dict, pairs: bool = True) -> str:
     return compiled.asm["ptx"]
 
 
-def compile_or_skip(tmp_path: Path, params: dict, pairs: bool = True) -> str:
+def compile_or_skip(tmp_path: Path, params: dict, pairs: bool = True, facts: dict | None = None) -> str:
     try:
-        return compile_for_hopper(tmp_path, params, pairs)
+        return compile_for_hopper(tmp_path, params, pairs, facts)
     except RuntimeError as exc:  # no ptxas in this triton install: nothing to say about the source
         if "ptxas" in str(exc):
             pytest.skip(str(exc))
@@ -204,3 +210,15 @@ def test_held_compiles_for_hopper(tmp_path, monkeypatch, chunk, warps, per_sm, l
     assert not re.search(r"\b(fence|membar|atom|red)\.", ptx)
     assert "evict_first" in ptx and "evict_last" not in ptx
     assert re.search(r"ld\.global\S*\.v4\.b32", ptx) and re.search(r"st\.global\S*\.v4\.b32", ptx)
+
+
+def test_held_float32_compiles_without_pairs(tmp_path, monkeypatch):
+    """A float32 source has no pair helpers at all; its kernel names them only in branches its
+    constants leave out, which triton must not compile."""
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    facts = group_norm([1, 64, 256, 256], "torch.float32")  # groups of 128K: 32 chunks of 4K
+    params = {"variant": "held", "chunk": 4096, "block": 4096, "num_warps": 4, "reverse": False, "wave_groups": 0,
+              "unroll": 1, "pipeline": True, "per_sm": 2, "lead": 4}
+    assert "def unpack" not in norms.render_group_norm(facts, "triton", params)
+    ptx = compile_or_skip(tmp_path, params, pairs=False, facts=facts)
+    assert "ld.volatile.global" in ptx and not re.search(r"cvt\.rn\.bf16x2\.f32[^\n]*\s+// end inline asm", ptx)

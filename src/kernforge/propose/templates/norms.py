@@ -682,8 +682,10 @@ def _valid_held(facts: dict[str, Any], params: dict[str, Any]) -> bool:
     # an SM's programs hold their chunks and float copies: 32 KB of chunk an SM fills the registers
     # (four an SM of 16 KB chunks took 0.20-0.21 ms, bench/results/h200/search/run_held_gn). A
     # fourth chunk fits where values are held 32 bits a register (float32, 16-bit pairs: 249
-    # registers at the start's point, ptxas sm_90), not as 16-bit values a register (probe12)
-    fits = params["per_sm"] * params["chunk"] * itemsize <= 32768
+    # registers at the start's point, ptxas sm_90), not as 16-bit values a register (probe12):
+    # 16-bit values pair up only where HxW is even
+    fits = (params["per_sm"] * params["chunk"] * itemsize <= 32768
+            and (not params["pipeline"] or itemsize == 4 or facts["hw"] % 2 == 0))
     return (plain and params["block"] == 4096 and params["per_sm"] <= 4 and params["per_sm"] * params["num_warps"] <= 32
             and threads <= params["chunk"] and per_thread <= 128 and prefetch and fits
             and 2 <= chunks <= params["per_sm"] * gpu_sms())
@@ -698,7 +700,12 @@ def _held_start(facts: dict[str, Any]) -> dict[str, Any] | None:
     warps = chunk * ITEMSIZE[facts["dtype"]] // (128 * 32)
     params = {"variant": "held", "chunk": chunk, "block": 4096, "num_warps": warps, "reverse": False,
               "wave_groups": 0, "unroll": 1, "pipeline": True, "per_sm": 2, "lead": 4}
-    return params if 1 <= warps <= 4 and valid_group_norm(facts, "triton", params) else None
+    if not 1 <= warps <= 4:
+        return None
+    # no prefetch where chunks do not divide the group; statistics one group ahead where 16-bit
+    # values cannot pair up (HxW odd)
+    tries = ({}, {"lead": 3}, {"pipeline": False}, {"pipeline": False, "lead": 2})
+    return next((p for p in ({**params, **t} for t in tries) if valid_group_norm(facts, "triton", p)), None)
 
 
 def _held_piece_bytes(facts: dict[str, Any], params: dict[str, Any]) -> int:
@@ -1141,6 +1148,41 @@ def launch(x, w, b, y, mean, rstd):
 '''
 
 
+# 16-bit values held as 32-bit pairs (the held variant's PAIRS): the two values of a word as
+# floats, and two floats rounded to the output type as a word, one cvt instruction a pair on a
+# GPU (CVT), casts and shifts on the interpreter, which has no inline assembly. Written for the
+# source's own type only: a float32 source has none (it never holds pairs).
+_PAIR_UNPACK = {
+    "bfloat16": """    # bfloat16 is float32's upper half
+    return (v << 16).to(tl.float32, bitcast=True), (v & -65536).to(tl.float32, bitcast=True)""",
+    "float16": """    return (v.to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32),
+            (v >> 16).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32))""",
+}
+_PAIR_CVT = {"bfloat16": "cvt.rn.bf16x2.f32 $0, $2, $1;", "float16": "cvt.rn.f16x2.f32 $0, $2, $1;"}
+
+
+def _held_pairs(dtype: str) -> str:
+    if dtype not in _PAIR_UNPACK:
+        return "\nPAIR_CVT = None  # float32: values are held one a register\n"
+    return f'''
+PAIR_CVT = {_PAIR_CVT[dtype]!r}
+
+
+@triton.jit
+def unpack(v):
+{_PAIR_UNPACK[dtype]}
+
+
+@triton.jit
+def pack(lo, hi, TY: tl.constexpr, CVT: tl.constexpr):
+    if CVT != "":
+        return tl.inline_asm_elementwise(CVT, "=r,r,r", [lo, hi], dtype=tl.int32, is_pure=True, pack=1)
+    return ((lo.to(TY).to(tl.int16, bitcast=True).to(tl.int32) & 65535)
+            | (hi.to(TY).to(tl.int16, bitcast=True).to(tl.int32) << 16))
+
+'''
+
+
 _TRITON_GN_HELD = '''
 @triton.jit
 def add_triples(a, b, c, d, e, f):
@@ -1148,27 +1190,8 @@ def add_triples(a, b, c, d, e, f):
 
 
 @triton.jit
-def unpack(v, BF16: tl.constexpr):
-    # the two 16-bit values of each 32-bit word, as floats: bfloat16 is float32's upper half
-    if BF16:
-        return (v << 16).to(tl.float32, bitcast=True), (v & -65536).to(tl.float32, bitcast=True)
-    return ((v.to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)),
-            ((v >> 16).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)))
-
-
-@triton.jit
-def pack(lo, hi, TY: tl.constexpr, CVT: tl.constexpr):
-    # two floats rounded to TY (to nearest even), as one 32-bit word: one cvt instruction a pair
-    # on a GPU (CVT), casts and shifts on the interpreter, which has no inline assembly
-    if CVT != "":
-        return tl.inline_asm_elementwise(CVT, "=r,r,r", [lo, hi], dtype=tl.int32, is_pure=True, pack=1)
-    return ((lo.to(TY).to(tl.int16, bitcast=True).to(tl.int32) & 65535)
-            | (hi.to(TY).to(tl.int16, bitcast=True).to(tl.int32) << 16))
-
-
-@triton.jit
 def publish_slice(PART, x, k, ok, n, g, pid, CHUNKS: tl.constexpr, EVEN: tl.constexpr, ROWS: tl.constexpr,
-                  PAIRS: tl.constexpr, BF16: tl.constexpr):
+                  PAIRS: tl.constexpr):
     # (mean, M2) of one program's chunk of group g to PART[g] as bits, with one reduction across
     # the program: the sum of x, for the mean, and of (x - k)^2, k a value of the chunk, for M2,
     # so that a large mean cancels nothing. Returns the mean. PART[g] holds the chunks' means,
@@ -1177,7 +1200,7 @@ def publish_slice(PART, x, k, ok, n, g, pid, CHUNKS: tl.constexpr, EVEN: tl.cons
     # them all, with no counter and no fence: a release fence would wait for every load the
     # program has in flight, the next groups' too. PAIRS: x is 32-bit words of two 16-bit values.
     if PAIRS:
-        lo, hi = unpack(x, BF16)
+        lo, hi = unpack(x)
         dl = lo - k
         dh = hi - k
         if not EVEN:
@@ -1278,10 +1301,9 @@ def _held_kernel(lead: int, piece_bytes: int, early: int) -> str:
     k{i} = tl.load(X + {i} * values + pid * CHUNK, mask=n_groups > {i}, other=0.0).to(tl.float32)'''
                           for i in range(1, last))
     first_means = "".join(f"\n    m{i} = 0.0" for i in range(early))
-    first_publish = "".join(f'''
-        if n_groups > {i}:
-            m{i} = publish_slice(PART, x{i}, k{i}, ok, n, {i}, pid, CHUNKS, EVEN, ROWS, PAIRS, BF16)'''
-                            for i in range(early))
+    publish = "m{0} = publish_slice(PART, x{0}, k{0}, ok, n, {0}, pid, CHUNKS, EVEN, ROWS, PAIRS)"
+    first_publish = f"\n        {publish.format(0)}" + "".join(
+        f"\n        if n_groups > {i}:\n            {publish.format(i)}" for i in range(1, early))
     rotate = ("\n        x0, " + "".join(f"x{i}, " for i in range(1, last)).rstrip(", ") + " = "
               + ", ".join(f"x{i}" for i in range(1, last + 1)))
     rotate_k = ("\n        k0, " + "".join(f"k{i}, " for i in range(1, last)).rstrip(", ") + " = "
@@ -1293,7 +1315,7 @@ def _held_kernel(lead: int, piece_bytes: int, early: int) -> str:
 def gn_held(X, W, B, Y, PART, MEAN, RSTD, n_groups, group_size, hw, eps,
             CHUNK: tl.constexpr, CHUNKS: tl.constexpr, CHUNKS_P2: tl.constexpr, PHASE: tl.constexpr,
             EVEN: tl.constexpr, ROWS: tl.constexpr, THREADS: tl.constexpr, PREFETCH: tl.constexpr,
-            PAIRS: tl.constexpr, BF16: tl.constexpr, CVT: tl.constexpr, GROUPS: tl.constexpr,
+            PAIRS: tl.constexpr, CVT: tl.constexpr, GROUPS: tl.constexpr,
             CG: tl.constexpr, IN_CHANNEL: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr):
     # The whole GPU holds a group: program p keeps chunk p of every group in registers, CHUNKS
     # programs all resident. x is read from DRAM once and never again, from L2 or anywhere. Each
@@ -1346,7 +1368,7 @@ def gn_held(X, W, B, Y, PART, MEAN, RSTD, n_groups, group_size, hw, eps,
         if PHASE != 2:
             if g + {early} < n_groups:
                 m{early} = publish_slice(PART, x{early}, k{early}, ok, n, g + {early}, pid, CHUNKS, EVEN, ROWS,
-                                   PAIRS, BF16)
+                                   PAIRS)
         if PHASE != 1:
             if PHASE == 2:  # the two-launch form: the mean that pass 1 published
                 m0 = own_mean(PART, g, pid, CHUNKS)
@@ -1359,7 +1381,7 @@ def gn_held(X, W, B, Y, PART, MEAN, RSTD, n_groups, group_size, hw, eps,
             c = c0 + pid * CHUNK // hw if IN_CHANNEL else c0 + idx * UNIT // hw
             scale, shift = affine(W, B, c, ok, mean, rstd, IN_CHANNEL, HAS_W, HAS_B)
             if PAIRS:
-                lo, hi = unpack(x0, BF16)
+                lo, hi = unpack(x0)
                 y = pack(lo * scale + shift, hi * scale + shift, Y.dtype.element_ty, CVT)
             else:
                 y = (x0.to(tl.float32) * scale + shift).to(Y.dtype.element_ty)
@@ -1379,11 +1401,9 @@ def launch(x, w, b, y, mean, rstd):
     part = torch.empty((2 * N_GROUPS * chunks,), dtype=torch.int32, device=x.device)  # (mean, M2) bits
     fill[(triton.cdiv(part.numel(), 1024),)](part, part.numel(), -1, BLOCK=1024)  # nothing published
     # 16-bit values held and stored as pairs: HxW even, x and y 4-byte aligned
-    pairs = x.element_size() == 2 and HW % 2 == 0 and x.data_ptr() % 4 == 0 and y.data_ptr() % 4 == 0
-    cvt = {torch.bfloat16: "cvt.rn.bf16x2.f32 $0, $2, $1;", torch.float16: "cvt.rn.f16x2.f32 $0, $2, $1;"}
+    pairs = PAIR_CVT is not None and HW % 2 == 0 and x.data_ptr() % 4 == 0 and y.data_ptr() % 4 == 0
     common = dict(CHUNK=CHUNK, CHUNKS=chunks, CHUNKS_P2=triton.next_power_of_2(chunks),
-                  EVEN=GROUP_SIZE % CHUNK == 0, ROWS=UNROLL, THREADS=32 * NUM_WARPS, PAIRS=pairs,
-                  BF16=x.dtype == torch.bfloat16, GROUPS=GROUPS, CG=CG,
+                  EVEN=GROUP_SIZE % CHUNK == 0, ROWS=UNROLL, THREADS=32 * NUM_WARPS, PAIRS=pairs, GROUPS=GROUPS, CG=CG,
                   IN_CHANNEL=IN_CHANNEL, HAS_W=HAS_W, HAS_B=HAS_B, num_warps=NUM_WARPS, num_stages=1,
                   # PER_SM programs share an SM's 64K registers
                   maxnreg=min(255, 65536 // (PER_SM * 32 * NUM_WARPS) // 8 * 8))
@@ -1391,7 +1411,7 @@ def launch(x, w, b, y, mean, rstd):
     if x.device.type == "cuda" and chunks <= PER_SM * sm_count(x.device):
         # every program must be resident at once: a cooperative launch refuses a grid that
         # cannot be (registers, a GPU with fewer SMs), where a plain one would hang
-        gn_held[(chunks,)](*args, PHASE=0, PREFETCH=x.data_ptr() % 16 == 0, CVT=cvt.get(x.dtype, "") if pairs else "",
+        gn_held[(chunks,)](*args, PHASE=0, PREFETCH=x.data_ptr() % 16 == 0, CVT=PAIR_CVT if pairs else "",
                            launch_cooperative_grid=True, **common)
     else:  # programs that cannot all be resident would wait forever: one launch per pass instead
         gn_held[(chunks,)](*args, PHASE=1, PREFETCH=False, CVT="", **common)
@@ -1459,7 +1479,7 @@ def render_group_norm_triton(facts: dict[str, Any], params: dict[str, Any]) -> s
     block = "" if variant == "held" else f"BLOCK = {params['block']}\n"
     tile_size = params["chunk"] if variant == "held" else params["block"] * params["unroll"]
     if variant == "held":  # its own statistics and waiting: of the shared code only the last step
-        body = (_TRITON_GN_AFFINE + _TRITON_GN_FILL + _TRITON_GN_HELD
+        body = (_TRITON_GN_AFFINE + _TRITON_GN_FILL + _held_pairs(facts["dtype"]) + _TRITON_GN_HELD
                 + _held_kernel(params["lead"], _held_piece_bytes(facts, params), 2 if params["pipeline"] else 1)
                 + _TRITON_GN_HELD_LAUNCH
                 + TRITON_SM_COUNT)
