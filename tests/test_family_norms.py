@@ -426,11 +426,9 @@ def test_held_points_are_resident_and_fit_the_registers():
     assert not norms.valid_group_norm(large, "triton", {**start, "block": 2048})  # held reads no block
     assert not norms.valid_group_norm(large, "triton", {**start, "lead": 2})  # lead 3 is already in registers
     assert norms.valid_group_norm(large, "triton", {**start, "lead": 2, "pipeline": False})
-    odd = target_facts((1, 256, 510, 514))  # HxW even: pairs, a fourth chunk
-    assert norms.initial_group_norm(odd, "triton") == {**start, "lead": 3}  # chunks do not divide: no prefetch
-    odd = target_facts((1, 256, 511, 511))  # HxW odd: no pairs, so no fourth chunk
-    assert norms.initial_group_norm(odd, "triton") == {**start, "lead": 2, "pipeline": False}
-    assert not norms.valid_group_norm(odd, "triton", {**start, "lead": 3})
+    undivided = target_facts((1, 256, 510, 514))  # 256 chunks of 8K, the last short
+    assert norms.initial_group_norm(undivided, "triton") == {**start, "lead": 3}  # no prefetch
+    assert not norms.valid_group_norm(undivided, "triton", start)
     # every valid held point of the space, the other parameters at the start's values
     space = norms.space_group_norm(large, "triton")
     held_space = {name: space[name] for name in ("chunk", "num_warps", "unroll", "per_sm", "lead", "pipeline")}

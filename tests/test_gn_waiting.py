@@ -192,7 +192,7 @@ def test_queue_tickets_take_pass_2_only_after_its_whole_group_s_pass_1(tmp_path)
 @pytest.mark.parametrize("chunk, warps, per_sm, lead, rows, pairs, pipeline", [
     (16384, 8, 1, 2, 1, True, False), (8192, 4, 2, 2, 1, False, False), (8192, 8, 2, 4, 1, True, False),
     (8192, 4, 2, 4, 4, True, False), (8192, 4, 2, 4, 4, False, False), (8192, 4, 2, 4, 1, True, True),
-    (8192, 4, 2, 3, 2, True, True)])
+    (8192, 4, 2, 3, 2, True, True), (8192, 4, 2, 4, 1, False, True)])
 def test_held_compiles_for_hopper(tmp_path, monkeypatch, chunk, warps, per_sm, lead, rows, pairs, pipeline):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     params = {**norms.initial_group_norm(large_group_norm(), "triton"), "variant": "held", "chunk": chunk,

@@ -680,12 +680,10 @@ def _valid_held(facts: dict[str, Any], params: dict[str, Any]) -> bool:
     prefetch = params["lead"] == loading or (params["lead"] > loading and _held_piece_bytes(facts, params) % 16 == 0
                                              and facts["group_size"] % params["chunk"] == 0)
     # an SM's programs hold their chunks and float copies: 32 KB of chunk an SM fills the registers
-    # (four an SM of 16 KB chunks took 0.20-0.21 ms, bench/results/h200/search/run_held_gn). A
-    # fourth chunk fits where values are held 32 bits a register (float32, 16-bit pairs: 249
-    # registers at the start's point, ptxas sm_90), not as 16-bit values a register (probe12):
-    # 16-bit values pair up only where HxW is even
-    fits = (params["per_sm"] * params["chunk"] * itemsize <= 32768
-            and (not params["pipeline"] or itemsize == 4 or facts["hw"] % 2 == 0))
+    # (four an SM of 16 KB chunks took 0.20-0.21 ms, bench/results/h200/search/run_held_gn). The
+    # fourth chunk of pipeline fits too: ptxas (sm_90) gives the start's point 247 registers and
+    # no spills, 16-bit values held as pairs or not
+    fits = params["per_sm"] * params["chunk"] * itemsize <= 32768
     return (plain and params["block"] == 4096 and params["per_sm"] <= 4 and params["per_sm"] * params["num_warps"] <= 32
             and threads <= params["chunk"] and per_thread <= 128 and prefetch and fits
             and 2 <= chunks <= params["per_sm"] * gpu_sms())
@@ -693,7 +691,7 @@ def _valid_held(facts: dict[str, Any], params: dict[str, Any]) -> bool:
 
 def _held_start(facts: dict[str, Any]) -> dict[str, Any] | None:
     """Two held programs an SM, chunks of 128 bytes a thread (about 250 registers; more a thread
-    spills), statistics two groups ahead (pipeline), L2 prefetches 4 groups ahead; None where that
+    spills), statistics two groups ahead (pipeline), L2 prefetches 4 groups ahead, else none; None where that
     cannot be (a group too large for the GPU's registers at that size, or in float32, which needs
     8 warps a program and spills)."""
     chunk = next_pow2(-(-facts["group_size"] // (2 * gpu_sms())))
@@ -702,10 +700,8 @@ def _held_start(facts: dict[str, Any]) -> dict[str, Any] | None:
               "wave_groups": 0, "unroll": 1, "pipeline": True, "per_sm": 2, "lead": 4}
     if not 1 <= warps <= 4:
         return None
-    # no prefetch where chunks do not divide the group; statistics one group ahead where 16-bit
-    # values cannot pair up (HxW odd)
-    tries = ({}, {"lead": 3}, {"pipeline": False}, {"pipeline": False, "lead": 2})
-    return next((p for p in ({**params, **t} for t in tries) if valid_group_norm(facts, "triton", p)), None)
+    # no prefetch where chunks do not divide the group (lead 3 is the chunk loading)
+    return next((p for p in (params, {**params, "lead": 3}) if valid_group_norm(facts, "triton", p)), None)
 
 
 def _held_piece_bytes(facts: dict[str, Any], params: dict[str, Any]) -> int:
@@ -1327,9 +1323,9 @@ def gn_held(X, W, B, Y, PART, MEAN, RSTD, n_groups, group_size, hw, eps,
     # EVEN: chunks divide the group, so nothing is masked. ROWS: the chunk as a [ROWS, CHUNK / ROWS]
     # tile. PREFETCH: on a GPU, x 16-byte aligned.
     # PAIRS: 16-bit x and y are loaded and held as 32-bit words of two values. Held as 16-bit
-    # tensors, the chunks cost a register a value across the loop and a repacking each iteration
-    # (ptxas, sm_90: 222 registers, 293 PRMT); as words, a register holds two and y packs with one
-    # cvt a pair (CVT).
+    # tensors, the chunks are carried across the loop a value a register and repacked each
+    # iteration (ptxas, sm_90: 293 PRMT an iteration at the start's point); as words they need
+    # no repacking, and y packs with one cvt a pair (CVT). 0.5-2% faster (probe19).
     # PHASE 0 does it all; 1 and 2 (statistics, then normalising) are two launches for programs
     # that run one after another (the CPU interpreter), which would wait forever in one.
     pid = tl.program_id(0)
