@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import re
 import subprocess
 import sys
 import tempfile
@@ -189,7 +190,7 @@ def median_ms(fn) -> float:
 # rotation of the held chunks needs no register moves, helps ("unroll3").
 HELD_FORMS = {
     "template": lambda src: src,
-    "elements": lambda src: src.replace("pairs = x.element_size() == 2", "pairs = False and x.element_size() == 2"),
+    "elements": lambda src: re.sub(r"^PAIR_CVT = .*$", "PAIR_CVT = None", src, flags=re.MULTILINE),
     "unroll3": lambda src: src.replace("for g in range(0, n_groups):",
                                        "for g in tl.range(0, n_groups, loop_unroll_factor=3):"),
 }

@@ -429,6 +429,10 @@ def test_held_points_are_resident_and_fit_the_registers():
     undivided = target_facts((1, 256, 510, 514))  # 256 chunks of 8K, the last short
     assert norms.initial_group_norm(undivided, "triton") == {**start, "lead": 3}  # no prefetch
     assert not norms.valid_group_norm(undivided, "triton", start)
+    odd = target_facts((1, 256, 511, 511))  # HxW odd: a word's two values would straddle channels
+    assert norms.valid_group_norm(odd, "triton", {**start, "lead": 3})
+    assert "PAIR_CVT = None" in norms.render_group_norm(odd, "triton", {**start, "lead": 3})
+    assert "def unpack" in norms.render_group_norm(undivided, "triton", {**start, "lead": 3})
     # every valid held point of the space, the other parameters at the start's values
     space = norms.space_group_norm(large, "triton")
     held_space = {name: space[name] for name in ("chunk", "num_warps", "unroll", "per_sm", "lead", "pipeline")}

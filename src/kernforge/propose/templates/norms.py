@@ -117,7 +117,7 @@ EXPLAIN = {
                     "statistics, then normalise what they just read, from L2: x crosses DRAM about once",
         "queue": "programs take chunks from a queue, normalising a group a few groups behind reading its "
                  "statistics: no wave barrier, reads and writes overlap, the second read from L2",
-        "held": "the whole GPU holds a group in registers, a chunk a program, two more groups loading: "
+        "held": "the whole GPU holds a group in registers, a chunk a program, the next groups loading: "
                 "x crosses DRAM once and is never read twice",
         "flat": "one flat index over every element, the channel recomputed per element: no tail waste",
         "plane": "programs inside one (sample, channel) plane: scale and shift loaded once as scalars",
@@ -150,10 +150,10 @@ EXPLAIN = {
                4: "four programs per SM (the queue, the held variant): more loads in flight, fewer registers each",
                8: "eight programs per SM (the queue): the most loads in flight, the fewest registers each"},
     "lead": {1: "the queue normalises a group right after its statistics: the least L2 held, the most waiting",
-             2: "normalise two groups behind the statistics: the wait is usually over (held: only the two "
+             2: "normalise two groups behind the statistics: the wait is usually over (held: only the "
                 "groups loading into registers, no L2 prefetch)",
              3: "three groups behind (held: L2 prefetches three groups ahead, bytes in flight that hold no "
-                "registers)",
+                "registers; with pipeline, only the groups loading into registers)",
              4: "four groups behind: no waiting, more of L2 held (held: L2 prefetches four groups ahead)",
              8: "eight groups behind: the second read may fall out of L2 (held: prefetches eight groups ahead)"},
     "stats": {"two_pass": "mean first, then squared deviations: exact in float, reads the data twice",
@@ -660,6 +660,11 @@ def valid_group_norm(facts: dict[str, Any], backend: str, params: dict[str, Any]
     # the combine step loads every chunk's partials as one vector: at most 4096 of them
     return block <= chunk < 2 * facts["group_size"] and _gn_chunks(facts, chunk) <= 4096
 
+def _held_early(params: dict[str, Any]) -> int:
+    """How many groups ahead of normalising a held program publishes its statistics."""
+    return 2 if params["pipeline"] else 1
+
+
 def _valid_held(facts: dict[str, Any], params: dict[str, Any]) -> bool:
     # One program per chunk of a group, all resident at once (at most four an SM), each holding
     # three chunks in registers (four with pipeline: statistics two groups ahead): at most 128
@@ -674,9 +679,9 @@ def _valid_held(facts: dict[str, Any], params: dict[str, Any]) -> bool:
     # ptxas (sm_90a) gives ~250 registers a thread at 128 bytes of a chunk a thread (16K bf16, 8
     # warps); per_sm programs an SM are compiled to at most their share of the register file (maxnreg)
     per_thread = params["chunk"] // threads * itemsize
-    # lead: the groups in registers (3, or 2 without pipeline), no prefetch; further, bulk L2
-    # prefetches of 16-byte multiples that never run past the group, so chunks that divide it
-    loading = 3 if params["pipeline"] else 2
+    # lead: the group loading into registers (3, or 2 without pipeline), no prefetch; further,
+    # bulk L2 prefetches of 16-byte multiples that never run past the group, so chunks that divide it
+    loading = _held_early(params) + 1
     prefetch = params["lead"] == loading or (params["lead"] > loading and _held_piece_bytes(facts, params) % 16 == 0
                                              and facts["group_size"] % params["chunk"] == 0)
     # an SM's programs hold their chunks and float copies: 32 KB of chunk an SM fills the registers
@@ -1147,7 +1152,8 @@ def launch(x, w, b, y, mean, rstd):
 # 16-bit values held as 32-bit pairs (the held variant's PAIRS): the two values of a word as
 # floats, and two floats rounded to the output type as a word, one cvt instruction a pair on a
 # GPU (CVT), casts and shifts on the interpreter, which has no inline assembly. Written for the
-# source's own type only: a float32 source has none (it never holds pairs).
+# source's own type only, and only where HxW is even (a word's two values then share their
+# channel): other sources have none and never hold pairs.
 _PAIR_UNPACK = {
     "bfloat16": """    # bfloat16 is float32's upper half
     return (v << 16).to(tl.float32, bitcast=True), (v & -65536).to(tl.float32, bitcast=True)""",
@@ -1157,9 +1163,9 @@ _PAIR_UNPACK = {
 _PAIR_CVT = {"bfloat16": "cvt.rn.bf16x2.f32 $0, $2, $1;", "float16": "cvt.rn.f16x2.f32 $0, $2, $1;"}
 
 
-def _held_pairs(dtype: str) -> str:
-    if dtype not in _PAIR_UNPACK:
-        return "\nPAIR_CVT = None  # float32: values are held one a register\n"
+def _held_pairs(dtype: str, hw: int) -> str:
+    if dtype not in _PAIR_UNPACK or hw % 2:
+        return "\nPAIR_CVT = None  # values held one a register: no pairs of this type and HxW\n"
     return f'''
 PAIR_CVT = {_PAIR_CVT[dtype]!r}
 
@@ -1277,6 +1283,12 @@ def own_mean(PART, g, pid, CHUNKS: tl.constexpr):
 '''
 
 
+def _rotation(name: str, count: int) -> str:
+    """The loop's last line for one rotation: name0, .., name{count-1} = name1, .., name{count}."""
+    return (f"\n        {', '.join(f'{name}{i}' for i in range(count))}"
+            f" = {', '.join(f'{name}{i}' for i in range(1, count + 1))}")
+
+
 def _held_kernel(lead: int, piece_bytes: int, early: int) -> str:
     """gn_held, whose programs publish their statistics `early` groups (1 or 2) before they
     normalise that group, so hold early + 1 chunks and load one more. Beyond the chunks that
@@ -1300,12 +1312,7 @@ def _held_kernel(lead: int, piece_bytes: int, early: int) -> str:
     publish = "m{0} = publish_slice(PART, x{0}, k{0}, ok, n, {0}, pid, CHUNKS, EVEN, ROWS, PAIRS)"
     first_publish = f"\n        {publish.format(0)}" + "".join(
         f"\n        if n_groups > {i}:\n            {publish.format(i)}" for i in range(1, early))
-    rotate = ("\n        x0, " + "".join(f"x{i}, " for i in range(1, last)).rstrip(", ") + " = "
-              + ", ".join(f"x{i}" for i in range(1, last + 1)))
-    rotate_k = ("\n        k0, " + "".join(f"k{i}, " for i in range(1, last)).rstrip(", ") + " = "
-                + ", ".join(f"k{i}" for i in range(1, last + 1)))
-    rotate_m = ("\n        " + ", ".join(f"m{i}" for i in range(early)) + " = "
-                + ", ".join(f"m{i}" for i in range(1, early + 1)))
+    rotate = "".join(_rotation(name, count) for name, count in (("x", last), ("k", last), ("m", early)))
     return f'''
 @triton.jit
 def gn_held(X, W, B, Y, PART, MEAN, RSTD, n_groups, group_size, hw, eps,
@@ -1325,7 +1332,8 @@ def gn_held(X, W, B, Y, PART, MEAN, RSTD, n_groups, group_size, hw, eps,
     # PAIRS: 16-bit x and y are loaded and held as 32-bit words of two values. Held as 16-bit
     # tensors, the chunks are carried across the loop a value a register and repacked each
     # iteration (ptxas, sm_90: 293 PRMT an iteration at the start's point); as words they need
-    # no repacking, and y packs with one cvt a pair (CVT). 0.5-2% faster (probe19).
+    # no repacking, and y packs with one cvt a pair (CVT): 0.5-2% faster in probe19, 0.6-22% with
+    # statistics two groups ahead in probe23.
     # PHASE 0 does it all; 1 and 2 (statistics, then normalising) are two launches for programs
     # that run one after another (the CPU interpreter), which would wait forever in one.
     pid = tl.program_id(0)
@@ -1385,7 +1393,7 @@ def gn_held(X, W, B, Y, PART, MEAN, RSTD, n_groups, group_size, hw, eps,
             if EVEN:
                 tl.store(YH + g * group + idx, y, eviction_policy="evict_first")
             else:
-                tl.store(YH + g * group + idx, y, mask=ok, eviction_policy="evict_first"){rotate}{rotate_k}{rotate_m}
+                tl.store(YH + g * group + idx, y, mask=ok, eviction_policy="evict_first"){rotate}
 
 
 '''
@@ -1396,10 +1404,11 @@ def launch(x, w, b, y, mean, rstd):
     chunks = triton.cdiv(GROUP_SIZE, CHUNK)
     part = torch.empty((2 * N_GROUPS * chunks,), dtype=torch.int32, device=x.device)  # (mean, M2) bits
     fill[(triton.cdiv(part.numel(), 1024),)](part, part.numel(), -1, BLOCK=1024)  # nothing published
-    # 16-bit values held and stored as pairs: HxW even, x and y 4-byte aligned
-    pairs = PAIR_CVT is not None and HW % 2 == 0 and x.data_ptr() % 4 == 0 and y.data_ptr() % 4 == 0
+    # 16-bit values held and stored as pairs where x and y are 4-byte aligned
+    pairs = PAIR_CVT is not None and x.data_ptr() % 4 == 0 and y.data_ptr() % 4 == 0
     common = dict(CHUNK=CHUNK, CHUNKS=chunks, CHUNKS_P2=triton.next_power_of_2(chunks),
-                  EVEN=GROUP_SIZE % CHUNK == 0, ROWS=UNROLL, THREADS=32 * NUM_WARPS, PAIRS=pairs, GROUPS=GROUPS, CG=CG,
+                  EVEN=GROUP_SIZE % CHUNK == 0, ROWS=UNROLL, THREADS=32 * NUM_WARPS, PAIRS=pairs,
+                  CVT=PAIR_CVT if pairs and x.device.type == "cuda" else "", GROUPS=GROUPS, CG=CG,
                   IN_CHANNEL=IN_CHANNEL, HAS_W=HAS_W, HAS_B=HAS_B, num_warps=NUM_WARPS, num_stages=1,
                   # PER_SM programs share an SM's 64K registers
                   maxnreg=min(255, 65536 // (PER_SM * 32 * NUM_WARPS) // 8 * 8))
@@ -1407,11 +1416,11 @@ def launch(x, w, b, y, mean, rstd):
     if x.device.type == "cuda" and chunks <= PER_SM * sm_count(x.device):
         # every program must be resident at once: a cooperative launch refuses a grid that
         # cannot be (registers, a GPU with fewer SMs), where a plain one would hang
-        gn_held[(chunks,)](*args, PHASE=0, PREFETCH=x.data_ptr() % 16 == 0, CVT=PAIR_CVT if pairs else "",
-                           launch_cooperative_grid=True, **common)
+        gn_held[(chunks,)](*args, PHASE=0, PREFETCH=x.data_ptr() % 16 == 0, launch_cooperative_grid=True,
+                           **common)
     else:  # programs that cannot all be resident would wait forever: one launch per pass instead
-        gn_held[(chunks,)](*args, PHASE=1, PREFETCH=False, CVT="", **common)
-        gn_held[(chunks,)](*args, PHASE=2, PREFETCH=False, CVT="", **common)
+        gn_held[(chunks,)](*args, PHASE=1, PREFETCH=False, **common)
+        gn_held[(chunks,)](*args, PHASE=2, PREFETCH=False, **common)
 '''
 
 _TRITON_GN_PER_GROUP = '''
@@ -1475,8 +1484,8 @@ def render_group_norm_triton(facts: dict[str, Any], params: dict[str, Any]) -> s
     block = "" if variant == "held" else f"BLOCK = {params['block']}\n"
     tile_size = params["chunk"] if variant == "held" else params["block"] * params["unroll"]
     if variant == "held":  # its own statistics and waiting: of the shared code only the last step
-        body = (_TRITON_GN_AFFINE + _TRITON_GN_FILL + _held_pairs(facts["dtype"]) + _TRITON_GN_HELD
-                + _held_kernel(params["lead"], _held_piece_bytes(facts, params), 2 if params["pipeline"] else 1)
+        body = (_TRITON_GN_AFFINE + _TRITON_GN_FILL + _held_pairs(facts["dtype"], facts["hw"]) + _TRITON_GN_HELD
+                + _held_kernel(params["lead"], _held_piece_bytes(facts, params), _held_early(params))
                 + _TRITON_GN_HELD_LAUNCH
                 + TRITON_SM_COUNT)
     else:
