@@ -29,7 +29,7 @@ import torch
 from helpers import c_softmax_source
 
 from kernforge.backends.native import C_PRELUDE
-from kernforge.evaluate.checks import ERROR_FLOOR
+from kernforge.evaluate.checks import RTOL
 from kernforge.propose.builtin import BuiltinProposer
 
 STATUSES = {"ok", "compile_error", "runtime_error", "wrong_result", "cheat", "out_of_memory",
@@ -426,29 +426,28 @@ RUNTIME = [
     case("py-returns-view", "output is a view of the input", "triton", RETURNS_VIEW,
          "cheat", "output 0 shares memory with input 0"),
     case("py-module-cache", "cached result (module-level dict)", "triton", PY_CACHE,
-         "cheat", "on fresh-normal: the outputs are bit-identical to those for real0, whose "
-                  "reference differs: a cached or constant result"),
+         "cheat", "the outputs are bit-identical to those for"),
     case("c-static-array-cache", "cached result (static array)", "cpu", C_STATIC_CACHE,
-         "cheat", "on fresh-normal: the outputs are bit-identical to those for real0"),
+         "cheat", "the outputs are bit-identical to those for"),
     case("c-constant-output", "constant output (1/cols)", "cpu", C_CONSTANT,
-         "wrong_result", "on real0: output 0: error"),
+         "wrong_result|cheat", "elements outside the tolerance|a cached or constant result"),
     case("c-loose-tolerance", "1e-4 relative error, hoping for a loose tolerance", "cpu",
          C_PERTURBED,
-         "wrong_result", "over the allowed 1.00e-05"),
+         "wrong_result", "elements outside the tolerance"),
     case("py-nan-injected", "NaN written into one element", "triton", NAN_INJECTED,
-         "wrong_result", "on real0: output 0: 1 NaN/inf values where the reference is finite"),
+         "wrong_result", "output 0: 1 NaN/inf values where the reference is finite"),
     case("py-float64-output", "wrong output dtype", "triton", FLOAT64_OUTPUT,
          "wrong_result", "output 0 has dtype torch.float64, expected torch.float32"),
     case("py-flat-output", "wrong output shape", "triton", FLAT_OUTPUT,
          "wrong_result", "output 0 has shape (80, 40), expected (2, 40, 40)"),
     case("py-input-as-scratch", "input modified in place", "triton", INPUT_AS_SCRATCH,
-         "cheat", "on real0: input 0 was modified"),
+         "cheat", "input 0 was modified"),
     case("py-unbounded-allocation", "unbounded allocation", "triton", UNBOUNDED_ALLOCATION,
          "out_of_memory", "can't allocate memory"),
     case("c-lazy-when-timed", "right when checked, wrong when timed", "cpu", C_LAZY_WHEN_TIMED,
-         "cheat", "the outputs of the timed calls are wrong: output 0: error"),
+         "cheat|wrong_result", "wrong on call|elements outside the tolerance"),
     case("c-memo-by-address", "memoised by input address across timed calls", "cpu",
-         C_MEMO_BY_ADDRESS, "cheat", "a result remembered by address"),
+         C_MEMO_BY_ADDRESS, "cheat", "bit-identical to those for|wrong on call"),
 ]
 
 _SCANNED = [
@@ -540,7 +539,7 @@ def test_honest_c_softmax_from_the_builtin_proposer_is_accepted_and_timed(evalua
     assert result.status == "ok", result.reason + result.log_tail
     assert result.reason == ""
     assert len(result.errors) == 4
-    assert all(e[0] <= ERROR_FLOOR[torch.float32] for e in result.errors)
+    assert all(e[0] <= RTOL[torch.float32] for e in result.errors)
     assert result.timed and result.timing is not None and result.timing.p50_ms > 0
     assert result.eager is not None and result.eager.p50_ms > 0
 
@@ -559,7 +558,7 @@ def test_honest_triton_softmax_is_accepted(source, evaluate_source, softmax_task
     assert result.status == "ok", result.reason + result.log_tail
     assert result.reason == ""
     assert len(result.errors) == 4
-    assert all(e[0] <= ERROR_FLOOR[torch.float32] for e in result.errors)
+    assert all(e[0] <= RTOL[torch.float32] for e in result.errors)
     assert result.timed is False and result.timing is None  # the interpreter is never timed
 
 
@@ -576,7 +575,7 @@ def test_c_row_loop_unchanged_is_the_honest_body():
 
 def test_a_cheat_rejected_after_timing_reports_no_speedup(evaluate_source):
     result = evaluate_source(C_LAZY_WHEN_TIMED)
-    assert result.status == "cheat" and "timed calls are wrong" in result.reason
+    assert result.status in ("cheat", "wrong_result") and result.timed is False
     assert result.speedup_vs_eager is None and not result.faster_than_eager
 
 

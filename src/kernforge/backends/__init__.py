@@ -18,10 +18,21 @@ class BuildError(Exception):
     """The candidate did not compile or load; the message is the compiler's output."""
 
 
-# A built candidate: takes the reference op's (args, kwargs), returns its outputs.
-# Where the backend allocates the outputs, `kernel.poison` (default True) fills them
-# with NaN first, so that an element the kernel never writes fails the check; the
-# worker sets it False before timing, since eager pays no such fill.
+class RejectedBuild(BuildError):
+    """The candidate compiled, but its object does something a kernel must not (calls a function
+    outside the allow-list, issues a syscall, keeps global state): a cheat, not a compile error.
+    `findings` are the object scan's, the message is them joined with '; ' as the static scan's."""
+
+    def __init__(self, findings: list[Any]):
+        super().__init__("; ".join(str(f) for f in findings))
+        self.findings = list(findings)
+
+
+# A built candidate: takes the reference op's (args, kwargs), returns its outputs. A native
+# backend's kernel also has `run(outputs, args, kwargs)`, which writes into outputs the caller
+# made, and `new_outputs(poison=True)`, which makes them (filled with NaN, so that an element the
+# kernel never writes fails the check): the evaluator allocates and poisons them outside the
+# timed span, the same way before every call.
 Kernel = Callable[..., Any]
 
 

@@ -69,7 +69,10 @@ def compile_library(source: Path, build_dir: Path, command: list[str], toolchain
 
 
 def load_kernel(library: Path, output_meta: list[dict[str, Any]], device: str) -> Kernel:
-    """A Python callable over the library's kf_forward: allocates (poisoned) outputs, passes structs."""
+    """A Python callable over the library's kf_forward: allocates (poisoned) outputs, passes structs.
+
+    `kernel.run(outputs, args, kwargs)` calls it on outputs the caller made (the evaluator
+    allocates and poisons them outside the timed span, and `kernel.new_outputs()` makes them)."""
     try:
         lib = ctypes.CDLL(str(library))
         entry = lib.kf_forward
@@ -78,9 +81,8 @@ def load_kernel(library: Path, output_meta: list[dict[str, Any]], device: str) -
     entry.restype = ctypes.c_int
     entry.argtypes = [ctypes.POINTER(KfTensor), ctypes.c_int, ctypes.POINTER(KfTensor), ctypes.c_int]
 
-    def kernel(*args: Any, **kwargs: Any) -> Any:
+    def run(outputs: list[torch.Tensor], args: Any, kwargs: Any) -> Any:
         inputs = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
-        outputs = [empty_like_meta(m, device, kernel.poison) for m in output_meta]
         in_structs = (KfTensor * max(1, len(inputs)))(*[as_struct(t) for t in inputs])
         out_structs = (KfTensor * max(1, len(outputs)))(*[as_struct(t) for t in outputs])
         code = entry(in_structs, len(inputs), out_structs, len(outputs))
@@ -88,7 +90,14 @@ def load_kernel(library: Path, output_meta: list[dict[str, Any]], device: str) -
             raise RuntimeError(f"kf_forward returned error code {code}")
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
-    kernel.poison = True  # type: ignore[attr-defined]  # the worker turns it off to time
+    def new_outputs(poison: bool = True) -> list[torch.Tensor]:
+        return [empty_like_meta(m, device, poison) for m in output_meta]
+
+    def kernel(*args: Any, **kwargs: Any) -> Any:
+        return run(new_outputs(), args, kwargs)
+
+    kernel.run = run  # type: ignore[attr-defined]
+    kernel.new_outputs = new_outputs  # type: ignore[attr-defined]
     kernel.library = library  # type: ignore[attr-defined]
     return kernel
 

@@ -1,65 +1,44 @@
-"""Judging a candidate's outputs against the oracle, in the search process.
+"""The verdict on a candidate, decided in the search process from plain data its worker wrote.
 
-The worker that ran the candidate never holds the oracle: it writes the outputs it
-produced (every input set, a call at reused input addresses, the last timed call)
-and this module compares them, so that no candidate can find the reference and
-return it.
+The worker that ran the candidate decides nothing: it writes what its judged calls
+returned and left behind (output copies, layouts, the memory each output and input
+spans, digests of the inputs after the call), whether outputs of earlier calls were
+still held, and which threads and child processes were left. That file is loaded here
+with torch's weights-only unpickler (tensors, numbers, strings and containers; no
+class of the candidate's can be built) and every value is checked to be a plain
+torch.Tensor or a plain Python value before any of it is used. The oracle, the
+per-element tolerances and the inputs' digests come from the baseline worker, which
+never loads a candidate, and stay in this process.
 """
 
 from __future__ import annotations
 
-import functools
-import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from kernforge.evaluate.checks import compare, oracle_facts
+from kernforge.evaluate.checks import compare
 from kernforge.evaluate.timing import Timing, escaped_ms, escapes_the_events
 
 
-def judge(outputs_path: Path, oracle_path: Path) -> dict[str, Any]:
-    """status ("ok", "wrong_result" or "cheat"), reason, and the error of each set's outputs."""
-    produced = torch.load(outputs_path, weights_only=False)
-    oracle = _oracle(str(oracle_path))
-    dtypes = [getattr(torch, d.replace("torch.", "")) for d in oracle.data["dtypes"]]
-    errors: list[list[float]] = []
-    earlier: list[tuple[int, str, list[torch.Tensor]]] = []
-    for k, (label, outs, oracles, eager_err) in enumerate(zip(produced["labels"], produced["sets"],
-                                                              oracle.data["oracles"], oracle.data["eager_errors"])):
-        stale = next((prev_label for j, prev_label, prev_outs in earlier
-                      if _bit_identical(outs, prev_outs) and oracle.references_differ(j, k)), None)
-        if stale is not None:
-            return _fail("cheat", f"on {label}: the outputs are bit-identical to those for {stale}, whose "
-                                  "reference differs: a cached or constant result", errors)
-        why, errs = compare(outs, oracles, eager_err, dtypes, oracle.facts[k])
-        errors.append(errs)
-        if why:
-            return _fail("wrong_result", f"on {label}: {why}", errors)
-        earlier.append((k, label, outs))
-    if produced.get("reused") is not None:
-        why, _ = compare(produced["reused"], oracle.data["oracles"][1], oracle.data["eager_errors"][1], dtypes,
-                         oracle.facts[1])
-        if why:
-            return _fail("cheat", "new values at the same input addresses gave a wrong result "
-                                  f"(a result remembered by address): {why}", errors)
-    if produced.get("timed") is not None:
-        why, _ = compare(produced["timed"], oracle.data["oracles"][0], oracle.data["eager_errors"][0], dtypes,
-                         oracle.facts[0])
-        if why:
-            return _fail("cheat", f"the outputs of the timed calls are wrong: {why}", errors)
-    return {"status": "ok", "reason": "", "errors": errors}
-
-
+@dataclass
 class Oracle:
-    """A task's oracle and what every judgement needs of it, computed once for all candidates:
-    each output's finiteness and scale, and which input sets have the same reference."""
+    """A task's oracle, in this process only: per input set, the reference outputs, the allowed
+    error of every element, the inputs' digests; and which sets the timed calls use."""
 
-    def __init__(self, data: dict[str, Any]):
-        self.data = data
-        self.facts = [[oracle_facts(o) for o in outs] for outs in data["oracles"]]
+    data: dict[str, Any]
+
+    def __post_init__(self) -> None:
         self._differ: dict[tuple[int, int], bool] = {}
+
+    @property
+    def labels(self) -> list[str]:
+        return self.data["labels"]
+
+    def dtypes(self) -> list[torch.dtype]:
+        return [getattr(torch, d.replace("torch.", "")) for d in self.data["dtypes"]]
 
     def references_differ(self, i: int, j: int) -> bool:
         if (i, j) not in self._differ:
@@ -69,26 +48,145 @@ class Oracle:
         return self._differ[(i, j)]
 
 
+def judge(outputs_path: Path, oracle: Oracle) -> dict[str, Any]:
+    """status ("ok", "wrong_result" or "cheat"), reason, and the error of each set's outputs."""
+    try:
+        produced = torch.load(outputs_path, weights_only=True, map_location="cpu")
+    except Exception as e:  # noqa: BLE001 - anything but plain data in the file is the candidate's doing
+        return _fail("cheat", f"the worker's outputs are not plain tensors and values ({type(e).__name__}: "
+                              f"{str(e).splitlines()[0][:200] if str(e) else ''})", [])
+    odd = _not_plain(produced)
+    if odd:
+        return _fail("cheat", f"the worker's outputs hold {odd}, not plain tensors and values", [])
+    left = _left_running(produced.get("threads", {}))
+    if left:
+        return _fail("cheat", left, [])
+    verdict = _judge_calls(produced["judged"], oracle)
+    if verdict["status"] == "ok" and produced.get("live_outputs"):
+        return _fail("cheat", f"{produced['live_outputs']} outputs returned by earlier calls were still held "
+                              "after the calls: results kept and handed back (a cache)", verdict["errors"])
+    return verdict
+
+
+def _judge_calls(calls: list[dict[str, Any]], oracle: Oracle) -> dict[str, Any]:
+    """Every judged call, in the order they ran: first what is wrong before any value is looked
+    at (layout, shared memory, changed inputs), then results that change from call to call on
+    the same values or repeat across sets, then wrong values."""
+    errors: dict[int, list[float]] = {}
+    verdicts: dict[int, list[tuple[int, str | None]]] = {}
+    dtypes = oracle.dtypes()
+    calls = sorted(calls, key=lambda c: c["position"])
+    for call in calls:
+        why = _structure(call, oracle)
+        if why:
+            return _fail(why[0], f"on {oracle.labels[call['set']]} (call {call['position']}): {why[1]}", [])
+    for call in calls:
+        k = call["set"]
+        why_values, errs = compare(call["outputs"], oracle.data["oracles"][k], oracle.data["bounds"][k], dtypes)
+        errors.setdefault(k, errs)
+        verdicts.setdefault(k, []).append((call["position"], why_values))
+    for k, results in sorted(verdicts.items()):
+        passed = [p for p, why in results if why is None]
+        failed = [(p, why) for p, why in results if why is not None]
+        if failed and passed:
+            p, why = failed[0]
+            return _fail("cheat", f"on {oracle.labels[k]}: right on call {passed[0]}, wrong on call {p} with the "
+                                  f"same input values (a result that depends on the call, not the input): {why}",
+                         _errors_list(errors, oracle))
+    for call in calls:
+        stale = _stale(call, calls, oracle)
+        if stale:
+            return _fail("cheat", f"on {oracle.labels[call['set']]} (call {call['position']}): the outputs are "
+                                  f"bit-identical to those for {stale}, whose reference differs: a cached or "
+                                  "constant result", _errors_list(errors, oracle))
+    for k, results in sorted(verdicts.items()):
+        for _, why in results:
+            if why is not None:
+                return _fail("wrong_result", f"on {oracle.labels[k]}: {why}", _errors_list(errors, oracle))
+    return {"status": "ok", "reason": "", "errors": _errors_list(errors, oracle)}
+
+
+def _structure(call: dict[str, Any], oracle: Oracle) -> tuple[str, str] | None:
+    """What is wrong with a call's outputs before their values are looked at: their number and
+    layout, memory shared with an input, an input changed."""
+    metas, expected = call["out_meta"], oracle.data["outputs_meta"]
+    if len(metas) != len(expected):
+        return "wrong_result", f"returned {len(metas)} outputs, the reference returns {len(expected)}"
+    for i, (got, want) in enumerate(zip(metas, expected)):
+        if got["shape"] == want["shape"] and _strides(got) != _strides(want):
+            return "wrong_result", (f"output {i} has strides {tuple(got['stride'])}, the reference's are "
+                                    f"{tuple(want['stride'])}")
+    mutated = set(oracle.data["mutated"])
+    for i, out in enumerate(call["out_meta"]):
+        for j, inp in enumerate(call["in_meta"]):
+            if _overlap(out, inp) and j not in mutated:
+                return "cheat", f"output {i} shares memory with input {j}; the op is not in-place"
+        if mutated and not any(_overlap(out, call["in_meta"][j]) for j in mutated if j < len(call["in_meta"])):
+            return "wrong_result", f"output {i} is not the input the in-place op writes"
+    for j, (got, want) in enumerate(zip(call["digests"], oracle.data["digests"][call["set"]])):
+        if j not in mutated and list(got) != list(want):
+            return "cheat", f"input {j} was modified"
+    return None
+
+
+def _stale(call: dict[str, Any], calls: list[dict[str, Any]], oracle: Oracle) -> str | None:
+    """Another set's label whose judged outputs are bit-identical to these, with a different reference."""
+    for other in calls:
+        if other["position"] < call["position"] and other["set"] != call["set"] \
+                and oracle.references_differ(other["set"], call["set"]) \
+                and _bit_identical(call["outputs"], other["outputs"]):
+            return oracle.labels[other["set"]]
+    return None
+
+
+def _strides(meta: dict[str, Any]) -> list[int]:
+    """Strides where they mean something: dimensions of size 1 have none."""
+    return [st for st, n in zip(meta["stride"], meta["shape"]) if n > 1]
+
+
+def _overlap(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    return a["nbytes"] > 0 and b["nbytes"] > 0 and a["ptr"] < b["ptr"] + b["nbytes"] and b["ptr"] < a["ptr"] + a["nbytes"]
+
+
 def _bit_identical(outs: list[torch.Tensor], other: list[torch.Tensor]) -> bool:
     return len(outs) == len(other) and all(a.shape == b.shape and a.dtype == b.dtype and torch.equal(a, b)
                                            for a, b in zip(outs, other))
 
 
-_ORACLE_LOCK = threading.Lock()
+def _left_running(threads: dict[str, Any]) -> str | None:
+    if threads.get("children"):
+        return (f"left {len(threads['children'])} child process(es) running after its calls: work outside "
+                "the timed calls")
+    if threads.get("running"):
+        return (f"left {threads['running']} thread(s) running after its calls returned: work outside the "
+                "timed calls")
+    return None
 
 
-def _oracle(path: str) -> Oracle:
-    """A task's oracle, read once: every candidate of the task is judged against the same file
-    (4 input sets of 8.4 M float64 values, 268 MB, for the attention example), which never
-    changes while the task runs. Candidates in flight are judged in threads, so the first of
-    them loads it while the others wait, rather than each loading its own copy."""
-    with _ORACLE_LOCK:
-        return _load_oracle(path)
+def _not_plain(value: Any, depth: int = 0) -> str | None:
+    """The first value that is neither a plain torch.Tensor nor a plain Python value, if any."""
+    if depth > 8:
+        return "containers nested deeper than the worker writes"
+    if type(value) is torch.Tensor:
+        return None if value.layout == torch.strided else f"a tensor of layout {value.layout}"
+    if value is None or type(value) in (bool, int, float, str):
+        return None
+    if type(value) in (list, tuple):
+        return next((odd for v in value if (odd := _not_plain(v, depth + 1))), None)
+    if type(value) is dict:
+        return next((odd for k, v in value.items()
+                     if (odd := ("a non-string key" if type(k) is not str else _not_plain(v, depth + 1)))), None)
+    return f"a {type(value).__qualname__}"
 
 
-@functools.lru_cache(maxsize=1)
-def _load_oracle(path: str) -> Oracle:
-    return Oracle(torch.load(path, weights_only=False))
+def _errors_list(errors: dict[int, list[float]], oracle: Oracle) -> list[list[float]]:
+    """Each set's errors in the order of the sets, as far as they were judged."""
+    out = []
+    for k in range(len(oracle.labels)):
+        if k not in errors:
+            break
+        out.append(errors[k])
+    return out
 
 
 def timing_verdict(timing: Timing, eager: Timing) -> dict[str, Any]:

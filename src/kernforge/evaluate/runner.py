@@ -10,27 +10,26 @@ from __future__ import annotations
 import atexit
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
+
 import kernforge
 from kernforge.backends import get_backend
 from kernforge.evaluate.executors import Executor
-from kernforge.evaluate.judge import judge, timing_verdict
+from kernforge.evaluate.judge import Oracle, judge, timing_verdict
 from kernforge.evaluate.scan import Finding, scan_source
 from kernforge.evaluate.timing import Timing, clearly_faster, confirmed_by_sync
 from kernforge.tasks import load_task
 
 LOG_TAIL_LINES = 30
-FRESH_KINDS = ("normal", "large", "mixed")
 
 
 @dataclass
@@ -88,7 +87,8 @@ def run_job(job: dict[str, Any], job_dir: Path, timeout_s: float, env_extra: dic
     wall seconds). env_extra goes into the worker's environment (CUDA_VISIBLE_DEVICES: its GPU).
     prestart: start the next job's worker meanwhile; not on a Ray node, where Ray sets each task's
     CUDA_VISIBLE_DEVICES, so a waiting worker seldom matches the next job and would only hold a
-    CUDA context."""
+    CUDA context. The result carries `host_marks`: this process's clock at each mark the worker's
+    harness wrote at the start and end of a session of calls (see host_clock_disagrees)."""
     job_dir.mkdir(parents=True, exist_ok=True)
     job = {**job, "result_path": str(job_dir / "result.json")}
     (job_dir / "job.json").write_text(json.dumps(job, indent=1))
@@ -96,7 +96,8 @@ def run_job(job: dict[str, Any], job_dir: Path, timeout_s: float, env_extra: dic
     log_path = job_dir / "log.txt"
     env = {**os.environ, "PYTHONPATH": _pythonpath(), "PYTHONUNBUFFERED": "1", **(env_extra or {})}
     started = time.perf_counter()
-    proc = WORKERS.take(job["device"], env)
+    taken = WORKERS.take(job["device"], env)
+    proc, marks = taken if taken is not None else (None, None)
     if proc is not None:
         log_path.write_text("")  # the worker opens it for its output once it has the job
         try:
@@ -104,13 +105,16 @@ def run_job(job: dict[str, Any], job_dir: Path, timeout_s: float, env_extra: dic
             proc.stdin.close()
         except OSError:  # it died after take() saw it alive: start a fresh one below instead
             _kill_group(proc)
-            proc = None
+            proc, marks = None, None
     if prestart:
         WORKERS.prestart(job["device"], env)  # the next job's worker starts while this one runs
     with open(log_path, "a") as log:
         if proc is None:
+            marks = Marks()
             proc = subprocess.Popen([sys.executable, "-m", "kernforge.evaluate.worker", str(job_dir / "job.json")],
-                                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
+                                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                    env={**env, "KF_MARK_FD": str(marks.write_fd)}, pass_fds=(marks.write_fd,))
+            marks.started()
         try:
             proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -122,8 +126,42 @@ def run_job(job: dict[str, Any], job_dir: Path, timeout_s: float, env_extra: dic
     wall = time.perf_counter() - started
     result_path = Path(job["result_path"])
     if proc.returncode == 0 and result_path.exists():
-        return json.loads(result_path.read_text()), _tail(log_path), wall
+        result = json.loads(result_path.read_text())
+        result["host_marks"] = marks.collected()  # this process's, whatever the worker wrote
+        return result, _tail(log_path), wall
+    marks.collected()
     return None, f"{_exit_text(proc.returncode)}\n{_tail(log_path)}", wall
+
+
+class Marks:
+    """A pipe the worker's harness writes one byte to at the start (S) and end (E) of each session
+    of calls; a thread here stamps each with this process's clock, which no candidate can reach."""
+
+    def __init__(self) -> None:
+        self.read_fd, self.write_fd = os.pipe()
+        self._stamps: list[tuple[str, float]] = []
+        self._thread = threading.Thread(target=self._read, daemon=True)
+
+    def started(self) -> None:
+        """Call once the worker holds its end: ours closes, so the pipe ends when the worker's does."""
+        os.close(self.write_fd)
+        self._thread.start()
+
+    def _read(self) -> None:
+        while True:
+            try:
+                data = os.read(self.read_fd, 64)
+            except OSError:
+                break
+            if not data:
+                break
+            now = time.perf_counter()
+            self._stamps += [(chr(b), now) for b in data]
+        os.close(self.read_fd)
+
+    def collected(self) -> list[tuple[str, float]]:
+        self._thread.join(timeout=5.0)
+        return list(self._stamps)
 
 
 MAX_READY_WORKERS = 64
@@ -143,73 +181,102 @@ class PrestartedWorkers:
 
     def __init__(self, devices: tuple[str, ...] = ("cuda",)) -> None:
         self.devices = devices  # the devices whose jobs get a prestarted worker
-        self._ready: list[tuple[str, dict[str, str], subprocess.Popen]] = []
+        self._ready: list[tuple[str, dict[str, str], subprocess.Popen, Marks]] = []
         self._lock = threading.Lock()
         self.enabled = os.environ.get("KERNFORGE_PRESTART", "1") != "0"
         atexit.register(self.close)
 
-    def take(self, device: str, env: dict[str, str]) -> subprocess.Popen | None:
+    def take(self, device: str, env: dict[str, str]) -> tuple[subprocess.Popen, Marks] | None:
         with self._lock:
-            for i, (dev, started_env, proc) in enumerate(self._ready):
+            for i, (dev, started_env, proc, marks) in enumerate(self._ready):
                 if dev == device and started_env == env and proc.poll() is None:
                     del self._ready[i]
-                    return proc
+                    return proc, marks
         return None
 
     def prestart(self, device: str, env: dict[str, str]) -> None:
         if not self.enabled or device not in self.devices:
             return
+        marks = Marks()
         proc = subprocess.Popen([sys.executable, "-m", "kernforge.evaluate.worker", "--wait", device],
                                 stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                start_new_session=True, env=env, text=True)
+                                start_new_session=True, env={**env, "KF_MARK_FD": str(marks.write_fd)},
+                                pass_fds=(marks.write_fd,), text=True)
+        marks.started()
         with self._lock:
-            self._ready.append((device, env, proc))
+            self._ready.append((device, env, proc, marks))
             # Workers whose environment never comes again (a Ray node's tasks get their GPU in
             # CUDA_VISIBLE_DEVICES, which varies) are not kept without bound: the oldest go.
             stale, self._ready = self._ready[:-MAX_READY_WORKERS], self._ready[-MAX_READY_WORKERS:]
-        for _, _, old in stale:
+        for _, _, old, _ in stale:
             _kill_group(old)
 
     def close(self) -> None:
         with self._lock:
             ready, self._ready = self._ready, []
-        for _, _, proc in ready:
+        for _, _, proc, _ in ready:
             _kill_group(proc)
 
 
 WORKERS = PrestartedWorkers()
 
 
-# reference (inputs) path -> oracle path. The oracle lives in a private temporary folder
-# whose name no worker is told; only this process reads it.
-_ORACLES: dict[str, Path] = {}
+# reference (inputs) path -> the task's oracle, held in this process only: the baseline worker
+# writes it to a file that is read and deleted as soon as that worker is gone, before any
+# candidate of the task starts, so no candidate's process can open it.
+_ORACLES: dict[str, Oracle] = {}
 
 
-def oracle_path_for(reference_path: Path) -> Path:
-    key = str(reference_path.resolve())
-    if key not in _ORACLES:
-        _ORACLES[key] = Path(tempfile.mkdtemp(prefix="kf-oracle-")) / "oracle.pt"
-    return _ORACLES[key]
+def oracle_for(reference_path: Path) -> Oracle:
+    return _ORACLES[str(reference_path.resolve())]
+
+
+def load_oracle(reference_path: Path, oracle_file: Path) -> Oracle:
+    try:
+        oracle = Oracle(torch.load(oracle_file, weights_only=True))
+    finally:
+        oracle_file.unlink(missing_ok=True)
+    _ORACLES[str(reference_path.resolve())] = oracle
+    protect_process_memory()
+    return oracle
+
+
+def protect_process_memory() -> None:
+    """Make this process non-dumpable: its memory, which holds the oracles, can then not be read
+    through /proc/PID/mem or ptrace by a process of the same user (a candidate's worker) without
+    CAP_SYS_PTRACE. It also turns off core dumps of this process. Run as root, this is no bar:
+    root holds that capability (run searches as an ordinary user)."""
+    if sys.platform != "linux":
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4, SUID_DUMP_DISABLE = 0
+    except (OSError, AttributeError):
+        pass
 
 
 def discard_reference(reference_path: Path) -> None:
-    """Remove a task's inputs and oracle files (large; recomputable from the saved samples)."""
+    """Remove a task's inputs file and its oracle (large; recomputable from the saved samples)."""
     reference_path.unlink(missing_ok=True)
-    oracle = _ORACLES.pop(str(reference_path.resolve()), None)
-    if oracle is not None:
-        shutil.rmtree(oracle.parent, ignore_errors=True)
+    _ORACLES.pop(str(reference_path.resolve()), None)
 
 
 def evaluate_baseline(task_path: Path, reference_path: Path, device: str, job_dir: Path,
                       timeout_s: float, compile_modes: tuple[str, ...] = (),
                       executor: Executor | None = None) -> Baseline:
+    oracle_file = job_dir / "oracle.pt"
     job = {"mode": "baseline", "task_path": str(task_path), "reference_path": str(reference_path),
-           "oracle_path": str(oracle_path_for(reference_path)),
-           "device": device, "backend": "none", "fresh_kinds": list(FRESH_KINDS),
+           "oracle_path": str(oracle_file), "device": device, "backend": "none",
            "compile_modes": list(compile_modes)}
-    result, tail, _ = (executor.run if executor else run_job)(job, job_dir, timeout_s)
-    if result is None:
-        raise RuntimeError(f"the baseline for {task_path.parent.name} failed: {tail}")
+    try:
+        result, tail, _ = (executor.run if executor else run_job)(job, job_dir, timeout_s)
+        if result is None:
+            raise RuntimeError(f"the baseline for {task_path.parent.name} failed: {tail}")
+        load_oracle(reference_path, oracle_file)
+    finally:
+        oracle_file.unlink(missing_ok=True)
     return Baseline(eager=Timing(**result["eager"]), device_name=result["device_name"],
                     labels=result["labels"], eager_errors=result["eager_errors"],
                     compiled=result.get("compiled", {}))
@@ -218,7 +285,9 @@ def evaluate_baseline(task_path: Path, reference_path: Path, device: str, job_di
 def evaluate_candidate(task_path: Path, reference_path: Path, source: Path, backend: str, device: str,
                        job_dir: Path, timeout_s: float, executor: Executor | None = None) -> EvalResult:
     """Scan, build, check and time one candidate. The scan and the judgement happen here; the
-    worker runs where the executor puts it (default: a worker process here)."""
+    worker runs where the executor puts it (default: a worker process here). Whatever the
+    candidate makes kernforge do, the answer is a result: an error raised here while judging it
+    rejects the candidate with the reason (KERNFORGE_STRICT=1 re-raises it, for debugging)."""
     findings = static_findings(task_path, source, backend)
     if findings:
         return EvalResult(status="cheat", reason="static scan: " + "; ".join(str(f) for f in findings))
@@ -227,16 +296,28 @@ def evaluate_candidate(task_path: Path, reference_path: Path, source: Path, back
            "build_dir": str(job_dir / "build"), "memory_limit_bytes": memory_limit_bytes(reference_path),
            "outputs_path": str(job_dir / "outputs.pt")}
     result, tail, wall = (executor.run if executor else run_job)(job, job_dir, timeout_s)
-    if result is not None and result.get("outputs_path"):
-        outputs = Path(result["outputs_path"])
-        result.update(judge(outputs, oracle_path_for(reference_path)))
-        outputs.unlink(missing_ok=True)  # as large as the inputs; the verdict is kept
+    try:
+        return _verdict(result, tail, wall, oracle_for(reference_path))
+    except Exception as e:  # noqa: BLE001 - a candidate that breaks the judge is a rejected candidate
+        if os.environ.get("KERNFORGE_STRICT") == "1":
+            raise
+        return EvalResult(status="crash", reason=f"kernforge failed while judging this candidate's outputs: "
+                                                 f"{type(e).__name__}: {str(e)[:300]}", log_tail=tail, wall_s=wall)
+    finally:
+        Path(job["outputs_path"]).unlink(missing_ok=True)  # as large as the inputs; the verdict is kept
+
+
+def _verdict(result: dict[str, Any] | None, tail: str, wall: float, oracle: Oracle) -> EvalResult:
+    if result is not None and result.get("status") == "ok" and result.get("outputs_path"):
+        disagreement = host_clock_disagrees(result)
+        result.update(judge(Path(result["outputs_path"]), oracle) if not disagreement else
+                      {"status": "cheat", "reason": disagreement})
     if result is None:
         status = "timeout" if tail.startswith("timed out") else "crash"
         return EvalResult(status=status, reason=tail.splitlines()[0], log_tail=tail, wall_s=wall)
     timing = Timing(**result["timing"]) if result.get("timing") else None
     eager = Timing(**result["eager_timing"]) if result.get("eager_timing") else None
-    out = EvalResult(status=result["status"], reason=result.get("reason", ""),
+    out = EvalResult(status=str(result["status"]), reason=str(result.get("reason", "")),
                      errors=result.get("errors", []), timing=timing, eager=eager,
                      log_tail=tail, wall_s=wall,
                      phases=result.get("phases", {}),
@@ -252,6 +333,45 @@ def evaluate_candidate(task_path: Path, reference_path: Path, source: Path, back
         # Beyond the noise by the events, and not slower once every stream is waited for.
         out.faster_than_eager = clearly_faster(timing, eager) and confirmed_by_sync(timing, eager)
     return out
+
+
+# The worker's account of a session (its own clock, its calls' measured times) against this
+# process's clock between the session's marks: agreement within 50 ms and 10% of the session.
+HOST_SLACK_S, HOST_SLACK_SHARE = 0.05, 0.10
+# Call times the worker reports may not fall short of what this process's clock implies by more
+# than a quarter and 50 us a call (the harness's own cost per call, from eager's session in the
+# same worker before the candidate loaded, varies by ~5% of its ~0.56 ms on a GPU).
+IMPLIED_SLACK_SHARE, IMPLIED_SLACK_MS = 0.25, 0.05
+
+
+def host_clock_disagrees(result: dict[str, Any]) -> str | None:
+    """Why the worker's timings cannot be believed, if they cannot: its sessions do not match the
+    marks this process stamped, its host clock disagrees with ours, or its calls took less time
+    than ours saw pass (a patched timer)."""
+    sessions, marks = result.get("sessions", []), result.get("host_marks")
+    if marks is None or not sessions:
+        return None  # a worker run elsewhere (tests calling the worker directly)
+    kinds = "".join(k for k, _ in marks)
+    if kinds != "SE" * len(sessions):
+        return (f"the harness's session marks were tampered with: {len(sessions)} sessions reported, "
+                f"marks {kinds[:40]!r}")
+    walls = [marks[2 * i + 1][1] - marks[2 * i][1] for i in range(len(sessions))]
+    for session, wall in zip(sessions, walls):
+        if abs(wall - session["host_s"]) > HOST_SLACK_S + HOST_SLACK_SHARE * wall:
+            return (f"the worker's clock disagrees with the search process's: session '{session['name']}' "
+                    f"took {session['host_s']:.3f} s by its clock, {wall:.3f} s by ours")
+    names = [s["name"] for s in sessions]
+    if "candidate" not in names or "eager" not in names:
+        return None
+    eager_i, cand_i = names.index("eager"), names.index("candidate")
+    eager, cand = sessions[eager_i], sessions[cand_i]
+    overhead_ms = max(0.0, (walls[eager_i] * 1e3 - eager["events_ms"]) / max(1, eager["calls"]))
+    implied_ms = (walls[cand_i] * 1e3 / max(1, cand["calls"])) - overhead_ms
+    reported_ms = cand["events_ms"] / max(1, cand["calls"])
+    if implied_ms - reported_ms > IMPLIED_SLACK_SHARE * implied_ms + IMPLIED_SLACK_MS:
+        return (f"the candidate's calls took {reported_ms:.4f} ms each by the worker's timer, but "
+                f"{implied_ms:.4f} ms by the search process's clock: a patched or escaped timer")
+    return None
 
 
 def static_findings(task_path: Path, source: Path, backend: str) -> list[Finding]:

@@ -1,58 +1,20 @@
-"""Honest timing of one callable: median with p20 and p80.
+"""Timing records and the verdicts drawn from them.
 
-GPU: CUDA events around each call, the L2 flushed before each by reading a
-256 MB buffer, then a cross-check with a device-wide synchronize before each end
-event: work that a candidate hides on another stream, which the events alone
-would miss, shows up there. The flush reads rather than writes (triton's do_bench
-zeroes its buffer): a written flush leaves up to 50 MB of dirty lines in L2 that
-are written back to DRAM while the timed call runs. On an H200 the zeroing flush
-put 2-10% on eager's medians (rms_norm (8192, 4096) bf16: 0.0465 ms against
-0.0421; bench/results/h200/timing_flush.md), which the floors do not include.
-CPU: wall time of
-each call after a warm-up. Inputs rotate among copies so that no call finds its
-inputs in the cache the previous call warmed. Both devices return the same
-record, so that eager and candidate are compared on equal terms.
-
-The clocks are bound when this module is imported, before any candidate code
-runs, so a candidate that patches time.perf_counter cannot reach them.
+How calls are timed (CUDA events around each call after an L2 flush and a runway
+on a GPU, the host clock on a CPU, inputs rotated and refilled) is the session's
+(session.py): checked and timed calls are the same calls there. This module holds
+the record both devices return, so that eager and candidate are compared on equal
+terms, and what follows from two of them: faster beyond the noise, work that
+escaped the events.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from time import perf_counter
 from typing import Any
 
 import torch
-from torch.utils._pytree import tree_flatten, tree_map
-
-# Repeats on a CPU: at least 10 calls and about 1 s of calls, so that a p20/p80
-# band exists even for slow ops and fast ones get hundreds of samples.
-CPU_MIN_RUNS, CPU_MAX_RUNS, CPU_TARGET_S = 10, 500, 1.0
-# Rotate among enough input copies to cover 4x the cache (an H200 has 50 MB of L2; 60 MB
-# leaves a margin; a server CPU's last level is tens of MB), at most 16 copies.
-CACHE_BYTES = {"cuda": 60 << 20, "cpu": 32 << 20}
-MAX_COPIES = 16
-SYNCED_REPS = 50
-# GPU: warm-up calls, then timed calls filling about GPU_TARGET_MS of kernel time, within
-# GPU_REPS; each timed call follows a read of FLUSH_BYTES (about 60 us at the H200's measured
-# 4.25 TB/s; not timed on its own).
-GPU_WARMUP, GPU_REPS, GPU_TARGET_MS = 5, (20, 500), 100.0
-FLUSH_BYTES = 256 << 20
-# After the flush the GPU also spins for 1M cycles (about 0.5 ms at a ~2 GHz clock) before the
-# start event: the host has that long to launch the whole call, so a host held up by other
-# workers (a multi-launch candidate is enqueued over tens of microseconds) does not leave the
-# GPU idle inside the timed span. On an H200 it took a two-launch softmax's p20-p80 spread from
-# 0.44-0.66 of the median to 0.02-0.03, busy host or quiet (bench/results/h200/timing_noise.md).
-RUNWAY_CYCLES = 1_000_000
-
-# Bound now, before any candidate runs (see the module's docstring).
-_Event = torch.cuda.Event
-_synchronize = torch.cuda.synchronize
-_sum = torch.sum
-_spin = getattr(torch.cuda, "_sleep", None)
 
 
 @dataclass
@@ -76,126 +38,14 @@ class Timing:
 
 
 def time_callable(fn: Callable[[], Any], device: torch.device) -> Timing:
-    if device.type == "cuda":
-        return _time_gpu(fn)
-    return _time_cpu(fn)
+    """fn() timed as the evaluator times a call (for the probes in bench/): one session of calls
+    with no inputs and nothing judged."""
+    from kernforge.evaluate.session import CALLS, Plan, make_harness, reps_for
 
-
-def time_rotated(fn: Callable[..., Any], inputs: tuple[list[Any], dict[str, Any]],
-                 device: torch.device) -> tuple[Timing, Any]:
-    """Time fn over copies of (args, kwargs); also return the outputs of the last timed call."""
-    copies = _input_copies(inputs, device)
-    state = {"i": 0, "out": None}
-
-    def call() -> None:
-        args, kwargs = copies[state["i"] % len(copies)]
-        state["i"] += 1
-        state["out"] = fn(*args, **kwargs)
-
-    timing = time_callable(call, device)
-    timing.copies = len(copies)
-    return timing, state["out"]
-
-
-def _input_copies(inputs: tuple[list[Any], dict[str, Any]], device: torch.device) -> list[Any]:
-    tensors = [t for t in tree_flatten(inputs)[0] if isinstance(t, torch.Tensor)]
-    size = max(1, sum(t.numel() * t.element_size() for t in tensors))
-    count = max(1, min(MAX_COPIES, math.ceil(4 * CACHE_BYTES.get(device.type, 0) / size)))
-
-    def copy(x: Any) -> Any:
-        if not isinstance(x, torch.Tensor):
-            return x
-        out = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=device)
-        return out.copy_(x)
-
-    return [tree_map(copy, inputs) for _ in range(count)]
-
-
-def _time_gpu(fn: Callable[[], Any]) -> Timing:
-    flush = torch.zeros(FLUSH_BYTES // 4, dtype=torch.float32, device="cuda")
-    for _ in range(GPU_WARMUP):
-        fn()
-    estimate = _event_samples(fn, flush, GPU_WARMUP)[GPU_WARMUP // 2]
-    reps = int(min(GPU_REPS[1], max(GPU_REPS[0], GPU_TARGET_MS / max(estimate, 1e-3))))
-    samples = _event_samples(fn, flush, reps)
-    synced_ms, sync_gap_ms = _synced(fn, flush)
-    return _timing(samples, "cuda-events,l2-flush-read,runway,rotated", synced_ms=synced_ms,
-                   sync_gap_ms=sync_gap_ms, host_ms=_host_clock_ms(fn))
-
-
-def _timing(samples: list[float], method: str, **cross_checks: float) -> Timing:
-    """p20/p50/p80 of sorted samples."""
-    pick = lambda q: samples[min(len(samples) - 1, int(q * len(samples)))]
-    return Timing(p20_ms=pick(0.2), p50_ms=pick(0.5), p80_ms=pick(0.8), runs=len(samples), method=method,
-                  **cross_checks)
-
-
-def _event_samples(fn: Callable[[], Any], flush: torch.Tensor, reps: int) -> list[float]:
-    """Sorted milliseconds of `reps` calls, each after a read of `flush` has emptied L2 of
-    the previous call's lines (their write-back happens during the read, not the call)."""
-    starts = [_Event(enable_timing=True) for _ in range(reps)]
-    ends = [_Event(enable_timing=True) for _ in range(reps)]
-    for start, end in zip(starts, ends):
-        _sum(flush)
-        if _spin is not None and RUNWAY_CYCLES:
-            _spin(RUNWAY_CYCLES)
-        start.record()
-        fn()
-        end.record()
-    _synchronize()
-    return sorted(s.elapsed_time(e) for s, e in zip(starts, ends))
-
-
-def _host_clock_ms(fn: Callable[[], Any], calls: int = 100) -> float:
-    """The host's own clock over back-to-back calls and a final synchronize: a cross-check
-    that needs no CUDA event, recorded beside the event timings (launch-bound calls show
-    their launch cost here, which the flushed events hide)."""
-    _synchronize()
-    start = perf_counter()
-    for _ in range(calls):
-        fn()
-    _synchronize()
-    return (perf_counter() - start) * 1e3 / calls
-
-
-def _synced(fn: Callable[[], Any], flush: torch.Tensor) -> tuple[float, float]:
-    """Events around each call with torch.cuda.synchronize() before the end event: the median
-    time, and the least gap between the stream's own end of the call and that end event.
-
-    The synchronize waits for every stream of the device, so a kernel launched on a
-    side stream is inside this measurement even when it is outside the events'. The
-    host's wake-up from the synchronize adds to every sample, by an amount that a busy
-    host (other workers building and checking) stretches from call to call; work the
-    stream did not wait for adds to every sample alike. So the gap is paired within each
-    call and its least value kept: the wake-up's noise drops out, a side stream's work
-    does not.
-    """
-    starts = [_Event(enable_timing=True) for _ in range(SYNCED_REPS)]
-    stream_ends = [_Event(enable_timing=True) for _ in range(SYNCED_REPS)]
-    ends = [_Event(enable_timing=True) for _ in range(SYNCED_REPS)]
-    for start, stream_end, end in zip(starts, stream_ends, ends):
-        _sum(flush)
-        start.record()
-        fn()
-        stream_end.record()
-        _synchronize()
-        end.record()
-    _synchronize()
-    samples = sorted(s.elapsed_time(e) for s, e in zip(starts, ends))
-    gap = min(m.elapsed_time(e) for m, e in zip(stream_ends, ends))
-    return samples[len(samples) // 2], gap
-
-
-def _time_cpu(fn: Callable[[], Any]) -> Timing:
-    for _ in range(3):  # warm-up: page faults on fresh outputs, OpenMP thread start
-        fn()
-    samples: list[float] = []
-    deadline = perf_counter() + CPU_TARGET_S
-    while len(samples) < CPU_MIN_RUNS or (perf_counter() < deadline and len(samples) < CPU_MAX_RUNS):
-        start = perf_counter()
-        fn()
-        samples.append((perf_counter() - start) * 1e3)
-    return _timing(sorted(samples), "wall-clock,rotated")
+    harness = make_harness(device)
+    probe = harness(lambda a, k, p: fn(), Plan(sets=[([], {})], timing=[0], calls=CALLS[0]), None, [], 0)
+    calls = reps_for(probe.timing.p50_ms, device)
+    return harness(lambda a, k, p: fn(), Plan(sets=[([], {})], timing=[0], calls=calls), None, [], 1).timing
 
 
 def clearly_faster(candidate: Timing, baseline: Timing) -> bool:

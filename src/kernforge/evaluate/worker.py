@@ -1,16 +1,19 @@
 """The evaluation worker: one process per job, started by kernforge.evaluate.runner.
 
 Two kinds of job, never mixed in one process:
-  baseline   loads the task's real inputs, draws fresh ones, computes the float64
-             oracle and eager's outputs, errors and time; imports no candidate.
-  candidate  times eager first, before any candidate code is imported, then
-             builds one candidate, checks it on every input set against the
-             oracle the baseline saved, times it the same way, and times eager
-             once more right after (the faster of the two is the reference). Eager and
-             candidate are timed in one process minutes apart at most, so a
-             machine that got busier between two workers does not pass for a
-             speedup (seen on a shared 2-core machine: eager 10.7 ms alone,
-             23.9 ms while tests ran beside it).
+  baseline   loads the task's real inputs, makes the other input sets (inputs.make_sets),
+             computes the float64 oracle, each element's tolerance and eager's errors, and
+             times eager and torch.compile; imports no candidate. The oracle goes to a file
+             the search process loads and deletes once this worker is gone.
+  candidate  binds the harness (session.make_harness) and times eager before any candidate
+             code is imported, then builds one candidate, makes one first call (Triton
+             compiles there), runs one session of its calls on every input set, some of
+             them judged, and times eager once more right after (the faster of the two is
+             the reference). It decides nothing: what the judged calls returned goes to a
+             file that the search process judges (judge.py). Eager and candidate are timed
+             in one process, so a machine that got busier between two workers does not pass
+             for a speedup (seen on a shared 2-core machine: eager 10.7 ms alone, 23.9 ms
+             while tests ran beside it).
 
 Usage: python -m kernforge.evaluate.worker JOB.json   (writes the job's result_path)
        python -m kernforge.evaluate.worker --wait DEVICE   (prestarted: reads JOB.json's path on stdin)
@@ -30,6 +33,8 @@ import torch
 from torch.utils._pytree import tree_map
 
 from kernforge.evaluate.device_lock import DeviceLock
+from kernforge.evaluate.inputs import to_device
+from kernforge.evaluate.session import make_harness
 
 
 def main(job_path: str) -> int:
@@ -49,54 +54,82 @@ def main(job_path: str) -> int:
 
 def run_baseline(job: dict[str, Any]) -> dict[str, Any]:
     from kernforge.capture import encode_value, load_sample
-    from kernforge.evaluate.checks import normalised_error, outputs_list, upcast
-    from kernforge.evaluate.timing import time_rotated
+    from kernforge.evaluate.checks import element_bound, normalised_error, oracle_dtype, outputs_list, upcast
+    from kernforge.evaluate.inputs import digest, make_sets, mutated_inputs, tensors_of, to_device
     from kernforge.tasks import load_task, resolve_op
 
     task = load_task(Path(job["task_path"]))
     device = torch.device(job["device"])
     op = resolve_op(task.op)
-    torch.manual_seed(job.get("seed", 0))
     real = [load_sample(Path(p)) for p in task.samples]
-    fresh = [fresh_inputs(real[0], kind) for kind in job["fresh_kinds"]]
-    input_sets = real + fresh
-    labels = [f"real{i}" for i in range(len(real))] + [f"fresh-{k}" for k in job["fresh_kinds"]]
-    oracles, eager_errors, dtypes = [], [], None
-    for args, kwargs in input_sets:
-        dev_args, dev_kwargs = to_device((args, kwargs), device)
-        eager = outputs_list(op(*dev_args, **dev_kwargs))
-        oracle = outputs_list(_oracle(op, dev_args, dev_kwargs, upcast))
+    sets, labels, timing_sets = make_sets(real, job.get("seed", 0))
+    oracles, bounds, eager_errors, digests, dtypes = [], [], [], [], None
+    for inputs in sets:
+        # Eager and the oracle each run on copies of their own: an in-place op must not change
+        # the values the other computes from.
+        args, kwargs = to_device(inputs, device)
+        eager = [e.detach() for e in outputs_list(op(*args, **kwargs))]
+        args, kwargs = to_device(inputs, device)
+        oracle = outputs_list(_oracle(op, args, kwargs, upcast))
         dtypes = [str(t.dtype) for t in eager]
-        oracles.append([o.cpu() for o in oracle])
-        eager_errors.append([normalised_error(e.to(torch.float64).cpu(), o.cpu())
-                             if e.is_floating_point() else 0.0 for e, o in zip(eager, oracle)])
-    # Two files: the inputs, which candidates' workers read, and the oracle, which only the
-    # search process reads (at a path no candidate is told), so no candidate can return it.
-    torch.save({"input_sets": tree_map(encode_value, input_sets), "labels": labels, "dtypes": dtypes,
-                "outputs_meta": task.outputs}, job["reference_path"])
-    torch.save({"oracles": oracles, "eager_errors": eager_errors, "dtypes": dtypes}, job["oracle_path"])
-    inputs = to_device(input_sets[0], device)
+        kept = [o.to(oracle_dtype(e.dtype)).cpu() if o.is_floating_point() else o.cpu()
+                for o, e in zip(oracle, eager)]
+        oracles.append(kept)
+        bounds.append([element_bound(o, e.cpu(), e.dtype) if e.is_floating_point() else None
+                       for o, e in zip(kept, eager)])
+        eager_errors.append([normalised_error(e.cpu(), o) if e.is_floating_point() else 0.0
+                             for e, o in zip(eager, kept)])
+        digests.append([digest(t).tolist() for t in tensors_of(inputs)])
+    mutated = mutated_inputs(op._schema)
+    # Two files: the inputs, which candidates' workers read, and the oracle, which the search
+    # process loads and deletes as soon as this worker is gone (runner.load_oracle).
+    torch.save({"input_sets": tree_map(encode_value, sets), "labels": labels, "timing": timing_sets,
+                "dtypes": dtypes, "outputs_meta": task.outputs, "mutated": mutated}, job["reference_path"])
+    torch.save({"oracles": oracles, "bounds": bounds, "eager_errors": eager_errors, "digests": digests,
+                "dtypes": dtypes, "labels": labels, "timing": timing_sets, "mutated": mutated,
+                "outputs_meta": task.outputs}, job["oracle_path"])
+    harness = make_harness(device)
+    dev_sets = [to_device(s, device) for s in sets]
     # Timed under the device's lock, as candidates are, so that another search on the machine
     # never times beside it; on a CPU, checks_exclusive as for candidates.
     lock = DeviceLock(job.get("device_lock"), checks_exclusive=device.type == "cpu")
+    eager_fn = _calls(op)
     with lock.for_timing():
-        timing, _ = time_rotated(op, inputs, device)
-    compiled = {mode: _time_compiled(op, inputs, device, mode, lock) for mode in job.get("compile_modes", [])}
+        timing = time_op(harness, eager_fn, dev_sets, timing_sets, task.outputs, device)
+    compiled = {mode: _time_compiled(harness, op, dev_sets, timing_sets, task.outputs, device, mode, lock)
+                for mode in job.get("compile_modes", [])}
     return {"status": "ok", "eager": timing.__dict__, "compiled": compiled, "eager_errors": eager_errors,
             "labels": labels, "device_name": device_name(device)}
 
 
-def _time_compiled(op: Any, inputs: Any, device: torch.device, mode: str, lock: DeviceLock) -> dict[str, Any]:
+def _calls(op: Any) -> Any:
+    return lambda args, kwargs, _prepared: op(*args, **kwargs)
+
+
+def time_op(harness: Any, fn: Any, dev_sets: list[Any], timing_sets: list[int], outputs: list[dict[str, Any]],
+            device: torch.device, seed: int = 0, name: str = "eager") -> Any:
+    """A reference's timing (eager, torch.compile): a short session for its speed, then one of
+    reps_for that speed; no call judged."""
+    from kernforge.evaluate.session import CALLS, Plan, output_metas, reps_for
+
+    poison = output_metas(outputs)
+    probe = harness(fn, Plan(sets=dev_sets, timing=timing_sets, calls=CALLS[0]), None, poison, seed,
+                    name=f"{name}-probe")
+    calls = reps_for(probe.timing.p50_ms, device)
+    return harness(fn, Plan(sets=dev_sets, timing=timing_sets, calls=calls), None, poison, seed + 1,
+                   name=name).timing
+
+
+def _time_compiled(harness: Any, op: Any, dev_sets: list[Any], timing_sets: list[int], outputs: list[dict[str, Any]],
+                   device: torch.device, mode: str, lock: DeviceLock) -> dict[str, Any]:
     """torch.compile of the op alone, timed the same way; its error, if it cannot compile, is data.
     It compiles (and autotunes, minutes for max-autotune) on a first call outside the lock."""
-    from kernforge.evaluate.timing import time_rotated
-
     try:
         compiled = torch.compile(lambda *a, **k: op(*a, **k), mode=None if mode == "default" else mode)
-        args, kwargs = inputs
+        args, kwargs = dev_sets[timing_sets[0]]
         compiled(*args, **kwargs)
         with lock.for_timing():
-            timing, _ = time_rotated(compiled, inputs, device)
+            timing = time_op(harness, _calls(compiled), dev_sets, timing_sets, outputs, device, name=mode)
         return {"timing": timing.__dict__, "error": ""}
     except Exception as e:  # noqa: BLE001 - a peer that fails is reported, not fatal
         return {"timing": None, "error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
@@ -110,76 +143,122 @@ def _oracle(op: Any, args: Any, kwargs: Any, upcast: Any) -> Any:
         return op(*upcast(to_device(args, torch.device("cpu"))), **upcast(to_device(kwargs, torch.device("cpu"))))
 
 
-def fresh_inputs(sample: tuple[list[Any], dict[str, Any]], kind: str) -> tuple[list[Any], dict[str, Any]]:
-    """New values for every floating tensor, same shape, dtype and strides.
-
-    normal: N(0, 1). large: N(0, 1) x 100, which overflows exp() in any softmax
-    that forgets to subtract the row maximum. mixed: each row scaled by 10^U(-3, 2),
-    so that tiny and large rows meet in one launch.
-    """
-    def draw(x: Any) -> Any:
-        if not (isinstance(x, torch.Tensor) and x.is_floating_point()):
-            return x
-        out = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype)
-        values = torch.randn(x.shape, dtype=torch.float32)
-        if kind == "large":
-            values *= 100.0
-        elif kind == "mixed" and x.dim() >= 1:
-            rows = torch.empty(x.shape[:-1] + (1,)).uniform_(-3, 2)
-            values *= torch.pow(10.0, rows)
-        out.copy_(values)
-        return out
-    return tree_map(draw, sample)
-
-
 # ---------------------------------------------------------------- candidate
 
 def run_candidate(job: dict[str, Any]) -> dict[str, Any]:
-    """Build, run on every input set, time; the outputs go to a file for the search process to judge."""
-    from kernforge.backends import BuildError, get_backend
+    """Time eager, build the candidate, run one session of its calls (every one made alike, some
+    judged), time eager again; the judged calls' outputs go to a file for the search process."""
+    from kernforge.backends import BuildError, RejectedBuild, get_backend
     from kernforge.capture import decode_tree
-    from kernforge.evaluate.timing import time_rotated  # bound before the candidate loads
+    from kernforge.evaluate.session import Plan, judged_timed_for, make_harness, output_metas, reps_for
     from kernforge.tasks import load_task, resolve_op
 
-    task = load_task(Path(job["task_path"]))
     device = torch.device(job["device"])
+    mark_fd = int(os.environ["KF_MARK_FD"]) if os.environ.get("KF_MARK_FD") else None
+    harness = make_harness(device, mark_fd)  # bound before the candidate loads
+    task = load_task(Path(job["task_path"]))
     backend = get_backend(job["backend"])
-    ref = torch.load(job["reference_path"], weights_only=False)  # inputs only, no oracle
-    ref["input_sets"] = decode_tree(ref["input_sets"])
+    ref = torch.load(job["reference_path"], weights_only=True)  # inputs only, no oracle
+    sets = [to_device(s, device) for s in decode_tree(ref["input_sets"])]
     op = resolve_op(task.op)
     phases = Phases()
     lock = DeviceLock(job.get("device_lock"), checks_exclusive=device.type == "cpu")
+    eager_fn = _calls(op)
+    seed = int.from_bytes(os.urandom(4), "little")  # where the judged calls fall: nowhere on disk
     eager_timing = None
     if backend.timeable():
         with lock.for_timing():
-            eager_timing, _ = time_rotated(op, to_device(ref["input_sets"][0], device), device)
+            eager_timing = time_op(harness, eager_fn, sets, ref["timing"], task.outputs, device, seed)
     phases.mark("eager_timing_s")
+    threads_before = _thread_ids()
     try:
         kernel = backend.build(Path(job["source"]), Path(job["build_dir"]), task.outputs)
+    except RejectedBuild as e:
+        return {"status": "cheat", "reason": f"object scan: {e}"[-4000:], "phases": phases.done("build_s")}
     except BuildError as e:
         return {"status": "compile_error", "reason": str(e)[-4000:], "phases": phases.done("build_s")}
     phases.mark("build_s")
-    with lock.for_checks():
-        failure, produced = run_every_set(kernel, ref, device, in_place=op._schema.is_mutable)
-    phases.mark("checks_s")
+    fn, prepare = _candidate_call(kernel)
+    poison = output_metas(task.outputs)
+    timed = eager_timing is not None
+    plan = Plan(sets=sets, timing=ref["timing"], checks=list(range(len(sets))),
+                calls=reps_for(eager_timing.p50_ms, device) if timed else 0,
+                judged_timed=judged_timed_for(sum(m["nbytes"] for m in poison)) if timed else 0,
+                labels=ref["labels"])
+    failure = _first_call(fn, prepare, sets[0], ref["labels"][0])
+    phases.mark("first_call_s")  # Triton compiles here, outside the device lock
     if failure is not None:
         return {**failure, "timed": False, "phases": phases.seconds}
+    with lock.for_timing() if timed else lock.for_checks():
+        session = harness(fn, plan, prepare, poison, seed + 2, name="candidate")
+    phases.mark("session_s")
+    if session.failure is not None:
+        return {**session.failure, "timed": False, "phases": phases.seconds}
     result: dict[str, Any] = {"status": "ok", "reason": "", "timed": False}
-    if eager_timing is not None:
-        kernel.poison = False  # type: ignore[attr-defined]  # eager pays no such fill
+    if timed:
         with lock.for_timing():
-            timing, last = time_rotated(kernel, to_device(ref["input_sets"][0], device), device)
             # Eager again, right after: the speedup is over the faster of the two eager timings,
             # so a machine that was busier (or a cache colder) when eager was first timed does
             # not pass for a faster kernel (seen on a CPU: eager 5.0 ms first, 0.9-1.0 ms after).
-            # time_rotated and op were bound before the candidate loaded.
-            eager_after, _ = time_rotated(op, to_device(ref["input_sets"][0], device), device)
-        produced["timed"] = _cpu_outputs(last)
+            eager_after = time_op(harness, eager_fn, sets, ref["timing"], task.outputs, device, seed + 3,
+                                  name="eager-after")
         result.update(timed=True, eager_timing=min(eager_timing, eager_after, key=lambda t: t.p50_ms).__dict__,
-                      timing=timing.__dict__,
+                      timing=session.timing.__dict__,
                       eager_p50_ms_before_after=[eager_timing.p50_ms, eager_after.p50_ms])
-    torch.save(produced, job["outputs_path"])
-    return {**result, "outputs_path": job["outputs_path"], "phases": phases.done("timing_s")}
+    threads = _threads_left(threads_before)
+    torch.save({"judged": [_plain_call(c) for c in session.judged], "live_outputs": session.live_outputs,
+                "threads": threads, "native": prepare is not None}, job["outputs_path"])
+    return {**result, "outputs_path": job["outputs_path"], "sessions": list(harness.sessions),
+            "phases": phases.done("timing_s")}
+
+
+def _first_call(fn: Any, prepare: Any, inputs: Any, label: str) -> dict[str, Any] | None:
+    """One call before the session, on a copy of the first set, not judged: Triton compiles the
+    kernel at its first launch (seconds), which must not hold the device lock other workers time
+    under. A failure here is the candidate's, as in the session."""
+    from kernforge.evaluate.session import failure_kind
+
+    args, kwargs = to_device(inputs, inputs_device(inputs))
+    try:
+        fn(args, kwargs, prepare() if prepare is not None else None)
+        if torch.cuda.is_available() and inputs_device(inputs).type == "cuda":
+            torch.cuda.synchronize()
+    except Exception as e:  # noqa: BLE001 - the candidate's failure is data
+        return {"status": failure_kind(e), "reason": f"on {label}: {type(e).__name__}: {e}"[-4000:]}
+    return None
+
+
+def inputs_device(inputs: Any) -> torch.device:
+    from kernforge.evaluate.inputs import tensors_of
+
+    tensors = tensors_of(inputs)
+    return tensors[0].device if tensors else torch.device("cpu")
+
+
+def _candidate_call(kernel: Any) -> tuple[Any, Any]:
+    """(fn, prepare) for the harness. A native kernel writes into outputs the harness makes:
+    three poisoned sets, one drawn at random before each call, so that no call finds its output
+    where the last one left it."""
+    if not hasattr(kernel, "run"):
+        return (lambda args, kwargs, _prepared: kernel(*args, **kwargs)), None
+    import random
+
+    pool = [kernel.new_outputs(poison=True) for _ in range(3)]
+    pick = random.Random(int.from_bytes(os.urandom(4), "little"))
+
+    def prepare() -> list[torch.Tensor]:
+        outputs = pool[pick.randrange(len(pool))]
+        for t in outputs:
+            if t.is_floating_point():
+                t.fill_(float("nan"))
+        return outputs
+
+    return (lambda args, kwargs, outputs: kernel.run(outputs, args, kwargs)), prepare
+
+
+def _plain_call(call: Any) -> dict[str, Any]:
+    return {"position": call.position, "set": call.set_index, "outputs": call.outputs,
+            "out_meta": call.out_meta, "in_meta": call.in_meta, "digests": call.digests}
 
 
 class Phases:
@@ -199,125 +278,35 @@ class Phases:
         return self.seconds
 
 
-def run_every_set(kernel: Any, ref: dict[str, Any], device: torch.device,
-                  in_place: bool) -> tuple[dict[str, Any] | None, dict[str, Any]]:
-    """Run the kernel on every input set and once more at reused addresses.
+def _thread_ids() -> set[str]:
+    return set(os.listdir("/proc/self/task"))
 
-    What needs no oracle is checked here: exceptions, outputs aliasing inputs, inputs
-    changed. The outputs themselves are returned for the search process to compare.
-    """
-    from kernforge.evaluate.checks import aliased_input, outputs_list
 
-    produced: dict[str, Any] = {"labels": [], "sets": [], "reused": None, "timed": None}
-    for label, inputs in zip(ref["labels"], ref["input_sets"]):
-        args, kwargs = to_device(inputs, device)
-        tensors = _tensors((args, kwargs))
-        before = [t.clone() for t in tensors]
-        poison_free_memory(ref["outputs_meta"], device)
+def _threads_left(before: set[str], settle_s: float = 0.5) -> dict[str, Any]:
+    """Threads the candidate's load or calls added, and child processes, once the calls are over.
+    A new thread may stay if it sleeps (an OpenMP pool waits for the next parallel region);
+    one still running after settle_s, or any child process, is work outside the calls."""
+    deadline = time.perf_counter() + settle_s
+    while True:
+        new = sorted(_thread_ids() - before)
+        running = [tid for tid in new if _thread_state(tid) == "R"]
+        if not running or time.perf_counter() > deadline:
+            break
+        time.sleep(0.02)
+    children = []
+    for tid in _thread_ids():
         try:
-            outs = outputs_list(kernel(*args, **kwargs))
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-        except Exception as e:  # noqa: BLE001 - the candidate's failure is data
-            return {"status": _failure_kind(e), "reason": f"on {label}: {type(e).__name__}: {e}"[-4000:]}, produced
-        alias = None if in_place else aliased_input(outs, tensors)
-        if alias is not None:
-            return {"status": "cheat", "reason": f"on {label}: output {alias[0]} shares memory with input "
-                                                 f"{alias[1]}; the op is not in-place"}, produced
-        changed = _changed_input(before, tensors)
-        if changed is not None and not in_place:
-            return {"status": "cheat", "reason": f"on {label}: input {changed} was modified"}, produced
-        layout = _layout_mismatch(outs, ref["outputs_meta"])
-        if layout:
-            return {"status": "wrong_result", "reason": f"on {label}: {layout}"}, produced
-        produced["labels"].append(label)
-        produced["sets"].append(_cpu_outputs(outs))
+            children += Path(f"/proc/self/task/{tid}/children").read_text().split()
+        except OSError:
+            pass
+    return {"new": len(new), "running": len(running), "children": [int(c) for c in children]}
+
+
+def _thread_state(tid: str) -> str:
     try:
-        produced["reused"] = _same_address_new_values(kernel, ref, device)
-    except Exception as e:  # noqa: BLE001
-        return {"status": _failure_kind(e), "reason": f"on a reused input: {type(e).__name__}: {e}"}, produced
-    return None, produced
-
-
-def _layout_mismatch(outs: list[torch.Tensor], metas: list[dict[str, Any]]) -> str | None:
-    """Outputs must have the reference's strides (dimensions of size 1 have no meaningful stride)."""
-    for i, (out, meta) in enumerate(zip(outs, metas)):
-        if list(out.shape) != meta["shape"]:
-            continue  # the shape check, with the oracle, says it better
-        got = [st for st, n in zip(out.stride(), out.shape) if n > 1]
-        want = [st for st, n in zip(meta["stride"], meta["shape"]) if n > 1]
-        if got != want:
-            return f"output {i} has strides {tuple(out.stride())}, the reference's are {tuple(meta['stride'])}"
-    return None
-
-
-def _same_address_new_values(kernel: Any, ref: dict[str, Any], device: torch.device) -> list[torch.Tensor] | None:
-    """Call twice on the same input tensors, with input set 1's values the second time: a kernel
-    that remembers results by input address returns the first answer again."""
-    from kernforge.evaluate.checks import outputs_list
-
-    if len(ref["input_sets"]) < 2:
-        return None
-    # Copies: on a CPU to_device returns the very tensors of input set 0, which timing uses later.
-    args, kwargs = tree_map(lambda x: x.clone() if isinstance(x, torch.Tensor) else x,
-                            to_device(ref["input_sets"][0], device))
-    tensors = _tensors((args, kwargs))
-    outputs_list(kernel(*args, **kwargs))
-    for t, new in zip(tensors, _tensors(to_device(ref["input_sets"][1], device))):
-        t.copy_(new)  # same addresses, the second set's values
-    outs = outputs_list(kernel(*args, **kwargs))
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return _cpu_outputs(outs)
-
-
-def _cpu_outputs(out: Any) -> list[torch.Tensor]:
-    from kernforge.evaluate.checks import outputs_list
-
-    return [t.detach().cpu().clone() for t in outputs_list(out)]
-
-
-def poison_free_memory(outputs: list[dict[str, Any]], device: torch.device, copies: int = 3) -> None:
-    """Fill the memory a candidate's outputs will most likely get with NaN.
-
-    A candidate that allocates its own outputs (Triton) gets them from torch's
-    allocator, which hands back recently freed blocks of the same size: on a GPU
-    those may still hold eager's correct result from the timing above, and an
-    output element the kernel forgets to write would pass. Allocating blocks of
-    the outputs' sizes, filling them with 0xFF bytes (NaN in every float format)
-    and freeing them leaves NaN where the outputs will land. torch's CUDA caching
-    allocator reuses such a block deterministically; glibc on a CPU may or may not
-    (seen here both ways), so on a CPU this is best effort (the cpu backend fills the
-    outputs it allocates itself). The H200 check exercises the GPU case.
-    """
-    blocks = []
-    for meta in outputs:
-        dtype = getattr(torch, meta["dtype"].replace("torch.", ""))
-        numel = 1 + sum((size - 1) * stride for size, stride in zip(meta["shape"], meta["stride"]))
-        nbytes = max(1, numel * torch.empty((), dtype=dtype).element_size())
-        blocks += [torch.full((nbytes,), 0xFF, dtype=torch.uint8, device=device) for _ in range(copies)]
-    del blocks
-
-
-def _failure_kind(e: Exception) -> str:
-    if isinstance(e, MemoryError) or "out of memory" in str(e).lower() or "can't allocate" in str(e).lower():
-        return "out_of_memory"
-    # Triton compiles a kernel at its first launch, so its compile errors arrive here.
-    return "compile_error" if type(e).__module__.startswith("triton") else "runtime_error"
-
-
-def _tensors(value: Any) -> list[torch.Tensor]:
-    from torch.utils._pytree import tree_flatten
-
-    return [t for t in tree_flatten(value)[0] if isinstance(t, torch.Tensor)]
-
-
-def _changed_input(before: list[torch.Tensor], after: list[torch.Tensor]) -> int | None:
-    for i, (b, a) in enumerate(zip(before, after)):
-        if not torch.equal(b, a) and not (b.is_floating_point() and torch.equal(b.isnan(), a.isnan())
-                                          and torch.equal(b.nan_to_num(), a.nan_to_num())):
-            return i
-    return None
+        return Path(f"/proc/self/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "?"
 
 
 # ---------------------------------------------------------------- helpers
@@ -329,10 +318,6 @@ def limit_memory(limit_bytes: int) -> None:
     import resource
 
     resource.setrlimit(resource.RLIMIT_DATA, (limit_bytes, limit_bytes))
-
-
-def to_device(value: Any, device: torch.device) -> Any:
-    return tree_map(lambda x: x.to(device) if isinstance(x, torch.Tensor) else x, value)
 
 
 def device_name(device: torch.device) -> str:

@@ -1,0 +1,149 @@
+"""The input sets a candidate is checked and timed on, and the copies that carry them.
+
+A set is one (args, kwargs) of the op's signature. The baseline makes them: the
+captured real sets, value variants of the real ones for timing (the same values
+in another order, so that timed calls never repeat one set's values while their
+distribution, and so any value-dependent cost, stays the model's), and fresh
+draws, some adversarial. Every tensor keeps its layout exactly: shape, strides,
+storage offset, gaps between rows (a half of `x.chunk(2, -1)`) and broadcast
+(stride-0) dimensions, because a kernel is proved on the layout it will meet.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.utils._pytree import tree_flatten, tree_map
+
+# Fresh sets, drawn for every floating tensor (integer tensors are kept as captured):
+#   normal  N(0, 1)
+#   large   N(0, 1) x 100: overflows exp() in a softmax that forgets to subtract the maximum
+#   mixed   each row scaled by 10^U(-3, 2): tiny and large rows in one launch
+#   offset  1000 + N(0, 1): a mean far from zero, where a one-pass variance (E[x^2] - E[x]^2)
+#           loses every digit (float32: 1e6 * 1.2e-7 = 0.12 of a unit variance)
+#   wide    +-10^U(-r, r) per element (r = 6 for 32/64-bit, 3 for 16-bit, which a square
+#           overflows beyond 10^4.8): a dynamic range no real set has
+FRESH_KINDS = ("normal", "large", "mixed", "offset", "wide")
+# Timed calls rotate among at least this many sets of different values (real ones first).
+TIMING_SETS = 3
+
+
+def extent(t: torch.Tensor) -> int:
+    """Elements of storage the tensor spans from its offset: what a layout-keeping copy holds."""
+    if t.numel() == 0:
+        return 0
+    return 1 + sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))
+
+
+def flat_span(t: torch.Tensor) -> torch.Tensor:
+    """The storage the tensor spans, as one contiguous 1-D view (its gaps and overlaps included)."""
+    return torch.as_strided(t, (extent(t),), (1,), t.storage_offset())
+
+
+def layout_copy(t: torch.Tensor, device: torch.device | str | None = None) -> torch.Tensor:
+    """A copy with the same shape and strides, on `device`: gaps and stride-0 dimensions kept
+    (clone() makes a non-dense view contiguous; copy_() refuses a stride-0 destination)."""
+    device = t.device if device is None else device
+    span = torch.empty(extent(t), dtype=t.dtype, device=device)
+    span.copy_(flat_span(t.detach()))
+    return torch.as_strided(span, t.shape, t.stride(), 0)
+
+
+def refill(dst: torch.Tensor, src: torch.Tensor) -> None:
+    """Write src's values into dst's memory; both have the same layout (layout_copy of one set)."""
+    flat_span(dst).copy_(flat_span(src), non_blocking=True)
+
+
+def tensors_of(value: Any) -> list[torch.Tensor]:
+    return [t for t in tree_flatten(value)[0] if isinstance(t, torch.Tensor)]
+
+
+def to_device(value: Any, device: torch.device) -> Any:
+    """Every tensor of a set on `device`, its layout kept."""
+    return tree_map(lambda x: layout_copy(x, device) if isinstance(x, torch.Tensor) else x, value)
+
+
+def fresh_set(sample: Any, kind: str, generator: torch.Generator) -> Any:
+    """New values of distribution `kind` for every floating tensor of `sample`, layout kept;
+    where a tensor broadcasts (stride 0), the drawn value is shared along that dimension."""
+    def draw(x: Any) -> Any:
+        if not (isinstance(x, torch.Tensor) and x.is_floating_point()):
+            return x
+        span = _draw(extent(x), kind, x, generator).to(x.dtype)
+        return torch.as_strided(span, x.shape, x.stride(), 0)
+    return tree_map(draw, sample)
+
+
+def _draw(n: int, kind: str, like: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    values = torch.randn(n, generator=generator, dtype=torch.float64)
+    if kind == "large":
+        return values * 100.0
+    if kind == "offset":
+        return values + 1000.0
+    if kind == "wide":
+        r = 3.0 if like.element_size() <= 2 else 6.0
+        exponent = torch.rand(n, generator=generator, dtype=torch.float64) * 2 * r - r
+        return torch.sign(values) * torch.pow(10.0, exponent)
+    if kind == "mixed" and like.dim() >= 1 and like.shape[-1] > 0:
+        # a scale per run of last-dimension elements in storage order: per row for a dense tensor
+        row = max(1, like.shape[-1])
+        scales = torch.pow(10.0, torch.rand((n + row - 1) // row, generator=generator, dtype=torch.float64) * 5 - 3)
+        return values * scales.repeat_interleave(row)[:n]
+    return values
+
+
+def permuted_set(sample: Any, generator: torch.Generator) -> Any:
+    """The same values as `sample` in another order, per floating tensor: a timing set whose
+    values differ from every other set's while their distribution is the model's own."""
+    def permute(x: Any) -> Any:
+        if not (isinstance(x, torch.Tensor) and x.is_floating_point()) or extent(x) < 2:
+            return x
+        span = flat_span(x.detach())
+        order = torch.randperm(span.numel(), generator=generator)
+        return torch.as_strided(span[order].contiguous(), x.shape, x.stride(), 0)
+    return tree_map(permute, sample)
+
+
+def make_sets(real: list[Any], seed: int) -> tuple[list[Any], list[str], list[int]]:
+    """(sets, labels, timing): every set the candidate is judged on, and which of them the timed
+    calls rotate among (the real sets, then permuted copies of them up to TIMING_SETS)."""
+    generator = torch.Generator().manual_seed(seed)
+    sets, labels = list(real), [f"real{i}" for i in range(len(real))]
+    for k in range(max(0, TIMING_SETS - len(real))):
+        sets.append(permuted_set(real[k % len(real)], generator))
+        labels.append(f"real{k % len(real)}-permuted{k}")
+    timing = list(range(len(sets)))
+    for kind in FRESH_KINDS:
+        sets.append(fresh_set(real[0], kind, generator))
+        labels.append(f"fresh-{kind}")
+    return sets, labels, timing
+
+
+def mutated_inputs(schema: Any) -> list[int]:
+    """Indices, among the op's tensor arguments in order, of those the op writes (in-place ops)."""
+    written = []
+    index = 0
+    for arg in schema.arguments:
+        is_tensor = "Tensor" in str(arg.type)
+        if is_tensor:
+            if arg.alias_info is not None and arg.alias_info.is_write:
+                written.append(index)
+            index += 1
+    return written
+
+
+def digest(t: torch.Tensor) -> torch.Tensor:
+    """Two integer sums of the storage a tensor spans (plain and position-weighted), as a tensor
+    on its device (no host sync): equal for equal bytes whatever the summation order (integer
+    sums wrap alike on every device), so an input the candidate changed is told from one it
+    left alone without a copy of it."""
+    span = flat_span(t.detach())
+    if span.data_ptr() % 4:
+        span = span.clone()  # aligned, so that the same bytes are read as the same words
+    words = span.view(torch.uint8)
+    if words.numel() % 4 == 0:
+        words = words.view(torch.int32)
+    words = words.to(torch.int64)
+    weights = torch.arange(words.numel(), device=words.device, dtype=torch.int64) % 65521 + 1
+    return torch.stack([words.sum(), (words * weights).sum()])

@@ -1,0 +1,340 @@
+"""One session of calls: how every call of a candidate (or of eager) is made, checked and timed.
+
+A candidate cannot tell a checked call from a timed one, because there is no such
+difference: every call of a session is made the same way, and any of them may be
+judged.
+
+  before each call   the input slot it will use was refilled with another set's values
+                     some calls earlier (so no address ever sees the same values twice in a
+                     row); memory the outputs may land in is filled with NaN (0xFF); on a GPU,
+                     L2 is flushed by a 256 MB read and the GPU spins for a runway
+  the call           between two CUDA events (GPU) or two reads of the host clock (CPU)
+  after each call    its outputs are copied out, into a buffer that is kept where the call
+                     is judged and into scratch where it is not: the same work either way
+
+The sets the checks need (every set once, the adversarial draws among them) and a
+number of timed calls, all at positions drawn at random, are judged; the others only
+count for the time. A random share of timed calls also waits for the whole device
+before its end event, which exposes work on other streams. Everything the loop calls
+is bound when the harness is made, before any candidate loads.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import os
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from kernforge.evaluate.inputs import digest, flat_span, layout_copy, tensors_of
+from kernforge.evaluate.timing import Timing
+
+# Repeats: about GPU_TARGET_MS (GPU) or CPU_TARGET_MS (CPU) of calls at the reference's speed,
+# within CALLS; a few warm-up calls first (page faults, OpenMP thread start, Triton's compile),
+# their number drawn so that no count tells a phase.
+GPU_TARGET_MS, CPU_TARGET_MS, CALLS, WARMUP = 100.0, 1000.0, (20, 500), (3, 7)
+# Rotate among enough input slots to cover 4x the cache (an H200 has 50 MB of L2; 60 MB leaves
+# a margin; a server CPU's last level is tens of MB), at most 16.
+CACHE_BYTES = {"cuda": 60 << 20, "cpu": 32 << 20}
+MAX_SLOTS = 16
+# Timed calls that are also judged, at random positions: at most 8, and at most 512 MB of kept
+# outputs. With the timing sets' own checks a candidate lazy on a quarter of its calls is caught
+# with probability 1 - 0.75^11 = 0.96.
+JUDGED_TIMED, KEPT_BYTES = 8, 512 << 20
+SYNCED_SHARE, SYNCED_MAX = 0.1, 50
+FLUSH_BYTES = 256 << 20
+# After the flush the GPU spins for 1M cycles (about 0.5 ms) before the start event: the host has
+# that long to launch the whole call, so a host held up by other workers does not leave the GPU
+# idle inside the timed span (a two-launch softmax's p20-p80 spread went from 0.44-0.66 of the
+# median to 0.02-0.03; bench/results/h200/timing_noise.md).
+RUNWAY_CYCLES = 1_000_000
+POISON_COPIES = 2
+
+
+@dataclass
+class Call:
+    """One judged call: which set it ran on, what it returned and what it left behind."""
+
+    position: int
+    set_index: int
+    outputs: list[torch.Tensor]  # copies of its outputs, on the CPU
+    out_meta: list[dict[str, Any]]  # shape, stride, dtype, storage ptr and bytes, per output
+    in_meta: list[dict[str, Any]]  # storage ptr and bytes, per input tensor
+    digests: list[list[int]]  # per input tensor, after the call (inputs.digest)
+
+
+@dataclass
+class SessionResult:
+    timing: Timing | None
+    judged: list[Call] = field(default_factory=list)
+    failure: dict[str, Any] | None = None  # {"status", "reason"}: the candidate raised or returned no tensor
+    calls: int = 0
+    events_ms: float = 0.0  # the sum of every call's own measured time (host-clock agreement)
+    host_s: float = 0.0  # the session's own host time from its first call to its end
+    live_outputs: int = 0  # outputs of earlier calls still held by someone after the session
+
+
+@dataclass
+class Plan:
+    """What one session runs: the sets (on the device), which of them timed calls rotate among,
+    which are judged once each, how many timed calls, and how many of those are judged."""
+
+    sets: list[Any]
+    timing: list[int]
+    checks: list[int] = field(default_factory=list)
+    calls: int = 0  # timed calls; 0: none (an untimed session: the checks only)
+    judged_timed: int = 0
+    labels: list[str] = field(default_factory=list)
+
+
+def reps_for(reference_ms: float, device: torch.device) -> int:
+    target = GPU_TARGET_MS if device.type == "cuda" else CPU_TARGET_MS
+    return int(min(CALLS[1], max(CALLS[0], target / max(reference_ms, 1e-3))))
+
+
+def judged_timed_for(output_bytes: int) -> int:
+    return max(3, min(JUDGED_TIMED, KEPT_BYTES // max(1, output_bytes)))
+
+
+def make_harness(device: torch.device, mark_fd: int | None = None) -> Callable[..., SessionResult]:
+    """The session runner, with every clock, event and copy it uses bound now (call this before
+    a candidate loads: a patched torch.cuda.Event or time.perf_counter cannot reach it)."""
+    perf = time.perf_counter
+    collect = gc.collect
+    write = os.write
+    Event = torch.cuda.Event
+    synchronize = torch.cuda.synchronize
+    spin = getattr(torch.cuda, "_sleep", None)
+    tsum, empty, full, uint8 = torch.sum, torch.empty, torch.full, torch.uint8
+    copy_ = torch.Tensor.copy_
+    Tensor = torch.Tensor
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    cuda = device.type == "cuda"
+
+    def mark(what: bytes) -> None:
+        if mark_fd is not None:
+            try:
+                write(mark_fd, what)
+            except OSError:
+                pass
+
+    def run(fn: Callable[..., Any], plan: Plan, prepare: Callable[[], Any] | None, poison: list[dict[str, Any]],
+            seed: int, name: str = "", warmup: int | None = None) -> SessionResult:
+        """fn(args, kwargs, prepared) -> outputs; prepare() -> what fn gets (outputs to write,
+        for the native backends), called outside the timed span; poison: output metas. Each
+        finished session is logged in run.sessions (name, calls, events_ms, host_s), in order."""
+        rng = random.Random(seed)
+        order = _schedule(plan, rng, warmup)
+        slots, slot_values = _slots(plan, order)
+        timed_calls = [n for n, (_, timed, _) in enumerate(order) if timed]
+        synced = set(rng.sample(timed_calls, min(SYNCED_MAX, int(SYNCED_SHARE * len(timed_calls))))) if cuda else set()
+        flush = empty(FLUSH_BYTES // 4, dtype=torch.float32, device=device) if cuda else None
+        scratch_box[0] = {}
+        result = SessionResult(timing=None)
+        starts, ends, stream_ends, samples_host = [], [], {}, []
+        refs: list[Any] = []
+        half = len(slots) // 2
+        mark(b"S")
+        started = perf()
+        for n, (set_index, timed, judged) in enumerate(order):
+            ahead = n + half
+            if half and ahead < len(order) and ahead >= len(slots):
+                _refill(slots[ahead % len(slots)], plan.sets[order[ahead][0]])
+            elif not half and n > 0:
+                _refill(slots[0], plan.sets[set_index])
+            args, kwargs = slots[n % len(slots)]
+            prepared = prepare() if prepare is not None else None
+            _poison(poison)
+            if cuda:
+                tsum(flush)
+                if spin is not None and RUNWAY_CYCLES:
+                    spin(RUNWAY_CYCLES)
+                start, end = Event(enable_timing=True), Event(enable_timing=True)
+                start.record()
+            else:
+                t0 = perf()
+            try:
+                out = fn(args, kwargs, prepared)
+            except Exception as e:  # noqa: BLE001 - the candidate's failure is data
+                mark(b"E")
+                label = plan.labels[set_index] if plan.labels else f"set {set_index}"
+                result.failure = {"status": failure_kind(e), "reason": f"on {label}: {type(e).__name__}: {e}"[-4000:]}
+                return result
+            if cuda:
+                if n in synced:
+                    stream_end = Event(enable_timing=True)
+                    stream_end.record()
+                    synchronize()
+                    stream_ends[n] = stream_end
+                end.record()
+                starts.append(start)
+                ends.append(end)
+            else:
+                samples_host.append((perf() - t0) * 1e3)
+            outs, why = _plain_outputs(out)
+            if why:
+                mark(b"E")
+                result.failure = {"status": "wrong_result", "reason": why}
+                return result
+            refs += [StorageWeakRef(o.untyped_storage()) for o in outs if prepared is None]
+            kept = _copy_out(outs, judged)
+            if judged:
+                result.judged.append(Call(position=n, set_index=set_index, outputs=kept,
+                                          out_meta=[_meta(o) for o in outs],
+                                          in_meta=[_storage(t) for t in tensors_of((args, kwargs))],
+                                          digests=[digest(t) for t in tensors_of((args, kwargs))]))
+            del out, outs
+        if cuda:
+            synchronize()
+        result.host_s = perf() - started
+        mark(b"E")
+        result.calls = len(order)
+        if cuda:
+            times = [s.elapsed_time(e) for s, e in zip(starts, ends)]
+        else:
+            times = samples_host
+        result.events_ms = sum(times)
+        timed_plain = sorted(t for n, t in enumerate(times) if order[n][1] and n not in synced)
+        if timed_plain:
+            synced_times = [times[n] for n in sorted(stream_ends)]
+            gaps = [stream_ends[n].elapsed_time(ends[n]) for n in sorted(stream_ends)]
+            result.timing = _timing(timed_plain, "cuda-events,l2-flush-read,runway,rotated,refilled" if cuda
+                                    else "wall-clock,rotated,refilled",
+                                    synced_ms=sorted(synced_times)[len(synced_times) // 2] if synced_times else None,
+                                    sync_gap_ms=min(gaps) if gaps else None,
+                                    host_ms=result.host_s * 1e3 / max(1, len(order)))
+            result.timing.copies = len(slots)
+        for call in result.judged:
+            call.outputs = [t.cpu() for t in call.outputs]
+            call.digests = [[int(v) for v in d.tolist()] for d in call.digests]
+        del slots, slot_values, args, kwargs, prepared
+        scratch_box[0] = {}
+        collect()  # Triton's interpreter holds launch arguments in reference cycles for a while
+        result.live_outputs = sum(1 for r in refs if not r.expired())
+        sessions.append({"name": name, "calls": result.calls, "events_ms": result.events_ms,
+                         "host_s": result.host_s})
+        return result
+
+    def _schedule(plan: Plan, rng: random.Random, warmup: int | None) -> list[tuple[int, bool, bool]]:
+        """(set, timed, judged) per call: warm-up calls, then timed calls with the checks among
+        them at random positions. Each call's set differs from the last one on its slot."""
+        warm = rng.randint(*WARMUP) if warmup is None else warmup
+        timed_count = plan.calls
+        total = (warm + timed_count + len(plan.checks)) if timed_count else len(plan.checks)
+        kinds = [("timed", None)] * total
+        positions = list(range(total))
+        rng.shuffle(positions)
+        check_at = positions[:len(plan.checks)]
+        timed_positions = [p for p in range(warm if timed_count else 0, total) if p not in set(check_at)]
+        judged_timed = set(rng.sample(timed_positions, min(plan.judged_timed, len(timed_positions))))
+        for p, s in zip(check_at, plan.checks):
+            kinds[p] = ("check", s)
+        slots = _slot_count(plan)
+        last: dict[int, int] = {}
+        order = []
+        for p, (kind, s) in enumerate(kinds):
+            slot = p % slots
+            if kind == "timed":
+                choices = [t for t in plan.timing if t != last.get(slot)] or plan.timing
+                s = rng.choice(choices)
+            last[slot] = s
+            timed = kind == "timed" and bool(timed_count) and p >= warm
+            order.append((s, timed, kind == "check" or p in judged_timed))
+        return order
+
+    def _slot_count(plan: Plan) -> int:
+        size = max(1, sum(t.numel() * t.element_size() for t in tensors_of(plan.sets[0])))
+        if not plan.calls:
+            return 1
+        return max(1, min(MAX_SLOTS, math.ceil(4 * CACHE_BYTES.get(device.type, 0) / size)))
+
+    def _slots(plan: Plan, order: list[tuple[int, bool, bool]]) -> tuple[list[Any], list[int]]:
+        from torch.utils._pytree import tree_map
+
+        count = min(_slot_count(plan), len(order)) or 1
+        slots = [tree_map(lambda x: layout_copy(x) if isinstance(x, Tensor) else x, plan.sets[order[k][0]])
+                 for k in range(count)]
+        return slots, [order[k][0] for k in range(count)]
+
+    def _refill(slot: Any, values: Any) -> None:
+        for dst, src in zip(tensors_of(slot), tensors_of(values)):
+            copy_(flat_span(dst), flat_span(src), non_blocking=True)
+
+    def _poison(metas: list[dict[str, Any]]) -> None:
+        """NaN where the outputs will most likely land: blocks of the outputs' sizes, filled with
+        0xFF bytes (NaN in every float format) and freed, which torch's allocator hands back
+        next (deterministically on a GPU, best effort on a CPU's malloc)."""
+        blocks = [full((max(1, m["nbytes"]),), 0xFF, dtype=uint8, device=device)
+                  for m in metas for _ in range(POISON_COPIES)]
+        del blocks
+
+    def _copy_out(outs: list[torch.Tensor], keep: bool) -> list[torch.Tensor]:
+        kept = []
+        for o in outs:
+            if keep:
+                dst = empty(o.shape, dtype=o.dtype, device=o.device)
+                kept.append(dst)
+            else:
+                key = (tuple(o.shape), o.dtype, str(o.device))
+                if key not in scratch_box[0]:
+                    scratch_box[0][key] = empty(o.shape, dtype=o.dtype, device=o.device)
+                dst = scratch_box[0][key]
+            copy_(dst, o, non_blocking=True)
+        return kept
+
+    scratch_box: list[dict[tuple, torch.Tensor]] = [{}]
+    sessions: list[dict[str, Any]] = []
+
+    def _plain_outputs(out: Any) -> tuple[list[torch.Tensor], str | None]:
+        from torch.utils._pytree import tree_flatten
+
+        leaves = [out] if type(out) is Tensor else tree_flatten(out)[0]
+        for i, leaf in enumerate(leaves):
+            if type(leaf) is not Tensor:
+                return [], f"output {i} is a {type(leaf).__module__}.{type(leaf).__qualname__}, not a torch.Tensor"
+            if leaf.device.type != device.type:
+                return [], f"output {i} is on {leaf.device}, the inputs on {device}"
+        return leaves, None
+
+    run.sessions = sessions  # type: ignore[attr-defined]
+    return run
+
+
+def _meta(t: torch.Tensor) -> dict[str, Any]:
+    return {"shape": list(t.shape), "stride": list(t.stride()), "dtype": str(t.dtype), **_storage(t)}
+
+
+def _storage(t: torch.Tensor) -> dict[str, Any]:
+    """The bytes of memory a tensor spans: [ptr, ptr + nbytes)."""
+    span = flat_span(t) if t.numel() else t
+    return {"ptr": int(span.data_ptr()), "nbytes": int(span.numel() * span.element_size())}
+
+
+def _timing(samples: list[float], method: str, **cross_checks: Any) -> Timing:
+    pick = lambda q: samples[min(len(samples) - 1, int(q * len(samples)))]  # noqa: E731
+    return Timing(p20_ms=pick(0.2), p50_ms=pick(0.5), p80_ms=pick(0.8), runs=len(samples), method=method,
+                  **cross_checks)
+
+
+def failure_kind(e: BaseException) -> str:
+    if isinstance(e, MemoryError) or "out of memory" in str(e).lower() or "can't allocate" in str(e).lower():
+        return "out_of_memory"
+    # Triton compiles a kernel at its first launch, so its compile errors arrive here.
+    return "compile_error" if type(e).__module__.startswith("triton") else "runtime_error"
+
+
+def output_metas(outputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The task's output metas with the bytes each spans (what the poison fills)."""
+    metas = []
+    for meta in outputs:
+        dtype = getattr(torch, meta["dtype"].replace("torch.", ""))
+        numel = 1 + sum((size - 1) * stride for size, stride in zip(meta["shape"], meta["stride"]))
+        metas.append({**meta, "nbytes": numel * torch.empty((), dtype=dtype).element_size()})
+    return metas

@@ -1,0 +1,245 @@
+"""The harness's session and the judge, in process (no worker): fast unit tests.
+
+The session is run on the CPU with small Python callables standing in for kernels; the
+judge on files written here the way the worker writes them, and on files a candidate
+could have doctored.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+import torch
+
+from kernforge.evaluate.checks import element_bound
+from kernforge.evaluate.judge import Oracle, judge
+from kernforge.evaluate.runner import host_clock_disagrees
+from kernforge.evaluate.session import Plan, make_harness
+
+CPU = torch.device("cpu")
+
+
+def softmax_sets(count: int = 4, seed: int = 0) -> list:
+    gen = torch.Generator().manual_seed(seed)
+    return [([torch.randn(3, 8, generator=gen), -1, False], {}) for _ in range(count)]
+
+
+def softmax_fn(args, kwargs, _prepared):
+    return torch.softmax(args[0], -1)
+
+
+def poison_meta() -> list[dict]:
+    return [{"shape": [3, 8], "stride": [8, 1], "dtype": "torch.float32", "nbytes": 96}]
+
+
+def run(fn, plan, seed=0, prepare=None):
+    return make_harness(CPU)(fn, plan, prepare, poison_meta(), seed, name="candidate")
+
+
+# ---------------------------------------------------------------- the session
+
+def test_every_check_set_is_judged_once_at_positions_that_change_with_the_seed():
+    sets = softmax_sets(5)
+    plan = Plan(sets=sets, timing=[0, 1, 2], checks=[0, 1, 2, 3, 4], calls=40, judged_timed=3)
+    positions = []
+    for seed in range(4):
+        result = run(softmax_fn, plan, seed)
+        assert result.failure is None and result.timing is not None
+        checked = [c.set_index for c in result.judged]
+        assert sorted(set(checked)) == [0, 1, 2, 3, 4]
+        assert len(result.judged) == 5 + 3  # each check set once, and three timed calls
+        positions.append(tuple(c.position for c in result.judged))
+        assert result.calls >= 40 + 5
+    assert len(set(positions)) > 1  # no fixed place a candidate could learn
+
+
+def test_no_input_slot_sees_the_same_values_twice_in_a_row():
+    sets = softmax_sets(3)
+    seen: dict[int, list[float]] = {}
+
+    def spy(args, kwargs, _prepared):
+        seen.setdefault(args[0].data_ptr(), []).append(float(args[0][0, 0]))
+        return torch.softmax(args[0], -1)
+
+    run(spy, Plan(sets=sets, timing=[0, 1, 2], calls=60))
+    assert seen
+    for values in seen.values():
+        assert all(a != b for a, b in zip(values, values[1:])), values
+
+
+def test_judged_outputs_are_those_of_their_own_call():
+    """A kernel right only on every third call is caught whatever calls are judged."""
+    sets = softmax_sets(3)
+    state = {"n": 0}
+
+    def lazy(args, kwargs, _prepared):
+        state["n"] += 1
+        return torch.softmax(args[0], -1) if state["n"] % 3 == 0 else torch.zeros_like(args[0])
+
+    result = run(lazy, Plan(sets=sets, timing=[0, 1, 2], checks=[0, 1, 2], calls=30, judged_timed=4))
+    wrong = [c for c in result.judged if not torch.allclose(c.outputs[0], torch.softmax(sets[c.set_index][0][0], -1))]
+    assert wrong  # the judged copies are what each call returned
+
+
+def test_a_raising_kernel_is_a_failure_that_names_the_set():
+    def broken(args, kwargs, _prepared):
+        raise ValueError("no")
+
+    result = run(broken, Plan(sets=softmax_sets(2), timing=[0, 1], checks=[0, 1], calls=5, labels=["a", "b"]))
+    assert result.failure["status"] == "runtime_error"
+    assert result.failure["reason"] in ("on a: ValueError: no", "on b: ValueError: no")
+
+
+def test_an_output_that_is_not_a_plain_tensor_is_refused_before_use():
+    class Sneaky(torch.Tensor):
+        pass
+
+    def sneaky(args, kwargs, _prepared):
+        return torch.softmax(args[0], -1).as_subclass(Sneaky)
+
+    result = run(sneaky, Plan(sets=softmax_sets(2), timing=[0, 1], checks=[0], calls=5))
+    assert result.failure["status"] == "wrong_result"
+    assert "Sneaky, not a torch.Tensor" in result.failure["reason"]
+
+
+def test_outputs_kept_by_the_kernel_are_counted():
+    cache = []
+
+    def keeps(args, kwargs, _prepared):
+        out = torch.softmax(args[0], -1)
+        cache.append(out)
+        return out
+
+    assert run(keeps, Plan(sets=softmax_sets(2), timing=[0, 1], calls=10)).live_outputs > 0
+    assert run(softmax_fn, Plan(sets=softmax_sets(2), timing=[0, 1], calls=10)).live_outputs == 0
+
+
+def test_the_timer_is_bound_when_the_harness_is_made(monkeypatch):
+    import time
+
+    harness = make_harness(CPU)
+    monkeypatch.setattr(time, "perf_counter", lambda: 0.0)  # a candidate patching the clock
+    result = harness(softmax_fn, Plan(sets=softmax_sets(2), timing=[0, 1], calls=20), None, poison_meta(), 0)
+    assert result.timing.p50_ms > 0 and result.host_s > 0
+
+
+# ---------------------------------------------------------------- the judge
+
+def oracle_for_sets(sets) -> Oracle:
+    from kernforge.evaluate.inputs import digest
+
+    oracles = [[torch.softmax(s[0][0].double(), -1)] for s in sets]
+    return Oracle({"oracles": oracles, "labels": [f"s{i}" for i in range(len(sets))],
+                   "bounds": [[element_bound(o[0], o[0], torch.float32)] for o in oracles],
+                   "digests": [[digest(s[0][0]).tolist()] for s in sets], "dtypes": ["torch.float32"],
+                   "mutated": [], "outputs_meta": [{"shape": [3, 8], "stride": [8, 1], "dtype": "torch.float32"}]})
+
+
+def produced_by(fn, sets, path: Path, **plan) -> Path:
+    from kernforge.evaluate.worker import _plain_call
+
+    result = run(fn, Plan(sets=sets, timing=list(range(len(sets))), checks=list(range(len(sets))), **plan))
+    torch.save({"judged": [_plain_call(c) for c in result.judged], "live_outputs": result.live_outputs,
+                "threads": {"new": 0, "running": 0, "children": []}}, path)
+    return path
+
+
+def test_an_honest_session_is_judged_ok(tmp_path: Path):
+    sets = softmax_sets(3)
+    verdict = judge(produced_by(softmax_fn, sets, tmp_path / "o.pt", calls=20, judged_timed=3),
+                    oracle_for_sets(sets))
+    assert verdict["status"] == "ok", verdict
+    assert len(verdict["errors"]) == 3
+
+
+def test_a_result_that_changes_between_calls_on_the_same_values_is_a_cheat(tmp_path: Path):
+    sets = softmax_sets(3)
+    rng = random.Random(1)
+
+    def sometimes(args, kwargs, _prepared):
+        y = torch.softmax(args[0], -1)
+        return y if rng.random() < 0.6 else y * 1.01
+
+    verdict = judge(produced_by(sometimes, sets, tmp_path / "o.pt", calls=60, judged_timed=8),
+                    oracle_for_sets(sets))
+    assert verdict["status"] == "cheat" and "wrong on call" in verdict["reason"], verdict
+
+
+def test_an_input_changed_by_the_kernel_is_a_cheat(tmp_path: Path):
+    sets = softmax_sets(2)
+
+    def clobbers(args, kwargs, _prepared):
+        y = torch.softmax(args[0], -1)
+        args[0][0, 0] = 42.0
+        return y
+
+    verdict = judge(produced_by(clobbers, sets, tmp_path / "o.pt", calls=5), oracle_for_sets(sets))
+    assert verdict["status"] == "cheat" and verdict["reason"].endswith("input 0 was modified")
+
+
+def test_an_output_in_the_inputs_memory_is_a_cheat(tmp_path: Path):
+    sets = softmax_sets(2)
+
+    def in_place(args, kwargs, _prepared):
+        return args[0].copy_(torch.softmax(args[0], -1))  # the answer written over the input
+
+    verdict = judge(produced_by(in_place, sets, tmp_path / "o.pt", calls=5), oracle_for_sets(sets))
+    assert verdict["status"] == "cheat" and "shares memory with input 0" in verdict["reason"]
+
+
+class SubclassOfTensor(torch.Tensor):
+    pass
+
+
+class RunsCodeWhenLoaded:
+    def __reduce__(self):
+        return (print, ("the judge ran code from the file",))
+
+
+@pytest.mark.parametrize("payload", ["subclass", "object", "reduce"])
+def test_a_doctored_outputs_file_is_a_rejection_not_a_traceback(tmp_path: Path, payload: str):
+    value = {"subclass": torch.ones(2).as_subclass(SubclassOfTensor), "object": Path("/tmp"),
+             "reduce": RunsCodeWhenLoaded()}[payload]
+    path = tmp_path / "o.pt"
+    torch.save({"judged": [], "live_outputs": 0, "threads": {}, "x": value}, path)
+    verdict = judge(path, oracle_for_sets(softmax_sets(1)))
+    assert verdict["status"] == "cheat"
+    assert "not plain tensors and values" in verdict["reason"]
+
+
+def test_threads_or_children_left_running_are_a_cheat(tmp_path: Path):
+    sets = softmax_sets(1)
+    for threads, words in (({"new": 1, "running": 1, "children": []}, "thread(s) running"),
+                           ({"new": 0, "running": 0, "children": [123]}, "child process")):
+        path = tmp_path / "o.pt"
+        torch.save({"judged": [], "live_outputs": 0, "threads": threads}, path)
+        verdict = judge(path, oracle_for_sets(sets))
+        assert verdict["status"] == "cheat" and words in verdict["reason"]
+
+
+# ---------------------------------------------------------------- the search process's clock
+
+def sessions(eager_wall: float, cand_wall: float, cand_events_ms: float, marks: str = "SESESESESE"):
+    names = ["eager-probe", "eager", "candidate", "eager-probe", "eager-after"]
+    walls = [0.01, eager_wall, cand_wall, 0.01, eager_wall]
+    events = [5.0, 50.0, cand_events_ms, 5.0, 50.0]
+    out, stamps, t = [], [], 0.0
+    for name, wall, ev in zip(names, walls, events):
+        out.append({"name": name, "calls": 100, "events_ms": ev, "host_s": wall})
+        stamps += [("S", t), ("E", t + wall)]
+        t += wall + 0.001
+    return {"sessions": out, "host_marks": [(k, ts) for k, (_, ts) in zip(marks, stamps)]}
+
+
+def test_the_worker_must_agree_with_the_search_process_clock():
+    # eager: 100 calls in 0.2 s, 50 ms of it in the calls (1.5 ms of harness a call)
+    assert host_clock_disagrees(sessions(0.2, 0.2, 50.0)) is None
+    # the candidate says 0.05 ms a call, but the calls took 0.5 ms each by the parent's clock
+    why = host_clock_disagrees(sessions(0.2, 0.2 + 0.045, 5.0))
+    assert why and "by the search process's clock" in why
+    result = sessions(0.2, 0.2, 50.0)
+    result["sessions"][2]["host_s"] = 0.05  # a worker clock that ran slow
+    assert "disagrees" in host_clock_disagrees(result)
+    assert "tampered" in host_clock_disagrees(sessions(0.2, 0.2, 50.0, marks="SESEESESESE"))
