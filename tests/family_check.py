@@ -32,7 +32,7 @@ from typing import Any
 import torch
 
 from kernforge.capture.recorder import tensor_meta
-from kernforge.evaluate.checks import compare, normalised_error, outputs_list, upcast
+from kernforge.evaluate.checks import compare, element_bound, outputs_list, upcast
 from kernforge.tasks import KernelTask, resolve_op
 
 
@@ -124,8 +124,8 @@ def check_kernel(kernel: Any, task: KernelTask, sets: tuple[str, ...] | None = N
             continue
         eager = outputs_list(op(*args, **kwargs))
         oracles = outputs_list(op(*upcast(args), **kwargs))
-        eager_errors = [normalised_error(e, o) if e.is_floating_point() else 0.0
-                        for e, o in zip(eager, oracles)]
+        bounds = [element_bound(o, e, e.dtype) if e.is_floating_point() else None
+                  for e, o in zip(eager, oracles)]
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
         before = [t.clone() for t in tensors]
         try:
@@ -137,7 +137,7 @@ def check_kernel(kernel: Any, task: KernelTask, sets: tuple[str, ...] | None = N
         layout = _strides_differ(outs, eager)
         if layout:
             return f"{label}: {layout}"
-        why, _ = compare(outs, oracles, eager_errors, [e.dtype for e in eager])
+        why, _ = compare(outs, oracles, bounds, [e.dtype for e in eager])
         if why:
             return f"{label}: {why}"
     return None

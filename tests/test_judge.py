@@ -224,7 +224,7 @@ def test_threads_or_children_left_running_are_a_cheat(tmp_path: Path):
 def sessions(eager_wall: float, cand_wall: float, cand_events_ms: float, marks: str = "SESESESESE"):
     names = ["eager-probe", "eager", "candidate", "eager-probe", "eager-after"]
     walls = [0.01, eager_wall, cand_wall, 0.01, eager_wall]
-    events = [5.0, 50.0, cand_events_ms, 5.0, 50.0]
+    events = [5.0, 150.0, cand_events_ms, 5.0, 150.0]
     out, stamps, t = [], [], 0.0
     for name, wall, ev in zip(names, walls, events):
         out.append({"name": name, "calls": 100, "events_ms": ev, "host_s": wall})
@@ -234,10 +234,11 @@ def sessions(eager_wall: float, cand_wall: float, cand_events_ms: float, marks: 
 
 
 def test_the_worker_must_agree_with_the_search_process_clock():
-    # eager: 100 calls in 0.2 s, 50 ms of it in the calls (1.5 ms of harness a call)
+    # eager: 100 calls in 0.2 s, 150 ms of it in the calls (0.5 ms of harness a call)
     assert host_clock_disagrees(sessions(0.2, 0.2, 50.0)) is None
-    # the candidate says 0.05 ms a call, but the calls took 0.5 ms each by the parent's clock
-    why = host_clock_disagrees(sessions(0.2, 0.2 + 0.045, 5.0))
+    assert host_clock_disagrees(sessions(0.2, 0.6, 550.0)) is None  # 5.5 ms a call, honestly
+    # the candidate says 0.05 ms a call, but the calls took 5.5 ms each by the parent's clock
+    why = host_clock_disagrees(sessions(0.2, 0.6, 5.0))
     assert why and "by the search process's clock" in why
     result = sessions(0.2, 0.2, 50.0)
     result["sessions"][2]["host_s"] = 0.05  # a worker clock that ran slow

@@ -40,13 +40,31 @@ def _is_encoded(x: Any) -> bool:
     return isinstance(x, dict) and ("__torch_attr__" in x or "__torch_device__" in x)
 
 
+def extent(t: torch.Tensor) -> int:
+    """Elements of storage the tensor spans from its offset: what a layout-keeping copy holds."""
+    if t.numel() == 0:
+        return 0
+    return 1 + sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))
+
+
+def flat_span(t: torch.Tensor) -> torch.Tensor:
+    """The storage the tensor spans, as one contiguous 1-D view (its gaps and overlaps included)."""
+    return torch.as_strided(t, (extent(t),), (1,), t.storage_offset())
+
+
+def layout_copy(t: torch.Tensor, device: torch.device | str | None = None) -> torch.Tensor:
+    """A detached copy with the same shape and strides, on `device`: gaps between rows and stride-0
+    (broadcast) dimensions kept. clone() makes a non-dense view contiguous, and copy_() into
+    empty_strided refuses a stride-0 destination (an expanded model input ended in a traceback)."""
+    device = t.device if device is None else device
+    span = torch.empty(extent(t), dtype=t.dtype, device=device)
+    span.copy_(flat_span(t.detach()))
+    return torch.as_strided(span, t.shape, t.stride(), 0)
+
+
 def strided_copy(x: Any) -> Any:
-    """A detached copy with the same strides: clone() would make a non-dense view contiguous."""
-    if isinstance(x, torch.Tensor):
-        out = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device)
-        out.copy_(x.detach())
-        return out
-    return x
+    """layout_copy of a tensor; anything else as it is."""
+    return layout_copy(x) if isinstance(x, torch.Tensor) else x
 
 
 def save_sample(args: Any, kwargs: Any, outputs: list[torch.Tensor], path: Path) -> None:

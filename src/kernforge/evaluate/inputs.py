@@ -16,6 +16,9 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
+from kernforge.capture.serialize import extent, flat_span, layout_copy
+
+
 # Fresh sets, drawn for every floating tensor (integer tensors are kept as captured):
 #   normal  N(0, 1)
 #   large   N(0, 1) x 100: overflows exp() in a softmax that forgets to subtract the maximum
@@ -27,27 +30,6 @@ from torch.utils._pytree import tree_flatten, tree_map
 FRESH_KINDS = ("normal", "large", "mixed", "offset", "wide")
 # Timed calls rotate among at least this many sets of different values (real ones first).
 TIMING_SETS = 3
-
-
-def extent(t: torch.Tensor) -> int:
-    """Elements of storage the tensor spans from its offset: what a layout-keeping copy holds."""
-    if t.numel() == 0:
-        return 0
-    return 1 + sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))
-
-
-def flat_span(t: torch.Tensor) -> torch.Tensor:
-    """The storage the tensor spans, as one contiguous 1-D view (its gaps and overlaps included)."""
-    return torch.as_strided(t, (extent(t),), (1,), t.storage_offset())
-
-
-def layout_copy(t: torch.Tensor, device: torch.device | str | None = None) -> torch.Tensor:
-    """A copy with the same shape and strides, on `device`: gaps and stride-0 dimensions kept
-    (clone() makes a non-dense view contiguous; copy_() refuses a stride-0 destination)."""
-    device = t.device if device is None else device
-    span = torch.empty(extent(t), dtype=t.dtype, device=device)
-    span.copy_(flat_span(t.detach()))
-    return torch.as_strided(span, t.shape, t.stride(), 0)
 
 
 def refill(dst: torch.Tensor, src: torch.Tensor) -> None:
