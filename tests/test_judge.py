@@ -221,10 +221,10 @@ def test_threads_or_children_left_running_are_a_cheat(tmp_path: Path):
 
 # ---------------------------------------------------------------- the search process's clock
 
-def sessions(eager_wall: float, cand_wall: float, cand_events_ms: float, marks: str = "SESESESESE"):
-    names = ["eager-probe", "eager", "candidate", "eager-probe", "eager-after"]
-    walls = [0.01, eager_wall, cand_wall, 0.01, eager_wall]
-    events = [5.0, 150.0, cand_events_ms, 5.0, 150.0]
+def sessions(eager_wall: float, cand_wall: float, cand_events_ms: float, marks: str = "SESESESE"):
+    names = ["eager-probe", "eager", "candidate", "eager-after"]
+    walls = [0.01, eager_wall, cand_wall, eager_wall]
+    events = [5.0, 150.0, cand_events_ms, 150.0]
     out, stamps, t = [], [], 0.0
     for name, wall, ev in zip(names, walls, events):
         out.append({"name": name, "calls": 100, "events_ms": ev, "host_s": wall})
@@ -243,4 +243,4 @@ def test_the_worker_must_agree_with_the_search_process_clock():
     result = sessions(0.2, 0.2, 50.0)
     result["sessions"][2]["host_s"] = 0.05  # a worker clock that ran slow
     assert "disagrees" in host_clock_disagrees(result)
-    assert "tampered" in host_clock_disagrees(sessions(0.2, 0.2, 50.0, marks="SESEESESESE"))
+    assert "tampered" in host_clock_disagrees(sessions(0.2, 0.2, 50.0, marks="SESEESESE"))

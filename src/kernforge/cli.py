@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -55,6 +56,9 @@ KERNEL_FILE = typer.Argument(..., help="a candidate: .c (cpu), .py (triton) or .
 COMPILE = typer.Option("auto", "--compile", help="torch.compile peers timed per op: auto (default mode on a "
                                                  "GPU, none on a CPU), none, default, max-autotune")
 SCALE = typer.Option("full", "--scale", help="bundled examples: full (real layer shapes) or small (CPU-sized)")
+STRICT = typer.Option(False, "--strict", envvar="KERNFORGE_STRICT",
+                      help="re-raise kernforge's own errors while judging a candidate (for debugging "
+                           "kernforge); by default such an error rejects the candidate with its reason")
 RUNS_DIR = typer.Option(Path("runs"), "--runs-dir", envvar="KERNFORGE_RUNS_DIR",
                         help="where run folders are kept")
 
@@ -77,6 +81,7 @@ def optimize(
     dtype: str | None = DTYPE,
     scale: str = SCALE,
     compile_peer: str = COMPILE,
+    strict: bool = STRICT,
     parallel: int = typer.Option(0, min=0, help="candidates evaluated at once per device (their timings "
                                                 "still take the device one at a time); 0: 4 on a GPU, 1 on a CPU"),
     executor: str = typer.Option("local", help="where candidates run: local (worker processes here, one "
@@ -97,6 +102,7 @@ def optimize(
     from kernforge.optimize import resume as run_resume
     from kernforge.report import profile_table, results_table
 
+    _set_strict(strict)
     if (spec is None) == (resume is None):
         raise UserError("give a model spec to start a run, or --resume RUN_FOLDER to continue one (not both)")
     if resume is not None:
@@ -182,12 +188,14 @@ def eval_command(
     dtype: str | None = DTYPE,
     scale: str = SCALE,
     compile_peer: str = COMPILE,
+    strict: bool = STRICT,
     as_json: bool = typer.Option(False, "--json", help="print the report as JSON"),
 ) -> None:
     """Evaluate a hand-written kernel against an op of a model: every check, error, timing and speedup."""
     from kernforge.optimize import EvalOptions, evaluate_file
     from kernforge.report import eval_report
 
+    _set_strict(strict)
     model = _model_options(batch_size, seq_len, resolution, dtype, scale)
     report = evaluate_file(EvalOptions(spec=spec, kernel_file=kernel_file, backend=backend, op=op,
                                        runs_dir=runs_dir, candidate_timeout_s=timeout, model=model,
@@ -359,6 +367,12 @@ def _best_text(outcome: Any) -> str:
 
 def _counts_text(outcome: Any) -> str:
     return ", ".join(f"{k} {v}" for k, v in sorted(outcome.status_counts().items()))
+
+
+def _set_strict(strict: bool) -> None:
+    """The judge reads KERNFORGE_STRICT (evaluate.runner.evaluate_candidate)."""
+    if strict:
+        os.environ["KERNFORGE_STRICT"] = "1"
 
 
 def main() -> None:

@@ -107,15 +107,16 @@ def _calls(op: Any) -> Any:
 
 
 def time_op(harness: Any, fn: Any, dev_sets: list[Any], timing_sets: list[int], outputs: list[dict[str, Any]],
-            device: torch.device, seed: int = 0, name: str = "eager") -> Any:
-    """A reference's timing (eager, torch.compile): a short session for its speed, then one of
-    reps_for that speed; no call judged."""
+            device: torch.device, seed: int = 0, name: str = "eager", calls: int | None = None) -> Any:
+    """A reference's timing (eager, torch.compile): unless `calls` is given, a short session for
+    its speed first, then one of reps_for that speed; no call judged."""
     from kernforge.evaluate.session import CALLS, Plan, output_metas, reps_for
 
     poison = output_metas(outputs)
-    probe = harness(fn, Plan(sets=dev_sets, timing=timing_sets, calls=CALLS[0]), None, poison, seed,
-                    name=f"{name}-probe")
-    calls = reps_for(probe.timing.p50_ms, device)
+    if calls is None:
+        probe = harness(fn, Plan(sets=dev_sets, timing=timing_sets, calls=CALLS[0]), None, poison, seed,
+                        name=f"{name}-probe")
+        calls = reps_for(probe.timing.p50_ms, device)
     return harness(fn, Plan(sets=dev_sets, timing=timing_sets, calls=calls), None, poison, seed + 1,
                    name=name).timing
 
@@ -201,7 +202,7 @@ def run_candidate(job: dict[str, Any]) -> dict[str, Any]:
             # so a machine that was busier (or a cache colder) when eager was first timed does
             # not pass for a faster kernel (seen on a CPU: eager 5.0 ms first, 0.9-1.0 ms after).
             eager_after = time_op(harness, eager_fn, sets, ref["timing"], task.outputs, device, seed + 3,
-                                  name="eager-after")
+                                  name="eager-after", calls=eager_timing.runs)
         result.update(timed=True, eager_timing=min(eager_timing, eager_after, key=lambda t: t.p50_ms).__dict__,
                       timing=session.timing.__dict__,
                       eager_p50_ms_before_after=[eager_timing.p50_ms, eager_after.p50_ms])
