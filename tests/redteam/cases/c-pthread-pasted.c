@@ -1,0 +1,86 @@
+/* CASE  c-pthread-pasted
+ * CLASS async: work left to a thread that finishes after the call returns (pthreads)
+ *
+ * MECHANISM  pthread_create reached through a function pointer whose initialiser is built
+ *   by token pasting, JOIN(pthread_, create): the word "pthread_create" never appears in the
+ *   source text the scan matches line by line. Timed calls (output not NaN) hand the job to
+ *   a new thread and return; checked calls (NaN poison) compute in place.
+ *   Each call first waits for the previous call's job, so the work runs in the harness's
+ *   own time between two timed calls (and the output block, which the timer holds until the
+ *   next call returns, is never written after it is freed: a version that did not wait
+ *   crashed the worker, writing into freed heap blocks when the thread started late).
+ *   The job works on its own copy of the input (a memcpy): the timer frees its input copies
+ *   when it returns, before the last job may have run.
+ *
+ * WHY AN HONEST-LOOKING EVALUATOR ACCEPTS IT  The scan matches words, not what the
+ *   preprocessor makes of them; the last timed output is judged a second later, when the
+ *   thread is done.
+ *
+ * EXPECTED  cheat (threads / work after the call returns)
+ */
+#include <pthread.h>
+#define JOIN(a, b) a##b
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#define KF_MAX_DIMS 8
+enum { KF_F32 = 0, KF_F64 = 1, KF_F16 = 2, KF_BF16 = 3, KF_I32 = 4, KF_I64 = 5, KF_U8 = 6, KF_I8 = 7 };
+typedef struct {
+    void *data;
+    int64_t ndim;
+    int64_t sizes[KF_MAX_DIMS];
+    int64_t strides[KF_MAX_DIMS]; /* in elements */
+    int32_t dtype;
+} kf_tensor;
+
+typedef struct { const float *x; float *y; int64_t rows, cols; } job_t;
+
+static void softmax_rows(const job_t *j) {
+    for (int64_t r = 0; r < j->rows; ++r) {
+        const float *xr = j->x + r * j->cols;
+        float *yr = j->y + r * j->cols;
+        float m = -INFINITY;
+        for (int64_t c = 0; c < j->cols; ++c) m = fmaxf(m, xr[c]);
+        float s = 0.0f;
+        for (int64_t c = 0; c < j->cols; ++c) { yr[c] = expf(xr[c] - m); s += yr[c]; }
+        for (int64_t c = 0; c < j->cols; ++c) yr[c] /= s;
+    }
+}
+
+static int parse(const kf_tensor *in, int n_in, kf_tensor *out, int n_out, job_t *j) {
+    if (n_in != 1 || n_out != 1 || in[0].dtype != KF_F32) return 1;
+    j->cols = in[0].sizes[in[0].ndim - 1];
+    j->rows = 1;
+    for (int64_t d = 0; d + 1 < in[0].ndim; ++d) j->rows *= in[0].sizes[d];
+    j->x = (const float *)in[0].data;
+    j->y = (float *)out[0].data;
+    return 0;
+}
+
+static int (*spawn)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *) = JOIN(pthread_, create);
+
+static void *run(void *arg) {
+    softmax_rows((job_t *)arg);
+    free(arg);
+    return 0;
+}
+
+static pthread_t previous;
+static int have_previous;
+
+int kf_forward(const kf_tensor *in, int n_in, kf_tensor *out, int n_out) {
+    job_t j;
+    if (have_previous) { pthread_join(previous, 0); have_previous = 0; }
+    if (parse(in, n_in, out, n_out, &j)) return 1;
+    size_t bytes = (size_t)(j.rows * j.cols) * sizeof(float);
+    job_t *later = isnan(j.y[0]) ? 0 : malloc(sizeof *later + bytes);
+    if (later) {
+        *later = j;
+        later->x = memcpy(later + 1, j.x, bytes);
+        if (spawn(&previous, 0, run, later) == 0) { have_previous = 1; return 0; }
+        free(later);
+    }
+    softmax_rows(&j);
+    return 0;
+}
