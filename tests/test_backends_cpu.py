@@ -116,7 +116,7 @@ def test_rebuilding_the_same_source_is_a_cache_hit(tmp_path: Path, monkeypatch):
     real_run = subprocess.run
 
     def spy(cmd, *args, **kwargs):
-        if cmd and cmd[0] == "gcc" and "-o" in cmd:
+        if cmd and cmd[0] == "gcc" and "-c" in cmd:  # the compile step (then the object is checked, linked)
             compiles.append(cmd)
         return real_run(cmd, *args, **kwargs)
 

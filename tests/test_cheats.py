@@ -119,9 +119,14 @@ _RESULTS = {}
     return _RESULTS[key]
 """)
 
-NAN_INJECTED = triton_source("""\
+NAN_INJECTED = triton_source(extra="""\
+@triton.jit
+def poke_nan(Y):
+    tl.store(Y + 123, float("nan"))  # one element of an otherwise right answer
+
+""", forward="""\
     y = launch(x, torch.empty_like(x))
-    y.view(-1)[123] = float("nan")
+    poke_nan[(1,)](y)
     return y
 """)
 
@@ -154,17 +159,17 @@ def softmax_in_scratch(X, Y, n_cols, BLOCK_N: tl.constexpr):
     return y
 """)
 
-UNBOUNDED_ALLOCATION = triton_source(extra="""\
-_WORKSPACES = []
-
-""", forward="""\
-    # a 1 GiB workspace per step, never freed
-    for _ in range(1 << 20):
-        _WORKSPACES.append(torch.empty(1 << 28))
+UNBOUNDED_ALLOCATION = triton_source("""\
+    # a 1 GiB workspace per step, all held until the call returns
+    workspaces = [torch.empty(1 << 28) for _ in range(1 << 20)]
     return launch(x, torch.empty_like(x))
 """)
 
 # ---------------------------------------------------------------- C cheats, caught at run time
+
+# The three that keep state in static variables (the cache, the lazy one, the memo) no longer
+# reach the run-time checks: their objects have writable data, which the object scan
+# (kernforge.backends.object_scan) rejects when they are built, naming the variable.
 
 C_STATIC_CACHE = c_softmax_source(c_row_loop(before="""\
     /* the first result, kept in a static array (no static pointer: the scan's memory-state rule
@@ -425,10 +430,8 @@ RUNTIME = [
          "cheat", "output 0 shares memory with input 0; the op is not in-place"),
     case("py-returns-view", "output is a view of the input", "triton", RETURNS_VIEW,
          "cheat", "output 0 shares memory with input 0"),
-    case("py-module-cache", "cached result (module-level dict)", "triton", PY_CACHE,
-         "cheat", "the outputs are bit-identical to those for"),
     case("c-static-array-cache", "cached result (static array)", "cpu", C_STATIC_CACHE,
-         "cheat", "the outputs are bit-identical to those for"),
+         "cheat", "global-state (first)"),
     case("c-constant-output", "constant output (1/cols)", "cpu", C_CONSTANT,
          "wrong_result|cheat", "elements outside the tolerance|a cached or constant result"),
     case("c-loose-tolerance", "1e-4 relative error, hoping for a loose tolerance", "cpu",
@@ -445,12 +448,14 @@ RUNTIME = [
     case("py-unbounded-allocation", "unbounded allocation", "triton", UNBOUNDED_ALLOCATION,
          "out_of_memory", "can't allocate memory"),
     case("c-lazy-when-timed", "right when checked, wrong when timed", "cpu", C_LAZY_WHEN_TIMED,
-         "cheat|wrong_result", "wrong on call|elements outside the tolerance"),
+         "cheat", "global-state (calls)"),
     case("c-memo-by-address", "memoised by input address across timed calls", "cpu",
-         C_MEMO_BY_ADDRESS, "cheat", "bit-identical to those for|wrong on call"),
+         C_MEMO_BY_ADDRESS, "cheat", "global-state (keys)"),
 ]
 
 _SCANNED = [
+    scanned("py-module-cache", "cached result (module-level dict)", "triton", PY_CACHE,
+            "global-state", "module-level _RESULTS"),
     scanned("py-from-torch-import", "library op under an imported name", "triton", FROM_TORCH_IMPORT,
             "library-op", "imports softmax from torch"),
     scanned("py-torch-alias", "library op through an aliased torch module", "triton", TORCH_ALIAS,
@@ -490,7 +495,7 @@ _SCANNED = [
     scanned("c-timers", "reads a clock", "cpu", C_TIMERS,
             "timers", "touches timers"),
     scanned("py-side-stream", "work on a side stream", "triton", PY_SIDE_STREAM,
-            "banned-attribute", "cuda.Stream: creates a stream"),
+            "library-op", "calls torch.cuda.Stream"),
     scanned("py-ctypes", "native code outside the backend", "triton", PY_CTYPES,
             "banned-import", "imports ctypes"),
 ]
@@ -538,7 +543,7 @@ def test_honest_c_softmax_from_the_builtin_proposer_is_accepted_and_timed(evalua
     result = evaluate_source(proposal.source, backend="cpu", suffix=".c")
     assert result.status == "ok", result.reason + result.log_tail
     assert result.reason == ""
-    assert len(result.errors) == 4
+    assert len(result.errors) == 8  # every input set (test_evaluate.LABELS)
     assert all(e[0] <= RTOL[torch.float32] for e in result.errors)
     assert result.timed and result.timing is not None and result.timing.p50_ms > 0
     assert result.eager is not None and result.eager.p50_ms > 0
@@ -557,7 +562,7 @@ def test_honest_triton_softmax_is_accepted(source, evaluate_source, softmax_task
     result = evaluate_source(source, backend="triton", suffix=".py")
     assert result.status == "ok", result.reason + result.log_tail
     assert result.reason == ""
-    assert len(result.errors) == 4
+    assert len(result.errors) == 8  # every input set (test_evaluate.LABELS)
     assert all(e[0] <= RTOL[torch.float32] for e in result.errors)
     assert result.timed is False and result.timing is None  # the interpreter is never timed
 

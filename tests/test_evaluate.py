@@ -200,10 +200,10 @@ def test_triton_candidate_is_checked_under_the_interpreter_but_not_timed(
 
 
 def test_triton_candidate_that_fails_to_import_is_a_compile_error(evaluate_source):
-    source = "raise ImportError('no such helper')\n"
+    source = "import math\n\nBLOCK = math.sqrt(-1)  # raises at import\n"
     result = evaluate_source(source, backend="triton", suffix=".py")
     assert result.status == "compile_error"
-    assert "ImportError: no such helper" in result.reason
+    assert "ValueError: math domain error" in result.reason
 
 
 # ---------------------------------------------------------------- pieces, in process
@@ -222,7 +222,7 @@ def test_fresh_sets_keep_layout_and_draw_new_values():
     (large, _, _), _ = fresh_set(sample, "large", gen)
     assert large.abs().max() > 50  # large enough to overflow exp() without the max subtracted
     (offset, _, _), _ = fresh_set(sample, "offset", gen)
-    assert offset.mean() > 900 and offset.std() < 3  # the mean far from zero
+    assert offset.mean() > 9000 and offset.std() < 3  # the mean far from zero
     (wide,), _ = fresh_set(([torch.randn(4000)], {}), "wide", gen)
     assert wide.abs().max() / wide.abs().min() > 1e8
     (mixed,), _ = fresh_set(([torch.randn(400, 8)], {}), "mixed", gen)

@@ -43,6 +43,16 @@ def upcast(value: Any) -> Any:
     return tree_map(cast, value)
 
 
+def in_output_range(oracle: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The oracle as the output dtype can hold it: beyond its largest finite value a correctly
+    rounded result is an infinity (a float16 square of 10^3 is inf in eager and in any honest
+    kernel, 10^6 in float64)."""
+    if not dtype.is_floating_point or dtype == torch.float64:
+        return oracle
+    big = oracle.abs() > torch.finfo(dtype).max
+    return torch.where(big, oracle.sign() * float("inf"), oracle) if bool(big.any()) else oracle
+
+
 def oracle_dtype(dtype: torch.dtype) -> torch.dtype:
     """How the oracle is kept: float64 for 32/64-bit outputs; float32 is exact enough for a
     16-bit output (its rounding is 2^-8..2^-11, float32's 2^-24) at half the memory."""

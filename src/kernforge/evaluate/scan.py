@@ -1,4 +1,4 @@
-"""A static scan of a candidate's source: an allow-list of what a kernel needs, before any worker runs.
+"""A static scan of a candidate's source, before any worker runs: an allow-list of what kernels need.
 
 Each finding names its rule, the line and why it is rejected. The scan reads text only.
 
@@ -24,15 +24,18 @@ text cannot show (a prototype written by hand, a function pointer to fopen, a pl
 global) is caught by construction in the compiled object: kernforge.backends.object_scan.
 
 Limits: Python values are typed by proof, not by running them, so a scalar argument of
-kf_forward used in arithmetic must be wrapped in int() or float(); asm text passed to
-tl.inline_asm_elementwise through a kernel parameter is checked only where it is
-spelled as a string. Neither scan can stop a kernel that reaches memory or code by
-address (a Triton pointer made from data_ptr(), C pointer arithmetic on memcpy).
+kf_forward (or a value a @triton.heuristics lambda is given) used in arithmetic must be
+wrapped in int() or float(), and a @triton.jit function passed to a kernel as a value is
+rejected with the direct calls; asm text passed to tl.inline_asm_elementwise through a
+kernel parameter is checked only where it is spelled as a string. Neither scan can stop
+a kernel that reaches memory or code by address (a Triton pointer made from data_ptr(),
+C pointer arithmetic on memcpy) or reads memory left uninitialised by an earlier call.
 """
 
 from __future__ import annotations
 
 import ast
+import builtins
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -72,7 +75,8 @@ _TRITON = _TRITON_SHAPES | {"triton." + n for n in ("jit", "Config", "autotune",
 _KERNEL_DECORATORS = {"triton.jit", "triton.autotune", "triton.heuristics"}
 
 _BUILTINS = {"len", "range", "min", "max", "int", "float", "bool", "tuple", "list", "dict", "isinstance",
-             "enumerate", "zip", "abs", "divmod", "round", "all", "any", "sorted", "reversed", "print",
+             "enumerate", "zip", "abs", "divmod", "round", "all", "any", "sorted", "reversed", "sum", "next",
+             "print",
              "str", "Exception", "ValueError", "RuntimeError", "TypeError", "NotImplementedError",
              "AssertionError", "IndexError", "KeyError", "ZeroDivisionError", "OverflowError",
              "ArithmeticError"}
@@ -82,8 +86,11 @@ _DYNAMIC_BUILTINS = {"exec", "eval", "compile", "getattr", "setattr", "delattr",
                      "property"}
 # Builtins that compute with their arguments (max(t) reduces a tensor with torch's comparisons,
 # round(t) is torch.round): outside kernels their arguments must be scalars.
-_NUMERIC_BUILTINS = {"min", "max", "abs", "divmod", "round", "all", "any", "sorted", "reversed"}
-_CONTAINER_BUILTINS = {"tuple", "list", "dict", "enumerate", "zip"}  # scalars when their contents are
+# Builtins that make constants of constants (module-level values).
+_CONSTANT_BUILTINS = {"float", "int", "bool", "str", "tuple", "len", "min", "max", "abs", "round"}
+_NUMERIC_BUILTINS = {"min", "max", "abs", "divmod", "round", "all", "any", "sorted", "reversed", "sum"}
+# Builtins whose results are scalars when their contents are.
+_CONTAINER_BUILTINS = {"tuple", "list", "dict", "enumerate", "zip", "next"}
 
 # Outside kernels, what a tensor, a device or device properties may be asked: metadata and views
 # (view, reshape and contiguous may copy; a copy computes nothing).
@@ -121,17 +128,21 @@ def _is_dunder(name: str) -> bool:
 
 
 def _chain_problem(chain: str, called: bool) -> tuple[str, str] | None:
-    """(rule, reason) when the library name `chain` (torch.cuda.stream, fully qualified) is not allowed."""
+    """(rule, reason) when the library name `chain` (torch.cuda.stream: fully qualified) is not
+    allowed."""
     parts = chain.split(".")
-    private = next((".".join(parts[:i + 1]) for i in range(1, len(parts)) if parts[i].startswith("_")), None)
+    private = next((".".join(parts[:i + 1]) for i in range(1, len(parts))
+                    if parts[i].startswith("_")), None)
     if parts[0] == "torch":
         if private and (private != chain or not called):
             return "banned-attribute", f"{private}: reaches torch internals"
         if chain in _TORCH:
             return None
-        return "library-op", (f"{'calls' if called else 'refers to'} {chain}: the kernel must compute the op "
-                              "itself (of torch only allocation and metadata: empty, empty_like, empty_strided, "
-                              "dtypes, cuda.get_device_properties)")
+        return "library-op", (f"{'calls' if called else 'refers to'} {chain}: the kernel must compute "
+                              "the op itself (of torch only allocation and metadata: empty, empty_like, "
+                              "empty_strided, dtypes, cuda.get_device_properties)")
+    if parts[0] not in ("math", "triton"):
+        return "banned-attribute", f"{chain}: from a module a kernel may not import"
     if private:
         return "banned-attribute", f"{private}: reaches {parts[0]} internals"
     if parts[0] == "math" or chain in _TRITON or chain == "triton":
@@ -176,38 +187,55 @@ def _parent(node: ast.AST) -> ast.AST | None:
 
 def _scope_node(node: ast.AST) -> ast.AST | None:
     """The function or lambda whose body holds `node` (None: module level)."""
-    return getattr(node, "_kf_scope", None)
+    return node._kf_scope  # type: ignore[attr-defined]
 
 
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+_SINGLETONS = (ast.expr_context, ast.operator, ast.unaryop, ast.cmpop, ast.boolop)
 
 
 def _index(tree: ast.Module) -> list[ast.AST]:
     """Every node, parents first, each given its parent and its scope (_parent, _scope_node): one
     walk that the rest of the scan reads instead of walking again (a 300-line group norm source
-    has 3000 nodes; each walk of them costs ~4 ms)."""
+    has 3000 nodes; each ast.walk of them costs ~4 ms). Contexts and operators (shared
+    singletons) are left out."""
+    tree._kf_parent = tree._kf_scope = None  # type: ignore[attr-defined]
     nodes, stack = [], [tree]
     while stack:
         node = stack.pop()
         nodes.append(node)
-        own = node if isinstance(node, _FUNCTIONS) else _scope_node(node)
-        outside = [*getattr(node, "decorator_list", []), getattr(node, "returns", None)] if own is node else []
-        for child in ast.iter_child_nodes(node):
-            child._kf_parent = node  # type: ignore[attr-defined]
-            child._kf_scope = _scope_node(node) if any(child is o for o in outside) else own  # type: ignore[attr-defined]
-            stack.append(child)
+        scope = node._kf_scope  # type: ignore[attr-defined]
+        own = node if isinstance(node, _FUNCTIONS) else scope
+        # a function's decorators and return annotation belong to the scope around it
+        outside = [*getattr(node, "decorator_list", []), getattr(node, "returns", None)] \
+            if own is node else ()
+        for field in node._fields:
+            value = getattr(node, field, None)
+            for child in value if isinstance(value, list) else (value,):
+                if isinstance(child, ast.AST) and not isinstance(child, _SINGLETONS):
+                    inner = scope if outside and any(child is o for o in outside) else own
+                    child._kf_parent, child._kf_scope = node, inner  # type: ignore[attr-defined]
+                    stack.append(child)
     return nodes
+
+
+_BINDERS = (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.For, ast.comprehension, ast.NamedExpr,
+            ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.ExceptHandler, ast.withitem,
+            ast.MatchAs, ast.MatchStar, ast.MatchMapping)
 
 
 def _bindings(node: ast.AST) -> Iterator[tuple[str, str, ast.AST | None]]:
     """(name, kind, expr) for each name `node` binds. kind: value (expr is its value), element
     (expr is an iterable the name runs over or unpacks), scalar (a function or class), unknown."""
+    if not isinstance(node, _BINDERS):
+        return
     if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
         for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
             for name, value in _unpack(target, node.value):
                 yield (name, "value", value) if value is not None else (name, "element", node.value)
     elif isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
-        yield node.target.id, "value", ast.BinOp(ast.Name(node.target.id, ast.Load()), node.op, node.value)
+        old = ast.Name(node.target.id, ast.Load())
+        yield node.target.id, "value", ast.BinOp(old, node.op, node.value)
     elif isinstance(node, (ast.For, ast.comprehension)):
         for name in (n.id for n in ast.walk(node.target) if isinstance(n, ast.Name)):
             yield name, "element", node.iter
@@ -218,8 +246,11 @@ def _bindings(node: ast.AST) -> Iterator[tuple[str, str, ast.AST | None]]:
     elif isinstance(node, ast.ExceptHandler) and node.name:
         yield node.name, "unknown", None
     elif isinstance(node, (ast.withitem, ast.MatchAs, ast.MatchStar, ast.MatchMapping)):
-        for name in [n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)] + \
-                [getattr(node, a) for a in ("name", "rest") if isinstance(getattr(node, a, None), str)]:
+        stored = [n.id for n in ast.walk(node)
+                  if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)]
+        captured = [getattr(node, a) for a in ("name", "rest")
+                    if isinstance(getattr(node, a, None), str)]
+        for name in stored + captured:
             yield name, "unknown", None
 
 
@@ -227,28 +258,39 @@ class _Module:
     """What the whole file defines: import aliases, functions (kernels or not), constants, memos."""
 
     def __init__(self, tree: ast.Module, nodes: list[ast.AST]):
-        self.tree, self.nodes = tree, nodes
-        self.aliases, self.module_aliases = _aliases(nodes)
+        self.tree = tree
         self.functions = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
-        self.bindings: dict[str, list[ast.AST | None]] = {}
-        for node in nodes:
-            if _scope_node(node) is None and node is not tree:
-                for name, kind, value in _bindings(node):
-                    self.bindings.setdefault(name, []).append(value if kind == "value" else None)
+        self.bindings: dict[str, list[ast.AST | None]] = {}  # module level
         self.loads: dict[str, list[ast.Name]] = {}
+        self.binders: list[ast.AST] = []  # what _scopes reads: functions, lambdas, bindings, returns
+        imports = []
         for node in nodes:
-            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
-                self.loads.setdefault(node.id, []).append(node)
+            if isinstance(node, ast.Name):
+                if isinstance(node.ctx, ast.Load):
+                    self.loads.setdefault(node.id, []).append(node)
+            elif isinstance(node, (*_BINDERS, ast.Lambda, ast.Return)):
+                self.binders.append(node)
+                if _scope_node(node) is None:
+                    for name, kind, value in _bindings(node):
+                        self.bindings.setdefault(name, []).append(value if kind == "value" else None)
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                imports.append(node)
+        self.aliases, self.module_aliases = _aliases(imports)
         wrapping = [n for n in tree.body if isinstance(n, ast.Assign) and self.wraps_kernel(n.value)]
         # kernels: decorated with triton.jit, wrapped by a module-level triton.jit(fn), or bound to one
-        wrapped = {a.id for n in wrapping for a in ast.walk(n.value) if isinstance(a, ast.Name)}
-        self.kernel_defs = {n for n, f in self.functions.items()
-                            if n in wrapped or any(self.decorator_chain(d) == "triton.jit" for d in f.decorator_list)}
-        self.kernels = self.kernel_defs | {t.id for n in wrapping for t in n.targets if isinstance(t, ast.Name)}
+        # (only fn: a pruning or hook function given to triton.autotune runs on the host)
+        wrapped = {c.args[0].id for n in wrapping for c in ast.walk(n.value)
+                   if isinstance(c, ast.Call) and self.chain(c.func) == "triton.jit" and c.args and
+                   isinstance(c.args[0], ast.Name)}
+        self.kernel_defs = {n for n, f in self.functions.items() if n in wrapped or
+                            any(self.decorator_chain(d) == "triton.jit" for d in f.decorator_list)}
+        self.kernels = self.kernel_defs | {t.id for n in wrapping for t in n.targets
+                                           if isinstance(t, ast.Name)}
         self.memos = _memos(self)
-        self.constants = {name for name, values in self.bindings.items()
-                          if name not in self.memos and all(v is not None and self.value_ok(v) for v in values)}
-        self.lists = {n for n in self.constants if any(isinstance(v, ast.List) for v in self.bindings[n])}
+        self.constants = {name for name, values in self.bindings.items() if name not in self.memos and
+                          all(v is not None and self.value_ok(v) for v in values)}
+        self.lists = {n for n in self.constants
+                      if any(isinstance(v, ast.List) for v in self.bindings[n])}
 
     def chain(self, node: ast.AST) -> str | None:
         """`tl.extra.cuda.libdevice.erf` -> 'triton.language.extra.cuda.libdevice.erf' where the root
@@ -266,10 +308,12 @@ class _Module:
 
     def wraps_kernel(self, value: ast.AST | None) -> bool:
         """`triton.jit(fn)`, `triton.autotune(...)(triton.jit(fn))`: a kernel made by a call."""
-        return isinstance(value, ast.Call) and (self.decorator_chain(value.func) in _KERNEL_DECORATORS or
-                                                any(self.wraps_kernel(a) for a in value.args))
+        return isinstance(value, ast.Call) and (
+            self.decorator_chain(value.func) in _KERNEL_DECORATORS or
+            any(self.wraps_kernel(a) for a in value.args))
 
-    def value_ok(self, node: ast.AST, in_call: bool = False, seen: frozenset[str] = frozenset()) -> bool:
+    def value_ok(self, node: ast.AST, in_call: bool = False,
+                 seen: frozenset[str] = frozenset()) -> bool:
         """Whether a module-level value holds no state: constants and their arithmetic, tuples and
         lists of them (no rule lets anything mutate a list), dtypes, kernels, Configs. Dicts only
         as arguments (a Config's)."""
@@ -279,8 +323,8 @@ class _Module:
             if node.id in self.functions or node.id in self.aliases:
                 return True
             values = self.bindings.get(node.id, [None])
-            return node.id not in seen and all(v is not None and self.value_ok(v, in_call, seen | {node.id})
-                                               for v in values)
+            return node.id not in seen and all(
+                v is not None and self.value_ok(v, in_call, seen | {node.id}) for v in values)
         if isinstance(node, ast.Attribute):
             chain = self.chain(node)
             return chain is not None and _chain_problem(chain, called=False) is None
@@ -289,21 +333,22 @@ class _Module:
         if isinstance(node, ast.Call):
             chain = self.chain(node.func)
             name = node.func.id if isinstance(node.func, ast.Name) else None
-            constant = chain in _TRITON or chain == "triton.language.constexpr" or (chain or "").startswith("math.") \
-                or name in {"float", "int", "bool", "str", "tuple", "len", "min", "max", "abs", "round"}
+            constant = chain in _TRITON or chain == "triton.language.constexpr" or \
+                (chain or "").startswith("math.") or name in _CONSTANT_BUILTINS
             if not (constant or self.wraps_kernel(node)):
                 return False
             in_call = True
-        if isinstance(node, (ast.Call, ast.Dict, ast.Tuple, ast.List, ast.BinOp, ast.UnaryOp, ast.BoolOp, ast.Compare,
-                             ast.IfExp, ast.JoinedStr, ast.FormattedValue, ast.keyword)):
-            children = [c for c in ast.iter_child_nodes(node) if isinstance(c, (ast.expr, ast.keyword))]
+        if isinstance(node, (ast.Call, ast.Dict, ast.Tuple, ast.List, ast.BinOp, ast.UnaryOp, ast.BoolOp,
+                             ast.Compare, ast.IfExp, ast.JoinedStr, ast.FormattedValue, ast.keyword)):
+            children = [c for c in ast.iter_child_nodes(node)
+                        if isinstance(c, (ast.expr, ast.keyword))]
             if isinstance(node, ast.Call):
                 children = children[1:]  # the function itself was judged above
             return all(self.value_ok(c, in_call, seen) for c in children)
         return False
 
 
-def _aliases(nodes: list[ast.AST]) -> tuple[dict[str, str], set[str]]:
+def _aliases(nodes: list[ast.Import | ast.ImportFrom]) -> tuple[dict[str, str], set[str]]:
     """Each name an import binds -> the qualified name it stands for (banned imports too, so that
     patching them is named as such); and which of those names are modules."""
     aliases, modules = {}, set()
@@ -355,14 +400,17 @@ def _outermost_function(node: ast.AST) -> ast.AST | None:
 def _is_memo_function(fn: ast.FunctionDef, memo: str, module: _Module) -> bool:
     body = [s for s in fn.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
     args = fn.args
-    if len(args.args) != 1 or args.posonlyargs or args.kwonlyargs or args.vararg or args.kwarg or len(body) != 2:
+    if len(args.args) != 1 or args.posonlyargs or args.kwonlyargs or args.vararg or args.kwarg or \
+            len(body) != 2:
         return False
     key, (test, ret) = args.args[0].arg, body
     lookup = f"{memo}[{key}]"
-    return (isinstance(test, ast.If) and not test.orelse and ast.unparse(test.test) == f"{key} not in {memo}"
+    return (isinstance(test, ast.If) and not test.orelse
+            and ast.unparse(test.test) == f"{key} not in {memo}"
             and len(test.body) == 1 and isinstance(test.body[0], ast.Assign)
             and [ast.unparse(t) for t in test.body[0].targets] == [lookup]
-            and isinstance(ret, ast.Return) and ret.value is not None and ast.unparse(ret.value) == lookup
+            and isinstance(ret, ast.Return) and ret.value is not None
+            and ast.unparse(ret.value) == lookup
             and _device_fact(test.body[0].value, key, module))
 
 
@@ -381,9 +429,11 @@ def _device_fact(node: ast.AST, key: str, module: _Module) -> bool:
     if isinstance(node, ast.Call):
         chain = module.chain(node.func) or ""
         return chain.startswith("torch.cuda.") and chain in _TORCH and not node.keywords and \
-            all(isinstance(a, ast.Name) and a.id == key or _device_fact(a, key, module) for a in node.args)
+            all(isinstance(a, ast.Name) and a.id == key or _device_fact(a, key, module)
+                for a in node.args)
     if isinstance(node, (ast.Constant, ast.Compare, ast.IfExp, ast.BoolOp, ast.BinOp, ast.UnaryOp)):
-        return all(_device_fact(c, key, module) for c in ast.iter_child_nodes(node) if isinstance(c, ast.expr))
+        return all(_device_fact(c, key, module) for c in ast.iter_child_nodes(node)
+                   if isinstance(c, ast.expr))
     return False
 
 
@@ -401,16 +451,19 @@ class _Scope:
         return name in self.params or name in self.bindings
 
 
-def _scopes(nodes: list[ast.AST], module: _Module) -> dict[ast.AST, _Scope]:
+def _params(fn: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) -> set[str]:
+    args = fn.args
+    return {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg] if a}
+
+
+def _scopes(module: _Module) -> dict[ast.AST, _Scope]:
     """A _Scope per function and lambda, with the names its own body binds and its returns."""
     scopes: dict[ast.AST, _Scope] = {}
-    for node in nodes:  # parents first
+    for node in module.binders:  # parents first
         if isinstance(node, _FUNCTIONS):
             parent = scopes.get(_scope_node(node))  # type: ignore[arg-type]
             kernel = parent.kernel if parent else getattr(node, "name", None) in module.kernel_defs
-            args = node.args
-            params = {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg] if a}
-            scopes[node] = _Scope(node, parent, kernel, params)
+            scopes[node] = _Scope(node, parent, kernel, _params(node))
         scope = scopes.get(_scope_node(node))  # type: ignore[arg-type]
         if scope is not None:
             for name, kind, expr in _bindings(node):
@@ -440,21 +493,21 @@ class _Scalars:
         """Lambdas given as a launch grid (`kernel[lambda meta: ...]`): triton calls them with the
         meta-parameters, never with a tensor."""
         lambdas = set()
-        for node in self.module.nodes:
-            if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and \
-                    node.value.id in self.module.kernels:
+        launches = [_parent(n) for k in self.module.kernels for n in self.module.loads.get(k, [])]
+        for node in launches:
+            if isinstance(node, ast.Subscript):
                 grids = [node.slice]
                 if isinstance(node.slice, ast.Name):
-                    grids = [e for s in self.scopes.values() for kind, e in s.bindings.get(node.slice.id, [])
-                             if kind == "value"]
+                    grids = [e for s in self.scopes.values()
+                             for kind, e in s.bindings.get(node.slice.id, []) if kind == "value"]
                 lambdas |= {g for g in grids if isinstance(g, ast.Lambda)}
         return lambdas
 
     def _direct_calls(self) -> dict[str, list[ast.Call] | None]:
         """Each module function -> its calls by name; None where it is also used as a value."""
         calls: dict[str, list[ast.Call] | None] = {name: [] for name in self.module.functions}
-        for node in self.module.nodes:
-            if isinstance(node, ast.Name) and calls.get(node.id) is not None:
+        for node in (n for name in calls for n in self.module.loads.get(name, [])):
+            if calls[node.id] is not None:
                 parent = _parent(node)
                 if isinstance(parent, ast.Call) and parent.func is node:
                     calls[node.id].append(parent)  # type: ignore[union-attr]
@@ -481,13 +534,13 @@ class _Scalars:
         if name in scope.params and not self._param(scope, name):
             return False
         for kind, expr in scope.bindings.get(name, []):
-            if kind == "unknown" or kind != "scalar" and not self._bound(kind, expr, scope):  # type: ignore[arg-type]
+            if kind == "unknown" or kind != "scalar" and not self._bound(kind, expr, scope):  # type: ignore
                 return False
         return True
 
     def _bound(self, kind: str, expr: ast.AST, scope: _Scope) -> bool:
         if kind == "element" and isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and \
-                expr.func.id == "range" and not self._shadowed("range", scope):
+                expr.func.id == "range" and not self.shadowed("range", scope):
             return True  # range() counts ints, whatever its arguments
         return self.scalar(expr, scope)
 
@@ -495,8 +548,9 @@ class _Scalars:
         node = scope.node
         if node in self.grid_lambdas:
             return True
+        # a helper called nowhere runs nowhere (only kf_forward is called from outside)
         if not isinstance(node, ast.FunctionDef) or self.module.functions.get(node.name) is not node or \
-                node.name == "kf_forward" or not self.calls.get(node.name):
+                node.name == "kf_forward" or self.calls.get(node.name) is None:
             return False
         args = node.args
         if name in {a.arg for a in (args.vararg, args.kwarg) if a}:
@@ -505,7 +559,8 @@ class _Scalars:
         defaults = dict(zip(positional[len(positional) - len(args.defaults):], args.defaults))
         defaults |= {a.arg: d for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None}
         for call in self.calls[node.name] or []:
-            if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
+            if any(isinstance(a, ast.Starred) for a in call.args) or \
+                    any(k.arg is None for k in call.keywords):
                 return False
             value = (dict(zip(positional, call.args)) | {k.arg: k.value for k in call.keywords}).get(
                 name, defaults.get(name))
@@ -516,7 +571,11 @@ class _Scalars:
     def scope_of(self, node: ast.AST) -> _Scope | None:
         return self.scopes.get(_scope_node(node))  # type: ignore[arg-type]
 
-    def _shadowed(self, name: str, scope: _Scope | None) -> bool:
+    def chain(self, node: ast.AST, scope: _Scope | None) -> str | None:
+        """The library name `node` spells (_Module.chain), unless a local shadows its root."""
+        return None if self.shadowed(_root_name(node), scope) else self.module.chain(node)
+
+    def shadowed(self, name: str | None, scope: _Scope | None) -> bool:
         while scope is not None:
             if scope.binds(name):
                 return True
@@ -539,7 +598,7 @@ class _Scalars:
         if isinstance(node, ast.Name):
             return self.name(node.id, scope)
         if isinstance(node, ast.Attribute):
-            return self.module.chain(node) is not None or node.attr in _SCALAR_ATTRIBUTES or \
+            return self.chain(node, scope) is not None or node.attr in _SCALAR_ATTRIBUTES or \
                 self.scalar(node.value, scope)
         if isinstance(node, ast.Call):
             return self._call(node, scope)
@@ -551,19 +610,20 @@ class _Scalars:
             return self.scalar(node.key, scope) and self.scalar(node.value, scope)
         if isinstance(node, ast.IfExp):
             return self.scalar(node.body, scope) and self.scalar(node.orelse, scope)
-        if isinstance(node, (ast.BinOp, ast.UnaryOp, ast.BoolOp, ast.Compare, ast.Tuple, ast.List, ast.Set,
-                             ast.Dict, ast.Slice)):
-            return all(self.scalar(c, scope) for c in ast.iter_child_nodes(node) if isinstance(c, ast.expr))
+        if isinstance(node, (ast.BinOp, ast.UnaryOp, ast.BoolOp, ast.Compare, ast.Tuple, ast.List,
+                             ast.Set, ast.Dict, ast.Slice)):
+            return all(self.scalar(c, scope) for c in ast.iter_child_nodes(node)
+                       if isinstance(c, ast.expr))
         return False
 
     def _call(self, node: ast.Call, scope: _Scope | None) -> bool:
         args_scalar = all(self.scalar(a, scope) for a in [*node.args, *(k.value for k in node.keywords)])
-        func, chain = node.func, self.module.chain(node.func)
+        func, chain = node.func, self.chain(node.func, scope)
         if chain is not None:
             if chain in _TORCH_ALLOCATORS:
                 return False
             return chain.startswith("torch.") or chain in _TRITON - _TRITON_SHAPES or args_scalar
-        if isinstance(func, ast.Name) and not self._shadowed(func.id, scope):
+        if isinstance(func, ast.Name) and not self.shadowed(func.id, scope):
             if func.id in self.module.functions:
                 return func.id in self.module.kernels or self.returns.get(func.id, False)
             if func.id in _BUILTINS and func.id not in self.module.bindings:
@@ -574,19 +634,26 @@ class _Scalars:
         return isinstance(func, ast.Subscript)  # a kernel launch returns no tensor
 
 
-class _PythonScan(ast.NodeVisitor):
-    """Walks the tree once, knowing at each node its scope (kernel code or not)."""
+class _PythonScan:
+    """Reads each node once, in the index's order, knowing its scope (kernel code or not)."""
 
     def __init__(self, tree: ast.Module, lines: list[str], task_dtype: str):
         self.lines, self.dtype = lines, task_dtype
         self.findings: list[Finding] = []
         nodes = _index(tree)
         self.module = _Module(tree, nodes)
-        self.scopes = _scopes(nodes, self.module)
+        self.scopes = _scopes(self.module)
         self.scalars = _Scalars(self.module, self.scopes)
         self.scope: _Scope | None = None
         self._module_statements(tree)
-        self.visit(tree)
+        checks = {getattr(ast, name[6:]): getattr(self, name) for name in dir(self)
+                  if name.startswith("visit_")}
+        for node in nodes:
+            check = checks.get(type(node))
+            if check is not None:
+                self.scope = self.scopes.get(node._kf_scope)  # type: ignore[attr-defined]
+                check(node)
+        self.findings.sort(key=lambda f: f.line)
 
     def add(self, node: ast.AST, rule: str, reason: str) -> None:
         line = getattr(node, "lineno", 0)
@@ -599,7 +666,7 @@ class _PythonScan(ast.NodeVisitor):
         return self.scope is not None and not self.scope.kernel
 
     def _local(self, name: str | None) -> bool:
-        return name is not None and self.scalars._shadowed(name, self.scope)
+        return name is not None and self.scalars.shadowed(name, self.scope)
 
     def _scalar(self, node: ast.AST) -> bool:
         return self.scalars.scalar(node, self.scope)
@@ -614,17 +681,13 @@ class _PythonScan(ast.NodeVisitor):
                     continue
                 for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
                     for name in (n for n, _ in _unpack(target, value) if n not in self.module.memos):
-                        self.add(node, "global-state", f"module-level {name} = {ast.unparse(value)[:40]}: not a "
-                                                       "constant, so it can carry state from one call to the next")
+                        self.add(node, "global-state",
+                                 f"module-level {name} = {ast.unparse(value)[:40]}: not a constant, "
+                                 "so it can carry state from one call to the next")
             elif not isinstance(node, (ast.FunctionDef, ast.Import, ast.ImportFrom, ast.ClassDef)) and \
                     not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)):
-                self.add(node, "module-code", "runs code at import (only imports, definitions and constants may "
-                                              "stand at module level)")
-
-    def _enter(self, node: ast.AST) -> None:
-        outer, self.scope = self.scope, self.scopes[node]
-        self.generic_visit(node)
-        self.scope = outer
+                self.add(node, "module-code", "runs code at import (only imports, definitions and "
+                                              "constants may stand at module level)")
 
     def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         self._dunder(node, node.name)
@@ -632,32 +695,31 @@ class _PythonScan(ast.NodeVisitor):
             self.add(node, "module-code", f"async def {node.name}: a kernel needs no coroutines")
         for decorator in node.decorator_list:
             if self.module.decorator_chain(decorator) not in _KERNEL_DECORATORS:
-                self.add(decorator, "dynamic-code", f"decorator {ast.unparse(decorator)[:40]}: only triton.jit, "
-                                                    "triton.autotune and triton.heuristics may wrap a function")
-        for default in [*node.args.defaults, *(d for d in node.args.kw_defaults if d is not None)]:
-            if not self.module.value_ok(default) or \
-                    any(isinstance(n, (ast.List, ast.Dict, ast.Set)) for n in ast.walk(default)):
-                self.add(default, "global-state", f"default {ast.unparse(default)[:40]} of {node.name}: a mutable "
-                                                  "default keeps state across calls")
-        for arg in [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs, node.args.vararg,
-                    node.args.kwarg]:
-            if arg is not None:
-                self._dunder(arg, arg.arg)
-        self._enter(node)
+                self.add(decorator, "dynamic-code",
+                         f"decorator {ast.unparse(decorator)[:40]}: only triton.jit, triton.autotune "
+                         "and triton.heuristics may wrap a function")
+        self.visit_Lambda(node)
 
     visit_AsyncFunctionDef = visit_FunctionDef
 
-    def visit_Lambda(self, node: ast.Lambda) -> None:
-        self._enter(node)
+    def visit_Lambda(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) -> None:
+        name, args = getattr(node, "name", "a lambda"), node.args
+        for default in [*args.defaults, *(d for d in args.kw_defaults if d is not None)]:
+            if not self.module.value_ok(default) or \
+                    any(isinstance(n, (ast.List, ast.Dict, ast.Set)) for n in ast.walk(default)):
+                self.add(default, "global-state", f"default {ast.unparse(default)[:40]} of {name}: "
+                                                  "a mutable default keeps state across calls")
+        for arg in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]:
+            if arg is not None:
+                self._dunder(arg, arg.arg)
 
     def visit_ClassDef(self, node: ast.ClassDef) -> None:
-        self.add(node, "global-state", f"defines class {node.name}: its attributes live across calls "
-                                       "(a kernel needs functions only)")
-        self.generic_visit(node)
+        self.add(node, "global-state", f"defines class {node.name}: its attributes live across "
+                                       "calls (a kernel needs functions only)")
 
     def visit_Global(self, node: ast.Global | ast.Nonlocal) -> None:
-        self.add(node, "global-state", f"{'global' if isinstance(node, ast.Global) else 'nonlocal'} "
-                                       f"{', '.join(node.names)}: keeps state across calls")
+        statement = "global" if isinstance(node, ast.Global) else "nonlocal"
+        self.add(node, "global-state", f"{statement} {', '.join(node.names)}: keeps state across calls")
 
     visit_Nonlocal = visit_Global
 
@@ -665,7 +727,6 @@ class _PythonScan(ast.NodeVisitor):
         if self.launcher:
             self.add(node, "dynamic-code", "a with block runs an object's __enter__ and __exit__ "
                                            "(a stream, a mode, a patch)")
-        self.generic_visit(node)
 
     # -------------------------------------------------------- imports
 
@@ -686,7 +747,8 @@ class _PythonScan(ast.NodeVisitor):
                 continue
             problem = _chain_problem(f"{module}.{alias.name}", called=False)
             if problem and module == "torch":
-                problem = "library-op", f"imports {alias.name} from torch: the kernel must compute the op itself"
+                problem = "library-op", (f"imports {alias.name} from torch: the kernel must compute "
+                                         "the op itself")
             if problem:
                 self.add(node, *problem)
             self._low_precision(node, f"{module}.{alias.name}", alias.name)
@@ -695,7 +757,8 @@ class _PythonScan(ast.NodeVisitor):
         if name in _MODULES:
             return True
         rule = "library-op" if name.split(".")[0] == "torch" else "banned-import"
-        self.add(node, rule, f"imports {name}: a kernel may import only {', '.join(sorted(_MODULES - {'__future__'}))}")
+        allowed = ", ".join(sorted(_MODULES - {"__future__"}))
+        self.add(node, rule, f"imports {name}: a kernel may import only {allowed}")
         return False
 
     # -------------------------------------------------------- names and attributes
@@ -710,9 +773,10 @@ class _PythonScan(ast.NodeVisitor):
             return
         parent = _parent(node)
         if node.id in self.module.aliases:
-            if node.id in self.module.module_aliases and not (isinstance(parent, ast.Attribute) and parent.value is node):
-                self.add(node, "banned-attribute", f"uses the module {node.id} as a value: only its listed names "
-                                                   "may be used")
+            attribute_base = isinstance(parent, ast.Attribute) and parent.value is node
+            if node.id in self.module.module_aliases and not attribute_base:
+                self.add(node, "banned-attribute", f"uses the module {node.id} as a value: only its "
+                                                   "listed names may be used")
         elif node.id in self.module.kernels and (self.scope is None or not self.scope.kernel):
             self._kernel_use(node, parent)
         elif node.id not in self.module.bindings and node.id not in self.module.functions:
@@ -723,17 +787,21 @@ class _PythonScan(ast.NodeVisitor):
             return  # a launch: kernel[grid](...)
         if self.scope is None and isinstance(parent, ast.Call) and self.module.wraps_kernel(parent):
             return  # triton.autotune(...)(kernel) at module level
-        self.add(node, "jit-call", f"uses the @triton.jit function {node.id} other than as {node.id}[grid](...): "
-                                   "called directly (under the interpreter) its body runs as Python on torch tensors")
+        self.add(node, "jit-call", f"uses the @triton.jit function {node.id} other than as "
+                                   f"{node.id}[grid](...): called directly (under the interpreter) "
+                                   "its body runs as Python on torch tensors")
 
     def _builtin_use(self, node: ast.Name, called: bool) -> None:
+        """A name defined nowhere in the file is a builtin, or a NameError where it runs (templates
+        name helpers of other variants in branches their constexprs prune)."""
         if node.id == "open":
             self.add(node, "file-access", "open() reads files (the reference outputs are on disk)")
         elif node.id in _DYNAMIC_BUILTINS:
             self.add(node, "dynamic-code", f"{node.id}() hides code from the scan or patches objects")
-        elif node.id not in _BUILTINS:
-            self.add(node, "unknown-name", f"{'calls' if called else 'uses'} {node.id}, which is neither defined "
-                                           f"here nor an allowed builtin ({', '.join(sorted(_BUILTINS))})")
+        elif node.id not in _BUILTINS and hasattr(builtins, node.id):
+            allowed = ", ".join(sorted(_BUILTINS))
+            self.add(node, "unknown-name", f"{'calls' if called else 'uses'} the builtin {node.id}, "
+                                           f"which is not among the allowed ({allowed})")
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
         parent = _parent(node)
@@ -747,28 +815,28 @@ class _PythonScan(ast.NodeVisitor):
             if problem:
                 self.add(node, *problem)
             if outermost:
-                self._low_precision(node, chain, ast.unparse(node))
+                self._low_precision(node, chain, None)
         elif self.launcher and node.attr not in (_METHODS if called else _METHODS | _SCALAR_ATTRIBUTES):
-            self.add(node, "library-op", f"{'.' + node.attr + '()' if called else '.' + node.attr} on a tensor or "
-                                         "other object: outside @triton.jit code only metadata and views "
-                                         f"({', '.join(sorted(_METHODS))}; {', '.join(sorted(_SCALAR_ATTRIBUTES))})")
-        self.generic_visit(node)
+            spelled = f".{node.attr}()" if called else f".{node.attr}"
+            self.add(node, "library-op", f"{spelled} on a tensor or other object: outside @triton.jit "
+                                         f"code only metadata and views ({', '.join(sorted(_METHODS))}, "
+                                         ".shape, .dtype, .device...)")
 
-    def _low_precision(self, node: ast.AST, chain: str, spelled: str) -> None:
-        if self.dtype == "float32" and chain.split(".")[-1] in _LOW_PRECISION and \
+    def _low_precision(self, node: ast.AST, chain: str, spelled: str | None) -> None:
+        if self.dtype == "float32" and chain.rsplit(".", 1)[-1] in _LOW_PRECISION and \
                 chain.startswith(("torch.", "triton.language.")):
-            self.add(node, "lower-precision", f"{spelled} in a float32 op: computes in lower precision than the "
-                                              "reference")
+            self.add(node, "lower-precision", f"{spelled or ast.unparse(node)} in a float32 op: "
+                                              "computes in lower precision than the reference")
 
     # -------------------------------------------------------- writes
 
-    def visit_Assign(self, node: ast.Assign | ast.AnnAssign | ast.AugAssign | ast.Delete | ast.For) -> None:
+    def visit_Assign(self, node: ast.Assign | ast.AnnAssign | ast.AugAssign | ast.Delete | ast.For) \
+            -> None:
         targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
         for target in targets:
             self._write(target, node)
         if isinstance(node, ast.AugAssign) and self.launcher:
             self._operands(node, node.op, [node.target, node.value])
-        self.generic_visit(node)
 
     visit_AnnAssign = visit_AugAssign = visit_Delete = visit_For = visit_Assign
 
@@ -781,37 +849,35 @@ class _PythonScan(ast.NodeVisitor):
             return
         root = _root_name(target)
         module_level = root is not None and not self._local(root)
-        if isinstance(target, ast.Attribute):
-            if module_level and root in self.module.aliases:
-                self.add(node, "patches-library", f"assigns to {ast.unparse(target)}: patches a library or a timer")
-            else:
-                self.add(node, "assigns-attribute", f"assigns to {ast.unparse(target)}: patches an object (or keeps "
-                                                    "state on it)")
-        elif isinstance(target, ast.Subscript):
-            if module_level and root in self.module.memos:
-                return  # the memo's own write, whose shape _memos checked
-            if module_level and (root in self.module.bindings or root in self.module.functions):
-                self.add(node, "global-state", f"writes into module-level {root}: keeps state across calls")
-            elif self.launcher:
-                self.add(node, "library-op", f"writes into {ast.unparse(target)[:40]} outside @triton.jit code: "
-                                             "torch copies or fills the tensor")
+        spelled = ast.unparse(target)[:40]
+        if isinstance(target, ast.Attribute) and module_level and root in self.module.aliases:
+            self.add(node, "patches-library", f"assigns to {spelled}: patches a library or a timer")
+        elif isinstance(target, ast.Attribute):
+            self.add(node, "assigns-attribute", f"assigns to {spelled}: patches an object (or keeps "
+                                                "state on it)")
+        elif not isinstance(target, ast.Subscript) or module_level and root in self.module.memos:
+            return  # a name; or the memo's own write, whose shape _memos checked
+        elif module_level and (root in self.module.bindings or root in self.module.functions):
+            self.add(node, "global-state", f"writes into module-level {root}: keeps state across calls")
+        elif self.launcher:
+            self.add(node, "library-op", f"writes into {spelled} outside @triton.jit code: torch copies "
+                                         "or fills the tensor")
 
     # -------------------------------------------------------- calls and operators
 
     def visit_Call(self, node: ast.Call) -> None:
-        chain = None if self._local(_root_name(node.func)) else self.module.chain(node.func)
-        name = node.func.id if isinstance(node.func, ast.Name) and not self._local(node.func.id) else None
+        func = node.func
+        chain = None if self._local(_root_name(func)) else self.module.chain(func)
+        name = func.id if isinstance(func, ast.Name) and not self._local(func.id) else None
+        arguments = [*node.args, *(k.value for k in node.keywords)]
         if self.launcher and (name in _NUMERIC_BUILTINS or chain in _TRITON_SHAPES or
                               (chain or "").startswith("math.")):
-            bad = next((a for a in [*node.args, *(k.value for k in node.keywords)] if not self._scalar(a)), None)
+            bad = next((a for a in arguments if not self._scalar(a)), None)
             if bad is not None:
-                self.add(node, "library-op", f"{name or chain}() on {ast.unparse(bad)[:30]}, which may be a tensor: "
-                                             "torch would compute it (only scalars here)")
+                self.add(node, "library-op", f"{name or chain}() on {ast.unparse(bad)[:30]}, which may "
+                                             "be a tensor: torch would compute it (only scalars here)")
         if chain == "triton.language.inline_asm_elementwise":
-            asm = node.args[0] if node.args else next((k.value for k in node.keywords if k.arg == "asm"), None)
-            if not (isinstance(asm, ast.Constant) or isinstance(asm, ast.Name) and
-                    (asm.id in self.module.constants or self._local(asm.id))):
-                self.add(node, "dynamic-code", "inline asm whose text the scan cannot read")
+            self._inline_asm(node)
         for kw in node.keywords:
             if kw.arg:
                 self._dunder(node, kw.arg)
@@ -820,51 +886,59 @@ class _PythonScan(ast.NodeVisitor):
                 self.add(node, "lower-precision", f"{kw.arg}: tf32 products in a float32 op")
         if self.dtype == "float32" and chain == "triton.language.dot" and \
                 not {k.arg for k in node.keywords} & {"allow_tf32", "input_precision"}:
-            self.add(node, "lower-precision", "tl.dot without input_precision=\"ieee\" in a float32 op: tf32 "
-                                              "products by default")
-        self.generic_visit(node)
+            self.add(node, "lower-precision", 'tl.dot without input_precision="ieee" in a float32 op: '
+                                              "tf32 products by default")
+
+    def _inline_asm(self, node: ast.Call) -> None:
+        """The asm text must be readable here (visit_Constant reads it for clocks): a string, a
+        module constant, or a kernel parameter (a constexpr its launch spells)."""
+        asm = node.args[0] if node.args else \
+            next((k.value for k in node.keywords if k.arg == "asm"), None)
+        readable = isinstance(asm, ast.Constant) or isinstance(asm, ast.Name) and \
+            (asm.id in self.module.constants or self._local(asm.id))
+        if not readable:
+            self.add(node, "dynamic-code", "inline asm whose text the scan cannot read")
 
     def visit_Constant(self, node: ast.Constant) -> None:
         if isinstance(node.value, str) and _CLOCK_REGISTER.search(node.value):
-            self.add(node, "timers", "reads a clock or performance counter register (%clock, %globaltimer)")
+            self.add(node, "timers", "reads a clock or performance counter register (%clock, "
+                                     "%globaltimer)")
 
     def visit_BinOp(self, node: ast.BinOp) -> None:
         if isinstance(node.op, ast.MatMult):
             self.add(node, "library-op", "the @ operator calls the library's matmul")
         elif self.launcher:
             self._operands(node, node.op, [node.left, node.right])
-        self.generic_visit(node)
 
     def visit_UnaryOp(self, node: ast.UnaryOp) -> None:
         if self.launcher and not isinstance(node.op, ast.Not):
             self._operands(node, node.op, [node.operand])
-        self.generic_visit(node)
 
     def visit_Compare(self, node: ast.Compare) -> None:
         operands = [node.left, *node.comparators]
         for op, left, right in zip(node.ops, operands, operands[1:]) if self.launcher else ():
-            if not isinstance(op, (ast.Is, ast.IsNot)):
-                # `a in b` asks b; every other comparison computes with both
-                if self._operands(node, op, [right] if isinstance(op, (ast.In, ast.NotIn)) else [left, right]):
-                    break
-        self.generic_visit(node)
+            # `a in b` asks b; `is` asks nobody; every other comparison computes with both
+            checked = [right] if isinstance(op, (ast.In, ast.NotIn)) else [left, right]
+            if not isinstance(op, (ast.Is, ast.IsNot)) and self._operands(node, op, checked):
+                break
 
     def _operands(self, node: ast.AST, op: ast.AST, operands: list[ast.AST]) -> bool:
         bad = next((o for o in operands if not self._scalar(o)), None)
         if bad is not None:
-            self.add(node, "library-op", f"the {_OPERATORS.get(type(op), type(op).__name__)} operator on "
-                                         f"{ast.unparse(bad)[:30]} outside @triton.jit code: it may be a tensor, and "
-                                         "torch would compute it (wrap a scalar argument in int() or float())")
+            symbol = _OPERATORS.get(type(op), type(op).__name__)
+            self.add(node, "library-op", f"the {symbol} operator on {ast.unparse(bad)[:30]} outside "
+                                         "@triton.jit code: it may be a tensor, and torch would compute "
+                                         "it (wrap a scalar argument in int() or float())")
         return bad is not None
 
     def visit_Subscript(self, node: ast.Subscript) -> None:
-        if self.launcher and not self._scalar(node.value):
-            lists = [n for n in ast.walk(node.slice) if isinstance(n, (ast.List, ast.ListComp, ast.Set)) or
-                     isinstance(n, ast.Name) and n.id in self.module.lists and not self._local(n.id)]
-            if lists or not self._scalar(node.slice):
-                self.add(node, "library-op", f"indexes {ast.unparse(node)[:40]} with a tensor or a list outside "
-                                             "@triton.jit code: torch gathers the elements")
-        self.generic_visit(node)
+        if not self.launcher or self._scalar(node.value):
+            return
+        lists = [n for n in ast.walk(node.slice) if isinstance(n, (ast.List, ast.ListComp, ast.Set)) or
+                 isinstance(n, ast.Name) and n.id in self.module.lists and not self._local(n.id)]
+        if lists or not self._scalar(node.slice):
+            self.add(node, "library-op", f"indexes {ast.unparse(node)[:40]} with a tensor or a list "
+                                         "outside @triton.jit code: torch gathers the elements")
 
 
 # ---------------------------------------------------------------- C / CUDA
@@ -902,10 +976,11 @@ _C_RULES = [
                     r"/proc/|/tmp/",
      "reads files (the reference outputs are on disk)"),
 ]
-_C_LOW_PRECISION = r"\b(__half2?|half2?|__nv_bfloat16\w*|_Float16|__float2half\w*|__float2bfloat16\w*|__nv_fp8\w*)\b"
+_C_LOW_PRECISION = r"\b(__half2?|half2?|__nv_bfloat16\w*|_Float16|__float2half\w*|__float2bfloat16\w*|" \
+                   r"__nv_fp8\w*)\b"
 # Names of nvcc's own host stub, which the object checks trust; a candidate may not reuse them,
 # nor open cuda::std (whose header-defined placeholders the object checks trust too).
-_CUDA_RESERVED = r"\b(__device_stub\w*|__cudaFatCubinHandle|__fatDeviceText|__cudaRegister\w*)\b|" \
+_CUDA_RESERVED = r"\b(__device_stub|__cudaFatCubinHandle|__fatDeviceText|__cudaRegister)\w*|" \
                  r"\bnamespace\s+(cuda|std)\b"
 
 
@@ -914,8 +989,8 @@ def scan_c(source: str, task_dtype: str, language: str = "c") -> list[Finding]:
     findings = []
     rules = list(_C_RULES)
     if task_dtype == "float32":
-        rules.append(("lower-precision", _C_LOW_PRECISION,
-                      "half-precision types in a float32 op: computes in lower precision than the reference"))
+        rules.append(("lower-precision", _C_LOW_PRECISION, "half-precision types in a float32 op: "
+                                                            "computes in lower precision than the reference"))
     if language == "cuda":
         rules.append(("reserved-name", _CUDA_RESERVED, "names the compiler's own stub or namespaces"))
     else:
@@ -927,8 +1002,10 @@ def scan_c(source: str, task_dtype: str, language: str = "c") -> list[Finding]:
         if "##" in code:
             findings.append(Finding("token-pasting", number, text, "## builds names the scan cannot see"))
         if language == "cuda" and _CLOCK_REGISTER.search(text):
-            findings.append(Finding("timers", number, text, "asm reads a clock or performance counter register"))
-        findings += [Finding(rule, number, text, reason) for rule, pattern, reason in rules if re.search(pattern, code)]
+            findings.append(Finding("timers", number, text, "asm reads a clock or performance counter "
+                                                            "register"))
+        findings += [Finding(rule, number, text, reason) for rule, pattern, reason in rules
+                     if re.search(pattern, code)]
     return findings + _externs(lines)
 
 
@@ -947,8 +1024,8 @@ def _directive(number: int, code: str, text: str, language: str) -> list[Finding
         return []
     what = f"<{header.group(1)}>" if header else "a computed or quoted header"
     return [Finding("banned-include", number, text,
-                    f"includes {what}: a kernel may include only {', '.join(sorted(allowed))} and the *intrin.h "
-                    "intrinsics (never cuBLAS, cuDNN, ATen, torch, c10 or Python.h)")]
+                    f"includes {what}: a kernel may include only {', '.join(sorted(allowed))} and the "
+                    "*intrin.h intrinsics (never cuBLAS, cuDNN, ATen, torch, c10 or Python.h)")]
 
 
 def _externs(lines: list[tuple[int, str, str]]) -> list[Finding]:
@@ -959,7 +1036,8 @@ def _externs(lines: list[tuple[int, str, str]]) -> list[Finding]:
     for match in re.finditer(r'\bextern\b(\s*"[^"\n]*")?([^;{}]*)([;{])', text):
         linkage, declarator, end = match.groups()
         definition = linkage is not None and end == "{" and "(" in declarator
-        if not definition and not declarator.lstrip().startswith("__shared__"):  # CUDA's dynamic shared memory
+        shared = declarator.lstrip().startswith("__shared__")  # CUDA's dynamic shared memory
+        if not definition and not shared:
             line = text.count("\n", 0, match.start()) + 1
             findings.append(Finding("extern", line, match.group(0).splitlines()[0],
                                     "an extern declaration reaches code or data outside the candidate"))
@@ -977,9 +1055,9 @@ def _c_lines(source: str) -> list[tuple[int, str, str]]:
     keeps them (asm, headers)."""
     source = re.sub(r"\?\?[=/'()!<>-]", lambda m: _TRIGRAPHS[m.group(0)], source)
     joined = "\n".join(line or "" for line in _join_continued(source)).replace("%:", "#")
-    return [(number, code, text) for number, (code, text) in
-            enumerate(zip(_strip_c(joined, strings=True).split("\n"), _strip_c(joined, strings=False).split("\n")),
-                      start=1)]
+    codes = _strip_c(joined, strings=True).split("\n")
+    texts = _strip_c(joined, strings=False).split("\n")
+    return [(number, code, text) for number, (code, text) in enumerate(zip(codes, texts), start=1)]
 
 
 def _join_continued(text: str) -> list[str | None]:
@@ -1014,7 +1092,8 @@ def _strip_c(source: str, strings: bool) -> str:
 
 
 def scan_source(source: str, language: str, task_dtype: str) -> list[Finding]:
-    """Findings for a candidate in `language` (triton, c, cuda) for a task whose tensors are task_dtype."""
+    """Findings for a candidate in `language` (triton, c, cuda) for a task whose tensors are
+    task_dtype."""
     dtype = task_dtype.replace("torch.", "")
     if language == "triton":
         return scan_python(source, dtype)

@@ -54,7 +54,8 @@ def main(job_path: str) -> int:
 
 def run_baseline(job: dict[str, Any]) -> dict[str, Any]:
     from kernforge.capture import encode_value, load_sample
-    from kernforge.evaluate.checks import element_bound, normalised_error, oracle_dtype, outputs_list, upcast
+    from kernforge.evaluate.checks import (element_bound, in_output_range, normalised_error, oracle_dtype,
+                                          outputs_list, upcast)
     from kernforge.evaluate.inputs import digest, make_sets, mutated_inputs, tensors_of, to_device
     from kernforge.tasks import load_task, resolve_op
 
@@ -72,7 +73,7 @@ def run_baseline(job: dict[str, Any]) -> dict[str, Any]:
         args, kwargs = to_device(inputs, device)
         oracle = outputs_list(_oracle(op, args, kwargs, upcast))
         dtypes = [str(t.dtype) for t in eager]
-        kept = [o.to(oracle_dtype(e.dtype)).cpu() if o.is_floating_point() else o.cpu()
+        kept = [in_output_range(o, e.dtype).to(oracle_dtype(e.dtype)).cpu() if o.is_floating_point() else o.cpu()
                 for o, e in zip(oracle, eager)]
         oracles.append(kept)
         bounds.append([element_bound(o, e.cpu(), e.dtype) if e.is_floating_point() else None

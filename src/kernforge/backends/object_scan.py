@@ -1,0 +1,234 @@
+"""Checks of a compiled candidate's object file, by construction, before it is linked and loaded.
+
+The static scan reads the source's text; a C candidate can still reach open() through a
+prototype it writes itself, keep state in a plain global, or read rdtsc from an intrinsic.
+The compiler's output cannot hide those, so the object (gcc -c / nvcc -c) is read with
+binutils' objdump, and rejected unless
+
+- every symbol it needs from elsewhere is in an allow-list (libm, memcpy and malloc, the
+  OpenMP runtime gcc's -fopenmp calls, the compiler's helpers; for CUDA the CUDA runtime
+  calls nvcc's host stub makes and a short list of launch and attribute calls): a function
+  pointer to fopen, a hand-declared open(), thrd_create, vfork, timespec_get, clock(),
+  PyRun_SimpleString all show up as symbols;
+- its machine code has no syscall, sysenter, int $0x80, rdtsc, rdtscp or rdpmc: those reach
+  the kernel or a clock without any symbol;
+- it keeps no mutable state: nothing lives in a writable section (.data, .bss, TLS, a
+  common symbol, a section of its own) but what nvcc's host stub puts there. A static
+  array inside kf_forward (`first.0` in .bss) is as much state as a global, and so is a
+  __constant__ or __device__ variable: its host shadow sits in .bss, and host code may
+  write it through a pointer (nvcc compiles `int *p = (int *)&table; p[0]++`);
+- for CUDA, the device code nvcc kept (PTX) calls no outside device function, reads no clock
+  (%clock, %globaltimer) and declares no .global variable.
+
+Limits: disassembly is a linear sweep, so code hidden inside another instruction's bytes
+is not seen; a call through an address computed from an allowed function (memcpy + k) is
+not a symbol; neither is CUDA work launched on a stream cast from a constant, nor a result
+read back from a heap block an earlier call freed. Only a sandbox around the worker
+process (seccomp, namespaces) could stop those.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+# Part of the build cache key: a library built under older checks is built (and checked) again.
+VERSION = "1"
+
+
+@dataclass(frozen=True)
+class ObjectFinding:
+    rule: str
+    symbol: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.rule} ({self.symbol}): {self.reason}"
+
+
+# ---------------------------------------------------------------- what an object may use
+
+_LIBM = {"acos", "acosh", "asin", "asinh", "atan", "atan2", "atanh", "cbrt", "ceil", "copysign", "cos", "cosh",
+         "erf", "erfc", "exp", "exp10", "exp2", "expm1", "fabs", "fdim", "floor", "fma", "fmax", "fmin", "fmod",
+         "frexp", "hypot", "ilogb", "ldexp", "lgamma", "llrint", "llround", "log", "log10", "log1p", "log2", "logb",
+         "lrint", "lround", "modf", "nan", "nearbyint", "nextafter", "pow", "remainder", "remquo", "rint", "round",
+         "scalbn", "scalbln", "sin", "sincos", "sinh", "sqrt", "tan", "tanh", "tgamma", "trunc"}
+_LIBM_NAMES = "|".join(sorted(_LIBM))
+_C_ALLOWED = [
+    rf"(?:{_LIBM_NAMES})[fl]?",
+    rf"__(?:{_LIBM_NAMES})[fl]?_finite",  # older glibc's -ffinite-math-only entry points
+    rf"_ZGV[a-z]N\d+[vlu\d]*_(?:{_LIBM_NAMES})f?",  # glibc's vector math (libmvec), from omp simd
+    r"__(?:isnan|isinf|finite|fpclassify|signbit)[fl]?",
+    r"mem(?:cpy|set|move|cmp)", r"__mem(?:cpy|set|move)_chk",
+    r"malloc|calloc|realloc|free|aligned_alloc|posix_memalign",
+    # the OpenMP runtime entry points gcc's -fopenmp emits for host parallel loops, reductions,
+    # critical sections and tasks (not target, teams or offload)
+    r"GOMP_(?:parallel\w*|barrier\w*|critical_\w+|atomic_(?:start|end)|single_\w+|loop_\w+|sections\w*|"
+    r"ordered_\w+|task|taskwait|taskyield|taskgroup_\w+|taskloop\w*|task_reduction_remap|doacross_\w+|"
+    r"scope_start|workshare_task_reduction_unregister|alloc|free)",
+    r"omp_get_(?:num_threads|thread_num|max_threads|num_procs|level|ancestor_thread_num|team_size|"
+    r"active_level|thread_limit|dynamic|nested|num_teams|team_num|max_active_levels)|omp_in_parallel",
+    # compiler helpers: stack protector, libgcc's 128-bit, half-precision and complex arithmetic
+    r"__stack_chk_fail|_GLOBAL_OFFSET_TABLE_",
+    r"__(?:extend|trunc)(?:hf|bf|sf|df|xf|tf)(?:hf|bf|sf|df|xf|tf)2",
+    r"__(?:u?(?:div|mod)|mul)[dt]i3|__(?:div|mul)[hsdxt]c3|__powi[hsdxt]f2",
+    r"__(?:fix|fixuns)(?:hf|bf|sf|df|xf|tf)[dt]i|__float(?:un)?[dt]i(?:hf|bf|sf|df|xf|tf)",
+    r"__(?:popcount|clz|ctz|ffs|parity|bswap)[sdt]i2",
+]
+_CUDA_ALLOWED = _C_ALLOWED + [
+    # what nvcc's host stub calls to register the fat binary and its kernels and to launch them
+    r"__cudaRegisterFatBinary(?:End)?|__cudaUnregisterFatBinary|__cudaRegisterFunction|__cudaRegisterVar",
+    r"__cudaPushCallConfiguration|__cudaPopCallConfiguration|__cudaLaunchKernel|__cudaGetKernel|"
+    r"__cudaInitModule",
+    r"cudaLaunchKernel|cudaLaunchCooperativeKernel|cudaLaunchKernelExC",
+    r"cudaGetLastError|cudaPeekAtLastError|cudaGetErrorString|cudaGetErrorName",
+    r"cudaMemsetAsync|cudaMemcpyAsync|cudaMallocAsync|cudaFreeAsync",
+    r"cudaFuncSetAttribute|cudaFuncGetAttributes|cudaFuncSetCacheConfig|cudaDeviceGetAttribute|cudaGetDevice|"
+    r"cudaOccupancyMaxActiveBlocksPerMultiprocessor(?:WithFlags)?|cudaOccupancyMaxPotentialBlockSize\w*",
+    # the C++ runtime the stub needs: atexit for the fat binary's unregistration, guarded
+    # function-local statics, unwinding
+    r"atexit|__cxa_atexit|__dso_handle|__cxa_guard_(?:acquire|release|abort)|__gxx_personality_v0|"
+    r"_Unwind_Resume|__cxa_begin_catch|__cxa_end_catch|_ZSt9terminatev|__clang_call_terminate",
+]
+_ALLOWED = {language: re.compile("|".join(f"(?:{p})" for p in patterns))
+            for language, patterns in (("c", _C_ALLOWED), ("cuda", _CUDA_ALLOWED))}
+
+# Writable symbols nvcc's host stub owns: the fat binary's handle and wrapper, each kernel stub's
+# guarded handle, and the C++ personality routine's pointer. scan.py keeps candidates from using
+# these names.
+_STUB_STATE = re.compile(r"_ZL20__cudaFatCubinHandle|_ZL15__fatDeviceText|DW\.ref\.__gxx_personality_v0|"
+                         r"_ZZ(?:L)?\d+__device_stub__\w+E(?:5__tmp|8__handle)|"
+                         r"_ZGVZ(?:L)?\d+__device_stub__\w+E5__tmp")
+# Instructions that reach the kernel or a clock without going through any symbol.
+_INSTRUCTIONS = re.compile(r"\b(syscall|sysenter|rdtscp?|rdpmc)\b|\bint\s+\$0x80\b")
+_FILE_LOCAL = re.compile(r"^_INTERNAL_\w+?::")  # nvcc's prefix of file-local device names
+_PTX_CLOCKS = re.compile(r"%(clock(?:64|_hi)?|globaltimer(?:_lo|_hi)?|pm\d(?:_64)?)\b")
+
+
+def missing_tool() -> str | None:
+    """One line saying how to get the object checks' tool when it is missing, else None."""
+    if shutil.which("objdump") is None:
+        return ("the compiled backends check each candidate's object with objdump, which is missing: "
+                "install binutils (apt-get install binutils)")
+    return None
+
+
+def scan_object(obj: Path, language: str, ptx: list[Path] | None = None) -> list[ObjectFinding]:
+    """Findings for the object file `obj` of a candidate in `language` ('c' or 'cuda'); `ptx`: the
+    device code nvcc kept for it."""
+    dump = subprocess.run(["objdump", "-h", "-w", "-t", "-d", "--no-show-raw-insn", str(obj)],
+                          capture_output=True, text=True, check=False)
+    if dump.returncode != 0:
+        reason = f"objdump cannot read the object: {dump.stderr.strip()[:200]}"
+        return [ObjectFinding("unreadable", obj.name, reason)]
+    sections, symbols = _sections(dump.stdout), _symbols(dump.stdout)
+    findings = _readable([*_undefined(symbols, language), *_instructions(dump.stdout),
+                          *_writable(symbols, sections, language)])
+    reported = {f.symbol for f in findings}  # a __device__ variable's host shadow names it already
+    for path in ptx or []:
+        findings += [f for f in _readable(_device(path.read_text(errors="replace")))
+                     if f.symbol.removeprefix("__device__ ") not in reported]
+    return findings
+
+
+def _sections(dump: str) -> dict[str, str]:
+    """Section name -> its flags (CONTENTS, ALLOC, READONLY, CODE...)."""
+    pattern = r"^\s*\d+\s+(\S+)\s+[0-9a-f]+\s+[0-9a-f]+\s+[0-9a-f]+\s+[0-9a-f]+\s+2\*\*\d+\s+(.*)$"
+    return {m.group(1): m.group(2) for m in re.finditer(pattern, dump, flags=re.M)}
+
+
+def _symbols(dump: str) -> list[tuple[str, str, str]]:
+    """(name, flags, section) of each symbol, file and section symbols left out."""
+    pattern = r"^[0-9a-f]{8,16} (.{7}) (\S+)\t[0-9a-f]+ (?:\.hidden |\.protected |\.internal )?(.+)$"
+    symbols = []
+    for flags, section, name in re.findall(pattern, dump, flags=re.M):
+        if flags[5] != "d" and flags[6] != "f":  # d: debugging or section symbol, f: the source file
+            symbols.append((name, flags, section))
+    return symbols
+
+
+def _undefined(symbols: list[tuple[str, str, str]], language: str) -> list[ObjectFinding]:
+    reason = ("calls or reads code outside the kernel that no kernel needs (only libm, memcpy/memset, "
+              "malloc/free, the OpenMP and, for CUDA, the CUDA runtime's launch calls are allowed)")
+    return [ObjectFinding("undefined-symbol", name, reason) for name, _, section in symbols
+            if section == "*UND*" and not _ALLOWED[language].fullmatch(name)]
+
+
+def _instructions(dump: str) -> list[ObjectFinding]:
+    findings = []
+    function = "?"
+    for line in dump.splitlines():
+        head = re.match(r"^[0-9a-f]+ <(.+)>:$", line)
+        if head:
+            function = head.group(1)
+            continue
+        instruction = re.match(r"^\s*[0-9a-f]+:\t(.*)$", line)
+        text = re.sub(r"<[^>]*>|#.*", "", instruction.group(1)) if instruction else ""
+        found = _INSTRUCTIONS.search(text)
+        if found:
+            findings.append(ObjectFinding("instruction", f"{found.group(0)} in {function}",
+                                          "a system call or a clock read that bypasses every symbol"))
+    return findings
+
+
+def _writable(symbols: list[tuple[str, str, str]], sections: dict[str, str],
+              language: str) -> list[ObjectFinding]:
+    """Every symbol in a writable place is state kept across calls, but nvcc's stub's own. A
+    section whose flags cannot be read counts as writable; .data.rel.ro is made read-only once
+    relocated (-z relro, the default here)."""
+    reason = ("a global or static variable (for CUDA also a __device__ or __constant__ one) keeps "
+              "state across calls: a cached or stale result")
+    findings = []
+    for name, _, section in symbols:
+        flags = sections.get(section, "ALLOC")
+        writable = section == "*COM*" or (
+            section not in ("*UND*", "*ABS*") and "ALLOC" in flags and "READONLY" not in flags and
+            not section.startswith(".data.rel.ro"))
+        if writable and not (language == "cuda" and _STUB_STATE.fullmatch(name)):
+            findings.append(ObjectFinding("global-state", name, reason))
+    return findings
+
+
+def _ptx_variables(ptx: str, space: str) -> list[str]:
+    """Names of the module-scope variables PTX declares in a state space (.global, .const)."""
+    pattern = rf"^\s*(?:\.(?:visible|extern|weak)\s+)*\{space}\s+(?:\.align\s+\d+\s+|\.\w+\s+)*([$%\w]+)" \
+              r"\s*(?:\[\d*\])*\s*(?:=[^;]*)?;"
+    return re.findall(pattern, ptx, flags=re.M)
+
+
+def _device(ptx: str) -> list[ObjectFinding]:
+    calls = re.findall(r"^\s*\.extern\s+\.func\s+(?:\([^)]*\)\s*)?(\w+)", ptx, flags=re.M)
+    findings = [ObjectFinding("undefined-symbol", f"device {name}", "the device code calls a function outside "
+                                                                   "the kernel (printf, malloc...)")
+                for name in calls]
+    findings += [ObjectFinding("timers", f"device %{register}", "reads a clock or performance counter")
+                 for register in sorted(set(_PTX_CLOCKS.findall(ptx)))]
+    # Not state: the compiler's string literals ($str, a name no source can spell), and libcu++'s
+    # one-byte placeholders (cuda::std::ignore, its ranges' objects), .global in PTX; scan.py keeps
+    # candidates from opening namespace cuda or std.
+    names = _demangle([n for n in _ptx_variables(ptx, ".global") if not n.startswith("$")])
+    findings += [ObjectFinding("global-state", "__device__ " + _FILE_LOCAL.sub("", readable),
+                               "a writable device variable keeps state across calls")
+                 for readable in names.values() if "cuda::std::" not in readable]
+    return findings
+
+
+def _demangle(names: list[str] | set[str]) -> dict[str, str]:
+    """Raw C++ names -> readable ones (through c++filt, itself binutils; unchanged without it)."""
+    names = list(names)
+    if not names or shutil.which("c++filt") is None:
+        return {n: n for n in names}
+    out = subprocess.run(["c++filt"], input="\n".join(names), capture_output=True, text=True,
+                         check=False)
+    readable = out.stdout.splitlines() if out.returncode == 0 else names
+    return dict(zip(names, readable)) if len(readable) == len(names) else {n: n for n in names}
+
+
+def _readable(findings: list[ObjectFinding]) -> list[ObjectFinding]:
+    """Findings with C++ names demangled and gcc's `.N` suffix of function-local statics dropped
+    (`first.0` -> `first`)."""
+    names = _demangle({f.symbol for f in findings})
+    return [ObjectFinding(f.rule, re.sub(r"\.\d+$", "", names[f.symbol]), f.reason) for f in findings]
