@@ -77,6 +77,8 @@ _C_ALLOWED = [
     r"__(?:u?(?:div|mod)|mul)[dt]i3|__(?:div|mul)[hsdxt]c3|__powi[hsdxt]f2",
     r"__(?:fix|fixuns)(?:hf|bf|sf|df|xf|tf)[dt]i|__float(?:un)?[dt]i(?:hf|bf|sf|df|xf|tf)",
     r"__(?:popcount|clz|ctz|ffs|parity|bswap)[sdt]i2",
+    # libgcc's soft-float arithmetic and comparisons, which _Float16 code calls (__nehf2: a != b)
+    r"__(?:add|sub|mul|div|neg)(?:hf|bf|sf|df|xf|tf)3|__(?:eq|ne|lt|le|gt|ge|unord|cmp)(?:hf|bf|sf|df|xf|tf)2",
 ]
 _CUDA_ALLOWED = _C_ALLOWED + [
     # what nvcc's host stub calls to register the fat binary and its kernels and to launch them
