@@ -132,11 +132,11 @@ def make_harness(device: torch.device, mark_fd: int | None = None) -> Callable[.
         finished session is logged in run.sessions (name, calls, events_ms, host_s), in order."""
         rng = random.Random(seed)
         order = _schedule(plan, rng, warmup)
-        slots, slot_values = _slots(plan, order)
+        slots = _slots(plan, order)
         timed_calls = [n for n, (_, timed, _) in enumerate(order) if timed]
         synced = set(rng.sample(timed_calls, min(SYNCED_MAX, int(SYNCED_SHARE * len(timed_calls))))) if cuda else set()
         flush = empty(FLUSH_BYTES // 4, dtype=torch.float32, device=device) if cuda else None
-        scratch_box[0] = {}
+        scratch.clear()
         result = SessionResult(timing=None)
         starts, ends, stream_ends, samples_host = [], [], {}, []
         refs: list[Any] = []
@@ -214,8 +214,8 @@ def make_harness(device: torch.device, mark_fd: int | None = None) -> Callable[.
         for call in result.judged:
             call.outputs = [t.cpu() for t in call.outputs]
             call.digests = [[int(v) for v in d.tolist()] for d in call.digests]
-        del slots, slot_values, args, kwargs, prepared
-        scratch_box[0] = {}
+        del slots, args, kwargs, prepared
+        scratch.clear()
         collect()  # Triton's interpreter holds launch arguments in reference cycles for a while
         result.live_outputs = sum(1 for r in refs if not r.expired())
         sessions.append({"name": name, "calls": result.calls, "events_ms": result.events_ms,
@@ -255,13 +255,13 @@ def make_harness(device: torch.device, mark_fd: int | None = None) -> Callable[.
             return 1
         return max(1, min(MAX_SLOTS, math.ceil(4 * CACHE_BYTES.get(device.type, 0) / size)))
 
-    def _slots(plan: Plan, order: list[tuple[int, bool, bool]]) -> tuple[list[Any], list[int]]:
+    def _slots(plan: Plan, order: list[tuple[int, bool, bool]]) -> list[Any]:
+        """Layout copies of the sets the first calls use, one per slot."""
         from torch.utils._pytree import tree_map
 
         count = min(_slot_count(plan), len(order)) or 1
-        slots = [tree_map(lambda x: layout_copy(x) if isinstance(x, Tensor) else x, plan.sets[order[k][0]])
-                 for k in range(count)]
-        return slots, [order[k][0] for k in range(count)]
+        return [tree_map(lambda x: layout_copy(x) if isinstance(x, Tensor) else x, plan.sets[order[k][0]])
+                for k in range(count)]
 
     def _refill(slot: Any, values: Any) -> None:
         for dst, src in zip(tensors_of(slot), tensors_of(values)):
@@ -283,13 +283,13 @@ def make_harness(device: torch.device, mark_fd: int | None = None) -> Callable[.
                 kept.append(dst)
             else:
                 key = (tuple(o.shape), o.dtype, str(o.device))
-                if key not in scratch_box[0]:
-                    scratch_box[0][key] = empty(o.shape, dtype=o.dtype, device=o.device)
-                dst = scratch_box[0][key]
+                if key not in scratch:
+                    scratch[key] = empty(o.shape, dtype=o.dtype, device=o.device)
+                dst = scratch[key]
             copy_(dst, o, non_blocking=True)
         return kept
 
-    scratch_box: list[dict[tuple, torch.Tensor]] = [{}]
+    scratch: dict[tuple, torch.Tensor] = {}  # where the outputs of calls not judged are copied
     sessions: list[dict[str, Any]] = []
 
     def _plain_outputs(out: Any) -> tuple[list[torch.Tensor], str | None]:

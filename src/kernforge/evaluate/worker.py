@@ -152,7 +152,7 @@ def run_candidate(job: dict[str, Any]) -> dict[str, Any]:
     judged), time eager again; the judged calls' outputs go to a file for the search process."""
     from kernforge.backends import BuildError, RejectedBuild, get_backend
     from kernforge.capture import decode_tree
-    from kernforge.evaluate.session import Plan, judged_timed_for, make_harness, output_metas, reps_for
+    from kernforge.evaluate.session import Plan, judged_timed_for, output_metas, reps_for
     from kernforge.tasks import load_task, resolve_op
 
     device = torch.device(job["device"])
@@ -187,7 +187,7 @@ def run_candidate(job: dict[str, Any]) -> dict[str, Any]:
                 calls=reps_for(eager_timing.p50_ms, device) if timed else 0,
                 judged_timed=judged_timed_for(sum(m["nbytes"] for m in poison)) if timed else 0,
                 labels=ref["labels"])
-    failure = _first_call(fn, prepare, sets[0], ref["labels"][0])
+    failure = _first_call(fn, prepare, sets[0], ref["labels"][0], device)
     phases.mark("first_call_s")  # Triton compiles here, outside the device lock
     if failure is not None:
         return {**failure, "timed": False, "phases": phases.seconds}
@@ -214,27 +214,20 @@ def run_candidate(job: dict[str, Any]) -> dict[str, Any]:
             "phases": phases.done("timing_s")}
 
 
-def _first_call(fn: Any, prepare: Any, inputs: Any, label: str) -> dict[str, Any] | None:
+def _first_call(fn: Any, prepare: Any, inputs: Any, label: str, device: torch.device) -> dict[str, Any] | None:
     """One call before the session, on a copy of the first set, not judged: Triton compiles the
     kernel at its first launch (seconds), which must not hold the device lock other workers time
     under. A failure here is the candidate's, as in the session."""
     from kernforge.evaluate.session import failure_kind
 
-    args, kwargs = to_device(inputs, inputs_device(inputs))
+    args, kwargs = to_device(inputs, device)  # a copy: the set itself stays as the baseline made it
     try:
         fn(args, kwargs, prepare() if prepare is not None else None)
-        if torch.cuda.is_available() and inputs_device(inputs).type == "cuda":
+        if device.type == "cuda":
             torch.cuda.synchronize()
     except Exception as e:  # noqa: BLE001 - the candidate's failure is data
         return {"status": failure_kind(e), "reason": f"on {label}: {type(e).__name__}: {e}"[-4000:]}
     return None
-
-
-def inputs_device(inputs: Any) -> torch.device:
-    from kernforge.evaluate.inputs import tensors_of
-
-    tensors = tensors_of(inputs)
-    return tensors[0].device if tensors else torch.device("cpu")
 
 
 def _candidate_call(kernel: Any) -> tuple[Any, Any]:
