@@ -25,7 +25,7 @@ from kernforge.models import ModelOptions, load_model, run_forward
 from kernforge.propose import get_proposer
 from kernforge.search import Node, TaskOutcome, get_strategy, search_task
 from kernforge.search.engine import FINALISTS, row_of
-from kernforge.store import RunStore
+from kernforge.store import RUN_FORMAT, RunStore
 from kernforge.tasks import make_tasks
 
 
@@ -205,13 +205,9 @@ def options_from_config(config: dict[str, Any]) -> OptimizeOptions:
 
 
 def _finished_outcome(store: RunStore, task: Any, nodes: list[Node]) -> TaskOutcome:
-    from kernforge.evaluate import Baseline, Timing
+    from kernforge.store.reader import read_baseline
 
-    relative = f"tasks/{task.task_id}/baseline.json"
-    baseline = None
-    if (store.root / relative).is_file():
-        data = store.read_json(relative)
-        baseline = Baseline(**{**data, "eager": Timing(**data["eager"]) if data.get("eager") else None})
+    baseline = read_baseline(store, task.task_id)
     return TaskOutcome(task=task, baseline=baseline, nodes=nodes,
                        error="" if baseline else "its baseline failed before the run stopped")
 
@@ -252,6 +248,7 @@ def task_row(outcome: TaskOutcome) -> dict[str, Any]:
                                   "speedup_vs_eager": n.confirmed.speedup_vs_eager}
                       for n in outcome.nodes if n.confirmed is not None},
         "verdict": _verdict(outcome, best, timed),
+        "real_inputs": task.real_inputs,  # all | partial | none (over the sample cap: drawn)
         "candidates": len(outcome.nodes),
         "correct": len(outcome.correct),
         "status_counts": outcome.status_counts(),
@@ -266,15 +263,19 @@ def compiled_p50_ms(outcome: TaskOutcome) -> float | None:
 
 
 def _verdict(outcome: TaskOutcome, best: Node | None, timed: bool) -> str:
+    """What came of the task; one searched on drawn inputs (real ones over the sample cap) says so."""
     if outcome.error:
         return f"not searched: {outcome.error}"
     if best is not None:
-        return "faster kernel found"
-    if not outcome.correct:
-        return "no correct kernel found" + _commonest_failure(outcome)
-    if not timed:
-        return "correct kernel found (interpreter: not timed)"
-    return "no faster kernel found"
+        verdict = "faster kernel found"
+    elif not outcome.correct:
+        verdict = "no correct kernel found" + _commonest_failure(outcome)
+    elif not timed:
+        verdict = "correct kernel found (interpreter: not timed)"
+    else:
+        verdict = "no faster kernel found"
+    note = outcome.task.inputs_note
+    return f"{verdict}; {note}" if note else verdict
 
 
 def _commonest_failure(outcome: TaskOutcome) -> str:
@@ -294,6 +295,7 @@ def _options(opts: Any) -> dict[str, Any]:
 
 def _environment(backend: str, device: str, model: str) -> dict[str, Any]:
     return {
+        "format_version": RUN_FORMAT,
         "resolved_backend": backend, "device": device, "model_name": model,
         "device_name": torch.cuda.get_device_name() if device == "cuda" else platform.processor() or "cpu",
         "versions": _versions(),

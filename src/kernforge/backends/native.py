@@ -14,9 +14,8 @@ the candidate.
 
 from __future__ import annotations
 
-import ctypes
-import os
 import hashlib
+import os
 import subprocess
 import tempfile
 from pathlib import Path
@@ -26,10 +25,7 @@ import torch
 from torch.utils._pytree import tree_flatten
 
 from kernforge.backends import BuildError, Kernel, RejectedBuild, object_scan
-
-MAX_DIMS = 8
-DTYPE_CODES = {torch.float32: 0, torch.float64: 1, torch.float16: 2, torch.bfloat16: 3,
-               torch.int32: 4, torch.int64: 5, torch.bool: 6, torch.uint8: 6, torch.int8: 7}
+from kernforge.backends.native_abi import bind_entry, call_entry, empty_like_meta
 
 # The struct every candidate declares; kept here for the proposer's templates to include.
 C_PRELUDE = """\
@@ -44,12 +40,6 @@ typedef struct {
     int32_t dtype;
 } kf_tensor;
 """
-
-
-class KfTensor(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p), ("ndim", ctypes.c_int64),
-                ("sizes", ctypes.c_int64 * MAX_DIMS), ("strides", ctypes.c_int64 * MAX_DIMS),
-                ("dtype", ctypes.c_int32)]
 
 
 def compile_library(source: Path, build_dir: Path, command: list[str], toolchain: str) -> Path:
@@ -115,20 +105,13 @@ def load_kernel(library: Path, output_meta: list[dict[str, Any]], device: str) -
     `kernel.run(outputs, args, kwargs)` calls it on outputs the caller made (the evaluator
     allocates and poisons them outside the timed span, and `kernel.new_outputs()` makes them)."""
     try:
-        lib = ctypes.CDLL(str(library))
-        entry = lib.kf_forward
+        entry = bind_entry(library)
     except (OSError, AttributeError) as e:
         raise BuildError(f"cannot load kf_forward from the built library: {e}") from None
-    entry.restype = ctypes.c_int
-    entry.argtypes = [ctypes.POINTER(KfTensor), ctypes.c_int, ctypes.POINTER(KfTensor), ctypes.c_int]
 
     def run(outputs: list[torch.Tensor], args: Any, kwargs: Any) -> Any:
         inputs = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
-        in_structs = (KfTensor * max(1, len(inputs)))(*[as_struct(t) for t in inputs])
-        out_structs = (KfTensor * max(1, len(outputs)))(*[as_struct(t) for t in outputs])
-        code = entry(in_structs, len(inputs), out_structs, len(outputs))
-        if code != 0:
-            raise RuntimeError(f"kf_forward returned error code {code}")
+        call_entry(entry, inputs, outputs)
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
     def new_outputs(poison: bool = True) -> list[torch.Tensor]:
@@ -141,28 +124,6 @@ def load_kernel(library: Path, output_meta: list[dict[str, Any]], device: str) -
     kernel.new_outputs = new_outputs  # type: ignore[attr-defined]
     kernel.library = library  # type: ignore[attr-defined]
     return kernel
-
-
-def empty_like_meta(meta: dict[str, Any], device: str, poison: bool) -> torch.Tensor:
-    dtype = getattr(torch, meta["dtype"].replace("torch.", ""))
-    out = torch.empty_strided(meta["shape"], meta["stride"], dtype=dtype, device=device)
-    if poison and out.is_floating_point():
-        out.fill_(float("nan"))  # an element the kernel never writes stays NaN and fails the check
-    return out
-
-
-def as_struct(t: torch.Tensor) -> KfTensor:
-    if t.dim() > MAX_DIMS:
-        raise RuntimeError(f"compiled backends handle tensors of at most {MAX_DIMS} dimensions")
-    if t.dtype not in DTYPE_CODES:
-        raise RuntimeError(f"compiled backends have no C type for {t.dtype}")
-    s = KfTensor()
-    s.data = t.data_ptr()
-    s.ndim = t.dim()
-    for i, (size, stride) in enumerate(zip(t.shape, t.stride())):
-        s.sizes[i], s.strides[i] = size, stride
-    s.dtype = DTYPE_CODES[t.dtype]
-    return s
 
 
 def tool_version(tool: str) -> str:

@@ -10,7 +10,9 @@
       results.tsv          one row per evaluated candidate, appended as it finishes
       events.jsonl         what happened, one JSON line per event, appended as it happens
       tasks/<task>/history a git repository: one commit per kept improvement
-      summary.json         the best result per task, written at the end
+      summary.json         the best result per task, written at the end (and the model
+                           end to end, once the winners were applied: `apply`)
+      integrate/           what `apply` built and measured: apply.json, build/
 
 Every file is written when its step ends, and each finished node is one database
 transaction, so a crash (or kill -9) loses at most the candidates in flight.
@@ -29,6 +31,10 @@ from pathlib import Path
 from typing import Any
 
 from kernforge.store.db import NodeRecord, RunDB
+
+# The run folder's layout version, in config.json as "format_version": a reader (integrate,
+# export, a dashboard) refuses a newer one. 0 is a folder written before the field existed.
+RUN_FORMAT = 1
 
 RESULT_COLUMNS = ["task", "node", "parent", "status", "failure_reason", "p50_ms", "p20_ms", "p80_ms",
                   "eager_p50_ms", "speedup_vs_eager", "faster_than_eager", "kept", "eval_s", "rationale"]

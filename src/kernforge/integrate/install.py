@@ -1,0 +1,225 @@
+"""A run's winners built in this process and installed into the dispatcher: kernforge.patch.
+
+    handle = kernforge.patch(model, "runs/20261201-120000-resnet50")
+    model(x)            # the proved calls run kernforge's kernels, every other call the original
+    handle.remove()     # or: with kernforge.patch(model, run): ...; or kernforge.unpatch()
+
+Routing is per ATen op and process-wide (the dispatcher is), so `model` is checked, not
+wrapped: its parameters must live where the run's kernels were proved.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from kernforge.errors import UserError
+from kernforge.integrate import runtime
+from kernforge.store.reader import RunRecord, read_run
+
+
+@dataclass
+class Winner:
+    """A task's winning kernel, as the run recorded it."""
+
+    task_id: str
+    node_id: str
+    op: str
+    signature: str
+    args: list[Any]
+    outputs: list[dict[str, Any]]
+    source: Path
+    backend: str
+    speedup_vs_eager: float
+    p50_ms: float
+    eager_p50_ms: float
+    share: float  # of the model's op time, as captured
+
+
+def winners(run: RunRecord) -> list[Winner]:
+    """Each finished task's winner (the finalist that beat eager beyond the noise), in run order."""
+    found = []
+    for record in run.tasks:
+        node = record.winner
+        if node is None:
+            continue
+        final, task = node.final, record.task
+        found.append(Winner(task_id=task.task_id, node_id=node.node_id, op=task.op, signature=task.signature,
+                            args=task.args, outputs=task.outputs, source=run.source_of(task.task_id, node),
+                            backend=run.backend, speedup_vs_eager=final.speedup_vs_eager or 1.0,
+                            p50_ms=final.timing.p50_ms if final.timing else 0.0,
+                            eager_p50_ms=final.eager.p50_ms if final.eager else 0.0, share=task.share))
+    return found
+
+
+def installable(winner: Winner) -> str | None:
+    """None, or why this winner cannot be installed: an op that writes its inputs or returns a
+    view of one is not a pure function, and a custom op must be one."""
+    schema = runtime._resolve(winner.op)._schema
+    if any(a.alias_info is not None for a in schema.arguments) or any(
+            r.alias_info is not None for r in schema.returns):
+        return "writes or aliases its inputs (in-place or view op): not installable as a custom op"
+    if not winner.source.is_file():
+        return f"its source {winner.source} is missing from the run folder"
+    return None
+
+
+def build_spec(winner: Winner, build_dir: Path, devices: frozenset[torch.device]) -> runtime.KernelSpec:
+    """The winner built here: a Triton module imported, a C or CUDA file compiled (with the
+    evaluator's object checks, cached by source) and bound without the evaluator's wrappers."""
+    path = winner.source
+    if winner.backend in ("cpu", "cuda"):
+        from kernforge.backends import get_backend
+
+        kernel = get_backend(winner.backend).build(winner.source, build_dir, winner.outputs)
+        path = kernel.library  # type: ignore[attr-defined]
+    entry = runtime.load_entry(winner.backend, path, winner.outputs)
+    return runtime.KernelSpec(name=runtime.kernel_name(winner.op, winner.source.read_bytes()),
+                              op=winner.op, args=winner.args, outputs=winner.outputs,
+                              backend=winner.backend, entry=entry, devices=devices)
+
+
+def devices_for(run: RunRecord) -> frozenset[torch.device]:
+    """Where the run's kernels may run here: the CPU, or every visible GPU of the model it was
+    proved on; a UserError where there is none."""
+    if run.device == "cpu":
+        return frozenset({torch.device("cpu")})
+    if not torch.cuda.is_available():
+        raise UserError(f"this run's kernels were proved on a GPU ({run.device_name}) and none is "
+                        "visible here; apply it on a machine with that GPU")
+    same = frozenset(torch.device("cuda", i) for i in range(torch.cuda.device_count())
+                     if torch.cuda.get_device_name(i) == run.device_name)
+    if not same:
+        raise UserError(f"this run's kernels were proved on {run.device_name}, and this machine has "
+                        f"{torch.cuda.get_device_name(0)}; run `kernforge optimize` here instead")
+    return same
+
+
+# ---------------------------------------------------------------------------- the handle
+
+_ACTIVE: list[Patch] = []
+
+
+@dataclass
+class Patch:
+    """Installed kernels; `remove()` (or leaving the `with` block) takes them all out."""
+
+    run: RunRecord
+    installation: runtime.Installation
+    skipped: dict[str, str] = field(default_factory=dict)  # task -> why its winner was not installed
+
+    @property
+    def specs(self) -> list[runtime.KernelSpec]:
+        return self.installation.specs
+
+    @property
+    def counts(self) -> dict[str, runtime.RouteCounts]:
+        return self.installation.counts
+
+    def remove(self) -> None:
+        if not self.installation.active:
+            return
+        self.installation.remove()
+        if self in _ACTIVE:
+            _ACTIVE.remove(self)
+        if not _ACTIVE:
+            _restore_compile_caches()
+        _reset_compiled_code()
+
+    def __enter__(self) -> Patch:  # noqa: PYI034 - not subclassed
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.remove()
+
+
+def patch(model: torch.nn.Module | None, run: str | Path | RunRecord, only: list[str] | None = None,
+          compile_tasks: list[str] | None = None, build_dir: Path | None = None) -> Patch:
+    """Install the run's winners (or those of the tasks in `only`). `compile_tasks`, when given,
+    names the tasks whose kernels go into torch.compile's graphs; the others run in eager only
+    (where compile's own fusion is faster). Returns the handle; the model is not changed."""
+    record = run if isinstance(run, RunRecord) else read_run(Path(run))
+    devices = devices_for(record)
+    if model is not None:
+        _check_model_device(model, record)
+    specs, skipped = [], {}
+    build_dir = build_dir or record.root / "integrate" / "build"
+    for winner in winners(record):
+        if only is not None and winner.task_id not in only:
+            continue
+        why = installable(winner)
+        if why:
+            skipped[winner.task_id] = why
+            continue
+        try:
+            spec = build_spec(winner, build_dir, devices)
+        except Exception as e:  # noqa: BLE001 - a kernel that no longer builds is skipped, and said
+            skipped[winner.task_id] = f"does not build here: {type(e).__name__}: {str(e).splitlines()[0][:200]}"
+            continue
+        spec.under_compile = compile_tasks is None or winner.task_id in compile_tasks
+        specs.append(spec)
+    if not _ACTIVE:
+        _disable_compile_caches()
+    handle = Patch(run=record, installation=runtime.install(specs), skipped=skipped)
+    _ACTIVE.append(handle)
+    _reset_compiled_code()
+    return handle
+
+
+def unpatch() -> int:
+    """Remove every installed patch; how many there were."""
+    active = list(_ACTIVE)
+    for handle in reversed(active):
+        handle.remove()
+    return len(active)
+
+
+def _check_model_device(model: torch.nn.Module, run: RunRecord) -> None:
+    if not isinstance(model, torch.nn.Module):
+        raise UserError(f"kernforge.patch takes an nn.Module, not {type(model).__name__}")
+    devices = {p.device.type for p in model.parameters()} | {b.device.type for b in model.buffers()}
+    if devices and run.device not in devices:
+        raise UserError(f"the model lives on {', '.join(sorted(devices))} and this run's kernels were "
+                        f"proved on {run.device}; move the model there first (model.to('{run.device}'))")
+
+
+# Compiled code made while patched holds the custom ops, and code made before does not: both
+# are dropped when the routing changes, so that the next call compiles under the routing in
+# force. The on-disk caches are off while patched: their keys do not see the dispatcher, so an
+# artifact made while patched could be loaded by an unpatched process, and the reverse.
+_CACHE_FLAGS = (("torch._inductor.config", "fx_graph_cache"),
+                ("torch._functorch.config", "enable_autograd_cache"))
+
+
+_SAVED_FLAGS: dict[tuple[str, str], Any] = {}
+
+
+def _disable_compile_caches() -> None:
+    import importlib
+
+    for module_name, flag in _CACHE_FLAGS:
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:
+            continue
+        if hasattr(module, flag):
+            _SAVED_FLAGS[(module_name, flag)] = getattr(module, flag)
+            setattr(module, flag, False)
+
+
+def _restore_compile_caches() -> None:
+    import importlib
+
+    for (module_name, flag), value in _SAVED_FLAGS.items():
+        setattr(importlib.import_module(module_name), flag, value)
+    _SAVED_FLAGS.clear()
+
+
+def _reset_compiled_code() -> None:
+    import sys
+
+    if "torch._dynamo" in sys.modules:  # nothing was compiled if dynamo was never imported
+        sys.modules["torch._dynamo"].reset()

@@ -1,0 +1,342 @@
+"""Installed kernels: an ATen op routed to a proved kernel where a guard holds, else the original.
+
+This file needs only torch (and triton for Triton kernels): kernforge's `patch` uses it, and
+`kernforge export` copies it, with native_abi.py and importing.py, into every exported
+package, so that a package installs the same way without kernforge.
+
+How a call is routed. For each installed op, a Python kernel is registered on the ATen op
+(torch.library, dispatch keys Autograd<Device> and <Device>); ops that were not patched are
+untouched and cost nothing. The router checks the guard: the device, dtype, shape, strides
+and 16-byte alignment of every tensor and every non-tensor argument, as the kernel was
+proved on; and that autograd does not need the op (grad enabled and an input requiring
+grad sends it to the original, whose backward is recorded). Where the guard holds on plain
+tensors, the kernel runs directly; on a subclass or fake tensors (torch.compile tracing) the
+call becomes the registered custom op `kernforge::<name>`, which has a fake implementation,
+so that the compiled graph holds it. Anything else calls the original kernel of that
+dispatch key, taken from the dispatcher before the override. Removing the registrations
+(Installation.remove) puts the dispatcher back exactly as it was.
+
+Two keys, because each misses calls the other sees: under inference_mode the Autograd keys
+are skipped, and compile's tracing (fake tensors) never reaches the backend key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch._subclasses.fake_tensor import is_fake
+
+if __name__.startswith("kernforge."):
+    from kernforge.backends.native_abi import bind_entry, call_entry, empty_like_meta
+    from kernforge.importing import import_path
+else:  # inside an exported package, where these files sit beside this one
+    from .importing import import_path  # type: ignore[no-redef]
+    from .native_abi import bind_entry, call_entry, empty_like_meta  # type: ignore[no-redef]
+
+NAMESPACE = "kernforge"
+ALIGNMENT = 16  # bytes: the evaluator proves kernels on fresh allocations, aligned at least this much
+
+
+@dataclass
+class KernelSpec:
+    """One installable kernel: what it replaces, what it was proved on, and its entry point."""
+
+    name: str  # the custom op's name in the `kernforge` namespace, unique per kernel source
+    op: str  # the ATen overload it replaces, e.g. "aten::_softmax.default"
+    args: list[Any]  # the captured call's arguments: tensors as {shape, dtype, stride, device}
+    outputs: list[dict[str, Any]]  # the op's outputs: {shape, dtype, stride, device}
+    backend: str  # triton | cuda | cpu
+    entry: Callable[..., Any]  # entry(*args, **kwargs) -> the op's outputs
+    devices: frozenset[torch.device] = frozenset()  # where it may run (same GPU model as proved)
+    under_compile: bool = True  # False: compile's graph keeps the original op (it pays only in eager)
+
+
+def load_entry(backend: str, path: Path, outputs: list[dict[str, Any]]) -> Callable[..., Any]:
+    """The installed callable of a kernel file: a Triton module's kf_forward, or a compiled
+    library's kf_forward writing into freshly allocated outputs (never poisoned: NaN filling
+    is the evaluator's check, not part of a kernel)."""
+    if backend == "triton":
+        entry = getattr(import_path(path, "kf_installed"), "kf_forward", None)
+        if not callable(entry):
+            raise RuntimeError(f"{path} defines no kf_forward")
+        return entry
+    native = bind_entry(path)
+    device = "cuda" if backend == "cuda" else "cpu"
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        inputs = [t for t in _flat((args, kwargs)) if isinstance(t, torch.Tensor)]
+        out = [empty_like_meta(m, inputs[0].device if inputs else device, poison=False) for m in outputs]
+        call_entry(native, inputs, out)
+        return out[0] if len(out) == 1 else tuple(out)
+    return run
+
+
+def kernel_name(op: str, source: bytes) -> str:
+    """`_softmax_3f2a9c1b`: the op's base name and a hash of the kernel's source."""
+    base = re.sub(r"\W", "_", op.split("::")[-1].split(".")[0]).strip("_") or "op"
+    return f"{base}_{hashlib.sha256(source).hexdigest()[:10]}"
+
+
+# ---------------------------------------------------------------------------- guards
+
+
+def make_guard(args: list[Any]) -> Callable[[tuple, dict], list[torch.Tensor] | None]:
+    """A check of a live call against the proved one: the call's tensors (flattened, in order)
+    where every argument matches its description, else None. The captured description puts
+    keyword arguments last, as {"kwargs": {...}}."""
+    positional, keywords = _split_kwargs(args)
+    checks = [_check_for(d) for d in positional]
+    keyword_checks = {k: _check_for(d) for k, d in keywords.items()}
+
+    def guard(call_args: tuple, call_kwargs: dict) -> list[torch.Tensor] | None:
+        if len(call_args) != len(checks) or call_kwargs.keys() != keyword_checks.keys():
+            return None
+        tensors: list[torch.Tensor] = []
+        for check, value in zip(checks, call_args):
+            if not check(value, tensors):
+                return None
+        for key, check in keyword_checks.items():
+            if not check(call_kwargs[key], tensors):
+                return None
+        return tensors
+    return guard
+
+
+def _split_kwargs(args: list[Any]) -> tuple[list[Any], dict[str, Any]]:
+    if args and isinstance(args[-1], dict) and set(args[-1]) == {"kwargs"}:
+        return list(args[:-1]), dict(args[-1]["kwargs"])
+    return list(args), {}
+
+
+def _check_for(desc: Any) -> Callable[[Any, list], bool]:
+    if isinstance(desc, dict) and "shape" in desc:
+        return _tensor_check(desc)
+    if isinstance(desc, list):
+        items = [_check_for(d) for d in desc]
+        return lambda v, ts: (isinstance(v, (list, tuple)) and len(v) == len(items)
+                              and all(c(x, ts) for c, x in zip(items, v)))
+    if desc is None:
+        return lambda v, ts: v is None
+    if isinstance(desc, bool):
+        return lambda v, ts: isinstance(v, bool) and v == desc
+    if isinstance(desc, (int, float)):
+        kind = float if isinstance(desc, float) else int
+        return lambda v, ts: type(v) is kind and v == desc
+    if isinstance(desc, str):  # a str argument, or the repr of a dtype, layout, memory format
+        return lambda v, ts: (v if isinstance(v, str) else repr(v)) == desc
+    return lambda v, ts: False
+
+
+def _tensor_check(desc: dict[str, Any]) -> Callable[[Any, list], bool]:
+    shape, stride = torch.Size(desc["shape"]), tuple(desc["stride"])
+    dtype, device_type = _dtype(desc["dtype"]), desc.get("device", "cpu")
+    element = torch.empty((), dtype=dtype).element_size()
+    alignment = ALIGNMENT // element if ALIGNMENT % element == 0 else 1
+
+    def check(v: Any, tensors: list) -> bool:
+        if not (isinstance(v, torch.Tensor) and v.dtype == dtype and v.shape == shape
+                and v.stride() == stride and v.device.type == device_type):
+            return False
+        # storage_offset, not data_ptr: it works on fake tensors, and torch's allocator
+        # aligns every storage at 512 bytes (CUDA) or 64 (CPU)
+        if v.storage_offset() % alignment:
+            return False
+        tensors.append(v)
+        return True
+    return check
+
+
+def _dtype(name: str) -> torch.dtype:
+    return getattr(torch, name.replace("torch.", ""))
+
+
+# ---------------------------------------------------------------------------- call templates
+
+
+def make_rebuild(args: list[Any]) -> Callable[[list[torch.Tensor]], tuple[list[Any], dict[str, Any]]]:
+    """The inverse of the guard: (args, kwargs) of the proved call with these tensors in it."""
+    positional, keywords = _split_kwargs(args)
+
+    def fill(desc: Any, tensors: list[torch.Tensor], at: list[int]) -> Any:
+        if isinstance(desc, dict) and "shape" in desc:
+            at[0] += 1
+            return tensors[at[0] - 1]
+        if isinstance(desc, list):
+            return [fill(d, tensors, at) for d in desc]
+        return _decode(desc, tensors)
+
+    def rebuild(tensors: list[torch.Tensor]) -> tuple[list[Any], dict[str, Any]]:
+        at = [0]
+        call_args = [fill(d, tensors, at) for d in positional]
+        return call_args, {k: fill(d, tensors, at) for k, d in keywords.items()}
+    return rebuild
+
+
+def _decode(desc: Any, tensors: list[torch.Tensor]) -> Any:
+    if isinstance(desc, str) and desc.startswith("torch."):
+        value = getattr(torch, desc[len("torch."):], None)
+        if isinstance(value, (torch.dtype, torch.layout, torch.memory_format)):
+            return value
+    if isinstance(desc, str) and desc.startswith("device("):
+        return tensors[0].device if tensors else torch.device("cpu")
+    return desc
+
+
+# ---------------------------------------------------------------------------- custom ops
+
+_DEFINED: dict[str, Any] = {}  # name -> the Library holding its definition, for this process's life
+_CURRENT: dict[str, KernelSpec] = {}  # name -> the installed spec its implementation runs
+
+
+def _custom_op(spec: KernelSpec) -> Any:
+    """torch.ops.kernforge.<name>.default, defined once per process. Its implementation runs the
+    installed kernel while one is installed, else the original op: a graph compiled while
+    patched keeps calling the custom op after the patch is removed."""
+    if spec.name not in _DEFINED:
+        lib = torch.library.Library(NAMESPACE, "FRAGMENT")
+        n_tensors = _count_tensors(spec.args)
+        params = ", ".join(f"Tensor t{i}" for i in range(n_tensors))
+        returns = "Tensor" if len(spec.outputs) == 1 else "(" + ", ".join(["Tensor"] * len(spec.outputs)) + ")"
+        lib.define(f"{spec.name}({params}) -> {returns}")
+        rebuild, original = make_rebuild(spec.args), _resolve(spec.op)
+        dispatch_key = "CUDA" if spec.backend in ("triton", "cuda") else "CPU"
+        name, metas = spec.name, spec.outputs
+
+        def implementation(*tensors: torch.Tensor) -> Any:
+            args, kwargs = rebuild(list(tensors))
+            current = _CURRENT.get(name)
+            if current is None or not _runnable_here(current, tensors):
+                return original(*args, **kwargs)
+            return current.entry(*args, **kwargs)
+
+        def fake(*tensors: torch.Tensor) -> Any:
+            device = tensors[0].device
+            outs = [torch.empty_strided(m["shape"], m["stride"], dtype=_dtype(m["dtype"]), device=device)
+                    for m in metas]
+            return outs[0] if len(outs) == 1 else tuple(outs)
+
+        lib.impl(spec.name, implementation, dispatch_key)
+        torch.library.register_fake(f"{NAMESPACE}::{spec.name}", fake, lib=lib)
+        _DEFINED[spec.name] = lib
+    return getattr(getattr(torch.ops, NAMESPACE), spec.name).default
+
+
+def _count_tensors(desc: Any) -> int:
+    if isinstance(desc, dict) and "shape" in desc:
+        return 1
+    if isinstance(desc, dict):
+        return sum(_count_tensors(v) for v in desc.values())
+    if isinstance(desc, list):
+        return sum(_count_tensors(d) for d in desc)
+    return 0
+
+
+def _resolve(qualified: str) -> Any:
+    namespace, rest = qualified.split("::", 1)
+    name, _, overload = rest.partition(".")
+    return getattr(getattr(getattr(torch.ops, namespace), name), overload or "default")
+
+
+def _runnable_here(spec: KernelSpec, tensors: Any) -> bool:
+    """The checks a guard cannot make on fake tensors, made when the kernel is about to run."""
+    if not all(t.device in spec.devices for t in tensors):
+        return False
+    if spec.backend == "cuda":  # the ABI launches on the default stream: any other would race
+        return torch.cuda.current_stream(tensors[0].device).cuda_stream == 0
+    return True
+
+
+# ---------------------------------------------------------------------------- routing
+
+
+@dataclass
+class RouteCounts:
+    """Calls of one installed op since it was installed, by where they went."""
+
+    kernel: int = 0  # ran the kernel directly (eager)
+    custom_op: int = 0  # became the custom op (tracing under torch.compile, tensor subclasses)
+    fallback: int = 0  # ran the original op
+
+
+@dataclass
+class Installation:
+    specs: list[KernelSpec]
+    counts: dict[str, RouteCounts] = field(default_factory=dict)  # per ATen op
+    _libraries: list[Any] = field(default_factory=list, repr=False)
+
+    def remove(self) -> None:
+        """Take every registration out: the dispatcher is as it was before install()."""
+        for lib in self._libraries:
+            lib._destroy()
+        self._libraries.clear()
+        for spec in self.specs:
+            if _CURRENT.get(spec.name) is spec:
+                del _CURRENT[spec.name]
+
+    @property
+    def active(self) -> bool:
+        return bool(self._libraries)
+
+
+def install(specs: list[KernelSpec]) -> Installation:
+    """Route each spec's ATen op to its kernel where the guard holds. Several specs may share
+    an op (one per proved signature): each router tries its own guard, then the next one's."""
+    installation = Installation(specs=list(specs))
+    by_op: dict[str, list[KernelSpec]] = {}
+    for spec in specs:
+        by_op.setdefault(spec.op, []).append(spec)
+    for op, group in by_op.items():
+        for spec in group:
+            _custom_op(spec)
+            _CURRENT[spec.name] = spec
+        installation.counts[op] = RouteCounts()
+        installation._libraries.append(_route(op, group, installation.counts[op]))
+    return installation
+
+
+def _route(op: str, specs: list[KernelSpec], counts: RouteCounts) -> Any:
+    backend_key = "CUDA" if specs[0].backend in ("triton", "cuda") else "CPU"
+    namespace, name = op.split("::", 1)
+    name = name.removesuffix(".default")  # the dispatcher names a default overload without it
+    lib = torch.library.Library(namespace, "IMPL")
+    for key in (f"Autograd{backend_key}", backend_key):
+        original = torch._C._dispatch_get_computed_kernel_for_dispatch_key(
+            f"{namespace}::{name}", getattr(torch._C.DispatchKey, key))
+        lib.impl(name, _router(specs, original, counts), key, with_keyset=True)
+    return lib
+
+
+def _router(specs: list[KernelSpec], original: Any, counts: RouteCounts) -> Callable:
+    routes = [(spec, make_guard(spec.args), _custom_op(spec)) for spec in specs]
+
+    def route(keyset: Any, *args: Any, **kwargs: Any) -> Any:
+        for spec, guard, custom_op in routes:
+            tensors = guard(args, kwargs)
+            if tensors is None or _grad_needed(tensors):
+                continue
+            if all(type(t) is torch.Tensor for t in tensors):
+                if _runnable_here(spec, tensors):
+                    counts.kernel += 1
+                    return spec.entry(*args, **kwargs)
+            elif spec.under_compile and all(is_fake(t) for t in tensors):
+                counts.custom_op += 1
+                return custom_op(*tensors)
+        counts.fallback += 1
+        return original.call_boxed(keyset, *args, **kwargs)
+    return route
+
+
+def _grad_needed(tensors: list[torch.Tensor]) -> bool:
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+
+
+def _flat(value: Any) -> list[Any]:
+    from torch.utils._pytree import tree_flatten
+
+    return tree_flatten(value)[0]
