@@ -11,6 +11,7 @@ from helpers import SOFTMAX_OP
 from torch import nn
 
 from kernforge.capture import (
+    Placeholder,
     capture_model,
     decode_value,
     encode_value,
@@ -251,12 +252,59 @@ def test_sample_caps(tmp_path: Path):
     cap = capture_model(loaded(Repeats(), torch.randn(8, 8)), tmp_path / "b", repeats=1,
                         sample_cap_bytes=8 * 8 * 4 - 1)
     (tanh,) = by_op(cap)["aten::tanh.default"]
-    assert tanh.samples == []  # one sample is over the per-sample cap
+    # one sample is over the per-sample cap: one sample of its layout only, no values, no outputs
+    assert len(tanh.samples) == 1 and tanh.real_inputs == "none"
+    (x,), _ = load_sample(tmp_path / "b" / tanh.samples[0])
+    assert x == Placeholder(shape=(8, 8), stride=(8, 1), dtype="torch.float32")
+    assert load_sample_outputs(tmp_path / "b" / tanh.samples[0]) == []
 
     cap = capture_model(loaded(Repeats(), torch.randn(8, 8)), tmp_path / "c", repeats=1,
                         samples_per_signature=4, total_cap_bytes=3 * 2 * 8 * 8 * 4)
     (tanh,) = by_op(cap)["aten::tanh.default"]
-    assert len(tanh.samples) == 3  # inputs and outputs count; the fourth would pass the total cap
+    # inputs and outputs count; the fourth would pass the total cap, and a signature with real
+    # samples gets no placeholder one
+    assert len(tanh.samples) == 3 and tanh.real_inputs == "all" and tanh.placeholders == []
+
+
+def test_inputs_over_the_cap_keep_the_tensors_that_fit(tmp_path: Path):
+    """A layer norm over the cap (the (16, 64, 256, 256) float32 one on an H200, here 8 KB over a
+    1 KB cap) keeps its weight and bias, and the input's layout as a placeholder."""
+    x = torch.randn(4, 32, 16).transpose(1, 2)  # strided: the placeholder keeps the strides
+    norm = nn.LayerNorm(32).eval()
+    with torch.no_grad():
+        norm.weight.uniform_(0.5, 1.5)
+    cap = capture_model(loaded(norm, x), tmp_path, repeats=1, sample_cap_bytes=1024)
+    (profile,) = by_op(cap)["aten::native_layer_norm.default"]
+    assert profile.real_inputs == "partial"
+    assert profile.placeholders == [{"shape": [4, 16, 32], "stride": [512, 1, 16], "dtype": "torch.float32",
+                                     "storage_offset": 0, "low": None, "high": None}]
+    args, _ = load_sample(tmp_path / profile.samples[0])
+    assert isinstance(args[0], Placeholder) and args[0].stride == (512, 1, 16)
+    assert torch.equal(args[2], norm.weight) and torch.equal(args[3], norm.bias)
+    assert (tmp_path / profile.samples[0]).stat().st_size < 4096  # the 8 KB input is not in it
+    assert load_capture(tmp_path) == cap  # the new fields round-trip through profile.json
+
+
+def test_integer_inputs_over_the_cap_record_their_range(tmp_path: Path):
+    class Lookup(nn.Module):
+        def forward(self, table, idx):
+            return table.index_select(0, idx)
+
+    idx = torch.tensor([3, 7, 5] * 100)  # 2.4 KB of int64, over the cap; the table fits
+    cap = capture_model(loaded(Lookup(), torch.randn(10, 4), idx), tmp_path, repeats=1, sample_cap_bytes=1024)
+    (profile,) = by_op(cap)["aten::index_select.default"]
+    assert profile.real_inputs == "partial"
+    (meta,) = profile.placeholders
+    assert (meta["dtype"], meta["low"], meta["high"]) == ("torch.int64", 3, 7)
+
+
+def test_samples_saved_before_placeholders_still_load(tmp_path: Path):
+    """A sample file of the old format (every tensor real) loads as it did."""
+    x = torch.randn(3, 5)
+    torch.save({"args": [x, -1, False], "kwargs": {}, "outputs": [torch.softmax(x, -1)]}, tmp_path / "0.pt")
+    args, kwargs = load_sample(tmp_path / "0.pt")
+    assert torch.equal(args[0], x) and args[1:] == [-1, False] and kwargs == {}
+    assert torch.equal(load_sample_outputs(tmp_path / "0.pt")[0], torch.softmax(x, -1))
 
 
 def test_tiny_model_ranks_softmax_among_compute_ops(softmax_capture):

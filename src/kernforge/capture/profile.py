@@ -20,11 +20,13 @@ from kernforge.capture.recorder import (
     Recorder,
     qualified_name,
 )
-from kernforge.capture.serialize import save_sample
+from kernforge.capture.serialize import placeholders_of, save_sample
 from kernforge.models import LoadedModel, run_forward
 
-# A sample of real inputs per signature is kept on disk; these caps keep a large
-# model's capture from filling the disk.
+# A sample of real inputs per signature is kept on disk; these caps, on the bytes saved, keep a
+# large model's capture from filling the disk. Inputs over them leave a partly real sample: the
+# tensors that fit, and placeholders for the others, whose values the evaluator draws. capture_model
+# reads them when called, so that a test can lower them for a whole `optimize`.
 DEFAULT_SAMPLES_PER_SIGNATURE = 2
 DEFAULT_SAMPLE_CAP_BYTES = 256 << 20  # one sample's input tensors
 DEFAULT_TOTAL_CAP_BYTES = 2 << 30  # all samples of one capture
@@ -47,6 +49,10 @@ class OpProfile:
     samples: list[str] = field(default_factory=list)  # files under the capture folder
     schema: str = ""
     module: str = ""  # the nn.Module of its first call
+    # How many of its samples' input tensors are the model's: all, partial or none; the others,
+    # over the sample caps, are saved as placeholders (Placeholder.to_json), listed here.
+    real_inputs: str = "all"
+    placeholders: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def shape_text(self) -> str:
@@ -91,15 +97,19 @@ def capture_model(
     out_dir: Path | None,
     repeats: int = 3,
     samples_per_signature: int = DEFAULT_SAMPLES_PER_SIGNATURE,
-    sample_cap_bytes: int = DEFAULT_SAMPLE_CAP_BYTES,
-    total_cap_bytes: int = DEFAULT_TOTAL_CAP_BYTES,
+    sample_cap_bytes: int | None = None,
+    total_cap_bytes: int | None = None,
 ) -> Capture:
     """Record `repeats` forward passes after a warm-up; save input samples and the call log under out_dir.
 
     Samples are kept for compute ops only (views, copies and allocations are not
-    searched), at most samples_per_signature each, none over sample_cap_bytes,
-    and no more than total_cap_bytes in all.
+    searched), at most samples_per_signature each, no more than sample_cap_bytes
+    saved for one and total_cap_bytes in all (None: the module's defaults). A
+    signature whose inputs are over them gets one sample that keeps the tensors
+    that fit and placeholders for the others.
     """
+    sample_cap_bytes = DEFAULT_SAMPLE_CAP_BYTES if sample_cap_bytes is None else sample_cap_bytes
+    total_cap_bytes = DEFAULT_TOTAL_CAP_BYTES if total_cap_bytes is None else total_cap_bytes
     if out_dir is None:
         samples_per_signature = 0
     run_forward(loaded)  # warm-up: lazy init, allocator growth, library autotuning
@@ -257,6 +267,8 @@ def _save(capture: Capture, recorder: Recorder, times: dict[int, float], out_dir
             rel = f"samples/{sig}/{k}.pt"
             save_sample(sample["args"], sample["kwargs"], sample["outputs"], out_dir / rel)
             by_sig[sig].samples.append(rel)
+            by_sig[sig].real_inputs = sample["real"]
+            by_sig[sig].placeholders += [p.to_json() for p in placeholders_of((sample["args"], sample["kwargs"]))]
     lines = [json.dumps({"index": c.index, "op": qualified_name(c.func), "signature": c.signature,
                          "kind": c.kind, "module": c.module, "producers": c.producers,
                          "time_us": times.get(c.index, 0.0)}) for c in recorder.calls]

@@ -23,10 +23,10 @@ from typing import Any
 import torch
 from torch.profiler import record_function
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten, tree_map
+from torch.utils._pytree import tree_flatten, tree_unflatten
 from torch.utils.weak import WeakIdKeyDictionary
 
-from kernforge.capture.serialize import strided_copy
+from kernforge.capture.serialize import Placeholder, layout_copy, saved_bytes, strided_copy
 
 RANGE_PREFIX = "kf::"
 
@@ -56,7 +56,8 @@ class Call:
 
 
 class Recorder(TorchDispatchMode):
-    """Records every call; keeps up to samples_per_signature real input sets per compute signature."""
+    """Records every call; keeps up to samples_per_signature real input sets per compute signature
+    (one partly real set, with Placeholders, where its inputs are over the caps)."""
 
     def __init__(self, samples_per_signature: int = 0, sample_cap_bytes: int = 0, total_cap_bytes: int = 0,
                  profiler_ranges: bool = False):
@@ -66,7 +67,9 @@ class Recorder(TorchDispatchMode):
         self.sample_cap_bytes = sample_cap_bytes
         self.bytes_left = total_cap_bytes
         self.calls: list[Call] = []
-        self.samples: dict[str, list[dict[str, Any]]] = {}  # signature -> [{args, kwargs, outputs}]
+        # signature -> [{args, kwargs, outputs, real}]; real: "all", or "partial"/"none" where
+        # some or all of the input tensors are Placeholders
+        self.samples: dict[str, list[dict[str, Any]]] = {}
         self.module_stack: list[str] = []
         self._producer = WeakIdKeyDictionary()  # tensor -> index of the call that made it
         # storage address -> index of the last call that wrote into it in place. A write
@@ -90,9 +93,9 @@ class Recorder(TorchDispatchMode):
             out = func(*args, **kwargs)
         cpu_us = (time.perf_counter() - start) * 1e6
         outputs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
-        if sample is not None:
+        if sample is not None and sample["real"] == "all":  # a partly drawn sample's outputs mean nothing
             sample["outputs"] = [strided_copy(t) for t in outputs]
-            self.bytes_left -= sum(t.numel() * t.element_size() for t in outputs)
+            self.bytes_left -= sum(saved_bytes(t) for t in outputs)
         for t in outputs:
             self._producer[t] = index  # an in-place op makes its call the producer of the tensor
         for t in written_tensors(func, args, kwargs):
@@ -113,17 +116,52 @@ class Recorder(TorchDispatchMode):
 
     def _maybe_keep_sample(self, sig: str, inputs: list[torch.Tensor], args: Any,
                            kwargs: Any) -> dict[str, Any] | None:
-        """Copy the inputs before the call (an in-place op changes them); the outputs join after it."""
+        """Copy the inputs before the call (an in-place op changes them); the outputs join after it.
+
+        Inputs over the caps (one sample's, or what is left of the total) still give the
+        signature one sample, if it has none: the tensors that fit are copied, the others kept
+        as Placeholders, so that a hot op is never left out for its size (a (16, 64, 256, 256)
+        float32 layer norm, 268 MB, over the 256 MB cap on an H200)."""
         kept = self.samples.setdefault(sig, [])
         if len(kept) >= self.samples_per_signature:
             return None
-        size = sum(t.numel() * t.element_size() for t in inputs)  # the outputs are counted after the call
-        if size > min(self.sample_cap_bytes, self.bytes_left):
-            return None
-        self.bytes_left -= size
-        copied_args, copied_kwargs = tree_map(strided_copy, (args, kwargs))
-        kept.append({"args": copied_args, "kwargs": copied_kwargs, "outputs": []})
+        budget = min(self.sample_cap_bytes, self.bytes_left)
+        sizes = [saved_bytes(t) for t in inputs]  # the outputs are counted after the call
+        if sum(sizes) <= budget:
+            real = set(range(len(inputs)))
+        elif kept:
+            return None  # a partly drawn sample adds nothing to one of real values
+        else:
+            real = _fitting(inputs, sizes, budget)
+        self.bytes_left -= sum(sizes[k] for k in real)
+        copied_args, copied_kwargs = _copy_or_describe((args, kwargs), real)
+        how = "all" if len(real) == len(inputs) else "partial" if real else "none"
+        kept.append({"args": copied_args, "kwargs": copied_kwargs, "outputs": [], "real": how})
         return kept[-1]
+
+
+def _fitting(inputs: list[torch.Tensor], sizes: list[int], budget: int) -> set[int]:
+    """Which inputs to copy within budget bytes: integer and bool ones first (a drawn index is
+    only a valid one, not the model's), then the smallest (a norm's weight and bias)."""
+    order = sorted(range(len(inputs)), key=lambda k: (inputs[k].is_floating_point(), sizes[k]))
+    real, used = set(), 0
+    for k in order:
+        if used + sizes[k] <= budget:
+            real.add(k)
+            used += sizes[k]
+    return real
+
+
+def _copy_or_describe(value: Any, real: set[int]) -> Any:
+    """value with its k-th tensor (in flattened order) copied if k is in real, else described."""
+    leaves, spec = tree_flatten(value)
+    out, k = [], 0
+    for leaf in leaves:
+        if isinstance(leaf, torch.Tensor):
+            leaf = layout_copy(leaf) if k in real else Placeholder.of(leaf)
+            k += 1
+        out.append(leaf)
+    return tree_unflatten(out, spec)
 
 
 def written_tensors(func: Any, args: Any, kwargs: Any) -> list[torch.Tensor]:

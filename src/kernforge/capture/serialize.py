@@ -1,21 +1,73 @@
-"""Saving real inputs so that they load back exactly: values, dtype, strides."""
+"""Saving real inputs so that they load back exactly: values, dtype, strides.
+
+A tensor too large for the capture's sample caps is saved as a Placeholder: its
+layout and dtype, no values. A sample holding one is partly real; the evaluator
+draws the placeholder's values (evaluate.inputs.drawn_set).
+"""
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-from torch.utils._pytree import tree_map
+from torch.utils._pytree import tree_flatten, tree_map
 
 # torch.dtype, torch.layout and torch.memory_format do not survive torch.save;
 # they are stored by name and turned back into the torch objects on load.
 _TORCH_ATTR_TYPES = (torch.dtype, torch.layout, torch.memory_format)
 
 
+@dataclass(frozen=True)
+class Placeholder:
+    """An input tensor over the sample caps: what it looked like, without its values. low and high
+    are the captured values' range for an integer or bool tensor (two numbers, read at capture),
+    which a draw must stay within: an index drawn outside its dimension makes eager raise (a
+    device-side assert on a GPU). storage_offset is the model's; a draw, like a saved real tensor
+    (layout_copy), starts its storage at the first element it spans."""
+
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    dtype: str  # "torch.float32", as tensor descriptions write it
+    storage_offset: int = 0
+    low: int | None = None
+    high: int | None = None
+
+    @classmethod
+    def of(cls, t: torch.Tensor) -> Placeholder:
+        low = high = None
+        if not (t.is_floating_point() or t.is_complex()) and t.numel():
+            low, high = int(t.min()), int(t.max())
+        return cls(shape=tuple(t.shape), stride=tuple(t.stride()), dtype=str(t.dtype),
+                   storage_offset=t.storage_offset(), low=low, high=high)
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return getattr(torch, self.dtype.replace("torch.", ""))
+
+    @property
+    def extent(self) -> int:
+        return layout_extent(self.shape, self.stride)
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "shape": list(self.shape), "stride": list(self.stride)}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Placeholder:
+        return cls(**{**data, "shape": tuple(data["shape"]), "stride": tuple(data["stride"])})
+
+
+def placeholders_of(value: Any) -> list[Placeholder]:
+    """The placeholders in a sample's (args, kwargs), in argument order."""
+    return [x for x in tree_flatten(value)[0] if isinstance(x, Placeholder)]
+
+
 def encode_value(x: Any) -> Any:
     if isinstance(x, torch.Tensor):
         return x.cpu()
+    if isinstance(x, Placeholder):
+        return {"__placeholder__": x.to_json()}
     if isinstance(x, _TORCH_ATTR_TYPES):
         return {"__torch_attr__": str(x).replace("torch.", "")}
     if isinstance(x, torch.device):
@@ -28,6 +80,8 @@ def decode_value(x: Any) -> Any:
         return getattr(torch, x["__torch_attr__"])
     if isinstance(x, dict) and "__torch_device__" in x:
         return torch.device(x["__torch_device__"])
+    if isinstance(x, dict) and "__placeholder__" in x:
+        return Placeholder.from_json(x["__placeholder__"])
     return x
 
 
@@ -37,14 +91,24 @@ def decode_tree(value: Any) -> Any:
 
 
 def _is_encoded(x: Any) -> bool:
-    return isinstance(x, dict) and ("__torch_attr__" in x or "__torch_device__" in x)
+    return isinstance(x, dict) and ("__torch_attr__" in x or "__torch_device__" in x or "__placeholder__" in x)
 
 
 def extent(t: torch.Tensor) -> int:
     """Elements of storage the tensor spans from its offset: what a layout-keeping copy holds."""
-    if t.numel() == 0:
+    return layout_extent(t.shape, t.stride())
+
+
+def layout_extent(shape: Any, stride: Any) -> int:
+    if any(size == 0 for size in shape):
         return 0
-    return 1 + sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))
+    return 1 + sum((size - 1) * step for size, step in zip(shape, stride))
+
+
+def saved_bytes(t: torch.Tensor) -> int:
+    """What a layout-keeping copy of t takes on disk: its extent, not its element count (an
+    expanded (1024, 1024) view of a 1024-vector saves 4 KB, a half of chunk(2, -1) its gaps too)."""
+    return extent(t) * t.element_size()
 
 
 def flat_span(t: torch.Tensor) -> torch.Tensor:
@@ -74,11 +138,13 @@ def save_sample(args: Any, kwargs: Any, outputs: list[torch.Tensor], path: Path)
 
 
 def load_sample(path: Path) -> tuple[list[Any], dict[str, Any]]:
-    """Load a saved (args, kwargs) exactly: dtype, strides and values as captured."""
+    """Load a saved (args, kwargs) exactly: dtype, strides and values as captured; a tensor that was
+    over the sample caps comes back as its Placeholder."""
     blob = torch.load(path, weights_only=False, map_location="cpu")
     return decode_tree(blob["args"]), decode_tree(blob["kwargs"])
 
 
 def load_sample_outputs(path: Path) -> list[torch.Tensor]:
-    """The outputs the op gave on that sample in the model, as the model ran it."""
+    """The outputs the op gave on that sample in the model, as the model ran it; none for a sample
+    with placeholders (they came from values that were not saved)."""
     return torch.load(path, weights_only=False, map_location="cpu").get("outputs", [])
