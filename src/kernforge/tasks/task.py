@@ -25,6 +25,18 @@ class KernelTask:
     gain_if_2x: float
     time_us: float
     device: str
+    # How many of the samples' input tensors are the model's: "all"; "partial" or "none" where
+    # some or all were over the capture's sample caps and are drawn fresh, in the captured
+    # layout, by the baseline (evaluate.inputs.drawn_set). task.json files from before say nothing: all.
+    real_inputs: str = "all"
+
+    @property
+    def inputs_note(self) -> str:
+        """What a result row says of inputs that are not all the model's ("" when they are)."""
+        if self.real_inputs == "all":
+            return ""
+        which = "its real inputs were" if self.real_inputs == "none" else "some real inputs were"
+        return f"searched on fresh inputs of the captured signature: {which} over the sample cap"
 
     @property
     def tensor_args(self) -> list[dict[str, Any]]:
@@ -61,13 +73,38 @@ def make_tasks(
         if len(tasks) >= top_k:
             break
         task = _task_from_profile(profile, capture_dir, capture.device, len(tasks))
-        reason = "no real inputs were saved (over the sample size cap)" if not task.samples else None
+        reason = "no input sample was saved" if not task.samples else why_not_drawable(profile)
         reason = reason or why_unsupported(task)
         if reason:
             skipped.append((profile, reason))
         else:
             tasks.append(task)
     return tasks, skipped
+
+
+# Ops whose output shapes (or results on the host) follow their input values: integer or bool
+# inputs drawn for them would give another signature (nonzero, masked_select, repeat_interleave).
+_VALUE_SHAPED = (torch.Tag.dynamic_output_shape, torch.Tag.data_dependent_output)
+
+
+def why_not_drawable(profile: OpProfile) -> str | None:
+    """Why the inputs over the sample caps cannot be drawn, if they cannot. Floating ones can
+    (N(0, 1)); an integer or bool one within its captured range (an index stays in bounds), on an
+    op whose output shape does not follow the values."""
+    value_shaped = bool(profile.placeholders) and any(t in resolve_op(profile.op).tags for t in _VALUE_SHAPED)
+    for meta in profile.placeholders:
+        dtype = getattr(torch, meta["dtype"].replace("torch.", ""))
+        if dtype.is_floating_point:
+            continue
+        what = f"its {meta['dtype'].replace('torch.', '')} input {'x'.join(map(str, meta['shape']))} is over " \
+               "the sample cap and"
+        if dtype.is_complex:
+            return f"{what} complex values are not drawn"
+        if meta.get("low") is None:
+            return f"{what} no range of its values was recorded to draw from"
+        if value_shaped:
+            return f"{what} the output shape of {profile.op} depends on its values: no safe values to draw"
+    return None
 
 
 def _task_from_profile(profile: OpProfile, capture_dir: Path, device: str, rank: int) -> KernelTask:
@@ -82,6 +119,7 @@ def _task_from_profile(profile: OpProfile, capture_dir: Path, device: str, rank:
         gain_if_2x=profile.gain_if_2x,
         time_us=profile.time_us,
         device=device,
+        real_inputs=profile.real_inputs,
     )
 
 
