@@ -10,6 +10,8 @@ wrapped: its parameters must live where the run's kernels were proved.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -125,8 +127,7 @@ class Patch:
         self.installation.remove()
         if self in _ACTIVE:
             _ACTIVE.remove(self)
-        if not _ACTIVE:
-            _restore_compile_caches()
+        _restore_compile_caches()
         _reset_compiled_code()
 
     def __enter__(self) -> Patch:  # noqa: PYI034 - not subclassed
@@ -161,8 +162,7 @@ def patch(model: torch.nn.Module | None, run: str | Path | RunRecord, only: list
             continue
         spec.under_compile = compile_tasks is None or winner.task_id in compile_tasks
         specs.append(spec)
-    if not _ACTIVE:
-        _disable_compile_caches()
+    _disable_compile_caches()
     handle = Patch(run=record, installation=runtime.install(specs), skipped=skipped)
     _ACTIVE.append(handle)
     _reset_compiled_code()
@@ -195,11 +195,15 @@ _CACHE_FLAGS = (("torch._inductor.config", "fx_graph_cache"),
 
 
 _SAVED_FLAGS: dict[tuple[str, str], Any] = {}
+_HOLDS = [0]  # patches and apply blocks that want the caches off; the first saves, the last restores
 
 
 def _disable_compile_caches() -> None:
     import importlib
 
+    _HOLDS[0] += 1
+    if _HOLDS[0] > 1:
+        return
     for module_name, flag in _CACHE_FLAGS:
         try:
             module = importlib.import_module(module_name)
@@ -213,9 +217,23 @@ def _disable_compile_caches() -> None:
 def _restore_compile_caches() -> None:
     import importlib
 
+    _HOLDS[0] -= 1
+    if _HOLDS[0] > 0:
+        return
     for (module_name, flag), value in _SAVED_FLAGS.items():
         setattr(importlib.import_module(module_name), flag, value)
     _SAVED_FLAGS.clear()
+
+
+@contextlib.contextmanager
+def compile_caches_off() -> Iterator[None]:
+    """The on-disk compile caches off for a block that compiles under changing routes (apply's
+    measurements)."""
+    _disable_compile_caches()
+    try:
+        yield
+    finally:
+        _restore_compile_caches()
 
 
 def _reset_compiled_code() -> None:

@@ -22,9 +22,13 @@ are skipped, and compile's tracing (fake tensors) never reaches the backend key.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import importlib
 import re
-from collections.abc import Callable
+import sys
+import types
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -190,8 +194,25 @@ def _decode(desc: Any, tensors: list[torch.Tensor]) -> Any:
 
 # ---------------------------------------------------------------------------- custom ops
 
-_DEFINED: dict[str, Any] = {}  # name -> the Library holding its definition, for this process's life
-_CURRENT: dict[str, KernelSpec] = {}  # name -> the installed spec its implementation runs
+_STATE_MODULE = "_kernforge_runtime_state_v1"  # a new version for a change of the state's shape
+
+
+def _process_state() -> Any:
+    """The registries every copy of this file in a process shares: kernforge's own and one per
+    exported package imported. A custom op can be defined once per process, so whichever copy
+    defines it first owns it, and its implementation finds the spec another copy installed;
+    and the compile caches are held off until the last hold of any copy is released."""
+    state = sys.modules.get(_STATE_MODULE)
+    if state is None:
+        state = types.ModuleType(_STATE_MODULE, "kernforge runtime: state shared by its copies")
+        state.defined, state.current, state.saved_flags, state.cache_holds = {}, {}, {}, 0
+        sys.modules[_STATE_MODULE] = state
+    return state
+
+
+_STATE = _process_state()
+_DEFINED: dict[str, Any] = _STATE.defined  # name -> the Library holding its definition
+_CURRENT: dict[str, KernelSpec] = _STATE.current  # name -> the installed spec its implementation runs
 
 
 def _custom_op(spec: KernelSpec) -> Any:
@@ -200,7 +221,7 @@ def _custom_op(spec: KernelSpec) -> Any:
     patched keeps calling the custom op after the patch is removed."""
     if spec.name not in _DEFINED:
         lib = torch.library.Library(NAMESPACE, "FRAGMENT")
-        n_tensors = _count_tensors(spec.args)
+        n_tensors = len(tensor_metas(spec.args))
         params = ", ".join(f"Tensor t{i}" for i in range(n_tensors))
         returns = "Tensor" if len(spec.outputs) == 1 else "(" + ", ".join(["Tensor"] * len(spec.outputs)) + ")"
         lib.define(f"{spec.name}({params}) -> {returns}")
@@ -227,14 +248,15 @@ def _custom_op(spec: KernelSpec) -> Any:
     return getattr(getattr(torch.ops, NAMESPACE), spec.name).default
 
 
-def _count_tensors(desc: Any) -> int:
+def tensor_metas(desc: Any) -> list[dict[str, Any]]:
+    """The tensor descriptions of a call's description, in the order a guard collects them."""
     if isinstance(desc, dict) and "shape" in desc:
-        return 1
+        return [desc]
     if isinstance(desc, dict):
-        return sum(_count_tensors(v) for v in desc.values())
+        return [m for v in desc.values() for m in tensor_metas(v)]
     if isinstance(desc, list):
-        return sum(_count_tensors(d) for d in desc)
-    return 0
+        return [m for d in desc for m in tensor_metas(d)]
+    return []
 
 
 def _resolve(qualified: str) -> Any:
@@ -275,6 +297,8 @@ class Installation:
         for lib in self._libraries:
             lib._destroy()
         self._libraries.clear()
+        for op in self.counts:
+            _forget_resolution(op)
         for spec in self.specs:
             if _CURRENT.get(spec.name) is spec:
                 del _CURRENT[spec.name]
@@ -309,7 +333,17 @@ def _route(op: str, specs: list[KernelSpec], counts: RouteCounts) -> Any:
         original = torch._C._dispatch_get_computed_kernel_for_dispatch_key(
             f"{namespace}::{name}", getattr(torch._C.DispatchKey, key))
         lib.impl(name, _router(specs, original, counts), key, with_keyset=True)
+    _forget_resolution(op)
     return lib
+
+
+def _forget_resolution(op: str) -> None:
+    """torch's Python dispatcher (on while torch.compile traces) caches which kernel serves each
+    dispatch key of an op; an entry made before a registration changed would keep serving the
+    old kernel (a model compiled unpatched, then patched, traced without the router)."""
+    cache = getattr(_resolve(op), "_dispatch_cache", None)
+    if cache is not None:
+        cache.clear()
 
 
 def _router(specs: list[KernelSpec], original: Any, counts: RouteCounts) -> Callable:
@@ -330,6 +364,62 @@ def _router(specs: list[KernelSpec], original: Any, counts: RouteCounts) -> Call
         counts.fallback += 1
         return original.call_boxed(keyset, *args, **kwargs)
     return route
+
+
+# ---------------------------------------------------------------------------- compiled code
+
+# Compiled code made while installed holds the custom ops, and code made before does not: a
+# user of install() (kernforge.patch, an exported package) drops both when the routing
+# changes, so that the next call compiles under the routing in force; install() itself does
+# not, because timing loops install and remove around compiled code they keep. The on-disk
+# caches are off while anything holds them: their keys do not see the dispatcher, so an
+# artifact made while installed could be loaded by a process without the routes, and the
+# reverse.
+_CACHE_FLAGS = (("torch._inductor.config", "fx_graph_cache"),
+                ("torch._functorch.config", "enable_autograd_cache"))
+
+
+def disable_compile_caches() -> None:
+    """Hold the on-disk compile caches off; the first hold in the process saves the flags."""
+    _STATE.cache_holds += 1
+    if _STATE.cache_holds > 1:
+        return
+    for module_name, flag in _CACHE_FLAGS:
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:
+            continue
+        if hasattr(module, flag):
+            _STATE.saved_flags[(module_name, flag)] = getattr(module, flag)
+            setattr(module, flag, False)
+
+
+def restore_compile_caches() -> None:
+    """Release one hold; the last one puts the saved flags back."""
+    _STATE.cache_holds = max(0, _STATE.cache_holds - 1)
+    if _STATE.cache_holds:
+        return
+    for (module_name, flag), value in _STATE.saved_flags.items():
+        setattr(importlib.import_module(module_name), flag, value)
+    _STATE.saved_flags.clear()
+
+
+@contextlib.contextmanager
+def compile_caches_off() -> Iterator[None]:
+    """The on-disk compile caches off for a block that compiles under changing routes."""
+    disable_compile_caches()
+    try:
+        yield
+    finally:
+        restore_compile_caches()
+
+
+def reset_compiled_code() -> None:
+    if "torch._dynamo" in sys.modules:  # nothing was compiled if dynamo was never imported
+        sys.modules["torch._dynamo"].reset()
+
+
+# ---------------------------------------------------------------------------- helpers
 
 
 def _grad_needed(tensors: list[torch.Tensor]) -> bool:

@@ -1,0 +1,336 @@
+"""`kernforge apply RUN [SPEC]`: the run's winners installed into the model, proved end to end,
+and the model timed four ways (eager, patched eager, torch.compile, patched under compile).
+
+A kernel stays installed only where the model is not slower with it, beyond the noise:
+each kernel is timed alone in the model, in eager and under torch.compile (where replacing
+one op can cost the fusion around it), and the table says which were dropped where.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from kernforge.errors import UserError
+from kernforge.integrate import endtoend as e2e
+from kernforge.integrate import overhead, runtime
+from kernforge.integrate.install import Patch, compile_caches_off, patch
+from kernforge.store.reader import RunRecord, read_run
+
+FRESH_SETS = 2  # fresh input sets checked beside the captured one
+
+
+@dataclass
+class KernelEffect:
+    """One kernel in the whole model."""
+
+    task: str
+    op: str
+    kernel: str
+    op_speedup_vs_eager: float  # the search's, on the op alone
+    calls_per_forward: int = 0  # calls of one forward pass that took the kernel
+    eager_verdict: str = ""  # the model with this kernel alone against eager: faster | within noise | slower
+    eager_speedup: float | None = None
+    compile_verdict: str = ""  # the same under torch.compile, against the compiled model
+    compile_speedup: float | None = None
+    in_compiled_graph: bool = False  # the custom op was traced into the compiled graph
+    installed_eager: bool = False
+    installed_compile: bool = False
+    note: str = ""
+
+
+@dataclass
+class ApplyReport:
+    run_dir: str
+    model: str
+    device: str
+    kernels: list[KernelEffect] = field(default_factory=list)
+    not_installed: dict[str, str] = field(default_factory=dict)  # task -> why
+    checks: list[dict[str, Any]] = field(default_factory=list)  # per input set and variant
+    tolerance: str = ""
+    timings_ms: dict[str, dict[str, float]] = field(default_factory=dict)  # variant -> p20/p50/p80
+    speedups: dict[str, dict[str, Any]] = field(default_factory=dict)  # comparison -> speedup, verdict
+    routing: list[dict[str, Any]] = field(default_factory=list)
+    note: str = ""
+    wall_s: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+OnProgress = Callable[[str], None]
+
+
+def apply_run(run_dir: Path, spec: str | None = None, compile_model: bool = True,
+              on_progress: OnProgress = lambda line: None) -> ApplyReport:
+    started = time.perf_counter()
+    record = read_run(run_dir)
+    loaded = _load(record, spec)
+    with compile_caches_off():
+        return _apply(record, loaded, compile_model, on_progress, started)
+
+
+def _apply(record: RunRecord, loaded: Any, compile_model: bool, on_progress: OnProgress,
+           started: float) -> ApplyReport:
+    report = ApplyReport(run_dir=str(record.root), model=loaded.name, device=record.device)
+    handle = patch(loaded.module, record)
+    try:
+        report.not_installed.update(handle.skipped)
+        if not handle.specs:
+            report.note = "no kernel to install: " + (
+                "no task found a kernel faster than eager beyond the noise" if not handle.skipped
+                else "; ".join(f"{k}: {v}" for k, v in handle.skipped.items()))
+            return _finish(record, report, started)
+        specs = list(handle.specs)
+        effects = _effects(record, handle)
+        _count_calls(loaded, handle, effects)  # raises where the run matches nothing this model runs
+    finally:
+        handle.remove()  # the measurements install exactly what each variant needs
+    report.kernels = list(effects.values())
+    device = torch.device(loaded.device)
+    input_sets = {"captured": loaded.inputs,
+                  **{f"fresh{k}": e2e.fresh_model_inputs(loaded.inputs, seed=k) for k in range(1, FRESH_SETS + 1)}}
+    on_progress(f"checking the patched model on {len(input_sets)} input sets")
+    oracles, report.tolerance = _oracles(loaded.module, input_sets)
+    correct = _check_eager(loaded.module, input_sets, oracles, specs, effects, report)
+    if not correct:
+        report.note = "no kernel gives the model's own results end to end"
+        return _finish(record, report, started)
+    on_progress("timing the model: eager, and each kernel alone in it")
+    _measure(loaded, device, correct, effects, report, input_sets, oracles, compile_model, on_progress)
+    installed = [s for s in correct if effects[s.name].installed_eager or effects[s.name].installed_compile]
+    on_progress("measuring the routing's cost per call")
+    report.routing = [overhead.measure(s, installed, device).to_json() for s in installed]
+    return _finish(record, report, started)
+
+
+def _load(record: RunRecord, spec: str | None) -> Any:
+    from kernforge.models import ModelOptions, load_model, run_forward
+
+    config = record.config
+    if record.device == "cuda" and not torch.cuda.is_available():
+        raise UserError(f"this run was made on a GPU ({record.device_name}) and none is visible here; "
+                        "apply it on a machine with that GPU")
+    loaded = load_model(spec or config["spec"], torch.device(record.device), ModelOptions(**config.get("model", {})))
+    run_forward(loaded)  # a model that does not run is the user's problem, said before anything else
+    return loaded
+
+
+def _effects(record: RunRecord, handle: Patch) -> dict[str, KernelEffect]:
+    from kernforge.integrate.install import winners
+
+    by_name = {s.name: s for s in handle.specs}
+    effects = {}
+    for w in winners(record):
+        name = runtime.kernel_name(w.op, w.source.read_bytes()) if w.source.is_file() else ""
+        if name in by_name:
+            effects[name] = KernelEffect(task=w.task_id, op=w.op, kernel=name, op_speedup_vs_eager=w.speedup_vs_eager)
+    return effects
+
+
+def _count_calls(loaded: Any, handle: Patch, effects: dict[str, KernelEffect]) -> None:
+    """Calls that take each kernel in one forward pass; none at all means a run made for
+    another model (or other shapes), and the model is left as it was."""
+    e2e.forward(loaded.module, loaded.inputs)
+    for effect in effects.values():
+        effect.calls_per_forward = handle.counts[effect.op].kernel
+    if not any(e.calls_per_forward for e in effects.values()):
+        raise UserError(f"none of the run's kernels matches a call of {loaded.name} as loaded (another model, "
+                        "or other shapes or dtypes than the run's); apply the run to the model it was made for")
+    for effect in effects.values():
+        if not effect.calls_per_forward:
+            effect.note = "no call of this model matches its guard"
+
+
+def _oracles(model: torch.nn.Module, input_sets: dict[str, Any]) -> tuple[dict[str, e2e.Oracle], str]:
+    double, why = e2e.float64_copy(model)
+    oracles = {label: e2e.oracle_of(model, inputs, double) for label, inputs in input_sets.items()}
+    del double
+    _free()
+    exact = all(o.exact for o in oracles.values())
+    notes = sorted({o.note for o in oracles.values() if o.note} | ({why} if why else set()))
+    tolerance = ("per element, against the model in float64: the dtype's rtol and atol plus 8x eager's own "
+                 "error there (or its median error, if larger), the rule each kernel met on its op"
+                 if exact else "per element, against eager's outputs: the dtype's rtol and atol only ("
+                 + "; ".join(notes) + ")")
+    return oracles, tolerance
+
+
+def _check_eager(model: torch.nn.Module, input_sets: dict[str, Any], oracles: dict[str, e2e.Oracle],
+                 specs: list[runtime.KernelSpec], effects: dict[str, KernelEffect],
+                 report: ApplyReport) -> list[runtime.KernelSpec]:
+    """The kernels with which the patched model's outputs pass on every set: all of them where
+    they pass together, else each one alone (a failure is then pinned to its kernel)."""
+    if _passes(model, input_sets, oracles, specs, "patched eager", report):
+        return specs
+    kept = []
+    for spec in specs:
+        if _passes(model, input_sets, oracles, [spec], f"patched eager, {spec.name} alone", report):
+            kept.append(spec)
+        else:
+            effects[spec.name].note = "the patched model's outputs are out of tolerance: not installed"
+    return kept
+
+
+def _passes(model: torch.nn.Module, input_sets: dict[str, Any], oracles: dict[str, e2e.Oracle],
+            specs: list[runtime.KernelSpec], variant: str, report: ApplyReport) -> bool:
+    installation = runtime.install(specs)
+    try:
+        results = {label: e2e.judge_outputs(e2e.forward(model, inputs), oracles[label])
+                   for label, inputs in input_sets.items()}
+    finally:
+        installation.remove()
+    return _record_checks(results, oracles, variant, report)
+
+
+def _record_checks(results: dict[str, tuple[str | None, float]], oracles: dict[str, e2e.Oracle], variant: str,
+                   report: ApplyReport) -> bool:
+    for label, (why, error) in results.items():
+        eager_error = e2e.judge_outputs(oracles[label].eager, oracles[label])[1]
+        report.checks.append({"variant": variant, "inputs": label, "error": error, "eager_error": eager_error,
+                              "pass": why is None, "why": why or ""})
+    return all(why is None for why, _ in results.values())
+
+
+def _measure(loaded: Any, device: torch.device, specs: list[runtime.KernelSpec], effects: dict[str, KernelEffect],
+             report: ApplyReport, input_sets: dict[str, Any], oracles: dict[str, e2e.Oracle],
+             compile_model: bool, on_progress: OnProgress) -> None:
+    model, inputs = loaded.module, loaded.inputs
+    eager = e2e.model_call(model, inputs)
+    alone = [e2e.Variant(f"eager+{s.name}", eager, [s]) for s in specs] if len(specs) > 1 else []
+    variants = [e2e.Variant("eager", eager), e2e.Variant("patched eager, all", eager, specs), *alone]
+    if compile_model:
+        on_progress("compiling the model (torch.compile, default mode)")
+        e2e.reset_compiled()
+        compiled = e2e.compiled_model(model, "compile")
+        variants.append(e2e.Variant("compile", lambda: compiled(*inputs)))
+    first = e2e.time_variants(variants, device)
+    for spec in specs:
+        own = first[f"eager+{spec.name}"] if alone else first["patched eager, all"]
+        effect = effects[spec.name]
+        effect.eager_verdict = e2e.verdict(own, first["eager"])
+        effect.eager_speedup = e2e.speedup(own, first["eager"])
+        effect.installed_eager = effect.eager_verdict != "slower" and effect.calls_per_forward > 0
+        if effect.eager_verdict == "slower":
+            effect.note = "makes the model slower in eager: dropped"
+    eager_kept = [s for s in specs if effects[s.name].installed_eager]
+    compile_kept = _compile_choice(model, inputs, device, specs, effects, first, compile_model, on_progress)
+    compiled = _final_phase(model, inputs, device, eager_kept, compile_kept, first, compile_model, report)
+    if compiled is not None:
+        _check_compiled(compiled, input_sets, oracles, eager_kept, compile_kept, report)
+
+
+def _compile_choice(model: torch.nn.Module, inputs: Any, device: torch.device, specs: list[runtime.KernelSpec],
+                    effects: dict[str, KernelEffect], first: dict[str, Any], compile_model: bool,
+                    on_progress: OnProgress) -> list[runtime.KernelSpec]:
+    """Each kernel alone inside the compiled model, against the compiled model without it (each
+    relative to the eager of its own phase); those not slower go into compile's graphs."""
+    if not compile_model:
+        return []
+    kept = []
+    for spec in specs:
+        on_progress(f"compiling the model with {spec.name} alone in its graph")
+        e2e.reset_compiled()
+        compiled = e2e.compiled_model(model, f"only_{spec.name}")
+        alone = e2e.Variant("compile+k", lambda compiled=compiled: compiled(*inputs),
+                            e2e.with_compile_flag([spec], {spec.name}))
+        timings = e2e.time_variants([e2e.Variant("eager", e2e.model_call(model, inputs)), alone], device)
+        effect = effects[spec.name]
+        effect.in_compiled_graph = alone.counts.get(spec.op, runtime.RouteCounts()).custom_op > 0
+        effect.compile_verdict = e2e.verdict(timings["compile+k"], first["compile"], timings["eager"], first["eager"])
+        effect.compile_speedup = e2e.speedup(timings["compile+k"], first["compile"], timings["eager"], first["eager"])
+        if not effect.in_compiled_graph:
+            effect.compile_verdict = "not in the compiled graph"
+        effect.installed_compile = effect.in_compiled_graph and effect.compile_verdict != "slower"
+        if effect.compile_verdict == "slower":
+            effect.note = (effect.note + "; " if effect.note else "") + \
+                "makes the compiled model slower (it can cost the fusion around it): eager only"
+        if effect.installed_compile:
+            kept.append(spec)
+    return kept
+
+
+def _final_phase(model: torch.nn.Module, inputs: Any, device: torch.device, eager_kept: list[runtime.KernelSpec],
+                 compile_kept: list[runtime.KernelSpec], first: dict[str, Any], compile_model: bool,
+                 report: ApplyReport) -> Callable[..., Any] | None:
+    """The model as the kernels that stayed leave it, four ways; speedups beyond the noise only.
+    Returns the patched compiled model (for its checks), if there is one."""
+    eager = e2e.model_call(model, inputs)
+    variants = [e2e.Variant("eager", eager), e2e.Variant("patched eager", eager, eager_kept)]
+    installed = _union(eager_kept, compile_kept)
+    compiled = None
+    if compile_model and installed:
+        e2e.reset_compiled()
+        compiled = e2e.compiled_model(model, "patched")
+        variants.append(e2e.Variant("patched compile", lambda: compiled(*inputs),
+                                    e2e.with_compile_flag(installed, {s.name for s in compile_kept})))
+    final = e2e.time_variants(variants, device, seed=1)
+    timings = {"eager": final["eager"], "patched eager": final["patched eager"]}
+    if compile_model:
+        timings["compile"] = first["compile"]
+        timings["patched compile"] = final.get("patched compile", first["compile"])
+    report.timings_ms = {k: {"p20_ms": t.p20_ms, "p50_ms": t.p50_ms, "p80_ms": t.p80_ms, "runs": t.runs}
+                         for k, t in timings.items()}
+    report.speedups["patched eager vs eager"] = _comparison(final["patched eager"], final["eager"])
+    if compile_model:
+        report.speedups["compile vs eager"] = _comparison(first["compile"], first["eager"])
+        if "patched compile" in final:
+            report.speedups["patched compile vs compile"] = _comparison(
+                final["patched compile"], first["compile"], final["eager"], first["eager"])
+            report.speedups["patched compile vs eager"] = _comparison(final["patched compile"], final["eager"])
+        else:
+            report.speedups["patched compile vs compile"] = {
+                "speedup": 1.0, "verdict": "no kernel installed under compile: the compiled model as it is"}
+    return compiled
+
+
+def _check_compiled(compiled: Callable[..., Any], input_sets: dict[str, Any], oracles: dict[str, e2e.Oracle],
+                    eager_kept: list[runtime.KernelSpec], compile_kept: list[runtime.KernelSpec],
+                    report: ApplyReport) -> None:
+    """The patched model under torch.compile, on every input set, judged as eager patched was
+    (same shapes: the code compiled in the final phase, no recompile)."""
+    installation = runtime.install(e2e.with_compile_flag(_union(eager_kept, compile_kept),
+                                                         {s.name for s in compile_kept}))
+    try:
+        results = {label: e2e.judge_outputs(e2e.outputs_of(compiled(*inputs)), oracles[label])
+                   for label, inputs in input_sets.items()}
+    finally:
+        installation.remove()
+    _record_checks(results, oracles, "patched compile", report)
+
+
+def _comparison(candidate: Any, baseline: Any, candidate_ref: Any = None, baseline_ref: Any = None) -> dict[str, Any]:
+    return {"speedup": e2e.speedup(candidate, baseline, candidate_ref, baseline_ref),
+            "verdict": e2e.verdict(candidate, baseline, candidate_ref, baseline_ref)}
+
+
+def _union(a: list[runtime.KernelSpec], b: list[runtime.KernelSpec]) -> list[runtime.KernelSpec]:
+    names = {s.name for s in a}
+    return a + [s for s in b if s.name not in names]
+
+
+def _finish(record: RunRecord, report: ApplyReport, started: float) -> ApplyReport:
+    report.wall_s = time.perf_counter() - started
+    store = record.store
+    store.write_json("integrate/apply.json", report.to_json())
+    summary_path = record.root / "summary.json"
+    if summary_path.is_file():
+        summary = store.read_json("summary.json")
+        summary["end_to_end"] = report.to_json()
+        store.write_json("summary.json", summary)
+    store.append_event("applied", kernels=[k.kernel for k in report.kernels],
+                       speedups={k: v["speedup"] for k, v in report.speedups.items()})
+    _free()
+    return report
+
+
+def _free() -> None:
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()

@@ -1,0 +1,247 @@
+"""The whole model with and without the kernels: its outputs checked, its time measured four ways.
+
+Correctness. The patched model's outputs are judged as a kernel's are (evaluate/checks.py),
+with the model as the op: against the model run in float64, each element within
+
+    RTOL[dtype] * |oracle| + ATOL[dtype] * max|oracle| + EAGER_FACTOR * max(eager's error there,
+                                                                         eager's median error)
+
+the same constants a task's candidate meets. Eager's own error is what the model's dtype
+costs end to end, so each kernel's allowance (within EAGER_FACTOR of eager at its op) carries
+through the layers after it in proportion. Where the model cannot run in float64, eager's
+output is the oracle and the allowance is the dtype's alone (said in the report).
+
+Timing. Calls of the whole forward pass under no_grad, timed by CUDA events on a GPU and the
+host clock on a CPU, in rounds that visit the variants in a shuffled order, so that drift
+falls on all of them. Compiled variants cannot share a process's compiled code (Dynamo keys
+it by code object and the routing is invisible to its guards), so each compiled variant has
+a phase of its own (compiled code reset, then compiled under its routing), timed beside
+eager and patched eager; its speedup is taken against the eager of its own phase.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import torch
+from torch.utils._pytree import tree_flatten, tree_map
+
+from kernforge.evaluate.checks import compare, element_bound, upcast
+from kernforge.evaluate.timing import Timing
+from kernforge.integrate import runtime
+
+ROUNDS = 5
+ROUND_MS = 150.0  # each variant's share of a round: ~3 calls of an 85 ms VAE decoder, 50 of a 3 ms one
+MAX_CALLS = 50
+
+
+# ---------------------------------------------------------------------------- inputs and outputs
+
+
+def fresh_model_inputs(inputs: tuple[Any, ...], seed: int) -> tuple[Any, ...]:
+    """New values for the model's inputs, layouts kept: N(0, 1) for floating tensors, integers
+    drawn within the captured ones' range (token ids stay valid ids), booleans as captured."""
+    generator = torch.Generator().manual_seed(seed)
+
+    def draw(x: Any) -> Any:
+        if not isinstance(x, torch.Tensor) or x.dtype == torch.bool:
+            return x
+        if x.is_floating_point():
+            values = torch.randn(x.shape, generator=generator, dtype=torch.float32)
+        elif x.numel():
+            low, high = int(x.min()), int(x.max())
+            values = torch.randint(low, high + 1, x.shape, generator=generator)
+        else:
+            return x
+        out = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device)
+        return out.copy_(values)
+    return tree_map(draw, inputs)
+
+
+def outputs_of(out: Any) -> list[torch.Tensor]:
+    """The model's output tensors, flattened (tuples, dicts, transformers' and diffusers' outputs)."""
+    if hasattr(out, "to_tuple"):  # transformers ModelOutput, diffusers BaseOutput
+        out = out.to_tuple()
+    return [t.detach() for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+
+
+def forward(model: torch.nn.Module, inputs: tuple[Any, ...]) -> list[torch.Tensor]:
+    with torch.no_grad():
+        return outputs_of(model(*inputs))
+
+
+@dataclass
+class Oracle:
+    outputs: list[torch.Tensor]  # float64 where the model ran in float64, else eager's
+    eager: list[torch.Tensor]
+    exact: bool  # True: from the model in float64
+    note: str = ""
+
+
+def oracle_of(model: torch.nn.Module, inputs: tuple[Any, ...], double: torch.nn.Module | None) -> Oracle:
+    eager = forward(model, inputs)
+    if double is None:
+        return Oracle(outputs=eager, eager=eager, exact=False, note="the model does not run in float64")
+    try:
+        outs = forward(double, upcast(inputs))
+    except Exception as e:  # noqa: BLE001 - a model with float32-only code keeps eager as the oracle
+        return Oracle(outputs=eager, eager=eager, exact=False,
+                      note=f"float64 run failed ({type(e).__name__}: {str(e).splitlines()[0][:120]})")
+    return Oracle(outputs=outs, eager=eager, exact=True)
+
+
+def float64_copy(model: torch.nn.Module) -> tuple[torch.nn.Module | None, str]:
+    try:
+        return copy.deepcopy(model).to(torch.float64), ""
+    except Exception as e:  # noqa: BLE001 - some modules cannot be copied or cast
+        return None, f"no float64 copy ({type(e).__name__}: {str(e).splitlines()[0][:120]})"
+
+
+def judge_outputs(outs: list[torch.Tensor], oracle: Oracle) -> tuple[str | None, float]:
+    """None when every output element is within its bound; and the largest normalised error."""
+    if len(outs) != len(oracle.outputs):
+        return f"{len(outs)} outputs against the original's {len(oracle.outputs)}", float("inf")
+    bounds = [element_bound(o, e, e.dtype) if e.is_floating_point() else None
+              for o, e in zip(oracle.outputs, oracle.eager)]
+    reference = [o if o.is_floating_point() else e for o, e in zip(oracle.outputs, oracle.eager)]
+    why, errors = compare(outs, reference, bounds, [e.dtype for e in oracle.eager])
+    return why, max(errors, default=0.0)
+
+
+# ---------------------------------------------------------------------------- timing
+
+
+@dataclass
+class Variant:
+    name: str
+    call: Callable[[], Any]
+    specs: list[runtime.KernelSpec] = field(default_factory=list)  # installed while it runs
+    counts: dict[str, runtime.RouteCounts] = field(default_factory=dict)  # routes taken, summed over its runs
+
+
+def time_variants(variants: list[Variant], device: torch.device, seed: int = 0,
+                  rounds: int = ROUNDS) -> dict[str, Timing]:
+    """Each variant's per-call time over `rounds` shuffled rounds, after a warm-up (where a
+    compiled variant compiles, under its own routing)."""
+    samples: dict[str, list[float]] = {v.name: [] for v in variants}
+    calls = {v.name: _calls_per_round(_in_state(v, lambda v=v: _warm(v, device)) * 1e3) for v in variants}
+    order = random.Random(seed)
+    for _ in range(rounds):
+        shuffled = list(variants)
+        order.shuffle(shuffled)
+        for v in shuffled:
+            samples[v.name] += _in_state(v, lambda v=v: _time_calls(v.call, calls[v.name], device))
+    return {name: _timing(values, "cuda-events" if device.type == "cuda" else "wall-clock")
+            for name, values in samples.items()}
+
+
+def _in_state(variant: Variant, work: Callable[[], Any]) -> Any:
+    installation = runtime.install(variant.specs) if variant.specs else None
+    try:
+        return work()
+    finally:
+        if installation is not None:
+            installation.remove()
+            for op, c in installation.counts.items():
+                total = variant.counts.setdefault(op, runtime.RouteCounts())
+                total.kernel, total.custom_op, total.fallback = (
+                    total.kernel + c.kernel, total.custom_op + c.custom_op, total.fallback + c.fallback)
+
+
+def _warm(variant: Variant, device: torch.device) -> float:
+    """Seconds one call takes once warm (three calls first: compile, autotuning, allocator)."""
+    for _ in range(3):
+        variant.call()
+    _sync(device)
+    start = time.perf_counter()
+    variant.call()
+    _sync(device)
+    return time.perf_counter() - start
+
+
+def _calls_per_round(call_ms: float) -> int:
+    return max(3, min(MAX_CALLS, int(ROUND_MS / max(call_ms, 1e-3))))
+
+
+def _time_calls(call: Callable[[], Any], n: int, device: torch.device) -> list[float]:
+    if device.type == "cuda":
+        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
+        for start, end in events:
+            start.record()
+            call()
+            end.record()
+        torch.cuda.synchronize(device)
+        return [start.elapsed_time(end) for start, end in events]
+    times = []
+    for _ in range(n):
+        start = time.perf_counter()
+        call()
+        times.append((time.perf_counter() - start) * 1e3)
+    return times
+
+
+def _timing(values: list[float], method: str) -> Timing:
+    ordered = sorted(values)
+    pick = lambda q: ordered[min(len(ordered) - 1, int(q * len(ordered)))]  # noqa: E731
+    return Timing(p20_ms=pick(0.2), p50_ms=pick(0.5), p80_ms=pick(0.8), runs=len(ordered), method=method)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def model_call(model: torch.nn.Module, inputs: tuple[Any, ...]) -> Callable[[], Any]:
+    def call() -> Any:
+        with torch.no_grad():
+            return model(*inputs)
+    return call
+
+
+def compiled_model(model: torch.nn.Module, tag: str) -> Callable[..., Any]:
+    """torch.compile (default backend and mode) of the model's forward, in a function whose code
+    object is this variant's own: Dynamo keeps compiled code per code object."""
+    def entry(*args: Any) -> Any:
+        return model(*args)
+    entry.__code__ = entry.__code__.replace(co_name=f"kf_{tag}")
+    compiled = torch.compile(entry)
+
+    def call(*inputs: Any) -> Any:
+        with torch.no_grad():
+            return compiled(*inputs)
+    return call
+
+
+def verdict(candidate: Timing, baseline: Timing, candidate_ref: Timing | None = None,
+            baseline_ref: Timing | None = None) -> str:
+    """faster | slower | within noise: p80 under the other's p20, or the reverse, each relative to
+    its own phase's eager when the two were timed in different phases."""
+    scale_c = candidate_ref.p50_ms if candidate_ref else 1.0
+    scale_b = baseline_ref.p50_ms if baseline_ref else 1.0
+    if candidate.p80_ms / scale_c < baseline.p20_ms / scale_b:
+        return "faster"
+    if candidate.p20_ms / scale_c > baseline.p80_ms / scale_b:
+        return "slower"
+    return "within noise"
+
+
+def speedup(candidate: Timing, baseline: Timing, candidate_ref: Timing | None = None,
+            baseline_ref: Timing | None = None) -> float:
+    scale_c = candidate_ref.p50_ms if candidate_ref else 1.0
+    scale_b = baseline_ref.p50_ms if baseline_ref else 1.0
+    return (baseline.p50_ms / scale_b) / (candidate.p50_ms / scale_c)
+
+
+def with_compile_flag(specs: list[runtime.KernelSpec], under_compile: set[str]) -> list[runtime.KernelSpec]:
+    return [replace(s, under_compile=s.name in under_compile) for s in specs]
+
+
+def reset_compiled() -> None:
+    import torch._dynamo
+
+    torch._dynamo.reset()

@@ -1,0 +1,307 @@
+"""An exported package's loader: its files checked, its kernels loaded, installed and removed.
+
+This file needs only torch (and triton for Triton kernels): `kernforge export` copies it
+verbatim into every package, beside runtime.py, native_abi.py and importing.py, and the
+package's __init__.py is a few lines over `Package(<its folder>)`.
+
+What install() does, in order:
+
+1. reads manifest.json, refusing a format it does not know;
+2. compares every shipped file's sha256 with the manifest, refusing the first that differs
+   (ChecksumError, naming the file): a changed kernel is not the kernel that was proved;
+3. checks the machine against the one the kernels were proved on (the GPU's name and compute
+   capability, or the CPU's name as kernforge recorded it); on another, a warning names the
+   fix and nothing is installed, the model running its original ops, unless force=True;
+4. loads each kernel: a Triton source is imported; a C library is loaded where it was built
+   for this CPU (gcc's -march=native makes it this CPU's code), else rebuilt from its source
+   with the recorded gcc command into the user's cache; a CUDA library is loaded on the
+   architecture it was built for, else rebuilt with nvcc where it is on PATH. A kernel that
+   cannot be loaded is left out with a warning, and its op runs the original;
+5. holds torch.compile's on-disk caches off, installs the routes (runtime.install) and drops
+   compiled code, so the next compile sees the routes; uninstall() undoes all three.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+if __name__.startswith("kernforge."):
+    from kernforge.integrate import runtime
+else:  # inside an exported package, where runtime.py sits beside this file
+    from . import runtime  # type: ignore[no-redef]
+
+MANIFEST = "manifest.json"
+MANIFEST_FORMAT = 1  # the manifest's layout; a newer one is refused, not misread
+
+
+class ChecksumError(RuntimeError):
+    """A shipped file is missing or differs from its checksum in the manifest."""
+
+
+class DeviceMismatchWarning(UserWarning):
+    """This machine is not the one the kernels were proved on: nothing was installed."""
+
+
+class KernelLoadWarning(UserWarning):
+    """One kernel could not be loaded here: its op runs the original."""
+
+
+# ---------------------------------------------------------------------------- the package
+
+
+@dataclass
+class Package:
+    """An exported package's kernels; `install()` routes the model's ops to them."""
+
+    root: Path  # the package's folder: manifest.json, kernels/, this file
+    installation: runtime.Installation | None = None
+    skipped: dict[str, str] = field(default_factory=dict)  # kernel -> why it was not installed
+
+    @property
+    def name(self) -> str:
+        return self.root.name
+
+    def manifest(self) -> dict[str, Any]:
+        """manifest.json, its format checked and every shipped file's checksum verified."""
+        manifest = read_manifest(self.root)
+        verify_files(self.root, manifest)
+        return manifest
+
+    def install(self, model: torch.nn.Module | None = None, force: bool = False) -> runtime.Installation | None:
+        """Route each kernel's ATen op to it where the call matches what it was proved on.
+        Returns the installation (its `.counts` say where calls went), or None where nothing
+        was installed (another device, or no kernel loads here: each said in a warning)."""
+        manifest = self.manifest()
+        devices, problem = devices_here(manifest["device"])
+        if problem and not (force and devices):
+            warnings.warn(f"{self.name}: {problem}; nothing installed, the model runs its original ops. "
+                          f"{_device_fix(devices)}", DeviceMismatchWarning, stacklevel=2)
+            return None
+        if model is not None:
+            check_model(model, manifest["device"]["type"])
+        self.uninstall()
+        specs, self.skipped = self._load(manifest, devices)
+        for name, why in self.skipped.items():
+            warnings.warn(f"{self.name}: kernel {name} not installed, its op runs the original: {why}",
+                          KernelLoadWarning, stacklevel=2)
+        if not specs:
+            return None
+        runtime.disable_compile_caches()
+        self.installation = runtime.install(specs)
+        runtime.reset_compiled_code()
+        return self.installation
+
+    def uninstall(self) -> bool:
+        """Remove the routes and release the compile caches; False where nothing was installed."""
+        if self.installation is None:
+            return False
+        self.installation.remove()
+        self.installation = None
+        runtime.restore_compile_caches()
+        runtime.reset_compiled_code()
+        return True
+
+    def _load(self, manifest: dict[str, Any],
+              devices: frozenset[torch.device]) -> tuple[list[runtime.KernelSpec], dict[str, str]]:
+        specs, skipped = [], {}
+        for kernel in manifest["kernels"]:
+            try:
+                specs.append(load_spec(self.root, kernel, devices, self.name))
+            except Exception as e:  # noqa: BLE001 - one kernel that does not load leaves the others in
+                skipped[kernel["name"]] = f"{type(e).__name__}: {_first_line(e)}"
+        return specs, skipped
+
+
+def read_manifest(root: Path) -> dict[str, Any]:
+    path = root / MANIFEST
+    try:
+        manifest = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise ChecksumError(f"{root.name}: {MANIFEST} cannot be read ({_first_line(e)}); "
+                            "export the run again (kernforge export RUN -o DIR)") from None
+    version = manifest.get("format_version")
+    if version != MANIFEST_FORMAT:
+        raise ChecksumError(f"{root.name}: {MANIFEST} is in format {version}, this loader reads "
+                            f"{MANIFEST_FORMAT}; export the run again with this kernforge")
+    return manifest
+
+
+def verify_files(root: Path, manifest: dict[str, Any]) -> None:
+    """Raise ChecksumError naming the first shipped file that is missing or changed."""
+    for relative, expected in sorted(manifest["files"].items()):
+        path = root / relative
+        if not path.is_file():
+            raise ChecksumError(f"{root.name}: {relative} is missing (listed in {MANIFEST}); reinstall "
+                                "the package or export the run again (kernforge export RUN -o DIR)")
+        if sha256_of(path) != expected:
+            raise ChecksumError(f"{root.name}: {relative} does not match its sha256 in {MANIFEST} (changed "
+                                "after export); reinstall the package or export the run again "
+                                "(kernforge export RUN -o DIR)")
+
+
+def sha256_of(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+# ---------------------------------------------------------------------------- the machine
+
+
+def devices_here(device: dict[str, Any]) -> tuple[frozenset[torch.device], str]:
+    """Where the kernels may run here, and what differs from the machine they were proved on
+    ("" where nothing does). With a difference, the devices are those a forced install uses."""
+    if device["type"] == "cpu":
+        here = cpu_name()
+        problem = "" if here == device["name"] else (
+            f"these kernels were proved on the CPU '{device['name']}' and this one is '{here}'")
+        return frozenset({torch.device("cpu")}), problem
+    if not torch.cuda.is_available():
+        return frozenset(), f"these kernels were proved on {device['name']} and no GPU is visible here"
+    gpus = [torch.device("cuda", i) for i in range(torch.cuda.device_count())]
+    same = [g for g in gpus if _same_gpu(g, device)]
+    if same:
+        return frozenset(same), ""
+    return frozenset(gpus), (f"these kernels were proved on {_gpu_text(device['name'], device.get('arch'))} "
+                             f"and this machine has {_gpu_text(torch.cuda.get_device_name(0), gpu_arch(gpus[0]))}")
+
+
+def _same_gpu(gpu: torch.device, device: dict[str, Any]) -> bool:
+    """The GPU model and, where the manifest knows it, the architecture the kernels were proved on."""
+    return torch.cuda.get_device_name(gpu) == device["name"] and device.get("arch") in (None, gpu_arch(gpu))
+
+
+def cpu_name() -> str:
+    """This CPU's name as kernforge records a CPU run's device_name (kernforge.optimize)."""
+    return platform.processor() or "cpu"
+
+
+def cpu_model() -> str:
+    """The machine type and the CPU's model name: what a library built with -march=native
+    was built for. /proc/cpuinfo on Linux; elsewhere only what platform knows."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return f"{platform.machine()} {line.split(':', 1)[1].strip()}"
+    except OSError:
+        pass
+    return f"{platform.machine()} {platform.processor()}".strip()
+
+
+def gpu_arch(device: torch.device) -> str:
+    major, minor = torch.cuda.get_device_capability(device)
+    return f"sm_{major}{minor}"
+
+
+def check_model(model: torch.nn.Module, device_type: str) -> None:
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"install() takes an nn.Module (or nothing), not {type(model).__name__}")
+    where = {p.device.type for p in model.parameters()} | {b.device.type for b in model.buffers()}
+    if where and device_type not in where:
+        raise ValueError(f"the model lives on {', '.join(sorted(where))} and these kernels were proved on "
+                         f"{device_type}; move the model there first (model.to('{device_type}'))")
+
+
+def _gpu_text(name: str, arch: str | None) -> str:
+    return f"{name} ({arch})" if arch else name
+
+
+def _device_fix(devices: frozenset[torch.device]) -> str:
+    optimize = "Run `kernforge optimize` on this machine and export that run"
+    if not devices:
+        return f"Use a machine with that GPU, or: {optimize.lower()}."
+    return f"{optimize}, or call install(force=True) to use these kernels where they were not proved."
+
+
+# ---------------------------------------------------------------------------- kernels
+
+
+def load_spec(root: Path, kernel: dict[str, Any], devices: frozenset[torch.device],
+              package: str) -> runtime.KernelSpec:
+    """One kernel of the manifest as an installable spec; raises where it cannot be loaded."""
+    backend, source = kernel["backend"], root / kernel["source"]
+    path = source
+    if backend == "cpu":
+        path = cpu_library(root, kernel, package)
+    elif backend == "cuda":
+        arch = gpu_arch(min(devices, key=lambda d: d.index or 0))
+        path = cuda_library(root, kernel, arch, package)
+        devices = frozenset(d for d in devices if gpu_arch(d) == arch)
+    entry = runtime.load_entry(backend, path, kernel["outputs"])
+    return runtime.KernelSpec(name=kernel["name"], op=kernel["op"], args=kernel["guard"],
+                              outputs=kernel["outputs"], backend=backend, entry=entry, devices=devices)
+
+
+def cpu_library(root: Path, kernel: dict[str, Any], package: str) -> Path:
+    """The shipped library where it was built for this CPU and loads, else one rebuilt here."""
+    build = kernel["build"]
+    prebuilt = root / kernel["library"] if kernel.get("library") else None
+    if prebuilt is not None and build.get("built_on") == cpu_model() and _loads(prebuilt):
+        return prebuilt
+    return rebuild(root / kernel["source"], build["command"], "", package)
+
+
+def cuda_library(root: Path, kernel: dict[str, Any], arch: str, package: str) -> Path:
+    """The shipped library where it was built for this architecture (or its architecture was
+    not recorded: the GPU's name matched), else one rebuilt here with nvcc."""
+    build = kernel["build"]
+    prebuilt = root / kernel["library"] if kernel.get("library") else None
+    if prebuilt is not None and build.get("arch") in (arch, None) and _loads(prebuilt):
+        return prebuilt
+    return rebuild(root / kernel["source"], build["command"], arch, package)
+
+
+def rebuild(source: Path, command: list[str], arch: str, package: str) -> Path:
+    """`source` built with the recorded command (its "{arch}" filled in) into the user's cache,
+    once per (source, command, compiler version)."""
+    if shutil.which(command[0]) is None:
+        raise RuntimeError(f"the shipped library does not load here and {command[0]} is not on PATH to "
+                           f"rebuild it from {source.name}; install {command[0]}")
+    command = [part.replace("{arch}", arch) for part in command]
+    version = subprocess.run([command[0], "--version"], capture_output=True, text=True, check=False).stdout
+    key = hashlib.sha256(source.read_bytes() + " ".join(command).encode() + version.encode()).hexdigest()[:16]
+    cache = cache_dir(package)
+    library = cache / f"{source.stem}-{key}.so"
+    if library.is_file():
+        return library
+    cache.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=cache, prefix="build-") as scratch:
+        built = Path(scratch) / "kf.so"
+        proc = subprocess.run([*command, "-o", str(built), str(source)], capture_output=True, text=True,
+                              check=False)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{command[0]} failed on {source.name}: "
+                               f"{_first_line((proc.stderr or proc.stdout).strip() or proc.returncode)}")
+        built.replace(library)  # atomic: another process never loads a half-written library
+    return library
+
+
+def cache_dir(package: str) -> Path:
+    """Where rebuilt libraries go: $XDG_CACHE_HOME (~/.cache by default) / the package's name."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / package
+
+
+def _loads(library: Path) -> bool:
+    from ctypes import CDLL
+
+    try:
+        CDLL(str(library))
+    except OSError:
+        return False
+    return True
+
+
+def _first_line(value: object) -> str:
+    lines = str(value).strip().splitlines()
+    return lines[0][:300] if lines else type(value).__name__
