@@ -27,6 +27,8 @@ EXAMPLES = """
   kernforge eval example:attention my_softmax.py --backend triton --op aten::_softmax.default
 
   kernforge ls; kernforge show 20261129-120000-attention
+
+  kernforge apply runs/20261129-120000-attention
 """
 
 app = typer.Typer(
@@ -93,6 +95,9 @@ def optimize(
     finalists: int = typer.Option(3, min=0, help="when a task's budget is spent, evaluate its best N "
                                                  "candidates again, one at a time, and let only those "
                                                  "results count (0: keep the search's own)"),
+    apply: bool = typer.Option(True, "--apply/--no-apply", help="at the end, install the winners into the "
+                                                                "model, check it end to end and time it four "
+                                                                "ways (eager, patched, compile, patched compile)"),
     resume: Path | None = RESUME,
     as_json: bool = typer.Option(False, "--json", help="print the result as JSON instead of tables"),
 ) -> None:
@@ -113,6 +118,7 @@ def optimize(
                                iterations=iterations, top_k=top_k, runs_dir=runs_dir,
                                candidate_timeout_s=timeout, compile=compile_peer, parallel=parallel,
                                executor=executor, gpus=gpus, ray_address=ray_address, finalists=finalists,
+                               apply=apply,
                                model=_model_options(batch_size, seq_len, resolution, dtype, scale))
         with _progress(quiet=as_json) as on_event:
             result = run_optimize(opts, on_event)
@@ -130,7 +136,20 @@ def optimize(
     out.print(results_table(data["tasks"], title=f"{result.backend} backend on {result.device}, "
                                                  f"{opts.strategy}, {opts.iterations} iterations per op, "
                                                  f"{result.wall_s:.0f} s"))
+    _print_end_to_end(data.get("end_to_end"))
     out.print(f"run folder: {result.run_dir}")
+
+
+def _print_end_to_end(report: dict[str, Any] | None) -> None:
+    from kernforge.report import end_to_end_tables
+
+    if report is None:
+        return
+    if "error" in report:
+        out.print(f"not applied to the model: {report['error']}", markup=False, highlight=False)
+        return
+    for item in end_to_end_tables(report):
+        out.print(item, markup=False, highlight=False) if isinstance(item, str) else out.print(item)
 
 
 @app.command(epilog=EXAMPLES)
@@ -221,6 +240,32 @@ def list_runs_command(runs_dir: Path = RUNS_DIR) -> None:
     out.print(runs_table(rows))
 
 
+@app.command("apply", epilog=EXAMPLES)
+def apply_command(
+    run: str = typer.Argument(..., help="a run folder, or its name under --runs-dir"),
+    spec: str | None = typer.Argument(None, help="the model to patch (default: the run's own spec and "
+                                                 "model options)"),
+    runs_dir: Path = RUNS_DIR,
+    compile_model: bool = typer.Option(True, "--compile/--no-compile",
+                                       help="also time the model under torch.compile, with and without "
+                                            "the kernels (each kernel alone, then those that pay)"),
+    as_json: bool = typer.Option(False, "--json", help="print the report as JSON"),
+) -> None:
+    """Install a run's winning kernels into the model, check its outputs against the original on
+    the captured and fresh inputs, and time it four ways: eager, patched eager, torch.compile,
+    patched under torch.compile. The report goes into the run's summary.json."""
+    from kernforge.integrate.apply import apply_run
+
+    root = Path(run) if Path(run).is_dir() else runs_dir / run
+    say = (lambda line: None) if as_json else (lambda line: err.print(line, markup=False, highlight=False))
+    report = apply_run(root, spec, compile_model=compile_model, on_progress=say).to_json()
+    if as_json:
+        print(json.dumps(report, indent=1))
+        return
+    _print_end_to_end(report)
+    out.print(f"run folder: {root}")
+
+
 @app.command(epilog=EXAMPLES)
 def show(
     run: str = typer.Argument(..., help="a run folder, or its name under --runs-dir"),
@@ -244,14 +289,51 @@ def show(
     if data is None:
         out.print("this run did not finish; results.tsv holds every candidate evaluated before it stopped")
     else:
-        out.print(results_table(data["tasks"], title=f"{config['model']}: {config['resolved_backend']} "
-                                                     f"backend on {config['device']}"))
+        out.print(results_table(data["tasks"], title=f"{config.get('model_name', '?')}: "
+                                                     f"{config['resolved_backend']} backend on {config['device']}"))
+        _print_end_to_end(data.get("end_to_end"))
     for row in results:
         speed = f"{float(row['speedup_vs_eager']):.2f}x" if row["speedup_vs_eager"] else "-"
         why = f"  {row['failure_reason'][:100]}" if row["failure_reason"] else ""
         out.print(f"{row['task']} {row['node']} <- {row['parent'] or '-':5} {row['status']:13} {speed:>7} "
                   f"{'kept' if row['kept'] == 'True' else '    '}{why}")
     out.print(f"run folder: {root}")
+
+
+@app.command("export", epilog="""
+[bold]Examples[/bold]
+
+  kernforge export 20261129-120000-attention -o attention_kernels
+
+  kernforge export runs/20261129-120000-attention -o dist/kernels --name attention_kernels --force
+
+  pip install attention_kernels; python -c "import kernforge_attention_kernels as k; k.install()"
+""")
+def export_command(
+    run: str = typer.Argument(..., help="a run folder, or its name under --runs-dir"),
+    out_dir: Path = typer.Option(..., "-o", "--out", help="the folder to write the package into: new or empty"),
+    name: str = typer.Option("", "--name", help="the package's import name (default: kernforge_<model>_kernels)"),
+    force: bool = typer.Option(False, "--force", help="replace an earlier export in the -o folder"),
+    runs_dir: Path = RUNS_DIR,
+    as_json: bool = typer.Option(False, "--json", help="print what was exported as JSON"),
+) -> None:
+    """Write a run's winning kernels as a pip-installable package that needs only torch (and
+    triton for Triton kernels): install(model) routes the proved calls to them, uninstall()
+    takes them out; on another GPU model it warns and installs nothing unless force=True."""
+    from kernforge.integrate.export import export_run
+
+    root = Path(run) if Path(run).is_dir() else runs_dir / run
+    result = export_run(root, out_dir, name=name or None, force=force)
+    if as_json:
+        print(json.dumps(result.to_json(), indent=1))
+        return
+    for kernel in result.kernels:
+        out.print(f"{kernel.op} {kernel.signature}: {kernel.speedup_vs_eager:.2f}x vs eager, "
+                  f"kernforge::{kernel.name}", markup=False, highlight=False)
+    for task, why in result.skipped.items():
+        out.print(f"not exported, {task}: {why}", markup=False, highlight=False)
+    out.print(f"package {result.package} ({len(result.kernels)} kernels) in {result.out_dir}; "
+              f"pip install {result.out_dir}, then {result.package}.install(model)", markup=False, highlight=False)
 
 
 def _model_options(batch_size: int | None, seq_len: int | None, resolution: int | None,
@@ -327,6 +409,8 @@ class _progress:
                 done=str(len(outcome.nodes)), best=_best_text(outcome), counts=_counts_text(outcome),
                 last=f"{node.node_id} {r.status}")
             self._say(line if self.live else f"{line}  [{_standing(outcome)}]")
+        elif kind == "apply":
+            self._say(data[0])
         elif kind == "confirm":
             outcome, node = data
             r, before = node.confirmed, node.result.speedup_vs_eager

@@ -46,6 +46,7 @@ class OptimizeOptions:
     gpus: str = "all"  # local executor: the GPUs to spread candidates over
     ray_address: str = "local"  # ray executor: a cluster address, or "local" to start one here
     finalists: int = FINALISTS  # the best candidates evaluated again, one at a time, at a task's end
+    apply: bool = True  # at the end, install the winners into the model and measure it end to end
 
 
 @dataclass
@@ -58,6 +59,7 @@ class OptimizeResult:
     outcomes: list[TaskOutcome] = field(default_factory=list)
     skipped: list[tuple[OpProfile, str]] = field(default_factory=list)
     wall_s: float = 0.0
+    end_to_end: dict[str, Any] | None = None  # integrate.apply's report, or {"error": why}
 
 
 # Progress events: ("captured", capture), ("task_start", task, iterations),
@@ -194,7 +196,26 @@ def _search_all(opts: OptimizeOptions, result: OptimizeResult, store: RunStore, 
         executor.close()
     result.wall_s = time.perf_counter() - started
     store.write_json("summary.json", summary(result))
+    if opts.apply:
+        result.end_to_end = _apply(store.root, on_event)
     return result
+
+
+def _apply(run_dir: Path, on_event: OnEvent) -> dict[str, Any]:
+    """The winners installed into the model and measured end to end (integrate.apply, which adds
+    its report to summary.json); a model that cannot be patched is said, not raised: the search's
+    results stand."""
+    from kernforge.integrate.apply import apply_run
+
+    on_event("apply", "installing the winners into the model")
+    try:
+        return apply_run(run_dir, on_progress=lambda line: on_event("apply", line)).to_json()
+    except UserError as e:
+        store = RunStore(run_dir)
+        data = store.read_json("summary.json")
+        data["end_to_end"] = {"error": str(e)}
+        store.write_json("summary.json", data)
+        return data["end_to_end"]
 
 
 def options_from_config(config: dict[str, Any]) -> OptimizeOptions:
@@ -222,6 +243,7 @@ def summary(result: OptimizeResult) -> dict[str, Any]:
         "tasks": [task_row(o) for o in result.outcomes],
         "skipped": [{"op": p.op, "signature": p.signature, "share": p.share, "reason": why}
                     for p, why in result.skipped],
+        **({"end_to_end": result.end_to_end} if result.end_to_end is not None else {}),
     }
 
 
@@ -298,6 +320,8 @@ def _environment(backend: str, device: str, model: str) -> dict[str, Any]:
         "format_version": RUN_FORMAT,
         "resolved_backend": backend, "device": device, "model_name": model,
         "device_name": torch.cuda.get_device_name() if device == "cuda" else platform.processor() or "cpu",
+        # an installed or exported kernel refuses another GPU architecture than this
+        "device_capability": ".".join(map(str, torch.cuda.get_device_capability())) if device == "cuda" else "",
         "versions": _versions(),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }

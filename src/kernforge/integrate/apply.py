@@ -216,14 +216,21 @@ def _measure(loaded: Any, device: torch.device, specs: list[runtime.KernelSpec],
         effect = effects[spec.name]
         effect.eager_verdict = e2e.verdict(own, first["eager"])
         effect.eager_speedup = e2e.speedup(own, first["eager"])
-        effect.installed_eager = effect.eager_verdict != "slower" and effect.calls_per_forward > 0
-        if effect.eager_verdict == "slower":
-            effect.note = "makes the model slower in eager: dropped"
+        effect.installed_eager = pays(effect.eager_verdict, effect.eager_speedup) and effect.calls_per_forward > 0
+        if effect.calls_per_forward and not effect.installed_eager:
+            effect.note = ("makes the model slower in eager: dropped" if effect.eager_verdict == "slower"
+                           else "no gain in the model in eager (its median is slower, within the noise): dropped")
     eager_kept = [s for s in specs if effects[s.name].installed_eager]
     compile_kept = _compile_choice(model, inputs, device, specs, effects, first, compile_model, on_progress)
     compiled = _final_phase(model, inputs, device, eager_kept, compile_kept, first, compile_model, report)
     if compiled is not None:
         _check_compiled(compiled, input_sets, oracles, eager_kept, compile_kept, report)
+
+
+def pays(verdict: str, speedup: float | None) -> bool:
+    """A kernel stays where the model is faster with it beyond the noise, or within the noise
+    and no slower by the median: one that costs the model time is dropped, said where."""
+    return verdict == "faster" or (verdict == "within noise" and speedup is not None and speedup >= 1.0)
 
 
 def _compile_choice(model: torch.nn.Module, inputs: Any, device: torch.device, specs: list[runtime.KernelSpec],
@@ -247,10 +254,12 @@ def _compile_choice(model: torch.nn.Module, inputs: Any, device: torch.device, s
         effect.compile_speedup = e2e.speedup(timings["compile+k"], first["compile"], timings["eager"], first["eager"])
         if not effect.in_compiled_graph:
             effect.compile_verdict = "not in the compiled graph"
-        effect.installed_compile = effect.in_compiled_graph and effect.compile_verdict != "slower"
-        if effect.compile_verdict == "slower":
-            effect.note = (effect.note + "; " if effect.note else "") + \
-                "makes the compiled model slower (it can cost the fusion around it): eager only"
+        effect.installed_compile = effect.in_compiled_graph and pays(effect.compile_verdict, effect.compile_speedup)
+        if effect.in_compiled_graph and not effect.installed_compile:
+            effect.note = (effect.note + "; " if effect.note else "") + (
+                "makes the compiled model slower (it can cost the fusion around it): not under compile"
+                if effect.compile_verdict == "slower" else
+                "no gain in the compiled model (its median is slower, within the noise): not under compile")
         if effect.installed_compile:
             kept.append(spec)
     return kept

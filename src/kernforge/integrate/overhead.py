@@ -71,41 +71,48 @@ def refused_inputs(args: list[Any], kwargs: dict[str, Any]) -> tuple[list[Any], 
 
 
 def measure(spec: runtime.KernelSpec, all_specs: list[runtime.KernelSpec], device: torch.device) -> RoutingCost:
+    """Each cost as the median over REPEATS rounds, each round timing every call with the routes
+    out and then in, so that drift (a busy host, clocks) falls on both sides alike."""
     op = runtime._resolve(spec.op)
     args, kwargs = proved_inputs(spec, device)
     miss_args, miss_kwargs = refused_inputs(args, kwargs)
     small = torch.randn(64, device=device)
+    unrouted = {"direct": lambda: spec.entry(*args, **kwargs), "original": lambda: op(*miss_args, **miss_kwargs),
+                "add": lambda: torch.add(small, small)}
+    routed = {"hit": lambda: op(*args, **kwargs), "miss": lambda: op(*miss_args, **miss_kwargs),
+              "add routed": lambda: torch.add(small, small)}
+    samples: dict[str, list[float]] = {name: [] for name in [*unrouted, *routed]}
+    taken = 0
     with torch.no_grad():
-        direct = _host_us(lambda: spec.entry(*args, **kwargs), device)
-        original = _host_us(lambda: op(*miss_args, **miss_kwargs), device)
-        unpatched = _host_us(lambda: torch.add(small, small), device)
-        installation = runtime.install(all_specs)
-        try:
-            hit = _host_us(lambda: op(*args, **kwargs), device)
-            miss = _host_us(lambda: op(*miss_args, **miss_kwargs), device)
-            unpatched_patched = _host_us(lambda: torch.add(small, small), device)
-            counts = installation.counts[spec.op]
-        finally:
-            installation.remove()
-    if counts.kernel == 0:
+        for _ in range(REPEATS):
+            for name, call in unrouted.items():
+                samples[name].append(_burst_us(call, device))
+            installation = runtime.install(all_specs)
+            try:
+                for name, call in routed.items():
+                    samples[name].append(_burst_us(call, device))
+                taken += installation.counts[spec.op].kernel
+            finally:
+                installation.remove()
+    if taken == 0:
         raise RuntimeError(f"{spec.name}: the proved inputs did not take the kernel")
-    return RoutingCost(op=spec.op, kernel=spec.name, direct_us=direct, routed_hit_us=hit, original_us=original,
-                       routed_miss_us=miss, unpatched_op_us=unpatched, unpatched_op_patched_us=unpatched_patched)
+    m = {name: statistics.median(values) for name, values in samples.items()}
+    return RoutingCost(op=spec.op, kernel=spec.name, direct_us=m["direct"], routed_hit_us=m["hit"],
+                       original_us=m["original"], routed_miss_us=m["miss"], unpatched_op_us=m["add"],
+                       unpatched_op_patched_us=m["add routed"])
 
 
-def _host_us(call: Callable[[], Any], device: torch.device) -> float:
-    """Median over REPEATS bursts of the host's time per call."""
-    for _ in range(10):
+def _burst_us(call: Callable[[], Any], device: torch.device) -> float:
+    """The host's time per call over a burst, after a few calls of warm-up."""
+    for _ in range(5):
         call()
     _sync(device)
-    per_call = []
-    for _ in range(REPEATS):
-        start = time.perf_counter()
-        for _ in range(BURST):
-            call()
-        per_call.append((time.perf_counter() - start) / BURST * 1e6)
-        _sync(device)
-    return statistics.median(per_call)
+    start = time.perf_counter()
+    for _ in range(BURST):
+        call()
+    per_call = (time.perf_counter() - start) / BURST * 1e6
+    _sync(device)
+    return per_call
 
 
 def _sync(device: torch.device) -> None:

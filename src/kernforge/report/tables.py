@@ -97,3 +97,57 @@ def _ms(value: float | None) -> str:
 
 def _speedup(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}x"
+
+
+def end_to_end_tables(report: dict[str, Any]) -> list[Any]:
+    """`kernforge apply`'s result: the model four ways, then each kernel's effect in it."""
+    items: list[Any] = []
+    if report.get("timings_ms"):
+        timing = Table(title=f"{report['model']} end to end on {report['device']} (median ms, p20-p80)")
+        for name in ("variant", "p50 ms", "p20-p80 ms", "speedup", "against", "verdict"):
+            timing.add_column(name, justify="left" if name in ("variant", "against", "verdict") else "right")
+        against = {"patched eager": ("patched eager vs eager", "eager"), "compile": ("compile vs eager", "eager"),
+                   "patched compile": ("patched compile vs compile", "compile")}
+        for variant, t in report["timings_ms"].items():
+            key, base = against.get(variant, ("", ""))
+            comparison = report["speedups"].get(key, {})
+            speed = comparison.get("speedup")
+            timing.add_row(variant, f"{t['p50_ms']:.3f}", f"{t['p20_ms']:.3f}-{t['p80_ms']:.3f}",
+                           _speedup(speed) if key else "", base, comparison.get("verdict", ""))
+        items.append(timing)
+    if report.get("kernels"):
+        kernels = Table(title="each kernel alone in the model (a speedup only beyond the noise)")
+        for name in ("task", "op", "op alone", "calls", "eager", "under compile", "installed", "note"):
+            kernels.add_column(name, justify="right" if name in ("op alone", "calls") else "left")
+        for k in report["kernels"]:
+            where = [m for m, on in (("eager", k["installed_eager"]), ("compile", k["installed_compile"])) if on]
+            kernels.add_row(k["task"], k["op"], _speedup(k["op_speedup_vs_eager"]), str(k["calls_per_forward"]),
+                            _effect(k["eager_speedup"], k["eager_verdict"]),
+                            _effect(k["compile_speedup"], k["compile_verdict"]),
+                            " + ".join(where) or "no", k["note"])
+        items.append(kernels)
+    failed = [c for c in report.get("checks", []) if not c["pass"]]
+    checked = {c["variant"] for c in report.get("checks", [])}
+    if checked:
+        items.append(f"outputs checked ({', '.join(sorted(checked))}) on "
+                     f"{len({c['inputs'] for c in report['checks']})} input sets, {report['tolerance']}: "
+                     + (f"{len(failed)} failed: " + "; ".join(f"{c['variant']} on {c['inputs']}: {c['why'][:120]}"
+                                                              for c in failed) if failed else "all within tolerance"))
+    for r in report.get("routing", []):
+        items.append(f"routing {r['kernel']}: {r['hit_overhead_us']:+.1f} us per call taking the kernel "
+                     f"({r['routed_hit_us']:.1f} us against its direct call's {r['direct_us']:.1f}), "
+                     f"{r['miss_overhead_us']:+.1f} us per call falling back; an unpatched op "
+                     f"{r['unpatched_op_us']:.1f} -> {r['unpatched_op_patched_us']:.1f} us")
+    for task, why in report.get("not_installed", {}).items():
+        items.append(f"not installed, {task}: {why}")
+    if report.get("note"):
+        items.append(report["note"])
+    return items
+
+
+def _effect(speedup: float | None, verdict: str) -> str:
+    if not verdict:
+        return "-"
+    if speedup is None or verdict.startswith("not "):
+        return verdict
+    return f"{speedup:.3f}x, {verdict}"

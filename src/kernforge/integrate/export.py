@@ -1,0 +1,346 @@
+"""`kernforge export RUN -o DIR`: a run's winners as a standalone package that needs only torch.
+
+    DIR/
+      pyproject.toml             setuptools; depends on torch (and triton for Triton kernels)
+      README.md
+      PACKAGE/                   default kernforge_<model>_kernels
+        __init__.py              install(model=None, force=False), uninstall()
+        loader.py runtime.py native_abi.py importing.py    kernforge's own files, verbatim
+        manifest.json            per kernel: op, schema, guard, outputs, speedups; the device;
+                                 the versions; a sha256 of every other file of PACKAGE/
+        kernels/NAME.c + NAME.so (cpu), NAME.py (triton), NAME.cu + NAME.so (cuda)
+
+The package runs kernforge's runtime, not a copy of its logic: the four files are copied as
+they are, and each imports its neighbours relatively when it is not inside kernforge.
+"""
+
+from __future__ import annotations
+
+import json
+import keyword
+import re
+import shutil
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import kernforge
+from kernforge import importing
+from kernforge.backends import BuildError, get_backend, native_abi
+from kernforge.errors import UserError
+from kernforge.integrate import loader, runtime
+from kernforge.integrate.install import Winner, installable, winners
+from kernforge.store.reader import RunRecord, read_run
+
+# Shipped verbatim: each is torch-only and imports its neighbours relatively outside kernforge.
+SHIPPED_MODULES = (runtime, loader, native_abi, importing)
+
+
+@dataclass
+class ExportedKernel:
+    name: str  # the custom op's name, kernforge::<name>
+    task_id: str
+    op: str
+    signature: str
+    speedup_vs_eager: float
+    files: list[str]  # relative to the package folder
+
+
+@dataclass
+class ExportResult:
+    package: str  # the import name
+    out_dir: Path
+    run: Path
+    backend: str
+    device: dict[str, Any]
+    kernels: list[ExportedKernel] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)  # task -> why its winner was not exported
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "out_dir": str(self.out_dir), "run": str(self.run)}
+
+
+def export_run(run_path: Path, out_dir: Path, name: str | None = None, force: bool = False) -> ExportResult:
+    """Write the run's installable winners as a package in `out_dir` (new, empty, or, with
+    `force`, an earlier export, which is replaced). UserError for a bad run, name or folder."""
+    run = read_run(Path(run_path))
+    package = name or default_name(run)
+    check_name(package)
+    check_destination(out_dir, force)
+    found = winners(run)
+    if not found:
+        raise UserError(f"nothing to export: no kernel of run '{run.root.name}' beat eager beyond the noise "
+                        "(see `kernforge show`); search longer, or other ops, with `kernforge optimize`")
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    # Written beside the destination and moved into place at the end: a failed export leaves
+    # neither a half-written package nor a damaged earlier one.
+    staging = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}-export-"))
+    try:
+        result = _write_package(run, found, staging, package)
+        result.out_dir = out_dir
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        staging.rename(out_dir)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return result
+
+
+def default_name(run: RunRecord) -> str:
+    model = re.sub(r"\W+", "_", str(run.config.get("model_name", "model"))).strip("_").lower() or "model"
+    return f"kernforge_{model}_kernels"
+
+
+def check_name(package: str) -> None:
+    if not package.isidentifier() or keyword.iskeyword(package):
+        raise UserError(f"--name '{package}' is not a Python package name; use letters, digits and "
+                        "underscores, not starting with a digit (e.g. my_model_kernels)")
+
+
+def check_destination(out_dir: Path, force: bool) -> None:
+    """A new or empty folder; with force, an earlier export too (and nothing else, so that
+    --force never deletes a folder kernforge did not write)."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UserError(f"-o '{out_dir}' is a file; give a folder to write the package into")
+    if not out_dir.is_dir() or not any(out_dir.iterdir()):
+        return
+    if not force:
+        raise UserError(f"-o '{out_dir}' exists and is not empty; choose a new folder, or pass --force to "
+                        "replace an earlier export there")
+    if not _is_export(out_dir):
+        raise UserError(f"refusing to replace '{out_dir}': it is not an earlier kernforge export (no "
+                        "pyproject.toml beside a PACKAGE/manifest.json); choose a new or empty folder")
+
+
+def _is_export(folder: Path) -> bool:
+    return (folder / "pyproject.toml").is_file() and any(
+        (d / loader.MANIFEST).is_file() for d in folder.iterdir() if d.is_dir())
+
+
+# ---------------------------------------------------------------------------- the package
+
+
+def _write_package(run: RunRecord, found: list[Winner], root: Path, package: str) -> ExportResult:
+    pkg = root / package
+    (pkg / "kernels").mkdir(parents=True)
+    result = ExportResult(package=package, out_dir=root, run=run.root, backend=run.backend,
+                          device=device_record(run))
+    entries = []
+    for winner in found:
+        why = installable(winner)
+        if why is None:
+            try:
+                entries.append(_ship_kernel(run, winner, pkg))
+                continue
+            except (BuildError, OSError) as e:  # a compiler missing here, or its error
+                why = f"does not build here: {loader._first_line(e)}"
+        result.skipped[winner.task_id] = why
+    if not entries:
+        reasons = "; ".join(f"{task}: {why}" for task, why in result.skipped.items())
+        raise UserError(f"nothing to export: none of the run's {len(found)} winning kernels can be installed "
+                        f"({reasons})")
+    for module in SHIPPED_MODULES:
+        shutil.copyfile(module.__file__, pkg / Path(module.__file__).name)
+    (pkg / "__init__.py").write_text(_init_source(run, package))
+    manifest = _manifest(run, package, result.device, entries, pkg)
+    (pkg / loader.MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+    (root / "pyproject.toml").write_text(_pyproject(run, package))
+    (root / "README.md").write_text(_readme(run, package, entries))
+    result.kernels = [ExportedKernel(name=e["name"], task_id=e["task"], op=e["op"], signature=e["signature"],
+                                     speedup_vs_eager=e["speedup_vs_eager"],
+                                     files=[f for f in (e["source"], e["library"]) if f]) for e in entries]
+    return result
+
+
+def _ship_kernel(run: RunRecord, winner: Winner, pkg: Path) -> dict[str, Any]:
+    """Copy one winner's source (and library) into kernels/; its manifest entry."""
+    name = runtime.kernel_name(winner.op, winner.source.read_bytes())
+    source = f"kernels/{name}{winner.source.suffix}"
+    library, build = None, {}
+    if winner.backend == "cpu":
+        built, build = _cpu_library(run, winner)
+    elif winner.backend == "cuda":
+        built, build = _cuda_library(run, winner)
+    if winner.backend in ("cpu", "cuda"):
+        library = f"kernels/{name}.so"
+        shutil.copyfile(built, pkg / library)
+    shutil.copyfile(winner.source, pkg / source)
+    return {"name": name, "task": winner.task_id, "node": winner.node_id, "op": winner.op,
+            "signature": winner.signature, "schema": str(runtime._resolve(winner.op)._schema),
+            "guard": winner.args, "outputs": winner.outputs, "backend": winner.backend,
+            "source": source, "library": library, "build": build,
+            "speedup_vs_eager": winner.speedup_vs_eager, "p50_ms": winner.p50_ms,
+            "eager_p50_ms": winner.eager_p50_ms, "share": winner.share}
+
+
+def _cpu_library(run: RunRecord, winner: Winner) -> tuple[Path, dict[str, Any]]:
+    """Built here, with the object checks, so that the CPU it was built for (-march=native)
+    is known: the package uses it on that CPU model only and rebuilds it elsewhere."""
+    from kernforge.backends.cpu import GCC_COMMAND
+
+    kernel = get_backend("cpu").build(winner.source, _build_dir(run), winner.outputs)
+    return kernel.library, {"command": GCC_COMMAND, "built_on": loader.cpu_model()}  # type: ignore[attr-defined]
+
+
+def _cuda_library(run: RunRecord, winner: Winner) -> tuple[Path, dict[str, Any]]:
+    """The library the run built and proved (nvcc for its GPU's architecture); else one built
+    here, where this machine has that GPU; else a BuildError."""
+    from kernforge.backends.cuda import NVCC_FLAGS
+
+    build = {"command": ["nvcc", "-arch={arch}", *NVCC_FLAGS], "arch": device_record(run)["arch"]}
+    node_build = run.root / "tasks" / winner.task_id / "nodes" / winner.node_id / "build"
+    proved = sorted(node_build.glob("kf_*.so"), key=lambda p: p.stat().st_mtime)
+    if proved:
+        return proved[-1], build
+    if not _gpu_here(run.device_name):
+        raise BuildError(f"the run folder keeps no library of it and this machine has no {run.device_name} "
+                         "to build one for; export on that machine")
+    kernel = get_backend("cuda").build(winner.source, _build_dir(run), winner.outputs)
+    return kernel.library, build  # type: ignore[attr-defined]
+
+
+def _build_dir(run: RunRecord) -> Path:
+    return run.root / "integrate" / "build"  # kernforge.patch's build cache: a second build is a hit
+
+
+def device_record(run: RunRecord) -> dict[str, Any]:
+    """The device the kernels were proved on, as the package checks it at install."""
+    if run.device == "cpu":
+        return {"type": "cpu", "name": run.device_name, "capability": None, "arch": None,
+                "note": "a CPU run: install() checks the CPU's name as the run recorded it; a shipped C "
+                        "library is used on the CPU model it was built for (build.built_on) and rebuilt "
+                        "from its source with gcc elsewhere"}
+    capability = str(run.config.get("device_capability") or "")
+    note = "compute capability from the run's config"
+    if not capability and _gpu_here(run.device_name):
+        capability = ".".join(map(str, _capability_here(run.device_name)))
+        note = f"the run's config does not record the compute capability: read from this machine's {run.device_name}"
+    elif not capability:
+        note = (f"the run's config does not record the compute capability and no {run.device_name} is visible "
+                "at export: install() checks the GPU's name only")
+    arch = f"sm_{capability.replace('.', '')}" if capability else None
+    return {"type": "cuda", "name": run.device_name, "capability": capability or None, "arch": arch, "note": note}
+
+
+def _gpu_here(name: str) -> bool:
+    return _capability_here(name) is not None
+
+
+def _capability_here(name: str) -> tuple[int, int] | None:
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    for i in range(torch.cuda.device_count()):
+        if torch.cuda.get_device_name(i) == name:
+            return torch.cuda.get_device_capability(i)
+    return None
+
+
+def _manifest(run: RunRecord, package: str, device: dict[str, Any], entries: list[dict[str, Any]],
+              pkg: Path) -> dict[str, Any]:
+    files = {p.relative_to(pkg).as_posix(): loader.sha256_of(p) for p in sorted(pkg.rglob("*"))
+             if p.is_file() and p.name != loader.MANIFEST}
+    return {"format_version": loader.MANIFEST_FORMAT, "package": package,
+            "model": run.config.get("model_name", ""), "run": run.root.name, "backend": run.backend,
+            "exported": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "exported_by": f"kernforge {kernforge.__version__}",
+            "device": device, "versions": run.config.get("versions", {}), "kernels": entries, "files": files}
+
+
+# ---------------------------------------------------------------------------- generated text
+
+
+def _init_source(run: RunRecord, package: str) -> str:
+    needs = "torch and triton" if run.backend == "triton" else "torch"
+    model = run.config.get("model_name", "a model")
+    return f'''"""Kernels kernforge searched and proved for {model} (run {run.root.name}); needs only {needs}.
+
+    import {package}
+    {package}.install(model)   # the proved calls run these kernels, every other call the original
+    {package}.uninstall()      # the original ops everywhere again
+
+On a machine other than the one the kernels were proved on, install() warns and installs
+nothing unless install(force=True). What each kernel replaces, what it was proved on and how
+fast it was: manifest.json. Generated by `kernforge export`; loader.py does the work.
+"""
+
+from pathlib import Path as _Path
+
+from .loader import ChecksumError, DeviceMismatchWarning, KernelLoadWarning, Package
+
+__all__ = ["ChecksumError", "DeviceMismatchWarning", "KernelLoadWarning", "install", "uninstall"]
+
+_PACKAGE = Package(_Path(__file__).resolve().parent)
+
+
+def install(model=None, force=False):
+    """Route the proved calls to the kernels; the installation (its .counts), or None where
+    nothing was installed. ChecksumError where a shipped file was changed."""
+    return _PACKAGE.install(model, force)
+
+
+def uninstall():
+    """Remove the kernels; False where none were installed."""
+    return _PACKAGE.uninstall()
+'''
+
+
+def _pyproject(run: RunRecord, package: str) -> str:
+    versions = run.config.get("versions", {})
+    dependencies = [_at_least("torch", versions.get("torch"))]
+    if run.backend == "triton":
+        dependencies.append(_at_least("triton", versions.get("triton")))
+    return f'''[build-system]
+requires = ["setuptools>=61"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "{package}"
+version = "0.1.0"
+description = "Kernels for {run.config.get('model_name', 'a model')} searched and proved by kernforge (run {run.root.name})"
+readme = "README.md"
+requires-python = ">=3.10"
+dependencies = {json.dumps(dependencies)}
+
+[tool.setuptools]
+packages = ["{package}"]
+
+[tool.setuptools.package-data]
+{package} = ["{loader.MANIFEST}", "kernels/*"]
+'''
+
+
+def _at_least(name: str, version: str | None) -> str:
+    """`torch>=2.14`: the major.minor the kernels were proved with (newer ones are not known
+    to break a kernel; older ones may lack the torch.library calls the runtime makes)."""
+    match = re.match(r"(\d+)\.(\d+)", version or "")
+    return f"{name}>={match.group(1)}.{match.group(2)}" if match else name
+
+
+def _readme(run: RunRecord, package: str, entries: list[dict[str, Any]]) -> str:
+    rows = "\n".join(f"| {e['op']} | {e['signature']} | {e['backend']} | {e['speedup_vs_eager']:.2f}x | "
+                     f"{e['p50_ms']:.4f} | {e['eager_p50_ms']:.4f} |" for e in entries)
+    return f"""# {package}
+
+Kernels that kernforge searched and proved for {run.config.get('model_name', 'a model')}
+(run `{run.root.name}`, {run.backend} backend on {run.device_name}). Installs with
+`pip install .`; needs only torch{' and triton' if run.backend == 'triton' else ''}.
+
+```python
+import {package}
+{package}.install(model)   # the proved calls run these kernels, every other call the original
+{package}.uninstall()
+```
+
+| op | signature | backend | speedup vs eager | p50 ms | eager p50 ms |
+|---|---|---|---|---|---|
+{rows}
+
+A call takes a kernel only where its device, dtypes, shapes, strides and other arguments are
+those it was proved on; on another GPU model or architecture `install()` warns and installs
+nothing unless `install(force=True)`; a file changed after export makes `install()` refuse.
+Details: `{package}/manifest.json`.
+"""
+
