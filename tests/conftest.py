@@ -62,6 +62,18 @@ def softmax_task(softmax_capture):
 
 
 @pytest.fixture(scope="session")
+def drawn_softmax_task(tmp_path_factory: pytest.TempPathFactory):
+    """The tiny model's softmax captured under a 1 KB sample cap (its input is 12.8 KB): a task
+    whose sample holds placeholders only, its inputs drawn by the baseline."""
+    folder = tmp_path_factory.mktemp("drawn-softmax-capture")
+    loaded = load_model(str(TINY_MODEL), torch.device("cpu"))
+    capture = capture_model(loaded, folder, repeats=1, sample_cap_bytes=1024)
+    only_softmax = lambda t: None if t.op == SOFTMAX_OP else "not the softmax"  # noqa: E731
+    (task,), _ = make_tasks(capture, folder, top_k=1, why_unsupported=only_softmax)
+    return task
+
+
+@pytest.fixture(scope="session")
 def softmax_reference(softmax_task, tmp_path_factory: pytest.TempPathFactory):
     """(task_path, reference_path, baseline): the oracle for candidates evaluated directly.
 

@@ -14,11 +14,15 @@ import pytest
 import torch
 from helpers import CORRECT_BODY, c_softmax_source
 
+from kernforge.capture import Placeholder, capture_model, load_sample
+from kernforge.evaluate import evaluate_baseline, evaluate_candidate
 from kernforge.evaluate.checks import RTOL, compare, element_bound, normalised_error
 from kernforge.evaluate.inputs import FRESH_KINDS
-from kernforge.evaluate.runner import oracle_for
+from kernforge.evaluate.runner import discard_reference, oracle_for
 from kernforge.evaluate.timing import Timing, clearly_faster
+from kernforge.models.loader import LoadedModel
 from kernforge.propose.builtin import BuiltinProposer
+from kernforge.tasks import make_tasks, save_task
 
 LABELS = ["real0", "real0-permuted0", "real0-permuted1", *(f"fresh-{k}" for k in FRESH_KINDS)]
 
@@ -181,6 +185,86 @@ def test_kernel_refusing_its_inputs_is_a_runtime_error(evaluate_source):
     result = evaluate_source(c_softmax_source(REFUSES))
     assert result.status == "runtime_error"
     assert "error code 5" in result.reason
+
+
+# ---------------------------------------------------------------- inputs over the sample cap
+
+@pytest.fixture(scope="module")
+def drawn_softmax(drawn_softmax_task, tmp_path_factory):
+    """(task, folder, baseline): the softmax task with no real inputs, its baseline made on drawn ones."""
+    folder = tmp_path_factory.mktemp("drawn-softmax")
+    save_task(drawn_softmax_task, folder / "task.json")
+    baseline = evaluate_baseline(folder / "task.json", folder / "reference.pt", "cpu", folder / "baseline", 300)
+    yield drawn_softmax_task, folder, baseline
+    discard_reference(folder / "reference.pt")
+
+
+def evaluate_drawn(drawn_softmax, tmp_path: Path, body: str = CORRECT_BODY):
+    _, folder, _ = drawn_softmax
+    source = tmp_path / "candidate.c"
+    source.write_text(c_softmax_source(body))
+    return evaluate_candidate(folder / "task.json", folder / "reference.pt", source, "cpu", "cpu",
+                              tmp_path / "job", timeout_s=120)
+
+
+def test_a_task_over_the_sample_cap_is_judged_on_drawn_inputs(drawn_softmax, tmp_path: Path):
+    task, folder, baseline = drawn_softmax
+    assert task.real_inputs == "none"
+    assert baseline.labels == [label.replace("real", "drawn") for label in LABELS]
+    ref = torch.load(folder / "reference.pt", weights_only=True)
+    (x, dim, _), _ = ref["input_sets"][0]
+    assert list(x.shape) == task.args[0]["shape"] and list(x.stride()) == task.args[0]["stride"]
+    assert dim == -1 and 0.8 < float(x.std()) < 1.2  # N(0, 1)
+    result = evaluate_drawn(drawn_softmax, tmp_path)
+    assert result.status == "ok", result.reason + result.log_tail
+    assert result.timed and len(result.errors) == len(LABELS)
+    wrong = evaluate_drawn(drawn_softmax, tmp_path, UNNORMALISED)
+    assert wrong.status == "wrong_result" and wrong.reason.startswith("on drawn0: output 0: ")
+
+
+def test_drawn_sets_keep_the_real_tensors_and_every_layout(tmp_path: Path):
+    from kernforge.evaluate.inputs import drawn_set
+
+    weight = torch.rand(32) + 0.5
+    norm = torch.nn.LayerNorm(32).eval()
+    norm.weight.data.copy_(weight)
+    x = torch.randn(64, 2, 32)[:, 1]  # every other row of 32: strides (64, 1), gaps between rows
+    loaded = LoadedModel(norm, (x,), torch.device("cpu"), "m", "m")
+    capture = capture_model(loaded, tmp_path, repeats=1, sample_cap_bytes=1024)
+    (profile,) = [p for p in capture.ranked() if p.op == "aten::native_layer_norm.default"]
+    sample = load_sample(tmp_path / profile.samples[0])
+    gen = torch.Generator().manual_seed(0)
+    (drawn_x, shape, w, b, eps), _ = drawn_set(sample, gen)
+    assert drawn_x.shape == x.shape and drawn_x.stride() == x.stride() and drawn_x.dtype == x.dtype
+    assert not torch.equal(drawn_x, x) and abs(float(drawn_x.std()) - 1.0) < 0.1
+    assert torch.equal(w, weight) and torch.equal(b, torch.zeros(32)) and (shape, eps) == ([32], 1e-5)
+
+    expanded = Placeholder(shape=(4, 8), stride=(0, 1), dtype="torch.float16")
+    index = Placeholder(shape=(1000,), stride=(1,), dtype="torch.int64", low=3, high=7)
+    mask = Placeholder(shape=(10, 10), stride=(10, 1), dtype="torch.bool", low=1, high=1)
+    (e, i, m), _ = drawn_set(([expanded, index, mask], {}), gen)
+    assert e.stride() == (0, 1) and e.dtype == torch.float16 and e.untyped_storage().nbytes() == 8 * 2
+    assert (i.dtype, int(i.min()), int(i.max())) == (torch.int64, 3, 7)  # within the captured range
+    assert m.dtype == torch.bool and bool(m.all())  # a mask that was all True stays so
+    with pytest.raises(ValueError, match="without a recorded range"):
+        drawn_set(([Placeholder(shape=(3,), stride=(1,), dtype="torch.int32")], {}), gen)
+
+
+def test_integer_inputs_eager_refuses_when_drawn_leave_the_task_unsearched(tmp_path: Path):
+    class Bags(torch.nn.Module):
+        def forward(self, weight, indices, offsets):
+            return torch.nn.functional.embedding_bag(indices, weight, offsets)
+
+    inputs = (torch.randn(50, 4), torch.randint(0, 50, (400,)), torch.arange(0, 400, 25))
+    loaded = LoadedModel(Bags(), inputs, torch.device("cpu"), "m", "m")
+    capture = capture_model(loaded, tmp_path / "capture", repeats=1, sample_cap_bytes=0)
+    (task,), _ = make_tasks(capture, tmp_path / "capture", top_k=1, why_unsupported=lambda t: None)
+    assert task.op == "aten::_embedding_bag_forward_only.default" and task.real_inputs == "none"
+    save_task(task, tmp_path / "task.json")
+    # offsets drawn over their range are out of order: eager says so, and the baseline passes it on
+    with pytest.raises(RuntimeError, match=r"^the inputs over the sample cap cannot be drawn: eager raises on "
+                                           r"drawn0: RuntimeError: offsets\[0\] has to be 0"):
+        evaluate_baseline(tmp_path / "task.json", tmp_path / "reference.pt", "cpu", tmp_path / "baseline", 300)
 
 
 # ---------------------------------------------------------------- Triton under the interpreter

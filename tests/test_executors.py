@@ -127,6 +127,23 @@ def test_ray_baseline_brings_back_the_inputs_and_keeps_the_oracle_here(ray_refer
     assert not list(Path(tempfile.gettempdir()).glob("kf-ray-job-*"))  # nothing left on the node
 
 
+@ray_only
+def test_a_task_over_the_sample_cap_has_its_inputs_drawn_on_the_node(ray_executor, drawn_softmax_task, tmp_path):
+    """The sample the node gets holds placeholders only; the baseline there draws the inputs."""
+    task_path, reference_path = tmp_path / "task.json", tmp_path / "reference.pt"
+    save_task(drawn_softmax_task, task_path)
+    try:
+        baseline = evaluate_baseline(task_path, reference_path, "cpu", tmp_path / "baseline", 300, (), ray_executor)
+        assert baseline.labels[0] == "drawn0" and baseline.eager is not None
+        source = tmp_path / "candidate.c"
+        source.write_text(c_softmax_source())
+        result = evaluate_candidate(task_path, reference_path, source, "cpu", "cpu", tmp_path / "job", 120,
+                                    ray_executor)
+        assert result.status == "ok", result.reason + result.log_tail
+    finally:
+        discard_reference(reference_path)
+
+
 def evaluate_on_ray(ray_executor, ray_reference, tmp_path, body=CORRECT_BODY):
     task_path, reference_path, _ = ray_reference
     source = tmp_path / "candidate.c"

@@ -105,3 +105,41 @@ def test_bad_options_are_user_errors(field, value, words, tmp_path: Path):
     with pytest.raises(UserError, match=words):
         optimize(opts)
     assert not (tmp_path / "runs").exists()
+
+
+def test_an_op_over_the_sample_cap_is_searched_and_its_row_says_so(write_model, runs_dir: Path, monkeypatch):
+    """A layer norm whose input is over the sample cap (8 KB over 1 KB here; 268 MB over 256 MB
+    on an H200) is searched end to end on a drawn input beside its real weight and bias."""
+    import io
+
+    from rich.console import Console
+
+    from kernforge.capture import profile
+    from kernforge.optimize import summary
+    from kernforge.report.tables import results_table
+
+    monkeypatch.setattr(profile, "DEFAULT_SAMPLE_CAP_BYTES", 1024)
+    path = write_model("norm", """
+        import torch
+
+        class Model(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.norm = torch.nn.LayerNorm(64)
+
+            def forward(self, x):
+                return self.norm(x)
+
+        def get_inputs():
+            return [torch.randn(32, 64)]
+    """)
+    result = optimize(OptimizeOptions(spec=str(path), backend="cpu", iterations=1, top_k=1, runs_dir=runs_dir))
+    assert result.skipped == []
+    (row,) = summary(result)["tasks"]
+    assert row["op"] == "aten::native_layer_norm.default" and row["real_inputs"] == "partial"
+    assert row["correct"] == 1 and row["error"] == "", row
+    note = "searched on fresh inputs of the captured signature: some real inputs were over the sample cap"
+    assert row["verdict"].endswith(f"; {note}"), row["verdict"]
+    console = Console(width=400, record=True, file=io.StringIO())
+    console.print(results_table([row], "results"))
+    assert note in console.export_text()  # the terminal table says so too

@@ -1,7 +1,8 @@
 """The input sets a candidate is checked and timed on, and the copies that carry them.
 
 A set is one (args, kwargs) of the op's signature. The baseline makes them: the
-captured real sets, value variants of the real ones for timing (the same values
+captured real sets (where the capture kept placeholders for tensors over its caps,
+those are drawn first: drawn_set), value variants of the real ones for timing (the same values
 in another order, so that timed calls never repeat one set's values while their
 distribution, and so any value-dependent cost, stays the model's), and fresh
 draws, some adversarial. Every tensor keeps its layout exactly: shape, strides,
@@ -16,7 +17,7 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
-from kernforge.capture.serialize import extent, flat_span, layout_copy
+from kernforge.capture.serialize import Placeholder, extent, flat_span, layout_copy
 
 
 # Fresh sets, drawn for every floating tensor (integer tensors are kept as captured):
@@ -43,8 +44,38 @@ def tensors_of(value: Any) -> list[torch.Tensor]:
 
 
 def to_device(value: Any, device: torch.device) -> Any:
-    """Every tensor of a set on `device`, its layout kept."""
+    """Every tensor of a set on `device`, its layout kept: a copy, even of one already there."""
     return tree_map(lambda x: layout_copy(x, device) if isinstance(x, torch.Tensor) else x, value)
+
+
+def on_device(value: Any, device: torch.device) -> Any:
+    """Every tensor of a set on `device`, copied only where it is elsewhere: for sets the calls
+    only read (the harness refills copies of them), so that a CPU worker does not hold every set
+    twice (8 sets of a 268 MB layer norm input: 2.1 GB more)."""
+    def place(x: Any) -> Any:
+        if not isinstance(x, torch.Tensor):
+            return x
+        here = x.device.type == device.type and device.index in (None, x.device.index)
+        return x if here else layout_copy(x, device)
+    return tree_map(place, value)
+
+
+def drawn_set(sample: Any, generator: torch.Generator) -> Any:
+    """The sample with each Placeholder (a tensor that was over the capture's caps) drawn in its
+    layout: N(0, 1) for a floating tensor; for an integer or bool one, uniform over the range its
+    captured values had (an index drawn there is within its dimension, a mask all True stays so)."""
+    return tree_map(lambda x: draw_placeholder(x, generator) if isinstance(x, Placeholder) else x, sample)
+
+
+def draw_placeholder(p: Placeholder, generator: torch.Generator) -> torch.Tensor:
+    dtype = p.torch_dtype
+    if dtype.is_floating_point:
+        span = torch.randn(p.extent, generator=generator, dtype=dtype)  # in its dtype: no float64 copy
+    elif p.low is not None and p.high is not None:
+        span = torch.randint(p.low, p.high + 1, (p.extent,), generator=generator, dtype=dtype)
+    else:
+        raise ValueError(f"no values can be drawn for a {p.dtype} input {list(p.shape)} without a recorded range")
+    return torch.as_strided(span, p.shape, p.stride, 0)
 
 
 def fresh_set(sample: Any, kind: str, generator: torch.Generator) -> Any:
@@ -88,14 +119,15 @@ def permuted_set(sample: Any, generator: torch.Generator) -> Any:
     return tree_map(permute, sample)
 
 
-def make_sets(real: list[Any], seed: int) -> tuple[list[Any], list[str], list[int]]:
+def make_sets(real: list[Any], seed: int, name: str = "real") -> tuple[list[Any], list[str], list[int]]:
     """(sets, labels, timing): every set the candidate is judged on, and which of them the timed
-    calls rotate among (the real sets, then permuted copies of them up to TIMING_SETS)."""
+    calls rotate among (the real sets, then permuted copies of them up to TIMING_SETS). name
+    labels the real sets: "drawn" where their tensors over the sample caps were drawn."""
     generator = torch.Generator().manual_seed(seed)
-    sets, labels = list(real), [f"real{i}" for i in range(len(real))]
+    sets, labels = list(real), [f"{name}{i}" for i in range(len(real))]
     for k in range(max(0, TIMING_SETS - len(real))):
         sets.append(permuted_set(real[k % len(real)], generator))
-        labels.append(f"real{k % len(real)}-permuted{k}")
+        labels.append(f"{name}{k % len(real)}-permuted{k}")
     timing = list(range(len(sets)))
     for kind in FRESH_KINDS:
         sets.append(fresh_set(real[0], kind, generator))

@@ -274,6 +274,8 @@ def evaluate_baseline(task_path: Path, reference_path: Path, device: str, job_di
         result, tail, _ = (executor.run if executor else run_job)(job, job_dir, timeout_s)
         if result is None:
             raise RuntimeError(f"the baseline for {task_path.parent.name} failed: {tail}")
+        if result.get("status", "ok") != "ok":  # a task the baseline found it cannot judge, with why
+            raise RuntimeError(result["reason"])
         load_oracle(reference_path, oracle_file)
     finally:
         oracle_file.unlink(missing_ok=True)

@@ -33,7 +33,7 @@ import torch
 from torch.utils._pytree import tree_map
 
 from kernforge.evaluate.device_lock import DeviceLock
-from kernforge.evaluate.inputs import to_device
+from kernforge.evaluate.inputs import on_device, to_device
 from kernforge.evaluate.session import make_harness
 
 
@@ -54,32 +54,28 @@ def main(job_path: str) -> int:
 
 def run_baseline(job: dict[str, Any]) -> dict[str, Any]:
     from kernforge.capture import encode_value, load_sample
-    from kernforge.evaluate.checks import (element_bound, in_output_range, normalised_error, oracle_dtype,
-                                          outputs_list, upcast)
-    from kernforge.evaluate.inputs import digest, make_sets, mutated_inputs, tensors_of, to_device
+    from kernforge.evaluate.inputs import digest, drawn_set, make_sets, mutated_inputs, tensors_of
     from kernforge.tasks import load_task, resolve_op
 
     task = load_task(Path(job["task_path"]))
     device = torch.device(job["device"])
     op = resolve_op(task.op)
-    real = [load_sample(Path(p)) for p in task.samples]
-    sets, labels, timing_sets = make_sets(real, job.get("seed", 0))
+    seed = job.get("seed", 0)
+    # Tensors the capture kept as placeholders are drawn here, from a stream of their own (make_sets'
+    # generator, seeded alike, would repeat these values in its fresh sets).
+    draws = torch.Generator().manual_seed(seed + 1)
+    real = [drawn_set(load_sample(Path(p)), draws) for p in task.samples]
+    drawn = task.real_inputs != "all"
+    sets, labels, timing_sets = make_sets(real, seed, "drawn" if drawn else "real")
+    why = _why_drawn_sets_fail(op, sets, labels, task.outputs, device) if drawn else None
+    if why:
+        return {"status": "error", "reason": f"the inputs over the sample cap cannot be drawn: {why}"}
     oracles, bounds, eager_errors, digests, dtypes = [], [], [], [], None
     for inputs in sets:
-        # Eager and the oracle each run on copies of their own: an in-place op must not change
-        # the values the other computes from.
-        args, kwargs = to_device(inputs, device)
-        eager = [e.detach() for e in outputs_list(op(*args, **kwargs))]
-        args, kwargs = to_device(inputs, device)
-        oracle = outputs_list(_oracle(op, args, kwargs, upcast))
-        dtypes = [str(t.dtype) for t in eager]
-        kept = [in_output_range(o, e.dtype).to(oracle_dtype(e.dtype)).cpu() if o.is_floating_point() else o.cpu()
-                for o, e in zip(oracle, eager)]
+        dtypes, kept, bound, errors = _reference(op, inputs, device)
         oracles.append(kept)
-        bounds.append([element_bound(o, e.cpu(), e.dtype) if e.is_floating_point() else None
-                       for o, e in zip(kept, eager)])
-        eager_errors.append([normalised_error(e.cpu(), o) if e.is_floating_point() else 0.0
-                             for e, o in zip(eager, kept)])
+        bounds.append(bound)
+        eager_errors.append(errors)
         digests.append([digest(t).tolist() for t in tensors_of(inputs)])
     mutated = mutated_inputs(op._schema)
     # Two files: the inputs, which candidates' workers read, and the oracle, which the search
@@ -89,8 +85,9 @@ def run_baseline(job: dict[str, Any]) -> dict[str, Any]:
     torch.save({"oracles": oracles, "bounds": bounds, "eager_errors": eager_errors, "digests": digests,
                 "dtypes": dtypes, "labels": labels, "timing": timing_sets, "mutated": mutated,
                 "outputs_meta": task.outputs}, job["oracle_path"])
+    del oracles, bounds  # 2.5x every set's outputs (float64 and bfloat16): not needed to time
     harness = make_harness(device)
-    dev_sets = [to_device(s, device) for s in sets]
+    dev_sets = [on_device(s, device) for s in sets]
     # Timed under the device's lock, as candidates are, so that another search on the machine
     # never times beside it; on a CPU, checks_exclusive as for candidates.
     lock = DeviceLock(job.get("device_lock"), checks_exclusive=device.type == "cpu")
@@ -101,6 +98,45 @@ def run_baseline(job: dict[str, Any]) -> dict[str, Any]:
                 for mode in job.get("compile_modes", [])}
     return {"status": "ok", "eager": timing.__dict__, "compiled": compiled, "eager_errors": eager_errors,
             "labels": labels, "device_name": device_name(device)}
+
+
+def _reference(op: Any, inputs: Any, device: torch.device) -> tuple[list[str], list[Any], list[Any], list[float]]:
+    """For one set: the outputs' dtypes, the oracle as kept, each element's allowed error and
+    eager's errors. Eager and the oracle each run on copies of their own: an in-place op must
+    not change the values the other computes from."""
+    from kernforge.evaluate.checks import (element_bound, in_output_range, normalised_error, oracle_dtype,
+                                          outputs_list, upcast)
+
+    args, kwargs = to_device(inputs, device)
+    eager = [e.detach() for e in outputs_list(op(*args, **kwargs))]
+    args, kwargs = to_device(inputs, device)
+    oracle = outputs_list(_oracle(op, args, kwargs, upcast))
+    del args, kwargs
+    kept = [in_output_range(o, e.dtype).to(oracle_dtype(e.dtype)).cpu() if o.is_floating_point() else o.cpu()
+            for o, e in zip(oracle, eager)]
+    del oracle
+    bounds = [element_bound(o, e.cpu(), e.dtype) if e.is_floating_point() else None for o, e in zip(kept, eager)]
+    errors = [normalised_error(e.cpu(), o) if e.is_floating_point() else 0.0 for e, o in zip(eager, kept)]
+    return [str(t.dtype) for t in eager], kept, bounds, errors
+
+
+def _why_drawn_sets_fail(op: Any, sets: list[Any], labels: list[str], captured: list[dict[str, Any]],
+                         device: torch.device) -> str | None:
+    """Why values drawn for the tensors over the sample cap are no inputs of the captured
+    signature, if they are not: eager raises on them (offsets out of order), or gives outputs of
+    other shapes (an op whose output shape follows its integer inputs)."""
+    from kernforge.evaluate.checks import outputs_list
+
+    want = [m["shape"] for m in captured]
+    for inputs, label in zip(sets, labels):
+        args, kwargs = to_device(inputs, device)
+        try:
+            got = [list(o.shape) if isinstance(o, torch.Tensor) else None for o in outputs_list(op(*args, **kwargs))]
+        except Exception as e:  # noqa: BLE001 - what eager says of drawn values is the reason
+            return f"eager raises on {label}: {type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]}"
+        if got != want:
+            return f"on {label} eager's output shapes are {got}, the captured {want}"
+    return None
 
 
 def _calls(op: Any) -> Any:
@@ -160,8 +196,10 @@ def run_candidate(job: dict[str, Any]) -> dict[str, Any]:
     harness = make_harness(device, mark_fd)  # bound before the candidate loads
     task = load_task(Path(job["task_path"]))
     backend = get_backend(job["backend"])
-    ref = torch.load(job["reference_path"], weights_only=True)  # inputs only, no oracle
-    sets = [to_device(s, device) for s in decode_tree(ref["input_sets"])]
+    # Inputs only, no oracle; mapped from the file, not read into private memory: a CPU worker
+    # calls on them where they lie (on_device), a GPU worker's copies go to the GPU.
+    ref = torch.load(job["reference_path"], weights_only=True, mmap=True)
+    sets = [on_device(s, device) for s in decode_tree(ref.pop("input_sets"))]
     op = resolve_op(task.op)
     phases = Phases()
     lock = DeviceLock(job.get("device_lock"), checks_exclusive=device.type == "cpu")
