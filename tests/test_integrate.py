@@ -1,0 +1,250 @@
+"""kernforge.integrate: a run's winner installed into the unmodified model (CPU, the C backend).
+
+One real run of tests/models/tiny_softmax.py (built-in proposer, 2 candidates) is made per
+module; its first finalist is then marked as the run's winner, because on a 2-core CPU the
+search rarely beats eager on a 2x40x40 softmax and what these tests test is the installing:
+routing, guards, fallbacks, compile, removal. The kernel itself is the run's own, proved
+correct by the evaluator.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import REPO_ROOT, TINY_MODEL
+
+import kernforge
+from kernforge.errors import UserError
+from kernforge.integrate import runtime
+from kernforge.integrate.endtoend import judge_outputs, oracle_of
+from kernforge.store.reader import read_run
+
+sys.path.insert(0, str(TINY_MODEL.parent))
+import tiny_softmax  # noqa: E402
+
+OP = torch.ops.aten._softmax.default
+
+
+def promote_first_finalist(run_dir: Path) -> str:
+    """Mark the run's first re-evaluated candidate as faster than eager: its task's winner."""
+    confirm = sorted(run_dir.glob("tasks/*/nodes/*/confirm.json"))[0]
+    data = json.loads(confirm.read_text())
+    assert data["status"] == "ok", data["reason"]
+    data.update(faster_than_eager=True, speedup_vs_eager=1.3)
+    confirm.write_text(json.dumps(data))
+    return confirm.parent.name
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from kernforge.optimize import OptimizeOptions, optimize
+
+    result = optimize(OptimizeOptions(spec=str(TINY_MODEL), backend="cpu", iterations=2, top_k=1, finalists=1,
+                                      runs_dir=tmp_path_factory.mktemp("runs"), apply=False))
+    promote_first_finalist(result.run_dir)
+    return result.run_dir
+
+
+@pytest.fixture
+def model():
+    torch.manual_seed(0)
+    return tiny_softmax.Model(48), tiny_softmax.get_inputs()[0]
+
+
+def test_the_proved_call_takes_the_kernel_and_matches(run_dir, model):
+    net, x = model
+    with torch.no_grad():
+        before = net(x)
+        with kernforge.patch(net, run_dir) as handle:
+            after = net(x)
+            assert handle.counts["aten::_softmax.default"].kernel == 1
+    assert torch.allclose(after, before, rtol=1e-5, atol=1e-6)
+
+
+def test_an_unproved_shape_dtype_or_layout_falls_back_to_the_original(run_dir):
+    x = torch.randn(2, 40, 40)
+    unproved = {"shape": torch.randn(3, 40, 40), "dtype": x.double(),
+                "layout": x.transpose(1, 2).contiguous().transpose(1, 2),
+                "misaligned": torch.randn(2 * 40 * 40 + 1)[1:].view(2, 40, 40),
+                "other dim": x}
+    expected = {k: OP(v, 1 if k == "other dim" else -1, False) for k, v in unproved.items()}
+    with torch.no_grad(), kernforge.patch(None, run_dir) as handle:
+        got = {k: OP(v, 1 if k == "other dim" else -1, False) for k, v in unproved.items()}
+        counts = handle.counts["aten::_softmax.default"]
+        assert counts.kernel == 0 and counts.fallback >= len(unproved)
+        assert OP(x, -1, False) is not None and counts.kernel == 1  # the proved call still takes it
+    for key in unproved:
+        assert torch.equal(got[key], expected[key]), key
+
+
+def test_remove_and_unpatch_restore_the_original_exactly(run_dir, model):
+    net, x = model
+    dump_before = torch._C._dispatch_dump("aten::_softmax")
+    with torch.no_grad():
+        before = net(x)
+        handle = kernforge.patch(net, run_dir)
+        assert torch._C._dispatch_dump("aten::_softmax") != dump_before
+        handle.remove()
+        assert torch._C._dispatch_dump("aten::_softmax") == dump_before
+        assert torch.equal(net(x), before)
+        kernforge.patch(net, run_dir)
+        kernforge.patch(net, run_dir)
+        assert kernforge.unpatch() == 2
+        assert torch._C._dispatch_dump("aten::_softmax") == dump_before
+        assert torch.equal(net(x), before)
+
+
+def test_patched_model_matches_the_original_on_fresh_inputs(run_dir, model):
+    from kernforge.integrate.endtoend import float64_copy, forward, fresh_model_inputs
+
+    net, x = model
+    double, _ = float64_copy(net)
+    for seed in (1, 2, 3):
+        inputs = fresh_model_inputs((x,), seed)
+        oracle = oracle_of(net, inputs, double)
+        assert oracle.exact
+        with kernforge.patch(net, run_dir) as handle:
+            outs = forward(net, inputs)
+        assert handle.counts["aten::_softmax.default"].kernel == 1
+        why, _ = judge_outputs(outs, oracle)
+        assert why is None, why
+
+
+def test_inference_mode_and_no_grad_take_the_kernel(run_dir, model):
+    net, x = model
+    with kernforge.patch(net, run_dir) as handle:
+        with torch.inference_mode():
+            net(x)
+        with torch.no_grad():
+            net(x)
+        assert handle.counts["aten::_softmax.default"].kernel == 2
+
+
+def test_inputs_that_require_grad_fall_back_and_keep_their_gradient(run_dir, model):
+    net, x = model
+    reference = x.clone().requires_grad_()
+    net(reference).sum().backward()
+    with kernforge.patch(net, run_dir) as handle:
+        patched = x.clone().requires_grad_()
+        net(patched).sum().backward()
+        assert handle.counts["aten::_softmax.default"].kernel == 0
+    assert torch.equal(patched.grad, reference.grad)
+
+
+def test_torch_compile_puts_the_custom_op_in_the_graph_and_fuses_around_it(run_dir):
+    from torch._inductor.utils import run_and_get_code
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(x * 2.0 + 1.0, dim=-1).sub(0.5).relu()
+
+    x = torch.randn(2, 40, 40)
+    expected = f(x)
+    with torch.no_grad(), kernforge.patch(None, run_dir) as handle:
+        out, code = run_and_get_code(torch.compile(f), x)
+        assert handle.counts["aten::_softmax.default"].custom_op >= 1
+    text = "\n".join(code)
+    name = handle.specs[0].name
+    assert f"torch.ops.kernforge.{name}.default" in text
+    # inductor still fuses around it: the mul and add before the kernel are one C++ kernel, the
+    # sub and relu after it one more, and nothing else is generated
+    kernels = [line for line in text.splitlines() if "cpp_fused_" in line and "async_compile" in line]
+    assert len(kernels) == 2, kernels
+    assert torch.allclose(out, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_a_graph_compiled_before_the_patch_is_not_reused_under_it(run_dir):
+    def g(x: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(x, dim=-1) * 3.0
+
+    x = torch.randn(2, 40, 40)
+    compiled = torch.compile(g)
+    with torch.no_grad():
+        compiled(x)
+        with kernforge.patch(None, run_dir) as handle:
+            compiled(x)
+            assert handle.counts["aten::_softmax.default"].custom_op >= 1
+
+
+def test_guards_check_every_argument():
+    desc = [{"shape": [4, 8], "dtype": "torch.float32", "stride": [8, 1], "device": "cpu"}, -1, False,
+            {"kwargs": {"dtype": "torch.float32"}}]
+    guard = runtime.make_guard(desc)
+    x = torch.randn(4, 8)
+    assert guard((x, -1, False), {"dtype": torch.float32}) == [x]
+    assert guard((x, -1, 0), {"dtype": torch.float32}) is None  # 0 is not False
+    assert guard((x, 1, False), {"dtype": torch.float32}) is None
+    assert guard((x, -1, False), {"dtype": torch.float16}) is None
+    assert guard((x, -1, False), {}) is None
+    assert guard((x.t().contiguous().t(), -1, False), {"dtype": torch.float32}) is None
+    rebuilt_args, rebuilt_kwargs = runtime.make_rebuild(desc)([x])
+    assert rebuilt_args == [x, -1, False] and rebuilt_kwargs == {"dtype": torch.float32}
+
+
+def test_in_place_ops_are_not_installed(run_dir):
+    from kernforge.integrate.install import installable, winners
+
+    winner = winners(read_run(run_dir))[0]
+    assert installable(winner) is None
+    winner.op = "aten::relu_.default"
+    assert "in-place" in installable(winner)
+
+
+def test_bad_input_is_one_line_and_leaves_the_model_unchanged(run_dir, tmp_path, model):
+    net, x = model
+    dump_before = torch._C._dispatch_dump("aten::_softmax")
+    with pytest.raises(UserError, match="not a kernforge run folder"):
+        kernforge.patch(net, tmp_path)
+    cuda_run = tmp_path / "cuda-run"
+    subprocess.run(["cp", "-r", str(run_dir), str(cuda_run)], check=True)
+    config = json.loads((cuda_run / "config.json").read_text())
+    (cuda_run / "config.json").write_text(json.dumps({**config, "device": "cuda", "device_name": "NVIDIA H200"}))
+    if not torch.cuda.is_available():
+        with pytest.raises(UserError, match="proved on a GPU"):
+            kernforge.patch(net, cuda_run)
+    newer = tmp_path / "newer-run"
+    subprocess.run(["cp", "-r", str(run_dir), str(newer)], check=True)
+    (newer / "config.json").write_text(json.dumps({**config, "format_version": 99}))
+    with pytest.raises(UserError, match="newer than this kernforge reads"):
+        read_run(newer)
+    assert torch._C._dispatch_dump("aten::_softmax") == dump_before
+
+
+def test_kernforge_apply_on_another_model_fails_in_one_line(run_dir, write_model):
+    other = write_model("other", """
+        import torch
+        class Model(torch.nn.Module):
+            def forward(self, x):
+                return torch.softmax(x, dim=-1)
+        def get_inputs():
+            return [torch.randn(3, 7)]
+        def get_init_inputs():
+            return []
+    """)
+    proc = subprocess.run([sys.executable, "-m", "kernforge", "apply", str(run_dir), str(other), "--no-compile"],
+                          capture_output=True, text=True, cwd=REPO_ROOT, timeout=300)
+    assert proc.returncode != 0
+    assert "none of the run's kernels matches a call" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_apply_measures_the_model_four_ways_and_records_it(run_dir):
+    from kernforge.integrate.apply import apply_run
+
+    report = apply_run(run_dir).to_json()
+    assert set(report["timings_ms"]) == {"eager", "patched eager", "compile", "patched compile"}
+    kernel = report["kernels"][0]
+    assert kernel["calls_per_forward"] == 1 and kernel["in_compiled_graph"]
+    assert kernel["eager_verdict"] in ("faster", "within noise", "slower")
+    checks = {(c["variant"], c["inputs"]) for c in report["checks"]}
+    assert ("patched eager", "fresh2") in checks and all(c["pass"] for c in report["checks"])
+    assert report["routing"] or not (kernel["installed_eager"] or kernel["installed_compile"])
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["end_to_end"]["timings_ms"] == report["timings_ms"]
+    shown = subprocess.run([sys.executable, "-m", "kernforge", "show", str(run_dir)], capture_output=True,
+                           text=True, cwd=REPO_ROOT, timeout=120)
+    assert "end to end on cpu" in shown.stdout and "patched compile" in shown.stdout
