@@ -10,8 +10,6 @@ wrapped: its parameters must live where the run's kernels were proved.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,6 +18,7 @@ import torch
 
 from kernforge.errors import UserError
 from kernforge.integrate import runtime
+from kernforge.integrate.runtime import compile_caches_off  # noqa: F401 - apply's, with patch's one copy
 from kernforge.store.reader import RunRecord, read_run
 
 
@@ -122,13 +121,14 @@ class Patch:
         return self.installation.counts
 
     def remove(self) -> None:
-        if not self.installation.active:
+        """Take the kernels out and release this patch's hold on the compile caches; a second
+        call does nothing. (By identity: two patches of one run compare equal as dataclasses.)"""
+        if not any(p is self for p in _ACTIVE):
             return
+        _ACTIVE[:] = [p for p in _ACTIVE if p is not self]
         self.installation.remove()
-        if self in _ACTIVE:
-            _ACTIVE.remove(self)
-        _restore_compile_caches()
-        _reset_compiled_code()
+        runtime.restore_compile_caches()
+        runtime.reset_compiled_code()
 
     def __enter__(self) -> Patch:  # noqa: PYI034 - not subclassed
         return self
@@ -162,10 +162,10 @@ def patch(model: torch.nn.Module | None, run: str | Path | RunRecord, only: list
             continue
         spec.under_compile = compile_tasks is None or winner.task_id in compile_tasks
         specs.append(spec)
-    _disable_compile_caches()
+    runtime.disable_compile_caches()
     handle = Patch(run=record, installation=runtime.install(specs), skipped=skipped)
     _ACTIVE.append(handle)
-    _reset_compiled_code()
+    runtime.reset_compiled_code()
     return handle
 
 
@@ -184,60 +184,3 @@ def _check_model_device(model: torch.nn.Module, run: RunRecord) -> None:
     if devices and run.device not in devices:
         raise UserError(f"the model lives on {', '.join(sorted(devices))} and this run's kernels were "
                         f"proved on {run.device}; move the model there first (model.to('{run.device}'))")
-
-
-# Compiled code made while patched holds the custom ops, and code made before does not: both
-# are dropped when the routing changes, so that the next call compiles under the routing in
-# force. The on-disk caches are off while patched: their keys do not see the dispatcher, so an
-# artifact made while patched could be loaded by an unpatched process, and the reverse.
-_CACHE_FLAGS = (("torch._inductor.config", "fx_graph_cache"),
-                ("torch._functorch.config", "enable_autograd_cache"))
-
-
-_SAVED_FLAGS: dict[tuple[str, str], Any] = {}
-_HOLDS = [0]  # patches and apply blocks that want the caches off; the first saves, the last restores
-
-
-def _disable_compile_caches() -> None:
-    import importlib
-
-    _HOLDS[0] += 1
-    if _HOLDS[0] > 1:
-        return
-    for module_name, flag in _CACHE_FLAGS:
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError:
-            continue
-        if hasattr(module, flag):
-            _SAVED_FLAGS[(module_name, flag)] = getattr(module, flag)
-            setattr(module, flag, False)
-
-
-def _restore_compile_caches() -> None:
-    import importlib
-
-    _HOLDS[0] -= 1
-    if _HOLDS[0] > 0:
-        return
-    for (module_name, flag), value in _SAVED_FLAGS.items():
-        setattr(importlib.import_module(module_name), flag, value)
-    _SAVED_FLAGS.clear()
-
-
-@contextlib.contextmanager
-def compile_caches_off() -> Iterator[None]:
-    """The on-disk compile caches off for a block that compiles under changing routes (apply's
-    measurements)."""
-    _disable_compile_caches()
-    try:
-        yield
-    finally:
-        _restore_compile_caches()
-
-
-def _reset_compiled_code() -> None:
-    import sys
-
-    if "torch._dynamo" in sys.modules:  # nothing was compiled if dynamo was never imported
-        sys.modules["torch._dynamo"].reset()
