@@ -307,7 +307,7 @@ def show(
 
   kernforge export runs/20261129-120000-attention -o dist/kernels --name attention_kernels --force
 
-  pip install attention_kernels; python -c "import kernforge_attention_kernels as k; k.install()"
+  pip install ./attention_kernels   # then: import kernforge_attention_kernels as k; k.install(model)
 """)
 def export_command(
     run: str = typer.Argument(..., help="a run folder, or its name under --runs-dir"),
@@ -332,8 +332,10 @@ def export_command(
                   f"kernforge::{kernel.name}", markup=False, highlight=False)
     for task, why in result.skipped.items():
         out.print(f"not exported, {task}: {why}", markup=False, highlight=False)
-    out.print(f"package {result.package} ({len(result.kernels)} kernels) in {result.out_dir}; "
-              f"pip install {result.out_dir}, then {result.package}.install(model)", markup=False, highlight=False)
+    where = result.out_dir if result.out_dir.is_absolute() else f"./{result.out_dir}"
+    out.print(f"package {result.package} ({len(result.kernels)} kernel{'s' * (len(result.kernels) != 1)}) in "
+              f"{result.out_dir}; pip install {where}, then {result.package}.install(model)",
+              markup=False, highlight=False)
 
 
 def _model_options(batch_size: int | None, seq_len: int | None, resolution: int | None,
