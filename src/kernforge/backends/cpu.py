@@ -15,9 +15,10 @@ from typing import Any
 from kernforge.backends import Backend, Kernel
 from kernforge.backends.native import C_PRELUDE, compile_library, load_kernel, tool_version
 
-__all__ = ["BACKEND", "CFLAGS", "C_PRELUDE", "build", "unavailable_reason"]
+__all__ = ["BACKEND", "CFLAGS", "C_PRELUDE", "GCC_COMMAND", "build", "unavailable_reason"]
 
 CFLAGS = ["-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-fno-math-errno", "-std=c11"]
+GCC_COMMAND = ["gcc", *CFLAGS, "-lm"]  # also what an exported package rebuilds a C kernel with
 
 
 def unavailable_reason() -> str | None:
@@ -27,7 +28,7 @@ def unavailable_reason() -> str | None:
 
 
 def build(source: Path, build_dir: Path, output_meta: list[dict[str, Any]]) -> Kernel:
-    library = compile_library(source, build_dir, ["gcc", *CFLAGS, "-lm"], _gcc_version())
+    library = compile_library(source, build_dir, GCC_COMMAND, _gcc_version())
     return load_kernel(library, output_meta, "cpu")
 
 
