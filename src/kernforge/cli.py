@@ -58,6 +58,8 @@ KERNEL_FILE = typer.Argument(..., help="a candidate: .c (cpu), .py (triton) or .
 COMPILE = typer.Option("auto", "--compile", help="torch.compile peers timed per op: auto (default mode on a "
                                                  "GPU, none on a CPU), none, default, max-autotune")
 SCALE = typer.Option("full", "--scale", help="bundled examples: full (real layer shapes) or small (CPU-sized)")
+ATTENTION = typer.Option("eager", "--attention", help="transformers models: eager (attention's softmax shows "
+                                                      "as an op) or sdpa (the fused default a user gets)")
 STRICT = typer.Option(False, "--strict", envvar="KERNFORGE_STRICT",
                       help="re-raise kernforge's own errors while judging a candidate (for debugging "
                            "kernforge); by default such an error rejects the candidate with its reason")
@@ -82,6 +84,7 @@ def optimize(
     resolution: int | None = RESOLUTION,
     dtype: str | None = DTYPE,
     scale: str = SCALE,
+    attention: str = ATTENTION,
     compile_peer: str = COMPILE,
     strict: bool = STRICT,
     parallel: int = typer.Option(0, min=0, help="candidates evaluated at once per device (their timings "
@@ -119,7 +122,7 @@ def optimize(
                                candidate_timeout_s=timeout, compile=compile_peer, parallel=parallel,
                                executor=executor, gpus=gpus, ray_address=ray_address, finalists=finalists,
                                apply=apply,
-                               model=_model_options(batch_size, seq_len, resolution, dtype, scale))
+                               model=_model_options(batch_size, seq_len, resolution, dtype, scale, attention))
         with _progress(quiet=as_json) as on_event:
             result = run_optimize(opts, on_event)
     opts = result.options
@@ -161,6 +164,7 @@ def profile(
     resolution: int | None = RESOLUTION,
     dtype: str | None = DTYPE,
     scale: str = SCALE,
+    attention: str = ATTENTION,
     include: str = typer.Option("compute", help="kinds of op to rank, comma-separated: compute, view, "
                                                 "copy, alloc, random"),
     limit: int = typer.Option(25, min=1, help="rows to show"),
@@ -179,7 +183,7 @@ def profile(
     if unknown:
         raise UserError(f"unknown op kind {', '.join(unknown)} in --include; choose from {', '.join(KINDS)}")
     loaded = load_model(spec, resolve_device(device),
-                        _model_options(batch_size, seq_len, resolution, dtype, scale))
+                        _model_options(batch_size, seq_len, resolution, dtype, scale, attention))
     run_forward(loaded)
     capture = capture_model(loaded, out_dir=save)
     if as_json:
@@ -206,6 +210,7 @@ def eval_command(
     resolution: int | None = RESOLUTION,
     dtype: str | None = DTYPE,
     scale: str = SCALE,
+    attention: str = ATTENTION,
     compile_peer: str = COMPILE,
     strict: bool = STRICT,
     as_json: bool = typer.Option(False, "--json", help="print the report as JSON"),
@@ -215,7 +220,7 @@ def eval_command(
     from kernforge.report import eval_report
 
     _set_strict(strict)
-    model = _model_options(batch_size, seq_len, resolution, dtype, scale)
+    model = _model_options(batch_size, seq_len, resolution, dtype, scale, attention)
     report = evaluate_file(EvalOptions(spec=spec, kernel_file=kernel_file, backend=backend, op=op,
                                        runs_dir=runs_dir, candidate_timeout_s=timeout, model=model,
                                        compile=compile_peer))
@@ -249,6 +254,8 @@ def apply_command(
     compile_model: bool = typer.Option(True, "--compile/--no-compile",
                                        help="also time the model under torch.compile, with and without "
                                             "the kernels (each kernel alone, then those that pay)"),
+    attention: str | None = typer.Option(None, "--attention", help="transformers models: eager or sdpa "
+                                                                   "(default: the run's)"),
     as_json: bool = typer.Option(False, "--json", help="print the report as JSON"),
 ) -> None:
     """Install a run's winning kernels into the model, check its outputs against the original on
@@ -258,7 +265,8 @@ def apply_command(
 
     root = Path(run) if Path(run).is_dir() else runs_dir / run
     say = (lambda line: None) if as_json else (lambda line: err.print(line, markup=False, highlight=False))
-    report = apply_run(root, spec, compile_model=compile_model, on_progress=say).to_json()
+    overrides = {"attention": attention} if attention else {}
+    report = apply_run(root, spec, compile_model=compile_model, on_progress=say, model_overrides=overrides).to_json()
     if as_json:
         print(json.dumps(report, indent=1))
         return
@@ -339,12 +347,12 @@ def export_command(
 
 
 def _model_options(batch_size: int | None, seq_len: int | None, resolution: int | None,
-                   dtype: str | None, scale: str) -> Any:
+                   dtype: str | None, scale: str, attention: str) -> Any:
     """The model options every command takes, as the loader wants them."""
     from kernforge.models import ModelOptions
 
     return ModelOptions(batch_size=batch_size, seq_len=seq_len, resolution=resolution, dtype=dtype,
-                        scale=scale)
+                        scale=scale, attention=attention)
 
 
 def _group_skipped(skipped: list[dict[str, Any]]) -> dict[str, str]:

@@ -86,8 +86,11 @@ def element_bound(oracle: torch.Tensor, eager: torch.Tensor, dtype: torch.dtype)
 
 
 def compare(outs: list[torch.Tensor], oracles: list[torch.Tensor], bounds: list[torch.Tensor | None],
-            dtypes: list[torch.dtype]) -> tuple[str | None, list[float]]:
-    """None when every output is right, else why not; and each output's normalised error."""
+            dtypes: list[torch.dtype], where: str | None = "cpu") -> tuple[str | None, list[float]]:
+    """None when every output is right, else why not; and each output's normalised error.
+    `where`: the device to compare on; None compares where the tensors are (a whole model's
+    logits, 4 GB as an oracle, stay on the GPU)."""
+    move = (lambda t: t) if where is None else (lambda t: t.to(where))
     if len(outs) != len(oracles):
         return f"returned {len(outs)} outputs, the reference returns {len(oracles)}", []
     errors: list[float] = []
@@ -98,11 +101,11 @@ def compare(outs: list[torch.Tensor], oracles: list[torch.Tensor], bounds: list[
         if out.dtype != dtypes[i]:
             return f"{label} has dtype {out.dtype}, expected {dtypes[i]}", errors
         if not out.is_floating_point():
-            if not torch.equal(out.cpu(), oracle.cpu()):
+            if not torch.equal(move(out), move(oracle)):
                 return f"{label} differs from the reference at index {_first_difference(out, oracle)}", errors
             errors.append(0.0)
             continue
-        why, err = _compare_floating(out.detach().cpu(), oracle.cpu(), bound)
+        why, err = _compare_floating(move(out.detach()), move(oracle), None if bound is None else move(bound))
         errors.append(err)
         if why:
             return f"{label}: {why}", errors

@@ -68,10 +68,13 @@ OnProgress = Callable[[str], None]
 
 
 def apply_run(run_dir: Path, spec: str | None = None, compile_model: bool = True,
-              on_progress: OnProgress = lambda line: None) -> ApplyReport:
+              on_progress: OnProgress = lambda line: None,
+              model_overrides: dict[str, Any] | None = None) -> ApplyReport:
+    """`model_overrides` change the run's model options (e.g. {"attention": "sdpa"}: the same
+    model with the attention a user gets by default)."""
     started = time.perf_counter()
     record = read_run(run_dir)
-    loaded = _load(record, spec)
+    loaded = _load(record, spec, model_overrides or {})
     with compile_caches_off():
         return _apply(record, loaded, compile_model, on_progress, started)
 
@@ -110,14 +113,15 @@ def _apply(record: RunRecord, loaded: Any, compile_model: bool, on_progress: OnP
     return _finish(record, report, started)
 
 
-def _load(record: RunRecord, spec: str | None) -> Any:
+def _load(record: RunRecord, spec: str | None, overrides: dict[str, Any]) -> Any:
     from kernforge.models import ModelOptions, load_model, run_forward
 
     config = record.config
     if record.device == "cuda" and not torch.cuda.is_available():
         raise UserError(f"this run was made on a GPU ({record.device_name}) and none is visible here; "
                         "apply it on a machine with that GPU")
-    loaded = load_model(spec or config["spec"], torch.device(record.device), ModelOptions(**config.get("model", {})))
+    options = ModelOptions(**{**config.get("model", {}), **overrides})
+    loaded = load_model(spec or config["spec"], torch.device(record.device), options)
     run_forward(loaded)  # a model that does not run is the user's problem, said before anything else
     return loaded
 

@@ -10,6 +10,7 @@ from kernforge.errors import UserError
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 SCALES = ("small", "full")
+ATTENTIONS = ("eager", "sdpa")
 
 
 @dataclass(frozen=True)
@@ -19,10 +20,15 @@ class ModelOptions:
     resolution: int | None = None  # vision: image side; VAE decoders: latent side
     dtype: str | None = None  # fp32 | bf16 | fp16; None keeps the model's own
     scale: str = "full"  # bundled examples: "full" layer shapes, or "small" for a CPU
+    # transformers models: eager attention shows its softmax and masking as ops kernforge can
+    # replace; sdpa is what a user gets by default (one fused call, no softmax op)
+    attention: str = "eager"
 
     def __post_init__(self) -> None:
         if self.dtype is not None and self.dtype not in DTYPES:
             raise UserError(f"unknown dtype '{self.dtype}'; choose one of: {', '.join(DTYPES)}")
+        if self.attention not in ATTENTIONS:
+            raise UserError(f"unknown attention '{self.attention}'; choose one of: {', '.join(ATTENTIONS)}")
         if self.scale not in SCALES:
             raise UserError(f"unknown scale '{self.scale}'; choose one of: {', '.join(SCALES)}")
         for name in ("batch_size", "seq_len", "resolution"):

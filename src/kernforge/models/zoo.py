@@ -90,9 +90,9 @@ def hf_model(config_ref: str, opts: ModelOptions) -> tuple[nn.Module, tuple[Any,
         config = transformers.AutoConfig.for_model(model_type, **raw)
     except ValueError as e:
         raise UserError(f"transformers does not know model_type '{model_type}': {e}") from None
-    # Eager attention: the softmax, masking and matmuls of attention are separate ATen
-    # ops that kernforge can see and replace; SDPA would hide them in one fused call.
-    kwargs = {"attn_implementation": "eager"}
+    # Eager attention by default: the softmax, masking and matmuls of attention are separate
+    # ATen ops that kernforge can see and replace; SDPA hides them in one fused call.
+    kwargs = {"attn_implementation": opts.attention}
     if folder is not None and _has_weights(folder):
         model = transformers.AutoModelForCausalLM.from_pretrained(folder, local_files_only=True, **kwargs)
     else:
