@@ -248,3 +248,25 @@ def test_apply_measures_the_model_four_ways_and_records_it(run_dir):
     shown = subprocess.run([sys.executable, "-m", "kernforge", "show", str(run_dir)], capture_output=True,
                            text=True, cwd=REPO_ROOT, timeout=120)
     assert "end to end on cpu" in shown.stdout and "patched compile" in shown.stdout
+
+
+def test_a_kernel_that_calls_the_op_it_replaces_gets_the_original():
+    calls = []
+
+    def entry(x, dim, half):
+        calls.append(1)
+        return torch.softmax(x, dim) * 1.0  # its own fallback path: must not route back to itself
+
+    desc = [{"shape": [3, 5], "dtype": "torch.float32", "stride": [5, 1], "device": "cpu"}, -1, False]
+    outputs = [{"shape": [3, 5], "dtype": "torch.float32", "stride": [5, 1], "device": "cpu"}]
+    spec = runtime.KernelSpec(name="softmax_reentrant_test", op="aten::_softmax.default", args=desc,
+                              outputs=outputs, backend="cpu", entry=entry, devices=frozenset({torch.device("cpu")}))
+    x = torch.randn(3, 5)
+    installation = runtime.install([spec])
+    try:
+        with torch.no_grad():
+            out = OP(x, -1, False)
+    finally:
+        installation.remove()
+    assert len(calls) == 1 and installation.counts["aten::_softmax.default"].kernel == 1
+    assert torch.allclose(out, torch.softmax(x, -1))

@@ -232,9 +232,9 @@ def _custom_op(spec: KernelSpec) -> Any:
         def implementation(*tensors: torch.Tensor) -> Any:
             args, kwargs = rebuild(list(tensors))
             current = _CURRENT.get(name)
-            if current is None or not _runnable_here(current, tensors):
+            if current is None or _RUNNING[0] or not _runnable_here(current, tensors):
                 return original(*args, **kwargs)
-            return current.entry(*args, **kwargs)
+            return _run(current, args, kwargs)
 
         def fake(*tensors: torch.Tensor) -> Any:
             device = tensors[0].device
@@ -346,18 +346,23 @@ def _forget_resolution(op: str) -> None:
         cache.clear()
 
 
+# Kernels running now (this process): a kernel that calls the op it replaces (a fallback path
+# for a case it does not handle) gets the original, not itself again.
+_RUNNING = [0]
+
+
 def _router(specs: list[KernelSpec], original: Any, counts: RouteCounts) -> Callable:
     routes = [(spec, make_guard(spec.args), _custom_op(spec)) for spec in specs]
 
     def route(keyset: Any, *args: Any, **kwargs: Any) -> Any:
-        for spec, guard, custom_op in routes:
+        for spec, guard, custom_op in routes if not _RUNNING[0] else ():
             tensors = guard(args, kwargs)
             if tensors is None or _grad_needed(tensors):
                 continue
             if all(type(t) is torch.Tensor for t in tensors):
                 if _runnable_here(spec, tensors):
                     counts.kernel += 1
-                    return spec.entry(*args, **kwargs)
+                    return _run(spec, args, kwargs)
             elif spec.under_compile and all(is_fake(t) for t in tensors):
                 counts.custom_op += 1
                 return custom_op(*tensors)
@@ -420,6 +425,14 @@ def reset_compiled_code() -> None:
 
 
 # ---------------------------------------------------------------------------- helpers
+
+
+def _run(spec: KernelSpec, args: Any, kwargs: Any) -> Any:
+    _RUNNING[0] += 1
+    try:
+        return spec.entry(*args, **kwargs)
+    finally:
+        _RUNNING[0] -= 1
 
 
 def _grad_needed(tensors: list[torch.Tensor]) -> bool:
