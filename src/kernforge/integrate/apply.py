@@ -209,12 +209,17 @@ def _measure(loaded: Any, device: torch.device, specs: list[runtime.KernelSpec],
     eager = e2e.model_call(model, inputs)
     alone = [e2e.Variant(f"eager+{s.name}", eager, [s]) for s in specs] if len(specs) > 1 else []
     variants = [e2e.Variant("eager", eager), e2e.Variant("patched eager, all", eager, specs), *alone]
+    first = None
     if compile_model:
         on_progress("compiling the model (torch.compile, default mode)")
         e2e.reset_compiled()
         compiled = e2e.compiled_model(model, "compile")
-        variants.append(e2e.Variant("compile", lambda: compiled(*inputs)))
-    first = e2e.time_variants(variants, device)
+        try:
+            first = e2e.time_variants([*variants, e2e.Variant("compile", lambda: compiled(*inputs))], device)
+        except Exception as e:  # noqa: BLE001 - a model torch.compile cannot compile is still measured in eager
+            compile_model = False
+            report.note = f"torch.compile failed on this model ({type(e).__name__}: {str(e).splitlines()[0][:160]})"
+    first = first or e2e.time_variants(variants, device)
     for spec in specs:
         own = first[f"eager+{spec.name}"] if alone else first["patched eager, all"]
         effect = effects[spec.name]
@@ -225,8 +230,9 @@ def _measure(loaded: Any, device: torch.device, specs: list[runtime.KernelSpec],
             effect.note = ("makes the model slower in eager: dropped" if effect.eager_verdict == "slower"
                            else "no gain in the model in eager (its median is slower, within the noise): dropped")
     eager_kept = [s for s in specs if effects[s.name].installed_eager]
-    compile_kept = _compile_choice(model, inputs, device, specs, effects, first, compile_model, on_progress)
-    compiled = _final_phase(model, inputs, device, eager_kept, compile_kept, first, compile_model, report)
+    compile_kept, measured = _compile_choice(model, inputs, device, specs, effects, first, compile_model,
+                                             on_progress)
+    compiled = _final_phase(model, inputs, device, eager_kept, compile_kept, measured, first, compile_model, report)
     if compiled is not None:
         _check_compiled(compiled, input_sets, oracles, eager_kept, compile_kept, report)
 
@@ -237,70 +243,104 @@ def pays(verdict: str, speedup: float | None) -> bool:
     return verdict == "faster" or (verdict == "within noise" and speedup is not None and speedup >= 1.0)
 
 
+@dataclass
+class CompilePhase:
+    """The model compiled with some kernels in its graph, timed beside eager in a phase of its own."""
+
+    specs: list[runtime.KernelSpec]
+    timings: dict[str, Any]  # "eager", "patched compile"
+    counts: dict[str, runtime.RouteCounts]
+    compiled: Callable[..., Any]
+
+
+def _compile_phase(model: torch.nn.Module, inputs: Any, device: torch.device, in_graph: list[runtime.KernelSpec],
+                   installed: list[runtime.KernelSpec], tag: str) -> CompilePhase:
+    e2e.reset_compiled()
+    compiled = e2e.compiled_model(model, tag)
+    patched = e2e.Variant("patched compile", lambda: compiled(*inputs),
+                          e2e.with_compile_flag(installed, {s.name for s in in_graph}))
+    timings = e2e.time_variants([e2e.Variant("eager", e2e.model_call(model, inputs)), patched], device, seed=1)
+    return CompilePhase(specs=in_graph, timings=timings, counts=patched.counts, compiled=compiled)
+
+
 def _compile_choice(model: torch.nn.Module, inputs: Any, device: torch.device, specs: list[runtime.KernelSpec],
                     effects: dict[str, KernelEffect], first: dict[str, Any], compile_model: bool,
-                    on_progress: OnProgress) -> list[runtime.KernelSpec]:
-    """Each kernel alone inside the compiled model, against the compiled model without it (each
-    relative to the eager of its own phase); those not slower go into compile's graphs."""
-    if not compile_model:
-        return []
+                    on_progress: OnProgress) -> tuple[list[runtime.KernelSpec], CompilePhase | None]:
+    """Which kernels go into compile's graphs. First all of them at once, against the compiled
+    model without them (each relative to the eager of its own phase): where that pays, they all
+    stay, and it took one compile. Else each kernel alone, one compile each; those that pay stay.
+    Returns them and the phase that measured exactly them, if one did."""
+    reached = [s for s in specs if effects[s.name].calls_per_forward]
+    if not compile_model or not reached:
+        return [], None
+    on_progress(f"compiling the model with {len(reached)} kernel(s) in its graph")
+    together = _compile_phase(model, inputs, device, reached, reached, "together")
+    if _judge_under_compile(together, reached, effects, first, "alone" if len(reached) == 1 else "with the others"):
+        return reached, together
+    if len(reached) == 1:
+        return [], None
     kept = []
-    for spec in specs:
+    for spec in reached:
         on_progress(f"compiling the model with {spec.name} alone in its graph")
-        e2e.reset_compiled()
-        compiled = e2e.compiled_model(model, f"only_{spec.name}")
-        alone = e2e.Variant("compile+k", lambda compiled=compiled: compiled(*inputs),
-                            e2e.with_compile_flag([spec], {spec.name}))
-        timings = e2e.time_variants([e2e.Variant("eager", e2e.model_call(model, inputs)), alone], device)
+        alone = _compile_phase(model, inputs, device, [spec], [spec], f"only_{spec.name}")
+        if _judge_under_compile(alone, [spec], effects, first, "alone"):
+            kept.append(spec)
+    return kept, (together if kept == reached else None)
+
+
+def _judge_under_compile(phase: CompilePhase, specs: list[runtime.KernelSpec], effects: dict[str, KernelEffect],
+                         first: dict[str, Any], how: str) -> bool:
+    """Record the phase's verdict on each of its kernels; whether the phase pays."""
+    t = phase.timings
+    verdict_now = e2e.verdict(t["patched compile"], first["compile"], t["eager"], first["eager"])
+    speed = e2e.speedup(t["patched compile"], first["compile"], t["eager"], first["eager"])
+    paid = pays(verdict_now, speed)
+    for spec in specs:
         effect = effects[spec.name]
-        effect.in_compiled_graph = alone.counts.get(spec.op, runtime.RouteCounts()).custom_op > 0
-        effect.compile_verdict = e2e.verdict(timings["compile+k"], first["compile"], timings["eager"], first["eager"])
-        effect.compile_speedup = e2e.speedup(timings["compile+k"], first["compile"], timings["eager"], first["eager"])
+        effect.in_compiled_graph = phase.counts.get(spec.op, runtime.RouteCounts()).custom_op > 0
+        effect.compile_verdict = verdict_now if how == "alone" else f"{verdict_now} ({how})"
+        effect.compile_speedup = speed
         if not effect.in_compiled_graph:
             effect.compile_verdict = "not in the compiled graph"
-        effect.installed_compile = effect.in_compiled_graph and pays(effect.compile_verdict, effect.compile_speedup)
-        if effect.in_compiled_graph and not effect.installed_compile:
+        effect.installed_compile = effect.in_compiled_graph and paid
+        if how == "alone" and effect.in_compiled_graph and not paid:
             effect.note = (effect.note + "; " if effect.note else "") + (
                 "makes the compiled model slower (it can cost the fusion around it): not under compile"
-                if effect.compile_verdict == "slower" else
+                if verdict_now == "slower" else
                 "no gain in the compiled model (its median is slower, within the noise): not under compile")
-        if effect.installed_compile:
-            kept.append(spec)
-    return kept
+    return paid and all(effects[s.name].in_compiled_graph for s in specs)
 
 
 def _final_phase(model: torch.nn.Module, inputs: Any, device: torch.device, eager_kept: list[runtime.KernelSpec],
-                 compile_kept: list[runtime.KernelSpec], first: dict[str, Any], compile_model: bool,
-                 report: ApplyReport) -> Callable[..., Any] | None:
+                 compile_kept: list[runtime.KernelSpec], measured: CompilePhase | None, first: dict[str, Any],
+                 compile_model: bool, report: ApplyReport) -> Callable[..., Any] | None:
     """The model as the kernels that stayed leave it, four ways; speedups beyond the noise only.
-    Returns the patched compiled model (for its checks), if there is one."""
+    Under compile that is the phase that measured exactly the kept kernels, where there is one,
+    else one more compile. Returns the patched compiled model (for its checks), if there is one."""
     eager = e2e.model_call(model, inputs)
-    variants = [e2e.Variant("eager", eager), e2e.Variant("patched eager", eager, eager_kept)]
-    installed = _union(eager_kept, compile_kept)
-    compiled = None
-    if compile_model and installed:
-        e2e.reset_compiled()
-        compiled = e2e.compiled_model(model, "patched")
-        variants.append(e2e.Variant("patched compile", lambda: compiled(*inputs),
-                                    e2e.with_compile_flag(installed, {s.name for s in compile_kept})))
-    final = e2e.time_variants(variants, device, seed=1)
+    final = e2e.time_variants([e2e.Variant("eager", eager), e2e.Variant("patched eager", eager, eager_kept)],
+                              device, seed=2)
     timings = {"eager": final["eager"], "patched eager": final["patched eager"]}
+    report.speedups["patched eager vs eager"] = _comparison(final["patched eager"], final["eager"])
+    phase = measured
+    if compile_model and compile_kept and phase is None:
+        phase = _compile_phase(model, inputs, device, compile_kept, _union(eager_kept, compile_kept), "patched")
     if compile_model:
         timings["compile"] = first["compile"]
-        timings["patched compile"] = final.get("patched compile", first["compile"])
-    report.timings_ms = {k: {"p20_ms": t.p20_ms, "p50_ms": t.p50_ms, "p80_ms": t.p80_ms, "runs": t.runs}
-                         for k, t in timings.items()}
-    report.speedups["patched eager vs eager"] = _comparison(final["patched eager"], final["eager"])
-    if compile_model:
         report.speedups["compile vs eager"] = _comparison(first["compile"], first["eager"])
-        if "patched compile" in final:
+        if phase is not None:
+            timings["patched compile"] = phase.timings["patched compile"]
             report.speedups["patched compile vs compile"] = _comparison(
-                final["patched compile"], first["compile"], final["eager"], first["eager"])
-            report.speedups["patched compile vs eager"] = _comparison(final["patched compile"], final["eager"])
+                phase.timings["patched compile"], first["compile"], phase.timings["eager"], first["eager"])
+            report.speedups["patched compile vs eager"] = _comparison(
+                phase.timings["patched compile"], phase.timings["eager"])
         else:
+            timings["patched compile"] = first["compile"]
             report.speedups["patched compile vs compile"] = {
                 "speedup": 1.0, "verdict": "no kernel installed under compile: the compiled model as it is"}
-    return compiled
+    report.timings_ms = {k: {"p20_ms": t.p20_ms, "p50_ms": t.p50_ms, "p80_ms": t.p80_ms, "runs": t.runs}
+                         for k, t in timings.items()}
+    return phase.compiled if phase is not None else None
 
 
 def _check_compiled(compiled: Callable[..., Any], input_sets: dict[str, Any], oracles: dict[str, e2e.Oracle],

@@ -359,7 +359,7 @@ def _router(specs: list[KernelSpec], original: Any, counts: RouteCounts) -> Call
             tensors = guard(args, kwargs)
             if tensors is None or _grad_needed(tensors):
                 continue
-            if all(type(t) is torch.Tensor for t in tensors):
+            if all(_plain(t) for t in tensors):
                 if _runnable_here(spec, tensors):
                     counts.kernel += 1
                     return _run(spec, args, kwargs)
@@ -433,6 +433,19 @@ def _run(spec: KernelSpec, args: Any, kwargs: Any) -> Any:
         return spec.entry(*args, **kwargs)
     finally:
         _RUNNING[0] -= 1
+
+
+_PLAIN_TYPES: dict[type, bool] = {}
+
+
+def _plain(t: torch.Tensor) -> bool:
+    """A tensor a kernel can take as memory: torch.Tensor or a subclass that does not intercept
+    ATen calls (nn.Parameter: a model's weights), not a fake, functional or other dispatching one."""
+    kind = type(t)
+    plain = _PLAIN_TYPES.get(kind)
+    if plain is None:
+        plain = _PLAIN_TYPES[kind] = kind.__torch_dispatch__ is torch.Tensor.__torch_dispatch__
+    return plain
 
 
 def _grad_needed(tensors: list[torch.Tensor]) -> bool:
