@@ -290,3 +290,23 @@ def test_parameters_are_plain_tensors_to_a_kernel():
         installation.remove()
     assert installation.counts["aten::mul.Tensor"].kernel == 1
     assert torch.equal(out, x * weight.detach())
+
+
+@pytest.mark.parametrize("dtype,number", [(torch.float32, 0), (torch.bfloat16, 1e-3), (torch.int32, 0.5),
+                                          (torch.int64, 3), (torch.float16, True)])
+def test_a_number_where_the_op_takes_a_tensor_falls_back_to_torch_own_result(dtype, number):
+    """`x + 0` reaches aten::add.Tensor with the number wrapped; a fallback gives what torch gives
+    (the same dtype by type promotion, the same values). The Qwen and Gemma runs crashed on it."""
+    desc = [{"shape": [4], "dtype": "torch.float32", "stride": [1], "device": "cpu"},
+            {"shape": [4], "dtype": "torch.float32", "stride": [1], "device": "cpu"}]
+    spec = runtime.KernelSpec(name="add_scalar_fallback_test", op="aten::add.Tensor", args=desc, outputs=[desc[0]],
+                              backend="cpu", entry=lambda a, b: a + b, devices=frozenset({torch.device("cpu")}))
+    x = (torch.randn(5) * 10).to(dtype)
+    expected = x + number
+    installation = runtime.install([spec])
+    try:
+        got = x + number
+    finally:
+        installation.remove()
+    assert installation.counts["aten::add.Tensor"].fallback >= 1
+    assert got.dtype == expected.dtype and torch.equal(got, expected)

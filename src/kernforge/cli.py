@@ -266,7 +266,16 @@ def apply_command(
     root = Path(run) if Path(run).is_dir() else runs_dir / run
     say = (lambda line: None) if as_json else (lambda line: err.print(line, markup=False, highlight=False))
     overrides = {"attention": attention} if attention else {}
-    report = apply_run(root, spec, compile_model=compile_model, on_progress=say, model_overrides=overrides).to_json()
+    try:
+        report = apply_run(root, spec, compile_model=compile_model, on_progress=say,
+                           model_overrides=overrides).to_json()
+    except UserError:
+        raise
+    except Exception as e:  # a kernel failing inside the model: one line (KERNFORGE_STRICT=1 re-raises)
+        if os.environ.get("KERNFORGE_STRICT") == "1":
+            raise
+        raise UserError(f"apply failed: {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}; "
+                        "the model was left unpatched (KERNFORGE_STRICT=1 shows the traceback)") from None
     if as_json:
         print(json.dumps(report, indent=1))
         return

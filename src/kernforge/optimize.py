@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import os
 import platform
 import re
 import shutil
@@ -210,10 +211,13 @@ def _apply(run_dir: Path, on_event: OnEvent) -> dict[str, Any]:
     on_event("apply", "installing the winners into the model")
     try:
         return apply_run(run_dir, on_progress=lambda line: on_event("apply", line)).to_json()
-    except UserError as e:
+    except Exception as e:  # noqa: BLE001 - a kernel that fails in the model must not lose the search's results
+        if os.environ.get("KERNFORGE_STRICT") == "1" and not isinstance(e, UserError):
+            raise
         store = RunStore(run_dir)
         data = store.read_json("summary.json")
-        data["end_to_end"] = {"error": str(e)}
+        data["end_to_end"] = {"error": str(e) if isinstance(e, UserError) else
+                              f"apply failed: {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"}
         store.write_json("summary.json", data)
         return data["end_to_end"]
 

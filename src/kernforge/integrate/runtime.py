@@ -353,6 +353,7 @@ _RUNNING = [0]
 
 def _router(specs: list[KernelSpec], original: Any, counts: RouteCounts) -> Callable:
     routes = [(spec, make_guard(spec.args), _custom_op(spec)) for spec in specs]
+    rewrap = _scalar_rewrapper(_resolve(specs[0].op)._schema)
 
     def route(keyset: Any, *args: Any, **kwargs: Any) -> Any:
         for spec, guard, custom_op in routes if not _RUNNING[0] else ():
@@ -367,8 +368,57 @@ def _router(specs: list[KernelSpec], original: Any, counts: RouteCounts) -> Call
                 counts.custom_op += 1
                 return custom_op(*tensors)
         counts.fallback += 1
+        if rewrap is not None:
+            args, kwargs = rewrap(args, kwargs)
         return original.call_boxed(keyset, *args, **kwargs)
     return route
+
+
+def _scalar_rewrapper(schema: Any) -> Callable[[tuple, dict], tuple[tuple, dict]] | None:
+    """A Python number where the schema takes a Tensor (`x + 0` reaches add.Tensor with a
+    wrapped-number tensor, which torch hands a Python kernel as the number) made a 0-dim tensor
+    again, for the original kernel's boxed call, which takes no numbers for tensors. Its dtype
+    keeps the op's type promotion: a wrapped number never lifts a tensor of its category or
+    above (kept in 64 bits, as torch keeps it), and lifts a lower one to what torch.result_type
+    says (an int tensor plus 0.5 is float32, not float64). None where the op has no Tensor
+    argument a number could stand for."""
+    positions = {i: a.name for i, a in enumerate(schema.arguments) if _takes_tensor(a.type)}
+    if not positions:
+        return None
+    number = (bool, int, float, complex)
+
+    def rewrap(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        if not any(isinstance(args[i] if i < len(args) else kwargs.get(n), number) and
+                   not isinstance(args[i] if i < len(args) else kwargs.get(n), torch.Tensor)
+                   for i, n in positions.items()):
+            return args, kwargs
+        tensors = [t for t in _flat((args, kwargs)) if isinstance(t, torch.Tensor)]
+        args, kwargs = list(args), dict(kwargs)
+        for i, name in positions.items():
+            if i < len(args) and isinstance(args[i], number):
+                args[i] = _as_tensor(args[i], tensors)
+            elif isinstance(kwargs.get(name), number):
+                kwargs[name] = _as_tensor(kwargs[name], tensors)
+        return tuple(args), kwargs
+    return rewrap
+
+
+def _takes_tensor(kind: Any) -> bool:
+    if isinstance(kind, torch._C.OptionalType):
+        kind = kind.getElementType()
+    return isinstance(kind, torch._C.TensorType)
+
+
+_WIDE = {bool: torch.bool, int: torch.int64, float: torch.float64, complex: torch.complex128}
+
+
+def _as_tensor(value: Any, tensors: list[torch.Tensor]) -> torch.Tensor:
+    dtype = _WIDE[type(value)] if type(value) in _WIDE else torch.float64
+    if tensors:
+        promoted = torch.result_type(tensors[0], value)
+        if promoted != tensors[0].dtype:  # the number lifts the tensor: take what torch would
+            dtype = promoted
+    return torch.tensor(value, dtype=dtype)
 
 
 # ---------------------------------------------------------------------------- compiled code
