@@ -49,6 +49,8 @@ case "${1:-smoke}" in
     smoke
     one resnet50 250 example:resnet50 --batch-size 32
     one sd35_vae 250 example:sd35_vae_decoder ;;
+  resnet50)  # alone, where the device time left holds one model
+    one resnet50 470 example:resnet50 --batch-size 32 ;;
   lm)
     one gemma 220 example:gemma_decoder
     one qwen_moe 220 example:qwen_moe
