@@ -70,18 +70,23 @@ def run_baseline(job: dict[str, Any]) -> dict[str, Any]:
     why = _why_drawn_sets_fail(op, sets, labels, task.outputs, device) if drawn else None
     if why:
         return {"status": "error", "reason": f"the inputs over the sample cap cannot be drawn: {why}"}
-    oracles, bounds, eager_errors, digests, dtypes = [], [], [], [], None
+    mutated = mutated_inputs(op._schema)
+    dtypes = [str(t.dtype) for t in _eager(op, sets[0], device)]
+    # Two files: the inputs, which candidates' workers read, and the oracle, which the search
+    # process loads and deletes as soon as this worker is gone (runner.load_oracle). The inputs
+    # first, read back from the file's mapping: then they are not held in private memory beside
+    # every set's oracle (8 sets of a 268 MB input: 2.1 GB).
+    torch.save({"input_sets": tree_map(encode_value, sets), "labels": labels, "timing": timing_sets,
+                "dtypes": dtypes, "outputs_meta": task.outputs, "mutated": mutated}, job["reference_path"])
+    del real
+    sets = mapped_reference(Path(job["reference_path"]))["input_sets"]
+    oracles, bounds, eager_errors, digests = [], [], [], []
     for inputs in sets:
-        dtypes, kept, bound, errors = _reference(op, inputs, device)
+        kept, bound, errors = _reference(op, inputs, device)
         oracles.append(kept)
         bounds.append(bound)
         eager_errors.append(errors)
         digests.append([digest(t).tolist() for t in tensors_of(inputs)])
-    mutated = mutated_inputs(op._schema)
-    # Two files: the inputs, which candidates' workers read, and the oracle, which the search
-    # process loads and deletes as soon as this worker is gone (runner.load_oracle).
-    torch.save({"input_sets": tree_map(encode_value, sets), "labels": labels, "timing": timing_sets,
-                "dtypes": dtypes, "outputs_meta": task.outputs, "mutated": mutated}, job["reference_path"])
     torch.save({"oracles": oracles, "bounds": bounds, "eager_errors": eager_errors, "digests": digests,
                 "dtypes": dtypes, "labels": labels, "timing": timing_sets, "mutated": mutated,
                 "outputs_meta": task.outputs}, job["oracle_path"])
@@ -100,15 +105,31 @@ def run_baseline(job: dict[str, Any]) -> dict[str, Any]:
             "labels": labels, "device_name": device_name(device)}
 
 
-def _reference(op: Any, inputs: Any, device: torch.device) -> tuple[list[str], list[Any], list[Any], list[float]]:
-    """For one set: the outputs' dtypes, the oracle as kept, each element's allowed error and
-    eager's errors. Eager and the oracle each run on copies of their own: an in-place op must
-    not change the values the other computes from."""
+def mapped_reference(reference_path: Path) -> dict[str, Any]:
+    """A reference file (inputs only, no oracle), its input sets mapped from it rather than read
+    into private memory: pages the kernel can drop and read again, shared by every worker that
+    reads the same file."""
+    from kernforge.capture import decode_tree
+
+    ref = torch.load(reference_path, weights_only=True, mmap=True)
+    return {**ref, "input_sets": decode_tree(ref["input_sets"])}
+
+
+def _eager(op: Any, inputs: Any, device: torch.device) -> list[Any]:
+    from kernforge.evaluate.checks import outputs_list
+
+    args, kwargs = to_device(inputs, device)
+    return [e.detach() if isinstance(e, torch.Tensor) else e for e in outputs_list(op(*args, **kwargs))]
+
+
+def _reference(op: Any, inputs: Any, device: torch.device) -> tuple[list[Any], list[Any], list[float]]:
+    """For one set: the oracle as kept, each element's allowed error and eager's errors. Eager
+    and the oracle each run on copies of their own: an in-place op must not change the values
+    the other computes from."""
     from kernforge.evaluate.checks import (element_bound, in_output_range, normalised_error, oracle_dtype,
                                           outputs_list, upcast)
 
-    args, kwargs = to_device(inputs, device)
-    eager = [e.detach() for e in outputs_list(op(*args, **kwargs))]
+    eager = _eager(op, inputs, device)
     args, kwargs = to_device(inputs, device)
     oracle = outputs_list(_oracle(op, args, kwargs, upcast))
     del args, kwargs
@@ -117,7 +138,7 @@ def _reference(op: Any, inputs: Any, device: torch.device) -> tuple[list[str], l
     del oracle
     bounds = [element_bound(o, e.cpu(), e.dtype) if e.is_floating_point() else None for o, e in zip(kept, eager)]
     errors = [normalised_error(e.cpu(), o) if e.is_floating_point() else 0.0 for e, o in zip(eager, kept)]
-    return [str(t.dtype) for t in eager], kept, bounds, errors
+    return kept, bounds, errors
 
 
 def _why_drawn_sets_fail(op: Any, sets: list[Any], labels: list[str], captured: list[dict[str, Any]],
@@ -125,13 +146,10 @@ def _why_drawn_sets_fail(op: Any, sets: list[Any], labels: list[str], captured: 
     """Why values drawn for the tensors over the sample cap are no inputs of the captured
     signature, if they are not: eager raises on them (offsets out of order), or gives outputs of
     other shapes (an op whose output shape follows its integer inputs)."""
-    from kernforge.evaluate.checks import outputs_list
-
     want = [m["shape"] for m in captured]
     for inputs, label in zip(sets, labels):
-        args, kwargs = to_device(inputs, device)
         try:
-            got = [list(o.shape) if isinstance(o, torch.Tensor) else None for o in outputs_list(op(*args, **kwargs))]
+            got = [list(o.shape) if isinstance(o, torch.Tensor) else None for o in _eager(op, inputs, device)]
         except Exception as e:  # noqa: BLE001 - what eager says of drawn values is the reason
             return f"eager raises on {label}: {type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]}"
         if got != want:
@@ -187,7 +205,6 @@ def run_candidate(job: dict[str, Any]) -> dict[str, Any]:
     """Time eager, build the candidate, run one session of its calls (every one made alike, some
     judged), time eager again; the judged calls' outputs go to a file for the search process."""
     from kernforge.backends import BuildError, RejectedBuild, get_backend
-    from kernforge.capture import decode_tree
     from kernforge.evaluate.session import Plan, judged_timed_for, output_metas, reps_for
     from kernforge.tasks import load_task, resolve_op
 
@@ -196,10 +213,10 @@ def run_candidate(job: dict[str, Any]) -> dict[str, Any]:
     harness = make_harness(device, mark_fd)  # bound before the candidate loads
     task = load_task(Path(job["task_path"]))
     backend = get_backend(job["backend"])
-    # Inputs only, no oracle; mapped from the file, not read into private memory: a CPU worker
-    # calls on them where they lie (on_device), a GPU worker's copies go to the GPU.
-    ref = torch.load(job["reference_path"], weights_only=True, mmap=True)
-    sets = [on_device(s, device) for s in decode_tree(ref.pop("input_sets"))]
+    # Inputs only, no oracle. A CPU worker calls on the mapped sets where they lie (on_device);
+    # a GPU worker's copies go to the GPU.
+    ref = mapped_reference(Path(job["reference_path"]))
+    sets = [on_device(s, device) for s in ref.pop("input_sets")]
     op = resolve_op(task.op)
     phases = Phases()
     lock = DeviceLock(job.get("device_lock"), checks_exclusive=device.type == "cpu")
