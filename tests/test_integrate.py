@@ -310,3 +310,35 @@ def test_a_number_where_the_op_takes_a_tensor_falls_back_to_torch_own_result(dty
         installation.remove()
     assert installation.counts["aten::add.Tensor"].fallback >= 1
     assert got.dtype == expected.dtype and torch.equal(got, expected)
+
+
+def _timing(ms: float):
+    from kernforge.evaluate.timing import Timing
+
+    return Timing(p20_ms=ms * 0.99, p50_ms=ms, p80_ms=ms * 1.01, runs=20, method="test")
+
+
+def test_under_compile_kernels_that_pay_alone_but_not_together_keep_the_best(monkeypatch):
+    """The compile choice as ResNet-50 met it on the H200: each of three kernels pays alone, the
+    three together do not; the best one stays, the others are said."""
+    from kernforge.integrate import apply as apply_module
+
+    specs = [runtime.KernelSpec(name=f"k{i}", op=f"aten::op{i}.default", args=[], outputs=[], backend="cpu",
+                                entry=lambda: None) for i in range(3)]
+    effects = {s.name: apply_module.KernelEffect(task=f"t{i}", op=s.op, kernel=s.name, op_speedup_vs_eager=1.4,
+                                                 calls_per_forward=13) for i, s in enumerate(specs)}
+    alone_ms = {"k0": 3.6, "k1": 3.5, "k2": 3.8}
+
+    def phase(model, inputs, device, in_graph, installed, tag):
+        ms = 5.0 if len(in_graph) > 1 else alone_ms[in_graph[0].name]
+        counts = {s.op: runtime.RouteCounts(custom_op=1) for s in in_graph}
+        return apply_module.CompilePhase(specs=in_graph, timings={"eager": _timing(5.0), "patched compile": _timing(ms)},
+                                         counts=counts, compiled=lambda *a: None)
+
+    monkeypatch.setattr(apply_module, "_compile_phase", phase)
+    first = {"eager": _timing(5.0), "compile": _timing(4.1)}
+    kept, measured = apply_module._compile_choice(None, (), torch.device("cpu"), specs, effects, first, True,
+                                                  lambda line: None)
+    assert [s.name for s in kept] == ["k1"] and measured.specs == [specs[1]]
+    assert effects["k1"].installed_compile and not effects["k0"].installed_compile
+    assert "not beside the others" in effects["k0"].note and effects["k0"].compile_verdict == "faster"
