@@ -143,7 +143,7 @@ def _count_calls(loaded: Any, handle: Patch, effects: dict[str, KernelEffect]) -
     another model (or other shapes), and the model is left as it was."""
     e2e.forward(loaded.module, loaded.inputs)
     for effect in effects.values():
-        effect.calls_per_forward = handle.counts[effect.op].kernel
+        effect.calls_per_forward = handle.counts[effect.op].by_kernel.get(effect.kernel, 0)
     if not any(e.calls_per_forward for e in effects.values()):
         raise UserError(f"none of the run's kernels matches a call of {loaded.name} as loaded (another model, "
                         "or other shapes or dtypes than the run's); apply the run to the model it was made for")
@@ -314,7 +314,8 @@ def _judge_under_compile(phase: CompilePhase, specs: list[runtime.KernelSpec], e
     paid = pays(verdict_now, speed)
     for spec in specs:
         effect = effects[spec.name]
-        effect.in_compiled_graph = phase.counts.get(spec.op, runtime.RouteCounts()).custom_op > 0
+        traced = phase.counts.get(spec.op, runtime.RouteCounts()).traced_by_kernel
+        effect.in_compiled_graph = traced.get(spec.name, 0) > 0
         effect.compile_verdict = verdict_now if how == "alone" else f"{verdict_now} ({how})"
         effect.compile_speedup = speed
         if not effect.in_compiled_graph:

@@ -154,6 +154,10 @@ def _in_state(variant: Variant, work: Callable[[], Any]) -> Any:
                 total = variant.counts.setdefault(op, runtime.RouteCounts())
                 total.kernel, total.custom_op, total.fallback = (
                     total.kernel + c.kernel, total.custom_op + c.custom_op, total.fallback + c.fallback)
+                for name, n in c.by_kernel.items():
+                    total.by_kernel[name] = total.by_kernel.get(name, 0) + n
+                for name, n in c.traced_by_kernel.items():
+                    total.traced_by_kernel[name] = total.traced_by_kernel.get(name, 0) + n
 
 
 def _warm(variant: Variant, device: torch.device) -> float:

@@ -28,6 +28,7 @@ import importlib
 import re
 import sys
 import types
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -281,9 +282,11 @@ def _runnable_here(spec: KernelSpec, tensors: Any) -> bool:
 class RouteCounts:
     """Calls of one installed op since it was installed, by where they went."""
 
-    kernel: int = 0  # ran the kernel directly (eager)
-    custom_op: int = 0  # became the custom op (tracing under torch.compile, tensor subclasses)
+    kernel: int = 0  # ran a kernel directly (eager)
+    custom_op: int = 0  # became the custom op (tracing under torch.compile)
     fallback: int = 0  # ran the original op
+    by_kernel: dict[str, int] = field(default_factory=dict)  # the direct runs, per kernel name
+    traced_by_kernel: dict[str, int] = field(default_factory=dict)  # the custom-op calls, per kernel name
 
 
 @dataclass
@@ -332,7 +335,9 @@ def _route(op: str, specs: list[KernelSpec], counts: RouteCounts) -> Any:
     for key in (f"Autograd{backend_key}", backend_key):
         original = torch._C._dispatch_get_computed_kernel_for_dispatch_key(
             f"{namespace}::{name}", getattr(torch._C.DispatchKey, key))
-        lib.impl(name, _router(specs, original, counts), key, with_keyset=True)
+        with warnings.catch_warnings():  # "Overriding a previously registered kernel": the point
+            warnings.filterwarnings("ignore", message=".*[Oo]verrid.*")
+            lib.impl(name, _router(specs, original, counts), key, with_keyset=True)
     _forget_resolution(op)
     return lib
 
@@ -363,9 +368,11 @@ def _router(specs: list[KernelSpec], original: Any, counts: RouteCounts) -> Call
             if all(_plain(t) for t in tensors):
                 if _runnable_here(spec, tensors):
                     counts.kernel += 1
+                    counts.by_kernel[spec.name] = counts.by_kernel.get(spec.name, 0) + 1
                     return _run(spec, args, kwargs)
             elif spec.under_compile and all(is_fake(t) for t in tensors):
                 counts.custom_op += 1
+                counts.traced_by_kernel[spec.name] = counts.traced_by_kernel.get(spec.name, 0) + 1
                 return custom_op(*tensors)
         counts.fallback += 1
         if rewrap is not None:
