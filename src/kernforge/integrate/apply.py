@@ -212,7 +212,7 @@ def _measure(loaded: Any, device: torch.device, specs: list[runtime.KernelSpec],
     first = None
     if compile_model:
         on_progress("compiling the model (torch.compile, default mode)")
-        e2e.reset_compiled()
+        runtime.reset_compiled_code()
         compiled = e2e.compiled_model(model, "compile")
         try:
             first = e2e.time_variants([*variants, e2e.Variant("compile", lambda: compiled(*inputs))], device)
@@ -255,7 +255,7 @@ class CompilePhase:
 
 def _compile_phase(model: torch.nn.Module, inputs: Any, device: torch.device, in_graph: list[runtime.KernelSpec],
                    installed: list[runtime.KernelSpec], tag: str) -> CompilePhase:
-    e2e.reset_compiled()
+    runtime.reset_compiled_code()
     compiled = e2e.compiled_model(model, tag)
     patched = e2e.Variant("patched compile", lambda: compiled(*inputs),
                           e2e.with_compile_flag(installed, {s.name for s in in_graph}))

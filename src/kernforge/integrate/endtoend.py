@@ -246,9 +246,3 @@ def speedup(candidate: Timing, baseline: Timing, candidate_ref: Timing | None = 
 
 def with_compile_flag(specs: list[runtime.KernelSpec], under_compile: set[str]) -> list[runtime.KernelSpec]:
     return [replace(s, under_compile=s.name in under_compile) for s in specs]
-
-
-def reset_compiled() -> None:
-    import torch._dynamo
-
-    torch._dynamo.reset()
