@@ -342,3 +342,14 @@ def test_under_compile_kernels_that_pay_alone_but_not_together_keep_the_best(mon
     assert [s.name for s in kept] == ["k1"] and measured.specs == [specs[1]]
     assert effects["k1"].installed_compile and not effects["k0"].installed_compile
     assert "not beside the others" in effects["k0"].note and effects["k0"].compile_verdict == "faster"
+
+
+def test_optimize_applies_by_default_and_says_what_it_did(tmp_path):
+    from kernforge.optimize import OptimizeOptions, optimize
+
+    result = optimize(OptimizeOptions(spec=str(TINY_MODEL), backend="cpu", iterations=1, top_k=1, finalists=0,
+                                      runs_dir=tmp_path))
+    summary = json.loads((result.run_dir / "summary.json").read_text())
+    assert summary["end_to_end"] == result.end_to_end
+    assert result.end_to_end.get("note") or result.end_to_end.get("timings_ms"), result.end_to_end
+    assert (result.run_dir / "integrate" / "apply.json").is_file()

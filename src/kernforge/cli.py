@@ -56,7 +56,9 @@ SAVE = typer.Option(None, "--save", help="a folder to keep the capture in: profi
                                           "and real input/output samples")
 KERNEL_FILE = typer.Argument(..., help="a candidate: .c (cpu), .py (triton) or .cu (cuda)")
 COMPILE = typer.Option("auto", "--compile", help="torch.compile peers timed per op: auto (default mode on a "
-                                                 "GPU, none on a CPU), none, default, max-autotune")
+                                                 "GPU, none on a CPU), none, default, max-autotune; the "
+                                                 "applied model is compiled too on a GPU, and on a CPU "
+                                                 "where a mode is named")
 SCALE = typer.Option("full", "--scale", help="bundled examples: full (real layer shapes) or small (CPU-sized)")
 ATTENTION = typer.Option("eager", "--attention", help="transformers models: eager (attention's softmax shows "
                                                       "as an op) or sdpa (the fused default a user gets)")

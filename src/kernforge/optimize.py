@@ -198,19 +198,21 @@ def _search_all(opts: OptimizeOptions, result: OptimizeResult, store: RunStore, 
     result.wall_s = time.perf_counter() - started
     store.write_json("summary.json", summary(result))
     if opts.apply:
-        result.end_to_end = _apply(store.root, on_event)
+        result.end_to_end = _apply(store.root, on_event, device == "cuda" or opts.compile not in ("auto", "none"))
     return result
 
 
-def _apply(run_dir: Path, on_event: OnEvent) -> dict[str, Any]:
+def _apply(run_dir: Path, on_event: OnEvent, compile_model: bool) -> dict[str, Any]:
     """The winners installed into the model and measured end to end (integrate.apply, which adds
     its report to summary.json); a model that cannot be patched is said, not raised: the search's
-    results stand."""
+    results stand. The model is also timed under torch.compile on a GPU, and on a CPU only where
+    --compile names a mode: inductor takes tens of seconds a compile there."""
     from kernforge.integrate.apply import apply_run
 
     on_event("apply", "installing the winners into the model")
     try:
-        return apply_run(run_dir, on_progress=lambda line: on_event("apply", line)).to_json()
+        return apply_run(run_dir, compile_model=compile_model,
+                         on_progress=lambda line: on_event("apply", line)).to_json()
     except Exception as e:  # noqa: BLE001 - a kernel that fails in the model must not lose the search's results
         if os.environ.get("KERNFORGE_STRICT") == "1" and not isinstance(e, UserError):
             raise

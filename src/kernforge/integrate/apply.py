@@ -107,9 +107,10 @@ def _apply(record: RunRecord, loaded: Any, compile_model: bool, on_progress: OnP
         return _finish(record, report, started)
     on_progress("timing the model: eager, and each kernel alone in it")
     _measure(loaded, device, correct, effects, report, input_sets, oracles, compile_model, on_progress)
-    installed = [s for s in correct if effects[s.name].installed_eager or effects[s.name].installed_compile]
+    # every kernel the model reaches, installed or dropped: the cost is often why it was dropped
+    reached = [s for s in correct if effects[s.name].calls_per_forward]
     on_progress("measuring the routing's cost per call")
-    report.routing = [overhead.measure(s, installed, device).to_json() for s in installed]
+    report.routing = [overhead.measure(s, reached, device).to_json() for s in reached]
     return _finish(record, report, started)
 
 
