@@ -285,6 +285,17 @@ def test_inputs_over_the_cap_keep_the_tensors_that_fit(tmp_path: Path):
     assert load_capture(tmp_path) == cap  # the new fields round-trip through profile.json
 
 
+def test_the_caps_count_the_bytes_saved(tmp_path: Path):
+    """An expanded input saves its one row (a layout copy keeps stride 0): 256 bytes under a 1 KB
+    cap, where its element count (64 KB) is far over it."""
+    x = torch.randn(1, 64).expand(256, 64)
+    cap = capture_model(loaded(nn.Tanh(), x), tmp_path, repeats=1, sample_cap_bytes=1024, total_cap_bytes=1 << 20)
+    (tanh,) = by_op(cap)["aten::tanh.default"]
+    assert tanh.real_inputs == "all"
+    (saved,), _ = load_sample(tmp_path / tanh.samples[0])
+    assert saved.stride() == (0, 1) and torch.equal(saved, x)
+
+
 def test_integer_inputs_over_the_cap_record_their_range(tmp_path: Path):
     class Lookup(nn.Module):
         def forward(self, table, idx):
