@@ -309,3 +309,12 @@ def test_the_finalists_default_is_the_engines():
     from kernforge.search.engine import FINALISTS
 
     assert inspect.signature(optimize).parameters["finalists"].default.default == FINALISTS
+
+
+def test_a_damaged_run_folder_is_listed_as_damaged_and_shown_in_one_line(runs_dir: Path):
+    broken = runs_dir / "20261201-000000-broken"
+    broken.mkdir()
+    (broken / "config.json").write_text("{}")  # no run.db: killed before its database was made
+    listing = run_cli("ls", "--runs-dir", str(runs_dir))
+    assert listing.returncode == 0 and "damaged" in listing.stdout
+    assert_one_line_error(run_cli("show", str(broken)), "is not a kernforge run folder")

@@ -291,31 +291,32 @@ def show(
     runs_dir: Path = RUNS_DIR,
     as_json: bool = typer.Option(False, "--json", help="print the run's summary as JSON"),
 ) -> None:
-    """Show one run: the result per op, and every candidate tried."""
+    """Show one run: the result per op, the model end to end, and every candidate tried."""
     from kernforge.report import results_table
-    from kernforge.store import RunStore
+    from kernforge.store.reader import read_run
 
     root = Path(run) if Path(run).is_dir() else runs_dir / run
     if not (root / "config.json").is_file():
         raise UserError(f"no run folder '{run}' (looked in {root}); see kernforge ls")
-    store = RunStore(root)
-    config = store.read_json("config.json")
-    data = store.read_json("summary.json") if (root / "summary.json").is_file() else None
-    results = store.results()
+    record = read_run(root)
+    config = record.config
+    data = record.store.read_json("summary.json") if (root / "summary.json").is_file() else None
     if as_json:
-        print(json.dumps({"config": config, "summary": data, "results": results}, indent=1))
+        print(json.dumps({"config": config, "summary": data, "results": record.store.results()}, indent=1))
         return
     if data is None:
         out.print("this run did not finish; results.tsv holds every candidate evaluated before it stopped")
     else:
         out.print(results_table(data["tasks"], title=f"{config.get('model_name', '?')}: "
-                                                     f"{config['resolved_backend']} backend on {config['device']}"))
+                                                     f"{record.backend} backend on {record.device}"))
         _print_end_to_end(data.get("end_to_end"))
-    for row in results:
-        speed = f"{float(row['speedup_vs_eager']):.2f}x" if row["speedup_vs_eager"] else "-"
-        why = f"  {row['failure_reason'][:100]}" if row["failure_reason"] else ""
-        out.print(f"{row['task']} {row['node']} <- {row['parent'] or '-':5} {row['status']:13} {speed:>7} "
-                  f"{'kept' if row['kept'] == 'True' else '    '}{why}")
+    for task in record.tasks:
+        for node in sorted(task.outcome.nodes, key=lambda n: n.node_id):
+            r = node.result
+            speed = f"{r.speedup_vs_eager:.2f}x" if r.speedup_vs_eager else "-"
+            why = f"  {' '.join(r.reason.split())[:100]}" if r.reason else ""
+            out.print(f"{task.task.task_id} {node.node_id} <- {node.parent_id or '-':5} {r.status:13} {speed:>7} "
+                      f"{'kept' if node.kept else '    '}{why}", markup=False, highlight=False)
     out.print(f"run folder: {root}")
 
 
@@ -375,15 +376,19 @@ def _group_skipped(skipped: list[dict[str, Any]]) -> dict[str, str]:
 
 
 def _run_overview(store: Any) -> dict[str, Any]:
-    config = store.read_json("config.json")
-    finished = (store.root / "summary.json").is_file()
-    speedups = [float(r["speedup_vs_eager"]) for r in store.results()
-                if r["status"] == "ok" and r["faster_than_eager"] == "True"]
-    tasks = {r["task"] for r in store.results()}
-    return {"run": store.root.name, "model": config.get("model_name", "?"),
-            "backend": config.get("resolved_backend", "?"), "device": config.get("device", "?"),
-            "tasks": len(tasks), "best_speedup": max(speedups) if speedups else None,
-            "state": "finished" if finished else "incomplete"}
+    """One row of `kernforge ls`, from the run's typed record; a folder that cannot be read says so."""
+    from kernforge.store.reader import read_run
+
+    try:
+        record = read_run(store.root)
+    except UserError:
+        return {"run": store.root.name, "model": "?", "backend": "?", "device": "?", "tasks": 0,
+                "best_speedup": None, "state": "damaged"}
+    winners = [t.winner for t in record.tasks if t.winner is not None]
+    speedups = [w.final.speedup_vs_eager for w in winners if w.final.speedup_vs_eager]
+    return {"run": store.root.name, "model": record.config.get("model_name", "?"), "backend": record.backend,
+            "device": record.device, "tasks": len(record.tasks), "best_speedup": max(speedups) if speedups else None,
+            "state": "finished" if (store.root / "summary.json").is_file() else "incomplete"}
 
 
 class _progress:
