@@ -25,7 +25,7 @@ from test_cli import assert_one_line_error
 import kernforge
 from kernforge.backends.cpu import GCC_COMMAND
 from kernforge.errors import UserError
-from kernforge.integrate import export, loader
+from kernforge.integrate import export, loader, runtime
 from kernforge.optimize import OptimizeOptions, optimize
 from kernforge.store.reader import read_run
 
@@ -339,3 +339,31 @@ def test_the_package_installs_and_runs_where_kernforge_is_not(exported: Path, fr
     assert seen["tampered"].startswith(f"tampered_kernels: {kernel_file} does not match its sha256")
     assert "\n" not in seen["tampered"]
     assert Path(seen["package_file"]).parent == site / PACKAGE  # the installed copy, not the export folder
+
+
+def test_an_applied_run_exports_where_each_kernel_pays(run_dir: Path, tmp_path: Path):
+    """apply's measured choice goes into the manifest: a kernel that only pays under compile is
+    exported for compiled graphs alone, one that pays nowhere is not exported."""
+    applied = Path(shutil.copytree(run_dir, tmp_path / "run"))
+    name = _manifest_kernel_name(run_dir)
+    (applied / "integrate").mkdir(exist_ok=True)
+
+    def write(in_eager: bool, under_compile: bool) -> None:
+        (applied / "integrate" / "apply.json").write_text(json.dumps(
+            {"kernels": [{"kernel": name, "installed_eager": in_eager, "installed_compile": under_compile}],
+             "timings_ms": {"compile": {"p50_ms": 1.0}}}))
+
+    write(in_eager=False, under_compile=True)
+    export.export_run(applied, tmp_path / "pkg", name=PACKAGE)
+    [kernel] = _manifest(tmp_path / "pkg")["kernels"]
+    assert (kernel["in_eager"], kernel["under_compile"]) == (False, True)
+    write(in_eager=False, under_compile=False)
+    with pytest.raises(UserError, match="makes the model slower"):
+        export.export_run(applied, tmp_path / "pkg2", name=PACKAGE)
+
+
+def _manifest_kernel_name(run_dir: Path) -> str:
+    from kernforge.integrate import winners
+
+    winner = winners(read_run(run_dir))[0]
+    return runtime.kernel_name(winner.op, winner.source.read_bytes())

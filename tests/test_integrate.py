@@ -10,6 +10,7 @@ correct by the evaluator.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -28,6 +29,7 @@ sys.path.insert(0, str(TINY_MODEL.parent))
 import tiny_softmax  # noqa: E402
 
 OP = torch.ops.aten._softmax.default
+SOFTMAX = "aten::_softmax.default"
 
 
 def promote_first_finalist(run_dir: Path) -> str:
@@ -232,9 +234,10 @@ def test_kernforge_apply_on_another_model_fails_in_one_line(run_dir, write_model
     assert "Traceback" not in proc.stderr
 
 
-def test_apply_measures_the_model_four_ways_and_records_it(run_dir):
+def test_apply_measures_the_model_four_ways_and_records_it(run_dir, tmp_path):
     from kernforge.integrate.apply import apply_run
 
+    run_dir = Path(shutil.copytree(run_dir, tmp_path / "run"))  # its apply.json must not steer the other tests
     report = apply_run(run_dir).to_json()
     assert set(report["timings_ms"]) == {"eager", "patched eager", "compile", "patched compile"}
     kernel = report["kernels"][0]
@@ -353,3 +356,29 @@ def test_optimize_applies_by_default_and_says_what_it_did(tmp_path):
     assert summary["end_to_end"] == result.end_to_end
     assert result.end_to_end.get("note") or result.end_to_end.get("timings_ms"), result.end_to_end
     assert (result.run_dir / "integrate" / "apply.json").is_file()
+
+
+def test_patch_follows_where_apply_measured_each_kernel_pays(run_dir, tmp_path):
+    run = Path(shutil.copytree(run_dir, tmp_path / "run"))
+    name = kernforge.patch(None, run).specs[0].name
+    kernforge.unpatch()
+    x = torch.randn(2, 40, 40)
+
+    def applied(in_eager: bool, under_compile: bool) -> None:
+        report = {"kernels": [{"kernel": name, "installed_eager": in_eager, "installed_compile": under_compile}],
+                  "timings_ms": {"compile": {"p50_ms": 1.0}}}
+        (run / "integrate").mkdir(exist_ok=True)
+        (run / "integrate" / "apply.json").write_text(json.dumps(report))
+
+    applied(in_eager=False, under_compile=True)  # ResNet-50's batch norms on the H200
+    with torch.no_grad(), kernforge.patch(None, run) as handle:
+        OP(x, -1, False)
+        assert handle.counts[SOFTMAX].kernel == 0 and handle.counts[SOFTMAX].fallback >= 1
+        torch.compile(lambda t: torch.softmax(t, -1) * 2.0)(x)
+        assert handle.counts[SOFTMAX].custom_op >= 1
+    with torch.no_grad(), kernforge.patch(None, run, measured=False) as handle:
+        OP(x, -1, False)
+        assert handle.counts[SOFTMAX].kernel == 1
+    applied(in_eager=False, under_compile=False)
+    with kernforge.patch(None, run) as handle:
+        assert not handle.specs and "makes the model slower" in next(iter(handle.skipped.values()))

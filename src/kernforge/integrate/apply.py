@@ -82,7 +82,7 @@ def apply_run(run_dir: Path, spec: str | None = None, compile_model: bool = True
 def _apply(record: RunRecord, loaded: Any, compile_model: bool, on_progress: OnProgress,
            started: float) -> ApplyReport:
     report = ApplyReport(run_dir=str(record.root), model=loaded.name, device=record.device)
-    handle = patch(loaded.module, record)
+    handle = patch(loaded.module, record, measured=False)  # apply measures afresh, whatever an earlier apply said
     try:
         report.not_installed.update(handle.skipped)
         if not handle.specs:

@@ -31,7 +31,7 @@ from kernforge import importing
 from kernforge.backends import BuildError, get_backend, native_abi
 from kernforge.errors import UserError
 from kernforge.integrate import loader, runtime
-from kernforge.integrate.install import Winner, installable, winners
+from kernforge.integrate.install import Winner, installable, placement, winners
 from kernforge.store.reader import RunRecord, read_run
 
 # Shipped verbatim: each is torch-only and imports its neighbours relatively outside kernforge.
@@ -130,9 +130,15 @@ def _write_package(run: RunRecord, found: list[Winner], root: Path, package: str
     entries = []
     for winner in found:
         why = installable(winner)
+        where = placement(run, runtime.kernel_name(winner.op, winner.source.read_bytes())) if why is None else None
+        if where == (False, False):
+            why = "apply measured that it makes the model slower, in eager and under compile"
         if why is None:
             try:
-                entries.append(_ship_kernel(run, winner, pkg))
+                entry = _ship_kernel(run, winner, pkg)
+                # where apply measured it pays; both where the run was not applied
+                entry["in_eager"], entry["under_compile"] = where or (True, True)
+                entries.append(entry)
                 continue
             except (BuildError, OSError) as e:  # a compiler missing here, or its error
                 why = f"does not build here: {loader._first_line(e)}"

@@ -138,10 +138,10 @@ class Patch:
 
 
 def patch(model: torch.nn.Module | None, run: str | Path | RunRecord, only: list[str] | None = None,
-          compile_tasks: list[str] | None = None, build_dir: Path | None = None) -> Patch:
-    """Install the run's winners (or those of the tasks in `only`). `compile_tasks`, when given,
-    names the tasks whose kernels go into torch.compile's graphs; the others run in eager only
-    (where compile's own fusion is faster). Returns the handle; the model is not changed."""
+          measured: bool = True, build_dir: Path | None = None) -> Patch:
+    """Install the run's winners (or those of the tasks in `only`). Where the run was applied
+    (`kernforge apply`), each kernel goes only where apply measured that it pays, in eager and
+    under torch.compile, unless measured=False. Returns the handle; the model is not changed."""
     record = run if isinstance(run, RunRecord) else read_run(Path(run))
     devices = devices_for(record)
     if model is not None:
@@ -160,13 +160,32 @@ def patch(model: torch.nn.Module | None, run: str | Path | RunRecord, only: list
         except Exception as e:  # noqa: BLE001 - a kernel that no longer builds is skipped, and said
             skipped[winner.task_id] = f"does not build here: {type(e).__name__}: {str(e).splitlines()[0][:200]}"
             continue
-        spec.under_compile = compile_tasks is None or winner.task_id in compile_tasks
+        where = placement(record, spec.name) if measured else None
+        if where is not None:
+            spec.in_eager, spec.under_compile = where
+            if not any(where):
+                skipped[winner.task_id] = "apply measured that it makes the model slower, in eager and under compile"
+                continue
         specs.append(spec)
     runtime.disable_compile_caches()
     handle = Patch(run=record, installation=runtime.install(specs), skipped=skipped)
     _ACTIVE.append(handle)
     runtime.reset_compiled_code()
     return handle
+
+
+def placement(run: RunRecord, kernel: str) -> tuple[bool, bool] | None:
+    """(in eager, under compile) as `kernforge apply` decided for this kernel, or None where the
+    run was not applied (or not with this kernel). An apply that did not compile the model
+    leaves compile's choice open (True): nothing was measured against it."""
+    report = run.applied
+    if not report:
+        return None
+    for effect in report.get("kernels", []):
+        if effect.get("kernel") == kernel:
+            compiled = bool(report.get("timings_ms", {}).get("compile"))
+            return bool(effect.get("installed_eager")), bool(effect.get("installed_compile")) or not compiled
+    return None
 
 
 def unpatch() -> int:

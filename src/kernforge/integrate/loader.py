@@ -239,7 +239,8 @@ def load_spec(root: Path, kernel: dict[str, Any], devices: frozenset[torch.devic
         devices = frozenset(d for d in devices if gpu_arch(d) == arch)
     entry = runtime.load_entry(backend, path, kernel["outputs"])
     return runtime.KernelSpec(name=kernel["name"], op=kernel["op"], args=kernel["guard"],
-                              outputs=kernel["outputs"], backend=backend, entry=entry, devices=devices)
+                              outputs=kernel["outputs"], backend=backend, entry=entry, devices=devices,
+                              in_eager=kernel.get("in_eager", True), under_compile=kernel.get("under_compile", True))
 
 
 def cpu_library(root: Path, kernel: dict[str, Any], package: str) -> Path:

@@ -60,6 +60,7 @@ class KernelSpec:
     entry: Callable[..., Any]  # entry(*args, **kwargs) -> the op's outputs
     devices: frozenset[torch.device] = frozenset()  # where it may run (same GPU model as proved)
     under_compile: bool = True  # False: compile's graph keeps the original op (it pays only in eager)
+    in_eager: bool = True  # False: eager calls run the original (it pays only inside compiled graphs)
 
 
 def load_entry(backend: str, path: Path, outputs: list[dict[str, Any]]) -> Callable[..., Any]:
@@ -366,7 +367,7 @@ def _router(specs: list[KernelSpec], original: Any, counts: RouteCounts) -> Call
             if tensors is None or _grad_needed(tensors):
                 continue
             if all(_plain(t) for t in tensors):
-                if _runnable_here(spec, tensors):
+                if spec.in_eager and _runnable_here(spec, tensors):
                     counts.kernel += 1
                     counts.by_kernel[spec.name] = counts.by_kernel.get(spec.name, 0) + 1
                     return _run(spec, args, kwargs)

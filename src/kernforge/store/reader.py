@@ -53,6 +53,15 @@ class RunRecord:
     def device_name(self) -> str:
         return self.config.get("device_name", "")
 
+    @property
+    def applied(self) -> dict[str, Any] | None:
+        """`kernforge apply`'s report (integrate/apply.json), where the run was applied."""
+        path = self.root / "integrate" / "apply.json"
+        try:
+            return json.loads(path.read_text()) if path.is_file() else None
+        except (OSError, ValueError):
+            return None
+
     def source_of(self, task_id: str, node: Node) -> Path:
         suffix = {"triton": ".py", "cuda": ".cu", "cpu": ".c"}[self.backend]
         return self.root / "tasks" / task_id / "nodes" / node.node_id / f"candidate{suffix}"
