@@ -246,6 +246,8 @@ def test_apply_measures_the_model_four_ways_and_records_it(run_dir, tmp_path):
     checks = {(c["variant"], c["inputs"]) for c in report["checks"]}
     assert ("patched eager", "fresh2") in checks and all(c["pass"] for c in report["checks"])
     assert report["routing"] or not (kernel["installed_eager"] or kernel["installed_compile"])
+    # every kernel the model reaches is costed, installed or dropped
+    assert [r["kernel"] for r in report["routing"]] == [kernel["kernel"]]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["end_to_end"]["timings_ms"] == report["timings_ms"]
     shown = subprocess.run([sys.executable, "-m", "kernforge", "show", str(run_dir)], capture_output=True,

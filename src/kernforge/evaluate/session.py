@@ -33,7 +33,7 @@ from typing import Any
 import torch
 
 from kernforge.evaluate.inputs import digest, flat_span, layout_copy, tensors_of
-from kernforge.evaluate.timing import Timing
+from kernforge.evaluate.timing import Timing, timing_from
 
 # Repeats: about GPU_TARGET_MS (GPU) or CPU_TARGET_MS (CPU) of calls at the reference's speed,
 # within CALLS; a few warm-up calls first (page faults, OpenMP thread start, Triton's compile),
@@ -205,7 +205,7 @@ def make_harness(device: torch.device, mark_fd: int | None = None) -> Callable[.
         if timed_plain:
             synced_times = [times[n] for n in sorted(stream_ends)]
             gaps = [stream_ends[n].elapsed_time(ends[n]) for n in sorted(stream_ends)]
-            result.timing = _timing(timed_plain, "cuda-events,l2-flush-read,runway,rotated,refilled" if cuda
+            result.timing = timing_from(timed_plain, "cuda-events,l2-flush-read,runway,rotated,refilled" if cuda
                                     else "wall-clock,rotated,refilled",
                                     synced_ms=sorted(synced_times)[len(synced_times) // 2] if synced_times else None,
                                     sync_gap_ms=min(gaps) if gaps else None,
@@ -315,12 +315,6 @@ def _storage(t: torch.Tensor) -> dict[str, Any]:
     """The bytes of memory a tensor spans: [ptr, ptr + nbytes)."""
     span = flat_span(t) if t.numel() else t
     return {"ptr": int(span.data_ptr()), "nbytes": int(span.numel() * span.element_size())}
-
-
-def _timing(samples: list[float], method: str, **cross_checks: Any) -> Timing:
-    pick = lambda q: samples[min(len(samples) - 1, int(q * len(samples)))]  # noqa: E731
-    return Timing(p20_ms=pick(0.2), p50_ms=pick(0.5), p80_ms=pick(0.8), runs=len(samples), method=method,
-                  **cross_checks)
 
 
 def failure_kind(e: BaseException) -> str:

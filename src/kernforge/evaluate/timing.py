@@ -37,6 +37,14 @@ class Timing:
         return (self.p80_ms - self.p20_ms) / self.p50_ms if self.p50_ms > 0 else 0.0
 
 
+def timing_from(samples_ms: list[float], method: str, **cross_checks: Any) -> Timing:
+    """p20/p50/p80 of per-call times (any order), with the cross-checks a session adds."""
+    ordered = sorted(samples_ms)
+    pick = lambda q: ordered[min(len(ordered) - 1, int(q * len(ordered)))]  # noqa: E731
+    return Timing(p20_ms=pick(0.2), p50_ms=pick(0.5), p80_ms=pick(0.8), runs=len(ordered), method=method,
+                  **cross_checks)
+
+
 def time_callable(fn: Callable[[], Any], device: torch.device) -> Timing:
     """fn() timed as the evaluator times a call (for the probes in bench/): one session of calls
     with no inputs and nothing judged."""

@@ -32,7 +32,7 @@ import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
 from kernforge.evaluate.checks import compare, element_bound, oracle_dtype, upcast
-from kernforge.evaluate.timing import Timing
+from kernforge.evaluate.timing import Timing, clearly_faster, clearly_faster_relative, timing_from
 from kernforge.integrate import runtime
 
 ROUNDS = 5
@@ -81,6 +81,7 @@ class Oracle:
     eager: list[torch.Tensor]
     exact: bool  # True: from the model in float64
     note: str = ""
+    eager_error: float = 0.0  # eager's own largest normalised error against it, for the reports
 
 
 def oracle_of(model: torch.nn.Module, inputs: tuple[Any, ...], double: torch.nn.Module | None) -> Oracle:
@@ -95,7 +96,9 @@ def oracle_of(model: torch.nn.Module, inputs: tuple[Any, ...], double: torch.nn.
     if len(outs) == len(eager):  # a 16-bit output's oracle is exact enough in float32, at half the memory
         outs = [o.to(oracle_dtype(e.dtype)) if o.is_floating_point() and e.is_floating_point() else o
                 for o, e in zip(outs, eager)]
-    return Oracle(outputs=outs, eager=eager, exact=True)
+    oracle = Oracle(outputs=outs, eager=eager, exact=True)
+    oracle.eager_error = judge_outputs(eager, oracle)[1]
+    return oracle
 
 
 def float64_copy(model: torch.nn.Module) -> tuple[torch.nn.Module | None, str]:
@@ -139,7 +142,7 @@ def time_variants(variants: list[Variant], device: torch.device, seed: int = 0,
         order.shuffle(shuffled)
         for v in shuffled:
             samples[v.name] += _in_state(v, lambda v=v: _time_calls(v.call, calls[v.name], device))
-    return {name: _timing(values, "cuda-events" if device.type == "cuda" else "wall-clock")
+    return {name: timing_from(values, "cuda-events" if device.type == "cuda" else "wall-clock")
             for name, values in samples.items()}
 
 
@@ -192,12 +195,6 @@ def _time_calls(call: Callable[[], Any], n: int, device: torch.device) -> list[f
     return times
 
 
-def _timing(values: list[float], method: str) -> Timing:
-    ordered = sorted(values)
-    pick = lambda q: ordered[min(len(ordered) - 1, int(q * len(ordered)))]  # noqa: E731
-    return Timing(p20_ms=pick(0.2), p50_ms=pick(0.5), p80_ms=pick(0.8), runs=len(ordered), method=method)
-
-
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -226,15 +223,14 @@ def compiled_model(model: torch.nn.Module, tag: str) -> Callable[..., Any]:
 
 def verdict(candidate: Timing, baseline: Timing, candidate_ref: Timing | None = None,
             baseline_ref: Timing | None = None) -> str:
-    """faster | slower | within noise: p80 under the other's p20, or the reverse, each relative to
+    """faster | slower | within noise, beyond the noise as the evaluator decides it; each against
     its own phase's eager when the two were timed in different phases."""
-    scale_c = candidate_ref.p50_ms if candidate_ref else 1.0
-    scale_b = baseline_ref.p50_ms if baseline_ref else 1.0
-    if candidate.p80_ms / scale_c < baseline.p20_ms / scale_b:
-        return "faster"
-    if candidate.p20_ms / scale_c > baseline.p80_ms / scale_b:
-        return "slower"
-    return "within noise"
+    if candidate_ref is None or baseline_ref is None:
+        faster, slower = clearly_faster(candidate, baseline), clearly_faster(baseline, candidate)
+    else:
+        faster = clearly_faster_relative(candidate, candidate_ref, baseline, baseline_ref)
+        slower = clearly_faster_relative(baseline, baseline_ref, candidate, candidate_ref)
+    return "faster" if faster else "slower" if slower else "within noise"
 
 
 def speedup(candidate: Timing, baseline: Timing, candidate_ref: Timing | None = None,

@@ -393,19 +393,21 @@ def _scalar_rewrapper(schema: Any) -> Callable[[tuple, dict], tuple[tuple, dict]
     positions = {i: a.name for i, a in enumerate(schema.arguments) if _takes_tensor(a.type)}
     if not positions:
         return None
-    number = (bool, int, float, complex)
+
+    def value_at(i: int, name: str, args: tuple, kwargs: dict) -> Any:
+        return args[i] if i < len(args) else kwargs.get(name)
 
     def rewrap(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-        if not any(isinstance(args[i] if i < len(args) else kwargs.get(n), number) and
-                   not isinstance(args[i] if i < len(args) else kwargs.get(n), torch.Tensor)
-                   for i, n in positions.items()):
+        # every fallback pays this check: one type lookup per Tensor argument
+        numbers = [(i, n) for i, n in positions.items() if type(value_at(i, n, args, kwargs)) in _WIDE]
+        if not numbers:
             return args, kwargs
         tensors = [t for t in _flat((args, kwargs)) if isinstance(t, torch.Tensor)]
         args, kwargs = list(args), dict(kwargs)
-        for i, name in positions.items():
-            if i < len(args) and isinstance(args[i], number):
+        for i, name in numbers:
+            if i < len(args):
                 args[i] = _as_tensor(args[i], tensors)
-            elif isinstance(kwargs.get(name), number):
+            else:
                 kwargs[name] = _as_tensor(kwargs[name], tensors)
         return tuple(args), kwargs
     return rewrap
@@ -421,7 +423,7 @@ _WIDE = {bool: torch.bool, int: torch.int64, float: torch.float64, complex: torc
 
 
 def _as_tensor(value: Any, tensors: list[torch.Tensor]) -> torch.Tensor:
-    dtype = _WIDE[type(value)] if type(value) in _WIDE else torch.float64
+    dtype = _WIDE[type(value)]
     if tensors:
         promoted = torch.result_type(tensors[0], value)
         if promoted != tensors[0].dtype:  # the number lifts the tensor: take what torch would
