@@ -79,6 +79,8 @@ class Baseline:
     eager_errors: list[list[float]]
     # torch.compile of the op alone, per mode: {"timing": Timing-dict or None, "error": str}
     compiled: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # The machine's facts for the proposer's prompt (evaluate.hardware); {} from baselines before them
+    hardware: dict[str, Any] = field(default_factory=dict)
 
 
 def run_job(job: dict[str, Any], job_dir: Path, timeout_s: float, env_extra: dict[str, str] | None = None,
@@ -281,7 +283,7 @@ def evaluate_baseline(task_path: Path, reference_path: Path, device: str, job_di
         oracle_file.unlink(missing_ok=True)
     return Baseline(eager=Timing(**result["eager"]), device_name=result["device_name"],
                     labels=result["labels"], eager_errors=result["eager_errors"],
-                    compiled=result.get("compiled", {}))
+                    compiled=result.get("compiled", {}), hardware=result.get("hardware", {}))
 
 
 def evaluate_candidate(task_path: Path, reference_path: Path, source: Path, backend: str, device: str,

@@ -54,6 +54,7 @@ def main(job_path: str) -> int:
 
 def run_baseline(job: dict[str, Any]) -> dict[str, Any]:
     from kernforge.capture import encode_value, load_sample
+    from kernforge.evaluate.hardware import measure_hardware
     from kernforge.evaluate.inputs import digest, drawn_set, make_sets, mutated_inputs, tensors_of
     from kernforge.tasks import load_task, resolve_op
 
@@ -99,10 +100,11 @@ def run_baseline(job: dict[str, Any]) -> dict[str, Any]:
     eager_fn = _calls(op)
     with lock.for_timing():
         timing = time_op(harness, eager_fn, dev_sets, timing_sets, task.outputs, device)
+        hardware = measure_hardware(device)  # its bandwidth is timed too: under the lock, after eager's
     compiled = {mode: _time_compiled(harness, op, dev_sets, timing_sets, task.outputs, device, mode, lock)
                 for mode in job.get("compile_modes", [])}
     return {"status": "ok", "eager": timing.__dict__, "compiled": compiled, "eager_errors": eager_errors,
-            "labels": labels, "device_name": device_name(device)}
+            "labels": labels, "device_name": device_name(device), "hardware": hardware}
 
 
 def mapped_reference(reference_path: Path) -> dict[str, Any]:
