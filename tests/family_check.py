@@ -193,9 +193,9 @@ def proposal_chain(task: KernelTask, backend: str, steps: int, seed: int) -> lis
     from kernforge.propose.builtin import BuiltinProposer
 
     proposer = BuiltinProposer(seed=seed)
-    chain = [proposer.propose(task, backend, None, [])]
+    chain = [proposer.next_move(task, backend, None, [])]
     for _ in range(steps):
-        proposal = proposer.propose(task, backend, chain[-1], chain)
+        proposal = proposer.next_move(task, backend, chain[-1], chain)
         if proposal is None:
             break
         chain.append(proposal)

@@ -73,12 +73,13 @@ def scripted_context(propose, evaluate_one, iterations: int, parallel: int = 1, 
     and finished (`ctx.spans`, by node id)."""
     import heapq
 
+    from kernforge.propose import NoProposal
     from kernforge.search import SearchContext
 
     clock = {"now": 0.0}
     queue: list = []
 
-    def start(proposal, parent, decide):
+    def start(parent, decide, proposal):
         handle = len(ctx.started)
         ctx.started.append(clock["now"])
         heapq.heappush(queue, (clock["now"] + duration(proposal), handle, proposal, parent, decide))
@@ -92,8 +93,11 @@ def scripted_context(propose, evaluate_one, iterations: int, parallel: int = 1, 
         ctx.spans[node.node_id] = (ctx.started[handle], finished)
         return handle, node
 
+    def ask(parent):  # a scripted proposer's None: nothing left
+        return propose(parent) or NoProposal("scripted: nothing left", "exhausted")
+
     previous = list(previous or [])
-    ctx = SearchContext(task=None, iterations=iterations, propose=propose, start=start, wait_any=wait_any,
+    ctx = SearchContext(task=None, iterations=iterations, propose=ask, start=start, wait_any=wait_any,
                         parallel=parallel, previous=previous, evaluated=len(previous))
     ctx.started, ctx.running_at_wait, ctx.spans = [], [], {}
     return ctx

@@ -538,7 +538,7 @@ def test_cheat_or_broken_kernel_is_rejected(case: Case, evaluate_source):
 
 def test_honest_c_softmax_from_the_builtin_proposer_is_accepted_and_timed(evaluate_source,
                                                                           softmax_task):
-    proposal = BuiltinProposer().propose(softmax_task, "cpu", None, [])
+    proposal = BuiltinProposer().next_move(softmax_task, "cpu", None, [])
     assert proposal is not None
     result = evaluate_source(proposal.source, backend="cpu", suffix=".c")
     assert result.status == "ok", result.reason + result.log_tail
@@ -556,7 +556,7 @@ def test_honest_c_softmax_from_the_builtin_proposer_is_accepted_and_timed(evalua
 def test_honest_triton_softmax_is_accepted(source, evaluate_source, softmax_task, monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)  # the worker sets it itself
     if source is None:
-        proposal = BuiltinProposer().propose(softmax_task, "triton", None, [])
+        proposal = BuiltinProposer().next_move(softmax_task, "triton", None, [])
         assert proposal is not None
         source = proposal.source
     result = evaluate_source(source, backend="triton", suffix=".py")

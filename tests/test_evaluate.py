@@ -273,7 +273,7 @@ def test_triton_candidate_is_checked_under_the_interpreter_but_not_timed(
         evaluate_source, softmax_task, monkeypatch):
     # The worker turns the interpreter on itself, from the job's backend and device.
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    proposal = BuiltinProposer().propose(softmax_task, "triton", None, [])
+    proposal = BuiltinProposer().next_move(softmax_task, "triton", None, [])
     assert proposal is not None
     result = evaluate_source(proposal.source, backend="triton", suffix=".py")
     assert result.status == "ok", result.reason + result.log_tail

@@ -74,8 +74,11 @@ def test_unknown_backend_has_no_template():
 
 def test_proposer_registry():
     assert get_proposer("builtin").name == "builtin"
-    with pytest.raises(UserError, match="unknown proposer 'llm'"):
-        get_proposer("llm")
+    with pytest.raises(UserError, match="unknown proposer 'gpt'"):
+        get_proposer("gpt")
+    for name in ("llm", "mixed"):  # an LLM proposer without an endpoint is one line naming --llm
+        with pytest.raises(UserError, match="needs an LLM: give --llm"):
+            get_proposer(name)
 
 
 # ---------------------------------------------------------------- moves
@@ -83,7 +86,7 @@ def test_proposer_registry():
 def test_first_proposal_is_the_starting_point():
     task = make_task()
     for backend in ("cpu", "triton"):
-        proposal = BuiltinProposer().propose(task, backend, None, [])
+        proposal = BuiltinProposer().next_move(task, backend, None, [])
         facts = softmax.match(task)
         assert proposal.params == softmax.initial(facts, backend)
         assert proposal.source == softmax.render(facts, backend, proposal.params)
@@ -95,7 +98,7 @@ def test_children_change_one_parameter_until_every_neighbour_is_tried():
     facts = softmax.match(task)
     space = softmax.space(facts, "cpu")
     proposer = BuiltinProposer(seed=1)
-    root = proposer.propose(task, "cpu", None, [])
+    root = proposer.next_move(task, "cpu", None, [])
     neighbours = []
     for name, values in space.items():
         i = values.index(root.params[name])
@@ -105,14 +108,14 @@ def test_children_change_one_parameter_until_every_neighbour_is_tried():
             neighbours += [{**root.params, name: values[j]} for j in (i - 1, i + 1) if 0 <= j < len(values)]
     tried = [root]
     for _ in neighbours:
-        child = proposer.propose(task, "cpu", root, tried)
+        child = proposer.next_move(task, "cpu", root, tried)
         changed = [k for k in root.params if root.params[k] != child.params[k]]
         assert len(changed) == 1, (root.params, child.params)
         name = changed[0]
         assert child.rationale.startswith(f"{name} {root.params[name]} -> {child.params[name]}: ")
         tried.append(child)
     assert sorted(map(str, (c.params for c in tried[1:]))) == sorted(map(str, neighbours))
-    jump = proposer.propose(task, "cpu", root, tried)
+    jump = proposer.next_move(task, "cpu", root, tried)
     assert jump.rationale.startswith("every neighbour tried; jump to the nearest untried point")
     distance = sum(int(jump.params[k] != root.params[k]) if all(isinstance(v, str) for v in space[k])
                    else abs(space[k].index(jump.params[k]) - space[k].index(root.params[k])) for k in space)
@@ -135,7 +138,7 @@ def test_proposals_never_repeat_and_cover_the_space(backend, dtype, parents):
     tried = []
     parent = None
     while len(tried) < 100:
-        proposal = proposer.propose(task, backend, parent, tried)
+        proposal = proposer.next_move(task, backend, parent, tried)
         if proposal is None:
             break
         assert proposal.source not in {p.source for p in tried}, proposal.params
@@ -257,7 +260,7 @@ def test_a_move_that_failed_before_is_tried_last():
 
     task = make_task(shape=(64, 300))
     proposer = BuiltinProposer(seed=0)
-    root = proposer.propose(task, "triton", None, [])
+    root = proposer.next_move(task, "triton", None, [])
     tried = [root]
     # Every single-parameter move away from the root, but one, failed before (from another parent).
     facts = softmax.match(task)
@@ -265,21 +268,21 @@ def test_a_move_that_failed_before_is_tried_last():
     failures = [Failure(Proposal(source="x", rationale="", params={}, changes={name: value}), "compile_error", "")
                 for name, values in space.items() for value in values if value != root.params[name]
                 and not (name == "num_warps" and value == 8)]
-    child = proposer.propose(task, "triton", root, tried, failures)
+    child = proposer.next_move(task, "triton", root, tried, failures)
     assert child.changes == {"num_warps": 8}
     assert "failed before" not in child.rationale
     tried.append(child)
     # once the untainted move is used, the tainted ones come, and say so
-    child2 = proposer.propose(task, "triton", root, tried, failures)
+    child2 = proposer.next_move(task, "triton", root, tried, failures)
     assert "failed before as compile_error" in child2.rationale
 
 
 def test_proposals_record_what_they_changed():
     task = make_task()
     proposer = BuiltinProposer(seed=0)
-    root = proposer.propose(task, "cpu", None, [])
+    root = proposer.next_move(task, "cpu", None, [])
     assert root.changes == root.params
-    child = proposer.propose(task, "cpu", root, [root])
+    child = proposer.next_move(task, "cpu", root, [root])
     assert len(child.changes) == 1 and child.params == {**root.params, **child.changes}
 
 
@@ -294,7 +297,7 @@ def test_a_value_that_only_ever_failed_is_moved_away_from_first():
         family_check.tensor([1, 256, 512, 512], bf16), family_check.tensor([256], bf16),
         family_check.tensor([256], bf16), 1, 256, 512 * 512, 32, 1e-5])
     proposer = BuiltinProposer(seed=0)
-    start = proposer.propose(task, "triton", None, [])
+    start = proposer.next_move(task, "triton", None, [])
     assert start.params["variant"] == "held"
     # the start point of that run: resident, one program an SM (two an SM can move only to the queue,
     # the other variants having no per_sm)
@@ -303,16 +306,16 @@ def test_a_value_that_only_ever_failed_is_moved_away_from_first():
                   "per_sm": 1, "lead": 2, "pipeline": False}
     root = Proposal(source=norms.render_group_norm(facts, "triton", one_per_sm), rationale="", params=one_per_sm,
                     changes={})
-    child = proposer.propose(task, "triton", root, [root])
+    child = proposer.next_move(task, "triton", root, [root])
     tried = [root, child]
     failures = [Failure(p, "cheat", "static scan: library-op") for p in tried]
     for seed in range(5):
-        moved = BuiltinProposer(seed=seed).propose(task, "triton", root, tried, failures)
+        moved = BuiltinProposer(seed=seed).next_move(task, "triton", root, tried, failures)
         assert moved.changes.keys() == {"variant"} and moved.params["variant"] != "resident"
         assert "variant=resident failed 2 times and never passed" in moved.rationale
         assert norms.valid_group_norm(facts, "triton", moved.params)
     # one resident point that did not fail, and the variant is no longer moved away from
     passed = Proposal(source="passed", rationale="", params={**root.params, "num_warps": 16}, changes={})
     for seed in range(5):
-        again = BuiltinProposer(seed=seed).propose(task, "triton", root, [*tried, passed], failures)
+        again = BuiltinProposer(seed=seed).next_move(task, "triton", root, [*tried, passed], failures)
         assert "variant=resident failed" not in again.rationale

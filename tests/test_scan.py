@@ -186,7 +186,7 @@ def test_honest_triton_source_has_no_findings(source):
 def test_builtin_proposer_sources_have_no_findings(backend, language, softmax_task):
     from kernforge.propose.builtin import BuiltinProposer
 
-    proposal = BuiltinProposer().propose(softmax_task, backend, None, [])
+    proposal = BuiltinProposer().next_move(softmax_task, backend, None, [])
     assert proposal is not None
     assert [str(f) for f in scan_source(proposal.source, language, "torch.float32")] == []
 

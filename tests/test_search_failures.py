@@ -14,7 +14,7 @@ from pathlib import Path
 from helpers import c_softmax_source
 
 from kernforge.backends import get_backend
-from kernforge.propose import Proposal
+from kernforge.propose import NoProposal, Proposal
 from kernforge.search import get_strategy, search_task
 from kernforge.store import RunStore
 
@@ -39,6 +39,7 @@ class Scripted:
     """Proposes the given sources in order, then nothing."""
 
     name = "scripted"
+    inline, concurrency, repairs = True, 1, 0
 
     def __init__(self, sources: list[tuple[str, str]]):
         self.sources = list(sources)
@@ -46,11 +47,14 @@ class Scripted:
     def why_unsupported(self, task, backend):
         return None
 
-    def propose(self, task, backend, parent, tried, failures=()):
+    def check(self):
+        pass
+
+    def propose(self, ctx):
         if not self.sources:
-            return None
+            return NoProposal("scripted: nothing left", "exhausted")
         rationale, source = self.sources.pop(0)
-        return Proposal(source=source, rationale=rationale, params={"n": len(tried)})
+        return Proposal(source=source, rationale=rationale, params={"n": len(ctx.tried)})
 
 
 def test_search_finishes_and_marks_crash_hang_and_memory_exhaustion(softmax_capture, tmp_path: Path):

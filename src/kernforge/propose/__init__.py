@@ -1,18 +1,61 @@
 """propose: where candidate kernels come from.
 
-A proposer is asked, once per search iteration, for one new candidate: either a
-first one for a task, or a variation of a node the search chose to expand. It
-sees every configuration tried so far, so that it does not repeat itself.
+A proposer's lifecycle, as the search engine drives it (search/engine.py):
+
+  why_unsupported(task, backend)   once per hot op, before any search: None if it can write
+                                   kernels for it, else one line saying why not (the op is skipped);
+  check()                          once per run, before capture: a bad endpoint, key or model is
+                                   one line here, not a failure in the middle of the night;
+  propose(ctx)                     once per expansion, with a ProposalContext (context.py): a
+                                   first candidate (ctx.parent None) or a variation or repair of
+                                   ctx.parent. It returns a Proposal, or a NoProposal saying why
+                                   not and what to do next (a value, never an exception).
+                                   An `inline` proposer (the built-in one: microseconds) is called
+                                   on the strategy's thread; any other runs on a thread of its own
+                                   beside the evaluations, so that workers stay busy while an LLM
+                                   thinks, up to `concurrency` at once.
+
+Every candidate, whatever made it, is one Proposal: its source and rationale, its origin
+(builtin with its parameters, llm with its model, usage and transcript, or human), so that
+the store, the dashboard and reports treat them alike.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kernforge.errors import UserError
-from kernforge.tasks import KernelTask
+
+if TYPE_CHECKING:
+    from kernforge.propose.context import ProposalContext
+    from kernforge.tasks import KernelTask
+
+ORIGINS = ("builtin", "llm", "human")
+
+
+@dataclass
+class Usage:
+    """What an LLM exchange cost; zero for the built-in proposer and for a human."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float = 0.0
+    latency_s: float = 0.0
+    calls: int = 0
+
+    @property
+    def tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(self.prompt_tokens + other.prompt_tokens, self.completion_tokens + other.completion_tokens,
+                     self.cost_usd + other.cost_usd, self.latency_s + other.latency_s, self.calls + other.calls)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any] | None) -> Usage:
+        return cls(**{k: v for k, v in (data or {}).items() if k in cls.__dataclass_fields__})
 
 
 @dataclass
@@ -22,6 +65,43 @@ class Proposal:
     params: dict[str, Any] = field(default_factory=dict)
     # The parameters this proposal set differently from its parent (all of them for a first one).
     changes: dict[str, Any] = field(default_factory=dict)
+    origin: str = "builtin"  # builtin | llm | human
+    model: str = ""  # llm: the endpoint and model that wrote it ("openai:gpt-4.1")
+    usage: Usage = field(default_factory=Usage)
+    # llm: every exchange that made it, both agents': {"agent", "system", "messages", "reply",
+    # "usage", "error"}. Kept in the node's transcript.json, not in the database.
+    transcript: list[dict[str, Any]] = field(default_factory=list)
+    # llm: the analyst's recommendation this candidate followed, for its descendants' prompts.
+    advice: dict[str, Any] = field(default_factory=dict)
+
+    def record(self) -> dict[str, Any]:
+        """What the run folder keeps of it beside the source (proposal.json, the database)."""
+        return {"rationale": self.rationale, "params": self.params, "changes": self.changes,
+                "origin": self.origin, "model": self.model, "usage": asdict(self.usage), "advice": self.advice}
+
+    @classmethod
+    def from_record(cls, source: str, data: dict[str, Any]) -> Proposal:
+        return cls(source=source, rationale=data.get("rationale", ""), params=data.get("params", {}),
+                   changes=data.get("changes", {}), origin=data.get("origin", "builtin"),
+                   model=data.get("model", ""), usage=Usage.from_json(data.get("usage")),
+                   advice=data.get("advice", {}))
+
+
+# What a NoProposal asks of the search:
+#   exhausted  this proposer has nothing new from this parent, ever: close the node;
+#   retry      nothing this time (rate limit, time-out, a reply with no code): ask again, after
+#              retry_after_s; a run of them in a row ends the task (engine.MAX_FAILED_PROPOSALS);
+#   budget     the run's LLM budget is spent: start nothing more, finish what is in flight.
+NO_PROPOSAL_KINDS = ("exhausted", "retry", "budget")
+
+
+@dataclass
+class NoProposal:
+    reason: str
+    kind: str = "exhausted"
+    retry_after_s: float = 0.0
+    usage: Usage = field(default_factory=Usage)
+    transcript: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -36,26 +116,61 @@ class Failure:
 
 class Proposer(Protocol):
     name: str
+    inline: bool  # called on the strategy's thread (True: it never waits on anything)
+    concurrency: int  # proposals at once, when not inline
+    repairs: int  # how many failed candidates in a row it repairs (0: none)
 
-    def why_unsupported(self, task: KernelTask, backend: str) -> str | None:
-        """None if this proposer can write kernels for the task on the backend, else why not."""
+    def why_unsupported(self, task: KernelTask, backend: str) -> str | None: ...
 
-    def propose(self, task: KernelTask, backend: str, parent: Proposal | None,
-                tried: list[Proposal], failures: Sequence[Failure] = ()) -> Proposal | None:
-        """A new candidate expanding `parent` (None: a first one), or None when nothing is left.
-        `tried` holds every proposal so far; `failures` the ones that failed, and why."""
+    def check(self) -> None: ...
+
+    def propose(self, ctx: ProposalContext) -> Proposal | NoProposal: ...
 
 
-def _builtin() -> Proposer:
+@dataclass
+class ProposerOptions:
+    """What building a proposer takes, from the CLI or a run's config.json (no secrets: keys
+    come from the environment, see propose/llm/providers)."""
+
+    llm: str = ""  # openai:MODEL | anthropic:MODEL | http://HOST:PORT/v1
+    llm_model: str = ""  # the model, where --llm is a URL (or to override it)
+    max_tokens: int = 0  # the run's token budget for every LLM call together; 0: none
+    max_usd: float = 0.0  # the run's money budget; 0: none
+    prices: str = ""  # a JSON file extending the built-in price table
+    repairs: int = 3  # failed candidates in a row the generator repairs from their messages
+    timeout_s: float = 180.0  # one LLM request
+    retries: int = 4  # per request, on 429, 5xx and time-outs, with back-off
+
+
+def _builtin(options: ProposerOptions, spent: Usage) -> Proposer:
     from kernforge.propose.builtin import BuiltinProposer
 
     return BuiltinProposer()
 
 
-REGISTRY: dict[str, Callable[[], Proposer]] = {"builtin": _builtin}
+def _llm(options: ProposerOptions, spent: Usage) -> Proposer:
+    from kernforge.propose.llm import LLMProposer
+
+    return LLMProposer.from_options(options, spent)
 
 
-def get_proposer(name: str) -> Proposer:
+def _mixed(options: ProposerOptions, spent: Usage) -> Proposer:
+    from kernforge.propose.llm import LLMProposer
+    from kernforge.propose.mixed import MixedProposer
+
+    return MixedProposer(LLMProposer.from_options(options, spent))
+
+
+REGISTRY: dict[str, Callable[[ProposerOptions, Usage], Proposer]] = {
+    "builtin": _builtin, "llm": _llm, "mixed": _mixed}
+
+
+def get_proposer(name: str, options: ProposerOptions | None = None, spent: Usage | None = None) -> Proposer:
+    """The proposer by name; `spent` is what a resumed run's LLM calls cost before it stopped."""
     if name not in REGISTRY:
         raise UserError(f"unknown proposer '{name}'; choose one of: {', '.join(REGISTRY)}")
-    return REGISTRY[name]()
+    options = options or ProposerOptions()
+    if name != "builtin" and not options.llm:
+        raise UserError(f"--proposer {name} needs an LLM: give --llm openai:MODEL, anthropic:MODEL "
+                        "or http://HOST:PORT/v1 (with --llm-model)")
+    return REGISTRY[name](options, spent or Usage())

@@ -19,7 +19,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kernforge.propose import Failure, Proposal
+from kernforge.propose import Failure, NoProposal, Proposal
+from kernforge.propose.context import ProposalContext
 from kernforge.tasks import KernelTask
 
 
@@ -54,9 +55,22 @@ def _families() -> list[Family]:
 
 class BuiltinProposer:
     name = "builtin"
+    inline = True  # a move is microseconds of Python: no thread of its own
+    concurrency = 1
+    repairs = 0  # a failed configuration is moved away from (next_move), not repaired
 
     def __init__(self, seed: int = 0):
         self.rng = random.Random(seed)
+
+    def check(self) -> None:
+        """Nothing to check: the templates need only the machine."""
+
+    def propose(self, ctx: ProposalContext) -> Proposal | NoProposal:
+        """A move from the parent, if the parent is one of this proposer's; an LLM's or a human's
+        candidate has no parameters to move, so it is expanded like a first one."""
+        parent = ctx.parent.proposal if ctx.parent and ctx.parent.proposal.origin == "builtin" else None
+        proposal = self.next_move(ctx.task, ctx.backend, parent, ctx.tried, ctx.failures)
+        return proposal or NoProposal("every configuration near this one was tried", "exhausted")
 
     def why_unsupported(self, task: KernelTask, backend: str) -> str | None:
         reasons = []
@@ -74,8 +88,10 @@ class BuiltinProposer:
         specific = list(dict.fromkeys(r for r in reasons if r != generic))
         return "; ".join(specific) or generic
 
-    def propose(self, task: KernelTask, backend: str, parent: Proposal | None,
-                tried: list[Proposal], failures: Sequence[Failure] = ()) -> Proposal | None:
+    def next_move(self, task: KernelTask, backend: str, parent: Proposal | None,
+                  tried: list[Proposal], failures: Sequence[Failure] = ()) -> Proposal | None:
+        """A new candidate expanding `parent` (None: a first one), or None when nothing is left.
+        `tried` holds every proposal so far; `failures` the ones that failed, and why."""
         family, facts = self._family_for(task)
         failed_moves = {(name, _key(value)): f.status for f in failures
                         if len(f.proposal.changes) == 1 for name, value in f.proposal.changes.items()}

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
@@ -13,7 +16,8 @@ from kernforge.backends import Backend
 from kernforge.evaluate import Baseline, EvalResult, evaluate_baseline, evaluate_candidate
 from kernforge.evaluate.executors import Executor, LocalExecutor
 from kernforge.evaluate.runner import discard_reference
-from kernforge.propose import Failure, Proposal, Proposer
+from kernforge.propose import Failure, NoProposal, Proposal, Proposer
+from kernforge.propose.context import Attempt, ProposalContext, task_facts
 from kernforge.search.strategy import Strategy
 from kernforge.store import RunStore
 from kernforge.tasks import KernelTask, save_task
@@ -33,6 +37,7 @@ class Node:
     result: EvalResult
     kept: bool = False
     confirmed: EvalResult | None = None  # its finalist's re-evaluation, when it was one
+    repair_depth: int = 0  # failed candidates in a row ending here (0: this one is correct)
 
     @property
     def final(self) -> EvalResult:
@@ -46,6 +51,7 @@ class TaskOutcome:
     baseline: Baseline | None
     nodes: list[Node] = field(default_factory=list)
     error: str = ""  # why the task could not be searched at all
+    stopped: str = ""  # why its search ended before the budget was spent (an LLM budget...)
 
     @property
     def best(self) -> Node | None:
@@ -70,43 +76,96 @@ class TaskOutcome:
         return counts
 
 
+# Proposals in a row that came back with nothing (an endpoint down, replies with no code) before
+# a task's search ends: each is retried, after its retry_after_s, but a run left overnight must
+# not spin on a dead endpoint.
+MAX_FAILED_PROPOSALS = 6
+
+
 @dataclass
 class SearchContext:
-    task: KernelTask
+    """What a strategy drives one task's search through:
+      launch(parent, decide)  asks for a candidate expanding `parent` (None: a first one) and
+                              starts evaluating it in a worker; returns a handle at once, or the
+                              NoProposal when an inline proposer had nothing (up to `parallel`
+                              in flight; a proposer that is not inline thinks inside the handle);
+      next_done()             waits for any launched one: (handle, Node or NoProposal); a Node
+                              is recorded and decide(node) has said whether the strategy keeps it;
+      budget_left()           how many candidates may still be started (0 once stopped);
+      wants_repair(node)      whether the proposer repairs this failed node next;
+      previous                the nodes recorded before a resume, to start from."""
+
+    task: Any
     iterations: int  # the task's whole budget, nodes from before a resume included
-    propose: Callable[[Node | None], Proposal | None]
-    # (proposal, parent, decide) -> a handle: starts evaluating one candidate in a worker and
-    # returns at once. Up to `parallel` run at the same time.
-    start: Callable[[Proposal, Node | None, Callable[[Node], bool]], Any]
-    # () -> (handle, node): waits for any started candidate to finish; decide(node) has said
-    # whether the strategy keeps it, and the node is recorded.
-    wait_any: Callable[[], tuple[Any, Node]]
+    # parent -> a Proposal or NoProposal: asks the proposer, blocking.
+    propose: Callable[[Node | None], Proposal | NoProposal]
+    # (parent, decide, proposal or None) -> a handle: starts one job and returns at once. With
+    # None the job asks propose(parent) itself, on its own thread, before it evaluates.
+    start: Callable[[Node | None, Callable[[Node], bool], Proposal | None], Any]
+    # () -> (handle, Node | NoProposal): waits for any started job to finish.
+    wait_any: Callable[[], tuple[Any, Any]]
     parallel: int = 1
+    inline: bool = True  # propose on the strategy's thread (the built-in proposer)
+    repairs: int = 0  # the proposer repairs failed candidates, this many in a row
     previous: list[Node] = field(default_factory=list)  # recorded before a resume, in order
     evaluated: int = 0  # nodes so far, previous ones included
     running: int = 0  # started and not yet finished
+    stopped: str = ""  # why no more candidates are started (an LLM budget spent...)
+    failed_in_a_row: int = 0  # NoProposals of kind retry since the last proposal that came
 
-    def launch(self, proposal: Proposal, parent: Node | None, decide: Callable[[Node], bool]) -> Any:
-        handle = self.start(proposal, parent, decide)
+    def launch(self, parent: Node | None, decide: Callable[[Node], bool]) -> Any:
+        if self.inline:
+            proposal = self.propose(parent)
+            if isinstance(proposal, NoProposal):
+                self._note(proposal)
+                return proposal
+            handle = self.start(parent, decide, proposal)
+        else:
+            handle = self.start(parent, decide, None)
         self.running += 1
         return handle
 
-    def next_done(self) -> tuple[Any, Node]:
-        handle, node = self.wait_any()
+    def next_done(self) -> tuple[Any, Any]:
+        handle, outcome = self.wait_any()
         self.running -= 1
-        self.evaluated += 1
-        return handle, node
+        if isinstance(outcome, NoProposal):
+            self._note(outcome)
+        else:
+            self.evaluated += 1
+            self.failed_in_a_row = 0
+        return handle, outcome
 
-    def evaluate(self, proposal: Proposal, parent: Node | None, decide: Callable[[Node], bool]) -> Node:
-        """One candidate, waited for: for a strategy with nothing else in flight (the next
-        finished candidate must be this one)."""
-        assert self.running == 0, "evaluate() beside launched candidates: use launch() and next_done()"
-        self.launch(proposal, parent, decide)
+    def expand(self, parent: Node | None, decide: Callable[[Node], bool]) -> Any:
+        """One candidate, waited for: a Node, or the NoProposal that came instead (for a
+        strategy with nothing else in flight: the next finished job must be this one)."""
+        assert self.running == 0, "expand() beside launched candidates: use launch() and next_done()"
+        launched = self.launch(parent, decide)
+        if isinstance(launched, NoProposal):
+            return launched
         return self.next_done()[1]
 
     def budget_left(self) -> int:
         """Candidates that may still be started: the running ones are already spent."""
+        if self.stopped:
+            return 0
         return self.iterations - self.evaluated - self.running
+
+    def wants_repair(self, node: Node) -> bool:
+        """A failed LLM candidate whose messages can guide a fix, fewer than `repairs` in a row."""
+        return (self.repairs > 0 and node.result.status in REPAIRABLE and node.proposal.origin == "llm"
+                and node.repair_depth < self.repairs)
+
+    def _note(self, outcome: NoProposal) -> None:
+        if outcome.kind == "budget":
+            self.stopped = outcome.reason
+        elif outcome.kind == "retry":
+            self.failed_in_a_row += 1
+            if self.failed_in_a_row >= MAX_FAILED_PROPOSALS:
+                self.stopped = f"{self.failed_in_a_row} proposals in a row failed, the last: {outcome.reason}"
+
+
+# Failures whose messages say what to fix; a crash or a time-out says little the generator can use.
+REPAIRABLE = ("compile_error", "runtime_error", "wrong_result", "cheat")
 
 
 def search_task(
@@ -146,71 +205,12 @@ def search_task(
                        eager_p50_ms=baseline.eager.p50_ms if baseline.eager else None,
                        resumed_nodes=len(previous or []))
     outcome = TaskOutcome(task=task, baseline=baseline, nodes=list(previous or []))
-    tried: list[Proposal] = [n.proposal for n in outcome.nodes]
-    failures: list[Failure] = [Failure(n.proposal, n.result.status, n.result.reason)
-                               for n in outcome.nodes if not n.result.ok]
-    # After the ids of the recorded nodes: with several in flight when a run was killed, a lost
-    # one can leave a gap (n0002 lost, n0003 recorded), which a new node must not fill.
-    next_id = 1 + max((int(n.node_id[1:]) for n in outcome.nodes), default=-1)
-
-    def propose(parent: Node | None) -> Proposal | None:
-        proposal = proposer.propose(task, backend.name, parent.proposal if parent else None, tried, failures)
-        if proposal is not None:
-            tried.append(proposal)
-        return proposal
-
-    def start(proposal: Proposal, parent: Node | None) -> tuple[str, Path]:
-        nonlocal next_id
-        node_id = f"n{next_id:04d}"
-        next_id += 1
-        node_dir = store.node_dir(task.task_id, node_id)
-        source = node_dir / f"candidate{backend.source_suffix}"
-        source.write_text(proposal.source)
-        store.write_json(f"tasks/{task.task_id}/nodes/{node_id}/proposal.json",
-                         {"parent": parent.node_id if parent else None, "rationale": proposal.rationale,
-                          "params": proposal.params, "changes": proposal.changes})
-        store.append_event("node_start", task=task.task_id, node=node_id, parent=parent.node_id if parent else None)
-        return node_id, source
-
-    def finish(node: Node, decide: Callable[[Node], bool]) -> None:
-        node.kept = decide(node)
-        outcome.nodes.append(node)
-        result = node.result
-        if not result.ok:
-            failures.append(Failure(node.proposal, result.status, result.reason))
-        store.write_json(f"tasks/{task.task_id}/nodes/{node.node_id}/result.json",
-                         {**result.to_json(), "kept": node.kept})
-        store.record_node(task.task_id, node.node_id, node.parent_id, node.proposal, result, node.kept,
-                          backend.source_suffix)
-        store.append_result(row_of(task, node))
-        store.append_event("node", task=task.task_id, node=node.node_id, parent=node.parent_id,
-                           status=result.status, reason=result.reason[:300], kept=node.kept,
-                           speedup_vs_eager=result.speedup_vs_eager, rationale=node.proposal.rationale)
-        if node.kept:
-            store.commit_kept(task.task_id, node.proposal.source, backend.source_suffix, _commit_message(node))
-        on_node(outcome, node)
-
-    def run(proposal: Proposal, parent: Node | None, node_id: str, source: Path) -> Node:
-        result = evaluate_candidate(task_path, reference_path, source, backend.name, device,
-                                    source.parent, candidate_timeout_s, executor)
-        return Node(node_id=node_id, parent_id=parent.node_id if parent else None, proposal=proposal, result=result)
-
-    # Workers run on threads; each node is recorded here, on the strategy's thread, as soon as
-    # its worker is done, so that a kill loses only the candidates still running.
-    pool = ThreadPoolExecutor(max_workers=max(1, executor.capacity))
-    running: dict[Future, Callable[[Node], bool]] = {}
-
-    def start_one(proposal: Proposal, parent: Node | None, decide: Callable[[Node], bool]) -> Future:
-        future = pool.submit(run, proposal, parent, *start(proposal, parent))
-        running[future] = decide
-        return future
-
-    def wait_any() -> tuple[Future, Node]:
-        done, _ = wait(running, return_when=FIRST_COMPLETED)
-        future = min(done, key=lambda f: f.result().node_id)  # several at once: in id order
-        node = future.result()
-        finish(node, running.pop(future))
-        return future, node
+    search = _Search(task, store, backend, device, proposer, outcome, executor, candidate_timeout_s,
+                     task_path, reference_path, on_node)
+    ctx = SearchContext(task=task, iterations=iterations, propose=search.propose, start=search.start,
+                        wait_any=search.wait_any, parallel=search.in_flight, inline=proposer.inline,
+                        repairs=proposer.repairs, previous=list(outcome.nodes), evaluated=len(outcome.nodes))
+    search.ctx = ctx
 
     def confirm(node: Node) -> None:
         node_dir = store.node_dir(task.task_id, node.node_id)
@@ -224,10 +224,11 @@ def search_task(
                            search_speedup_vs_eager=node.result.speedup_vs_eager)
         on_confirm(outcome, node)
 
-    ctx = SearchContext(task=task, iterations=iterations, propose=propose, start=start_one, wait_any=wait_any,
-                        parallel=executor.capacity, previous=list(outcome.nodes), evaluated=len(outcome.nodes))
     try:
         strategy.run(ctx)
+        if ctx.stopped:
+            outcome.stopped = ctx.stopped
+            store.append_event("search_stopped", task=task.task_id, reason=ctx.stopped)
         for node in pick_finalists(outcome.nodes, finalists):
             if node.confirmed is None:  # a resumed task keeps the re-evaluations it finished
                 confirm(node)
@@ -235,13 +236,192 @@ def search_task(
     finally:
         # on an error or a kill, the candidates still running are lost (a resume redoes them);
         # their workers are let finish so that none outlives the reference below
-        pool.shutdown(wait=True, cancel_futures=True)
+        search.close()
         store.append_event("task_end", task=task.task_id, candidates=len(outcome.nodes),
                            counts=outcome.status_counts())
         # The oracle outputs are large (float64, several input sets) and can be
         # recomputed from the saved samples; the run folder keeps what it must.
         discard_reference(reference_path)
     return outcome
+
+
+# How many jobs a proposer that thinks on its own threads may have in flight per worker: one
+# thinking while another is evaluated, so that no worker waits on an LLM's reply.
+THINKING_PER_WORKER = 2
+RECENT = 6  # finished attempts a proposer sees besides the lineage and the best
+
+
+class _Search:
+    """One task's jobs: asking the proposer (inline, or on a job's thread), evaluating in a
+    worker, and recording each node on the strategy's thread as soon as it is done, so that a
+    kill loses only the candidates still running."""
+
+    def __init__(self, task: KernelTask, store: RunStore, backend: Backend, device: str, proposer: Proposer,
+                 outcome: TaskOutcome, executor: Executor, timeout_s: float, task_path: Path,
+                 reference_path: Path, on_node: Callable[[TaskOutcome, Node], None]) -> None:
+        self.task, self.store, self.backend, self.device, self.proposer = task, store, backend, device, proposer
+        self.outcome, self.executor, self.timeout_s, self.on_node = outcome, executor, timeout_s, on_node
+        self.task_path, self.reference_path = task_path, reference_path
+        self.tried: list[Proposal] = [n.proposal for n in outcome.nodes]
+        self.failures: list[Failure] = [Failure(n.proposal, n.result.status, n.result.reason)
+                                        for n in outcome.nodes if not n.result.ok]
+        # After the ids of the recorded nodes: with several in flight when a run was killed, a lost
+        # one can leave a gap (n0002 lost, n0003 recorded), which a new node must not fill.
+        self.next_id = 1 + max((int(n.node_id[1:]) for n in outcome.nodes), default=-1)
+        self.next_failed = len(list((store.task_dir(task.task_id) / "proposals").glob("p*.json")))
+        capacity = max(1, executor.capacity)
+        self.in_flight = capacity if proposer.inline else capacity * THINKING_PER_WORKER
+        self.workers = threading.Semaphore(capacity)  # evaluations at once: the executor's slots
+        self.thinking = threading.Semaphore(max(1, proposer.concurrency))
+        self.lock = threading.Lock()  # node ids, `tried`, the files a job writes
+        self.cooldown_until = 0.0  # a retry's Retry-After, for every job of this task
+        self.pool = ThreadPoolExecutor(max_workers=self.in_flight)
+        self.running: dict[Future, Callable[[Node], bool]] = {}
+        self.facts = task_facts(task, outcome.baseline.eager.p50_ms if outcome.baseline.eager else None,
+                                _compiled_ms(outcome.baseline))
+        self.ctx: SearchContext | None = None
+
+    # ------------------------------------------------------------ proposing
+
+    def context(self, parent: Node | None) -> ProposalContext:
+        nodes = list(self.outcome.nodes)
+        by_id = {n.node_id: n for n in nodes}
+        lineage = []
+        cursor = parent
+        while cursor is not None:
+            lineage.insert(0, self.attempt(cursor))
+            cursor = by_id.get(cursor.parent_id) if cursor.parent_id else None
+        correct = [n for n in nodes if n.result.ok]
+        best = max(correct, key=lambda n: n.result.speedup_vs_eager or 0.0) if correct else None
+        advice = next((a.proposal.advice for a in reversed(lineage) if a.proposal.advice), {})
+        return ProposalContext(
+            task=self.task, backend=self.backend.name, facts=self.facts,
+            hardware=self.outcome.baseline.hardware if self.outcome.baseline else {},
+            parent=lineage[-1] if lineage else None, lineage=lineage,
+            best=self.attempt(best) if best else None,
+            recent=[self.attempt(n) for n in nodes[-RECENT:]], tried=list(self.tried),
+            failures=list(self.failures), advice=advice,
+            candidates_left=self.ctx.budget_left() if self.ctx else 0,
+            repair_depth=parent.repair_depth if parent else 0)
+
+    def attempt(self, node: Node) -> Attempt:
+        return Attempt(node_id=node.node_id, parent_id=node.parent_id, proposal=node.proposal, result=node.final,
+                       files=self.store.root / "tasks" / self.task.task_id / "nodes" / node.node_id)
+
+    def propose(self, parent: Node | None) -> Proposal | NoProposal:
+        """Ask the proposer; whatever it does (raises, returns junk) is a NoProposal, not a crash."""
+        wait = self.cooldown_until - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
+        with self.lock:
+            ctx = self.context(parent)
+        try:
+            with self.thinking:
+                proposal = self.proposer.propose(ctx)
+        except Exception as e:  # noqa: BLE001 - a proposer's bug must not end a night's search
+            if os.environ.get("KERNFORGE_STRICT") == "1":
+                raise
+            proposal = NoProposal(f"the {self.proposer.name} proposer failed: {type(e).__name__}: {e}"[:300], "retry")
+        if not isinstance(proposal, (Proposal, NoProposal)):
+            proposal = NoProposal(f"the {self.proposer.name} proposer returned {type(proposal).__name__}", "retry")
+        if isinstance(proposal, NoProposal) and proposal.retry_after_s > 0:
+            self.cooldown_until = max(self.cooldown_until, time.monotonic() + proposal.retry_after_s)
+        if isinstance(proposal, Proposal):
+            with self.lock:
+                self.tried.append(proposal)
+        return proposal
+
+    # ------------------------------------------------------------ jobs
+
+    def start(self, parent: Node | None, decide: Callable[[Node], bool], proposal: Proposal | None) -> Future:
+        future = self.pool.submit(self.job, parent, proposal)
+        self.running[future] = decide
+        return future
+
+    def job(self, parent: Node | None, proposal: Proposal | None) -> Node | NoProposal:
+        if proposal is None:
+            proposal = self.propose(parent)
+            if isinstance(proposal, NoProposal):
+                return proposal
+        node_id, source = self.begin(proposal, parent)
+        with self.workers:
+            result = evaluate_candidate(self.task_path, self.reference_path, source, self.backend.name, self.device,
+                                        source.parent, self.timeout_s, self.executor)
+        return Node(node_id=node_id, parent_id=parent.node_id if parent else None, proposal=proposal, result=result)
+
+    def begin(self, proposal: Proposal, parent: Node | None) -> tuple[str, Path]:
+        """A node's id and its files, written before it is evaluated: the source as proposed,
+        where it came from, and what the agents said to make it."""
+        with self.lock:
+            node_id = f"n{self.next_id:04d}"
+            self.next_id += 1
+        store, task_id = self.store, self.task.task_id
+        node_dir = store.node_dir(task_id, node_id)
+        source = node_dir / f"candidate{self.backend.source_suffix}"
+        source.write_text(proposal.source)
+        store.write_json(f"tasks/{task_id}/nodes/{node_id}/proposal.json",
+                         {"parent": parent.node_id if parent else None, **proposal.record()})
+        if proposal.transcript:
+            store.write_json(f"tasks/{task_id}/nodes/{node_id}/transcript.json", proposal.transcript)
+        with self.lock:
+            store.append_event("node_start", task=task_id, node=node_id, parent=parent.node_id if parent else None,
+                               origin=proposal.origin, model=proposal.model, usage=asdict(proposal.usage))
+        return node_id, source
+
+    def wait_any(self) -> tuple[Future, Node | NoProposal]:
+        done, _ = wait(self.running, return_when=FIRST_COMPLETED)
+        # several at once: nodes in id order, then the proposals that did not come
+        future = min(done, key=lambda f: (not isinstance(f.result(), Node), getattr(f.result(), "node_id", "")))
+        decide = self.running.pop(future)
+        outcome = future.result()
+        if isinstance(outcome, NoProposal):
+            self.no_proposal(outcome)
+        else:
+            self.finish(outcome, decide)
+        return future, outcome
+
+    def no_proposal(self, outcome: NoProposal) -> None:
+        """Kept like a node's files, so that a reader sees what an agent said when no candidate came."""
+        entry = {"kind": outcome.kind, "reason": outcome.reason, "usage": asdict(outcome.usage)}
+        if outcome.transcript:
+            name = f"p{self.next_failed:04d}"
+            self.next_failed += 1
+            self.store.write_json(f"tasks/{self.task.task_id}/proposals/{name}.json",
+                                  {**entry, "transcript": outcome.transcript})
+            entry["file"] = f"tasks/{self.task.task_id}/proposals/{name}.json"
+        with self.lock:
+            self.store.append_event("no_proposal", task=self.task.task_id, **entry)
+
+    def finish(self, node: Node, decide: Callable[[Node], bool]) -> None:
+        store, task, outcome = self.store, self.task, self.outcome
+        parent = next((n for n in outcome.nodes if n.node_id == node.parent_id), None)
+        node.repair_depth = 0 if node.result.ok else 1 + (parent.repair_depth if parent else 0)
+        node.kept = decide(node)
+        outcome.nodes.append(node)
+        result = node.result
+        if not result.ok:
+            self.failures.append(Failure(node.proposal, result.status, result.reason))
+        store.write_json(f"tasks/{task.task_id}/nodes/{node.node_id}/result.json",
+                         {**result.to_json(), "kept": node.kept})
+        store.record_node(task.task_id, node.node_id, node.parent_id, node.proposal, result, node.kept,
+                          self.backend.source_suffix)
+        store.append_result(row_of(task, node))
+        with self.lock:
+            store.append_event("node", task=task.task_id, node=node.node_id, parent=node.parent_id,
+                               status=result.status, reason=result.reason[:300], kept=node.kept,
+                               speedup_vs_eager=result.speedup_vs_eager, rationale=node.proposal.rationale,
+                               origin=node.proposal.origin)
+        if node.kept:
+            store.commit_kept(task.task_id, node.proposal.source, self.backend.source_suffix, _commit_message(node))
+        self.on_node(outcome, node)
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _compiled_ms(baseline: Baseline) -> float | None:
+    entry = baseline.compiled.get("default") if baseline else None
+    return entry["timing"]["p50_ms"] if entry and entry.get("timing") else None
 
 
 def pick_finalists(nodes: list[Node], count: int) -> list[Node]:
@@ -259,12 +439,14 @@ def previous_nodes(store: RunStore, task_id: str) -> list[Node]:
     for rec in sorted(store.db.nodes(task_id), key=lambda r: r.finished):
         path = store.root / rec.source_path
         source = path.read_text() if path.exists() else ""
-        proposal = Proposal(source=source, rationale=rec.rationale, params=rec.params.get("params", {}),
-                            changes=rec.params.get("changes", {}))
+        proposal = Proposal.from_record(source, {**rec.params, "rationale": rec.rationale})
         confirm = store.root / "tasks" / task_id / "nodes" / rec.node / "confirm.json"
         confirmed = EvalResult.from_json(json.loads(confirm.read_text())) if confirm.is_file() else None
-        nodes.append(Node(node_id=rec.node, parent_id=rec.parent, proposal=proposal,
-                          result=EvalResult.from_json(rec.result), kept=rec.kept, confirmed=confirmed))
+        node = Node(node_id=rec.node, parent_id=rec.parent, proposal=proposal,
+                    result=EvalResult.from_json(rec.result), kept=rec.kept, confirmed=confirmed)
+        parent = next((n for n in nodes if n.node_id == rec.parent), None)
+        node.repair_depth = 0 if node.result.ok else 1 + (parent.repair_depth if parent else 0)
+        nodes.append(node)
     return nodes
 
 

@@ -14,7 +14,8 @@ an edge is one proposal. Each iteration:
 A node whose proposer has nothing new is exhausted; the search ends when the
 budget is spent or every node is exhausted. Failed candidates have no reward
 (they count as the worst) but can still be expanded, since a variation of a
-broken kernel may work.
+broken kernel may work; one the proposer repairs (ctx.wants_repair) is expanded
+before any selection, so that its repair is the next candidate.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
+
+from kernforge.propose import NoProposal
 
 if TYPE_CHECKING:
     from kernforge.search.engine import Node, SearchContext
@@ -67,6 +70,7 @@ class MCTS:
     def __init__(self) -> None:
         self.rewards: list[float] = []
         self.best: Node | None = None
+        self.repairs: list[list[TreeNode]] = []  # paths to failed nodes the proposer repairs next
 
     def run(self, ctx: SearchContext) -> None:
         root = TreeNode(node=None)
@@ -81,24 +85,35 @@ class MCTS:
             for t in path:
                 t.visits -= 1
             path[-1].pending -= 1
-            self._attach(path, node)
+            if isinstance(node, NoProposal):
+                self._no_proposal(path[-1], node)
+                continue
+            child = self._attach(path, node)
+            if ctx.wants_repair(node):
+                self.repairs.append([*path, child])
 
     def _fill(self, root: TreeNode, ctx: SearchContext, running: dict[object, list[TreeNode]]) -> None:
         """Start candidates until every worker is busy, the budget is spent, or no leaf can be
         expanded before a running candidate is back."""
         while len(running) < ctx.parallel and ctx.budget_left() > 0:
-            path = self._select(root)
+            path = self.repairs.pop(0) if self.repairs else self._select(root)
             if path is None:
                 return
             leaf = path[-1]
-            proposal = ctx.propose(leaf.node)
-            if proposal is None:
-                leaf.exhausted = True
+            launched = ctx.launch(leaf.node, self._decide)
+            if isinstance(launched, NoProposal):
+                self._no_proposal(leaf, launched)
                 continue
             for t in path:
                 t.visits += 1  # virtual: undone when the result is backed up
             leaf.pending += 1
-            running[ctx.launch(proposal, leaf.node, self._decide)] = path
+            running[launched] = path
+
+    def _no_proposal(self, leaf: TreeNode, outcome: NoProposal) -> None:
+        """Nothing came for this leaf: closed for good if the proposer has nothing new there;
+        a retry leaves it open (the context counts retries and stops a run of them)."""
+        if outcome.kind == "exhausted":
+            leaf.exhausted = True
 
     def _decide(self, node: Node) -> bool:
         from kernforge.search.strategy import keeps

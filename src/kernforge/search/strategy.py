@@ -1,17 +1,12 @@
 """Search strategies: which node to expand next, and what to keep.
 
-A strategy drives one task's search through a SearchContext:
-  ctx.propose(parent)   asks the proposer for a candidate expanding `parent`
-                        (None: a first candidate); None when it has nothing new;
-  ctx.evaluate(p, parent, decide) builds, checks and times it in a worker and
-                        returns the Node, kept when decide(node) says so;
-  ctx.launch(p, parent, decide) starts one and returns a handle at once (up to
-                        ctx.parallel run at the same time);
-  ctx.next_done()       waits for any started one: (handle, node);
-  ctx.budget_left()     how many candidates may still be started;
-  ctx.previous          the nodes recorded before a resume, to start from.
-It returns when the budget is spent or the proposer runs dry. Greedy is here;
-MCTS is in mcts.py; each is one registry line below.
+A strategy drives one task's search through a SearchContext (search/engine.py): it
+launches expansions of the nodes it picks, takes back each finished one (a Node, or
+the NoProposal the proposer gave instead), and returns when the budget is spent, the
+context stopped (an LLM budget) or the proposer has nothing new anywhere. A failed
+node the proposer can repair (ctx.wants_repair: an LLM's build error, wrong result or
+scan finding) is expanded next, so that a repair sees its error while it is fresh.
+Greedy is here; MCTS is in mcts.py; each is one registry line below.
 """
 
 from __future__ import annotations
@@ -21,6 +16,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from kernforge.errors import UserError
 from kernforge.evaluate import clearly_faster_relative
+from kernforge.propose import NoProposal
 
 if TYPE_CHECKING:
     from kernforge.search.engine import Node, SearchContext
@@ -41,13 +37,17 @@ class Greedy:
     def run(self, ctx: SearchContext) -> None:
         kept = [n for n in ctx.previous if n.kept]
         current: Node | None = kept[-1] if kept else None
+        expand = current
         while ctx.budget_left() > 0:
-            proposal = ctx.propose(current)
-            if proposal is None:
-                return
-            node = ctx.evaluate(proposal, current, lambda n, cur=current: keeps(n, cur))
+            node = ctx.expand(expand, lambda n, cur=current: keeps(n, cur))
+            if isinstance(node, NoProposal):
+                if node.kind == "exhausted" and expand is current:
+                    return
+                expand = current  # a repair that did not come: back to the kept node
+                continue
             if node.kept:
                 current = node
+            expand = node if ctx.wants_repair(node) else current
 
 
 def keeps(node: Node, current: Node | None) -> bool:

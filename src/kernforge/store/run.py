@@ -57,7 +57,7 @@ class RunStore:
         self.db.add_node(NodeRecord(
             task=task_id, node=node_id, parent=parent_id, status=result.status,
             speedup=result.speedup_vs_eager, kept=kept, source_path=str(source.relative_to(self.root)),
-            rationale=proposal.rationale, params={"params": proposal.params, "changes": proposal.changes},
+            rationale=proposal.rationale, params={k: v for k, v in proposal.record().items() if k != "rationale"},
             result=result.to_json()))
 
     def rewrite_results(self, rows: list[dict[str, Any]]) -> None:

@@ -1,0 +1,97 @@
+"""What a proposer is told when it is asked for a candidate: one ProposalContext.
+
+The search engine builds one per expansion (search/engine.py), at the moment the
+proposer is called, so that it holds every result in so far: the task's facts, the
+machine's (measured in the baseline worker), the parent with its source, result and
+files, the lineage, the failures not to repeat, the analyst's last word, and the budget.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kernforge.evaluate import EvalResult
+from kernforge.propose import Failure, Proposal
+from kernforge.tasks import KernelTask
+
+ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4, "int16": 2,
+            "int8": 1, "uint8": 1, "bool": 1, "float8_e4m3fn": 1, "float8_e5m2": 1}
+
+
+@dataclass
+class TaskFacts:
+    op: str
+    schema: str  # the ATen schema: argument names, types, defaults, aliasing
+    inputs: list[dict[str, Any]]  # per tensor argument: position, shape, dtype, stride
+    scalars: list[Any]  # the non-tensor arguments, as the op is called with them
+    outputs: list[dict[str, Any]]  # shape, dtype, stride of each output
+    bytes_moved: int  # every input read once and every output written once: the memory floor
+    share: float  # of the model's time
+    eager_p50_ms: float | None
+    compile_p50_ms: float | None
+
+    def floor_ms(self, bandwidth_gb_s: float | None) -> float | None:
+        """The time to move bytes_moved at the measured bandwidth: no memory-bound kernel beats it."""
+        if not bandwidth_gb_s:
+            return None
+        return self.bytes_moved / (bandwidth_gb_s * 1e9) * 1e3
+
+
+@dataclass
+class Attempt:
+    """An evaluated candidate, as a proposer sees it."""
+
+    node_id: str
+    parent_id: str | None
+    proposal: Proposal
+    result: EvalResult
+    files: Path | None = None  # its node folder: the log, the build (registers, spills)
+
+    @property
+    def speedup(self) -> float | None:
+        return self.result.speedup_vs_eager if self.result.ok else None
+
+
+@dataclass
+class ProposalContext:
+    task: KernelTask
+    backend: str
+    facts: TaskFacts
+    hardware: dict[str, Any]  # evaluate/hardware.py's facts: device, bandwidth, caches
+    parent: Attempt | None  # the node to expand; None: a first candidate
+    lineage: list[Attempt] = field(default_factory=list)  # the parent's ancestors, root first, parent last
+    best: Attempt | None = None  # the fastest correct candidate so far
+    recent: list[Attempt] = field(default_factory=list)  # the last few finished, newest last
+    tried: list[Proposal] = field(default_factory=list)  # every proposal so far, pending ones included
+    failures: list[Failure] = field(default_factory=list)
+    advice: dict[str, Any] = field(default_factory=dict)  # the analyst's last recommendation on this lineage
+    candidates_left: int = 0  # the task's search budget still to spend
+    repair_depth: int = 0  # failed candidates in a row ending at the parent
+
+
+def task_facts(task: KernelTask, eager_p50_ms: float | None, compile_p50_ms: float | None) -> TaskFacts:
+    from kernforge.tasks import resolve_op
+
+    inputs, scalars = [], []
+    for position, arg in enumerate(task.args):
+        if isinstance(arg, dict) and "shape" in arg:
+            inputs.append({"position": position, **{k: arg[k] for k in ("shape", "dtype", "stride") if k in arg}})
+        else:
+            scalars.append(arg)
+    outputs = [{k: o[k] for k in ("shape", "dtype", "stride") if k in o} for o in task.outputs]
+    moved = sum(_bytes(t) for t in inputs) + sum(_bytes(o) for o in outputs)
+    try:
+        schema = str(resolve_op(task.op)._schema)
+    except (AttributeError, RuntimeError, ValueError):
+        schema = task.op
+    return TaskFacts(op=task.op, schema=schema, inputs=inputs, scalars=scalars, outputs=outputs,
+                     bytes_moved=moved, share=task.share, eager_p50_ms=eager_p50_ms, compile_p50_ms=compile_p50_ms)
+
+
+def _bytes(meta: dict[str, Any]) -> int:
+    if "shape" not in meta:
+        return 0
+    return math.prod(meta["shape"]) * ITEMSIZE.get(str(meta.get("dtype", "")).replace("torch.", ""), 4)
