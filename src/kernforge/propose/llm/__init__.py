@@ -1,0 +1,1 @@
+"""llm: the LLM proposer, its agents and the providers that talk to the user's LLM."""
