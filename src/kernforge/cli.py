@@ -22,6 +22,12 @@ EXAMPLES = """
 
   kernforge optimize my_model.py --backend triton --top-k 3 --json
 
+  kernforge optimize my_model.py --proposer mixed --llm anthropic:claude-sonnet-4-5 --llm-max-usd 20
+
+  kernforge optimize my_model.py --proposer llm --llm http://localhost:8000/v1 --llm-model qwen2.5-coder-32b
+
+  kernforge add runs/20261129-120000-attention t0-softmax my_softmax.py
+
   kernforge profile mypkg.models:build_resnet
 
   kernforge eval example:attention my_softmax.py --backend triton --op aten::_softmax.default
@@ -74,7 +80,31 @@ def optimize(
     spec: str | None = typer.Argument(None, help=SPEC_HELP + " (not with --resume)"),
     backend: str = typer.Option("auto", help="auto (triton on a GPU, else cpu), cpu (C + OpenMP) or "
                                              "triton (GPU; TRITON_INTERPRET=1 checks it on a CPU, untimed)"),
-    proposer: str = typer.Option("builtin", help="where candidates come from: builtin (templates, no LLM)"),
+    proposer: str = typer.Option("builtin", help="where candidates come from: builtin (templates, no LLM), "
+                                                  "llm (a kernel generator and a performance analyst on --llm), "
+                                                  "or mixed (builtin moves where a template exists, the LLM for "
+                                                  "rewrites and for every op no template knows)"),
+    llm: str = typer.Option("", "--llm", envvar="KERNFORGE_LLM",
+                            help="the LLM for --proposer llm|mixed: openai:MODEL (OPENAI_API_KEY), "
+                                 "anthropic:MODEL (ANTHROPIC_API_KEY), or an OpenAI-compatible server "
+                                 "http://HOST:PORT/v1 (vLLM, Ollama, llama.cpp; KERNFORGE_LLM_API_KEY if it "
+                                 "wants one)"),
+    llm_model: str = typer.Option("", "--llm-model", envvar="KERNFORGE_LLM_MODEL",
+                                  help="the model, where --llm is a URL (or to override it)"),
+    llm_max_tokens: int = typer.Option(0, "--llm-max-tokens", min=0,
+                                       help="the run's token budget, every LLM call together (0: none); when "
+                                            "spent, what is in flight finishes and the run ends cleanly"),
+    llm_max_usd: float = typer.Option(0.0, "--llm-max-usd", min=0.0,
+                                      help="the run's money budget in USD (0: none), priced by --llm-prices"),
+    llm_prices: Path | None = typer.Option(None, "--llm-prices", envvar="KERNFORGE_LLM_PRICES",
+                                           help='a JSON file of prices per model, {"MODEL": {"input_per_mtok": '
+                                                '1.0, "output_per_mtok": 2.0}}, over the built-in list prices'),
+    llm_repairs: int = typer.Option(3, "--llm-repairs", min=0,
+                                    help="failed candidates in a row the generator repairs from their messages"),
+    llm_timeout: float = typer.Option(180.0, "--llm-timeout", min=0.1, help="seconds one LLM request may take"),
+    llm_retries: int = typer.Option(4, "--llm-retries", min=0,
+                                    help="more attempts for a request that got a 429, a 5xx or no answer in "
+                                         "time, with back-off (honouring Retry-After)"),
     strategy: str = typer.Option("mcts", help="search strategy: mcts (Monte Carlo Tree Search over many "
                                               "paths) or greedy (keep an improvement, revert a loss)"),
     iterations: int = typer.Option(10, min=1, help="candidates evaluated per op: the search budget"),
@@ -109,6 +139,7 @@ def optimize(
     """Profile the model, pick its K hottest ops, search faster kernels for each, print the result."""
     from kernforge.optimize import OptimizeOptions, summary
     from kernforge.optimize import optimize as run_optimize
+    from kernforge.propose import ProposerOptions
     from kernforge.optimize import resume as run_resume
     from kernforge.report import profile_table, results_table
 
@@ -124,7 +155,11 @@ def optimize(
                                candidate_timeout_s=timeout, compile=compile_peer, parallel=parallel,
                                executor=executor, gpus=gpus, ray_address=ray_address, finalists=finalists,
                                apply=apply,
-                               model=_model_options(batch_size, seq_len, resolution, dtype, scale, attention))
+                               model=_model_options(batch_size, seq_len, resolution, dtype, scale, attention),
+                               llm=ProposerOptions(llm=llm, llm_model=llm_model, max_tokens=llm_max_tokens,
+                                                   max_usd=llm_max_usd, prices=str(llm_prices or ""),
+                                                   repairs=llm_repairs, timeout_s=llm_timeout,
+                                                   retries=llm_retries))
         with _progress(quiet=as_json) as on_event:
             result = run_optimize(opts, on_event)
     opts = result.options
@@ -141,8 +176,16 @@ def optimize(
     out.print(results_table(data["tasks"], title=f"{result.backend} backend on {result.device}, "
                                                  f"{opts.strategy}, {opts.iterations} iterations per op, "
                                                  f"{result.wall_s:.0f} s"))
+    _print_llm_usage(data.get("llm"))
     _print_end_to_end(data.get("end_to_end"))
     out.print(f"run folder: {result.run_dir}")
+
+
+def _print_llm_usage(usage: dict[str, Any] | None) -> None:
+    if usage:
+        out.print(f"LLM {usage['model']}: {usage['calls']} calls, {usage['prompt_tokens']:,} prompt + "
+                  f"{usage['completion_tokens']:,} completion tokens, ${usage['cost_usd']:.4f}, "
+                  f"{usage['latency_s']:.0f} s waiting on replies", markup=False, highlight=False)
 
 
 def _print_end_to_end(report: dict[str, Any] | None) -> None:
@@ -231,6 +274,41 @@ def eval_command(
     else:
         out.print(eval_report(report), markup=False, highlight=False)
     if report["result"]["status"] != "ok":
+        raise typer.Exit(1)
+
+
+@app.command("add", epilog=EXAMPLES)
+def add_command(
+    run: str = typer.Argument(..., help="a run folder, or its name under --runs-dir"),
+    task: str = typer.Argument(..., help="the task's id (kernforge show RUN lists them)"),
+    kernel_file: Path = KERNEL_FILE,
+    parent: str | None = typer.Option(None, "--parent", help="the node it varies, for the tree (default: none)"),
+    runs_dir: Path = RUNS_DIR,
+    timeout: float = typer.Option(120.0, min=1.0, help="seconds the candidate may take: build, checks, timing"),
+    as_json: bool = typer.Option(False, "--json", help="print the node's result as JSON"),
+) -> None:
+    """Add a hand-written kernel to a run's task: a node of its tree, evaluated like any other."""
+    from kernforge.report import eval_report
+    from kernforge.search.add import add_candidate
+
+    root = Path(run) if Path(run).is_dir() else runs_dir / run
+    added = add_candidate(root, task, kernel_file, parent, timeout)
+    node, best = added.node, added.outcome.best
+    final = node.final
+    if as_json:
+        print(json.dumps({"task": task, "node": node.node_id, "parent": node.parent_id, "kept": node.kept,
+                          "result": node.result.to_json(),
+                          "confirmed": node.confirmed.to_json() if node.confirmed else None,
+                          "best_node": best.node_id if best else None}, indent=1))
+    else:
+        t, baseline = added.outcome.task, added.outcome.baseline
+        out.print(eval_report({"op": t.op, "shape": t.shape_text, "dtype": t.dtype_text, "share": t.share,
+                               "backend": added.backend, "device": added.device, "result": final.to_json(),
+                               "input_sets": baseline.labels, "eager_errors": baseline.eager_errors,
+                               "compiled": {}, "run_dir": str(root)}), markup=False, highlight=False)
+        winner = f"the task's winner is now {best.node_id}" if best else "the task has no winner"
+        out.print(f"added {node.node_id} to {task}: {final.status}; {winner}", markup=False, highlight=False)
+    if final.status != "ok":
         raise typer.Exit(1)
 
 

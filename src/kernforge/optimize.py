@@ -23,7 +23,7 @@ from kernforge.capture import Capture, OpProfile, capture_model
 from kernforge.errors import UserError
 from kernforge.evaluate.executors import make_executor, preflight
 from kernforge.models import ModelOptions, load_model, run_forward
-from kernforge.propose import get_proposer
+from kernforge.propose import ProposerOptions, Usage, get_proposer
 from kernforge.search import Node, TaskOutcome, get_strategy, search_task
 from kernforge.search.engine import FINALISTS, row_of
 from kernforge.store import RUN_FORMAT, RunStore
@@ -48,6 +48,7 @@ class OptimizeOptions:
     ray_address: str = "local"  # ray executor: a cluster address, or "local" to start one here
     finalists: int = FINALISTS  # the best candidates evaluated again, one at a time, at a task's end
     apply: bool = True  # at the end, install the winners into the model and measure it end to end
+    llm: ProposerOptions = field(default_factory=ProposerOptions)  # --proposer llm | mixed
 
 
 @dataclass
@@ -61,6 +62,7 @@ class OptimizeResult:
     skipped: list[tuple[OpProfile, str]] = field(default_factory=list)
     wall_s: float = 0.0
     end_to_end: dict[str, Any] | None = None  # integrate.apply's report, or {"error": why}
+    llm_usage: Usage | None = None  # what the run's LLM calls cost, resumed parts included
 
 
 # Progress events: ("captured", capture), ("task_start", task, iterations),
@@ -120,8 +122,9 @@ def parallelism(choice: int, device: str) -> int:
 
 def optimize(opts: OptimizeOptions, on_event: OnEvent = lambda *a: None) -> OptimizeResult:
     started = time.perf_counter()
-    proposer = get_proposer(opts.proposer)
+    proposer = get_proposer(opts.proposer, opts.llm)
     get_strategy(opts.strategy)  # an unknown name fails before anything runs
+    proposer.check()  # a bad endpoint, key or model: one line now, not a failure at night
     compile_modes(opts.compile, "cpu")
     parallelism(opts.parallel, "cpu")
     preflight(opts.executor, opts.ray_address)
@@ -151,7 +154,8 @@ def resume(run_dir: Path, on_event: OnEvent = lambda *a: None) -> OptimizeResult
     store = RunStore(run_dir)
     config = store.read_json("config.json")
     opts = options_from_config(config)
-    proposer = get_proposer(opts.proposer)
+    proposer = get_proposer(opts.proposer, opts.llm, llm_spent(store))
+    proposer.check()
     backend = choose_backend(config["resolved_backend"], torch.cuda.is_available())
     device = config["device"]
     if device == "cuda" and not torch.cuda.is_available():
@@ -184,6 +188,10 @@ def _search_all(opts: OptimizeOptions, result: OptimizeResult, store: RunStore, 
                              opts.ray_address)
     try:
         for task in tasks:
+            spent = budget_exhausted(proposer)
+            if spent:  # the run ends cleanly: what was found stands, the rest is said
+                result.outcomes.append(TaskOutcome(task=task, baseline=None, error=spent))
+                continue
             on_event("task_start", task, opts.iterations)
             outcome = search_task(task, store, backend, device, proposer, get_strategy(opts.strategy),
                                   opts.iterations, opts.candidate_timeout_s,
@@ -196,6 +204,8 @@ def _search_all(opts: OptimizeOptions, result: OptimizeResult, store: RunStore, 
     finally:
         executor.close()
     result.wall_s = time.perf_counter() - started
+    if opts.proposer != "builtin":
+        result.llm_usage = llm_spent(store)
     store.write_json("summary.json", summary(result))
     if opts.apply:
         result.end_to_end = _apply(store.root, on_event, device == "cuda" or opts.compile not in ("auto", "none"))
@@ -228,7 +238,24 @@ def options_from_config(config: dict[str, Any]) -> OptimizeOptions:
     fields = {k: v for k, v in config.items() if k in OptimizeOptions.__dataclass_fields__}
     fields["runs_dir"] = Path(fields.get("runs_dir", "runs"))
     fields["model"] = ModelOptions(**fields.get("model", {}))
+    fields["llm"] = ProposerOptions(**fields.get("llm", {}))
     return OptimizeOptions(**fields)
+
+
+def budget_exhausted(proposer: Any) -> str | None:
+    """Why the proposer can start nothing more in this run (an LLM budget spent), or None."""
+    check = getattr(proposer, "budget_exhausted", None)
+    return check() if check else None
+
+
+def llm_spent(store: RunStore) -> Usage:
+    """What a run's LLM calls cost so far, from its events: every proposal that came and every
+    one that did not carries its usage, so a resumed run's budget goes on where it stopped."""
+    total = Usage()
+    for event in store.events():
+        if event["kind"] in ("node_start", "no_proposal") and event.get("usage"):
+            total = total + Usage.from_json(event["usage"])
+    return total
 
 
 def _finished_outcome(store: RunStore, task: Any, nodes: list[Node]) -> TaskOutcome:
@@ -249,6 +276,7 @@ def summary(result: OptimizeResult) -> dict[str, Any]:
         "tasks": [task_row(o) for o in result.outcomes],
         "skipped": [{"op": p.op, "signature": p.signature, "share": p.share, "reason": why}
                     for p, why in result.skipped],
+        **({"llm": {"model": result.options.llm.llm, **asdict(result.llm_usage)}} if result.llm_usage else {}),
         **({"end_to_end": result.end_to_end} if result.end_to_end is not None else {}),
     }
 
@@ -281,6 +309,7 @@ def task_row(outcome: TaskOutcome) -> dict[str, Any]:
         "correct": len(outcome.correct),
         "status_counts": outcome.status_counts(),
         "error": outcome.error,
+        "stopped": outcome.stopped,
     }
 
 
@@ -302,8 +331,8 @@ def _verdict(outcome: TaskOutcome, best: Node | None, timed: bool) -> str:
         verdict = "correct kernel found (interpreter: not timed)"
     else:
         verdict = "no faster kernel found"
-    note = outcome.task.inputs_note
-    return f"{verdict}; {note}" if note else verdict
+    notes = [n for n in (outcome.task.inputs_note, f"stopped early: {outcome.stopped}" if outcome.stopped else "") if n]
+    return "; ".join([verdict, *notes])
 
 
 def _commonest_failure(outcome: TaskOutcome) -> str:

@@ -205,24 +205,12 @@ def search_task(
                        eager_p50_ms=baseline.eager.p50_ms if baseline.eager else None,
                        resumed_nodes=len(previous or []))
     outcome = TaskOutcome(task=task, baseline=baseline, nodes=list(previous or []))
-    search = _Search(task, store, backend, device, proposer, outcome, executor, candidate_timeout_s,
+    search = TaskJobs(task, store, backend, device, proposer, outcome, executor, candidate_timeout_s,
                      task_path, reference_path, on_node)
     ctx = SearchContext(task=task, iterations=iterations, propose=search.propose, start=search.start,
                         wait_any=search.wait_any, parallel=search.in_flight, inline=proposer.inline,
                         repairs=proposer.repairs, previous=list(outcome.nodes), evaluated=len(outcome.nodes))
     search.ctx = ctx
-
-    def confirm(node: Node) -> None:
-        node_dir = store.node_dir(task.task_id, node.node_id)
-        out_dir = node_dir / "confirm"
-        out_dir.mkdir(parents=True, exist_ok=True)
-        node.confirmed = evaluate_candidate(task_path, reference_path, node_dir / f"candidate{backend.source_suffix}",
-                                            backend.name, device, out_dir, candidate_timeout_s, executor)
-        store.write_json(f"tasks/{task.task_id}/nodes/{node.node_id}/confirm.json", node.confirmed.to_json())
-        store.append_event("confirm", task=task.task_id, node=node.node_id, status=node.confirmed.status,
-                           reason=node.confirmed.reason[:300], speedup_vs_eager=node.confirmed.speedup_vs_eager,
-                           search_speedup_vs_eager=node.result.speedup_vs_eager)
-        on_confirm(outcome, node)
 
     try:
         strategy.run(ctx)
@@ -231,7 +219,8 @@ def search_task(
             store.append_event("search_stopped", task=task.task_id, reason=ctx.stopped)
         for node in pick_finalists(outcome.nodes, finalists):
             if node.confirmed is None:  # a resumed task keeps the re-evaluations it finished
-                confirm(node)
+                search.confirm(node)
+                on_confirm(outcome, node)
         store.db.set_task_state(task.task_id, "done")
     finally:
         # on an error or a kill, the candidates still running are lost (a resume redoes them);
@@ -251,7 +240,7 @@ THINKING_PER_WORKER = 2
 RECENT = 6  # finished attempts a proposer sees besides the lineage and the best
 
 
-class _Search:
+class TaskJobs:
     """One task's jobs: asking the proposer (inline, or on a job's thread), evaluating in a
     worker, and recording each node on the strategy's thread as soon as it is done, so that a
     kill loses only the candidates still running."""
@@ -382,7 +371,7 @@ class _Search:
 
     def no_proposal(self, outcome: NoProposal) -> None:
         """Kept like a node's files, so that a reader sees what an agent said when no candidate came."""
-        entry = {"kind": outcome.kind, "reason": outcome.reason, "usage": asdict(outcome.usage)}
+        entry = {"policy": outcome.kind, "reason": outcome.reason, "usage": asdict(outcome.usage)}
         if outcome.transcript:
             name = f"p{self.next_failed:04d}"
             self.next_failed += 1
@@ -414,6 +403,20 @@ class _Search:
         if node.kept:
             store.commit_kept(task.task_id, node.proposal.source, self.backend.source_suffix, _commit_message(node))
         self.on_node(outcome, node)
+
+    def confirm(self, node: Node) -> None:
+        """A finalist evaluated again, with nothing else running: the result that counts."""
+        store, task_id = self.store, self.task.task_id
+        node_dir = store.node_dir(task_id, node.node_id)
+        out_dir = node_dir / "confirm"
+        out_dir.mkdir(parents=True, exist_ok=True)
+        node.confirmed = evaluate_candidate(self.task_path, self.reference_path,
+                                            node_dir / f"candidate{self.backend.source_suffix}", self.backend.name,
+                                            self.device, out_dir, self.timeout_s, self.executor)
+        store.write_json(f"tasks/{task_id}/nodes/{node.node_id}/confirm.json", node.confirmed.to_json())
+        store.append_event("confirm", task=task_id, node=node.node_id, status=node.confirmed.status,
+                           reason=node.confirmed.reason[:300], speedup_vs_eager=node.confirmed.speedup_vs_eager,
+                           search_speedup_vs_eager=node.result.speedup_vs_eager)
 
     def close(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)

@@ -1,0 +1,74 @@
+"""The candidate file in an LLM's reply, whatever shape the reply takes.
+
+Replies come as one fenced block, several (a kernel, then "usage" or a test), prose
+around them, a block left open where the reply hit its token limit, or bare code.
+The file is the last block in the backend's language that defines kf_forward, with
+the blocks it calls into (a kernel in one block, its launcher in the next) put
+before it; a reply without such a block has no candidate.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+# Fence tags per backend; an untagged block counts for every backend.
+LANGUAGES = {"triton": ("python", "py", "python3", "triton"), "cpu": ("c", "c11", "h"),
+             "cuda": ("cuda", "cu", "cpp", "c++", "cxx", "c")}
+_FENCE = re.compile(r"^(```|~~~)[ \t]*([\w+.-]*)[^\n]*\n(.*?)^\1[ \t]*$", re.S | re.M)
+_OPEN_FENCE = re.compile(r"^(```|~~~)[ \t]*([\w+.-]*)[^\n]*\n", re.M)
+_DEFINES = {"triton": r"^\s*def\s+(\w+)\s*\(", "cpu": r"^[\w\s\*]*?\b(\w+)\s*\([^;{]*\)\s*\{",
+            "cuda": r"^[\w\s\*<>:]*?\b(\w+)\s*\([^;{]*\)\s*\{"}
+
+
+@dataclass
+class Extracted:
+    source: str | None
+    why_not: str = ""  # when there is no source: what the reply held instead
+    idea: str = ""  # the reply's own one-line account of the kernel ("Idea: ...")
+
+
+def extract_candidate(reply: str, backend: str) -> Extracted:
+    idea = _idea(reply)
+    blocks = [(tag.lower(), body) for _, tag, body in _FENCE.findall(reply)]
+    ours = [body for tag, body in blocks if not tag or tag in LANGUAGES[backend]]
+    entries = [b for b in ours if "kf_forward" in b]
+    if entries:
+        return Extracted(_with_helpers(entries[-1], [b for b in ours if "kf_forward" not in b], backend),
+                         idea=idea)
+    if not blocks and "kf_forward" in reply and _looks_like_code(reply, backend):
+        return Extracted(reply.strip() + "\n", idea=idea)
+    if _cut_off(reply):
+        return Extracted(None, "the reply was cut off inside its code block (its token limit?)", idea)
+    if blocks:
+        tags = ", ".join(sorted({t or "untagged" for t, _ in blocks}))
+        return Extracted(None, f"no code block defines kf_forward ({len(blocks)} blocks: {tags})", idea)
+    return Extracted(None, "the reply held no code block", idea)
+
+
+def _with_helpers(entry: str, others: list[str], backend: str) -> str:
+    """The entry block, after the other blocks that define a name it uses and it does not define."""
+    own = set(re.findall(_DEFINES[backend], entry, re.M))
+    needed = [b for b in others
+              if any(name not in own and re.search(rf"\b{name}\b", entry)
+                     for name in re.findall(_DEFINES[backend], b, re.M))]
+    return "\n\n".join([*needed, entry]).strip() + "\n"
+
+
+def _looks_like_code(text: str, backend: str) -> bool:
+    if backend == "triton":
+        return bool(re.search(r"^\s*(import|from)\s+\w+", text, re.M)) and "def kf_forward" in text
+    return "#include" in text
+
+
+def _cut_off(reply: str) -> bool:
+    return len(_OPEN_FENCE.findall(reply)) > 2 * len(_FENCE.findall(reply))
+
+
+def _idea(reply: str) -> str:
+    match = re.search(r"^\W*idea\W*:?\**\s*(.+)$", reply, re.I | re.M)
+    if match:
+        return match.group(1).strip()[:300]
+    prose = next((line.strip() for line in reply.splitlines()
+                  if line.strip() and not line.lstrip().startswith(("```", "~~~"))), "")
+    return prose[:300]
