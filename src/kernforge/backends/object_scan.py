@@ -155,8 +155,17 @@ def _symbols(dump: str) -> list[tuple[str, str, str]]:
 def _undefined(symbols: list[tuple[str, str, str]], language: str) -> list[ObjectFinding]:
     reason = ("calls or reads code outside the kernel that no kernel needs (only libm, memcpy/memset, "
               "malloc/free, the OpenMP and, for CUDA, the CUDA runtime's launch calls are allowed)")
-    return [ObjectFinding("undefined-symbol", name, reason) for name, _, section in symbols
-            if section == "*UND*" and not _ALLOWED[language].fullmatch(name)]
+    return [ObjectFinding("undefined-symbol", name, _why_undefined(name, language, reason))
+            for name, _, section in symbols if section == "*UND*" and not _ALLOWED[language].fullmatch(name)]
+
+
+def _why_undefined(name: str, language: str, reason: str) -> str:
+    """The common honest cause, where there is one: nvcc gives every non-static __device__ function a
+    host stub that calls exit (seen on the H200 with nvcc 13: bench/results/h200/issue17)."""
+    if language == "cuda" and name == "exit":
+        return reason + "; a non-static __device__ function gets a host stub that calls exit: declare " \
+                        "device helpers static __device__ (or __forceinline__)"
+    return reason
 
 
 def _instructions(dump: str) -> list[ObjectFinding]:

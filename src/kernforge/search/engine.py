@@ -151,9 +151,10 @@ class SearchContext:
         return self.iterations - self.evaluated - self.running
 
     def wants_repair(self, node: Node) -> bool:
-        """A failed LLM candidate whose messages can guide a fix, fewer than `repairs` in a row."""
+        """A failed LLM candidate whose messages can guide a fix, while the line has had at most
+        `repairs` repairs in a row (its repair_depth counts the failed nodes ending at it)."""
         return (self.repairs > 0 and node.result.status in REPAIRABLE and node.proposal.origin == "llm"
-                and node.repair_depth < self.repairs)
+                and node.repair_depth <= self.repairs)
 
     def _note(self, outcome: NoProposal) -> None:
         if outcome.kind == "budget":

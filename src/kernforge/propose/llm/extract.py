@@ -32,14 +32,14 @@ def extract_candidate(reply: str, backend: str) -> Extracted:
     idea = _idea(reply)
     blocks = [(tag.lower(), body) for _, tag, body in _FENCE.findall(reply)]
     ours = [body for tag, body in blocks if not tag or tag in LANGUAGES[backend]]
-    entries = [b for b in ours if "kf_forward" in b]
+    entries = [b for b in ours if _defines_entry(b, backend)]
     if entries:
-        return Extracted(_with_helpers(entries[-1], [b for b in ours if "kf_forward" not in b], backend),
+        return Extracted(_with_helpers(entries[-1], [b for b in ours if b is not entries[-1]], backend),
                          idea=idea)
-    if not blocks and "kf_forward" in reply and _looks_like_code(reply, backend):
-        return Extracted(reply.strip() + "\n", idea=idea)
     if _cut_off(reply):
         return Extracted(None, "the reply was cut off inside its code block (its token limit?)", idea)
+    if not blocks and _defines_entry(reply, backend):
+        return Extracted(reply.strip() + "\n", idea=idea)
     if blocks:
         tags = ", ".join(sorted({t or "untagged" for t, _ in blocks}))
         return Extracted(None, f"no code block defines kf_forward ({len(blocks)} blocks: {tags})", idea)
@@ -55,10 +55,11 @@ def _with_helpers(entry: str, others: list[str], backend: str) -> str:
     return "\n\n".join([*needed, entry]).strip() + "\n"
 
 
-def _looks_like_code(text: str, backend: str) -> bool:
+def _defines_entry(text: str, backend: str) -> bool:
+    """Whether the text defines kf_forward (a call of it, in a usage note, does not count)."""
     if backend == "triton":
-        return bool(re.search(r"^\s*(import|from)\s+\w+", text, re.M)) and "def kf_forward" in text
-    return "#include" in text
+        return bool(re.search(r"^\s*def\s+kf_forward\s*\(", text, re.M))
+    return bool(re.search(r"\bkf_forward\s*\([^;{]*\)\s*\{", text))
 
 
 def _cut_off(reply: str) -> bool:

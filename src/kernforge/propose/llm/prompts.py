@@ -42,7 +42,9 @@ declares the kf_tensor struct exactly as in the example and defines
 `in` holds the op's tensor arguments in order, `out` the outputs, already allocated on the GPU with
 the op's shapes, dtypes and strides (data are device pointers; filled with NaN before each call:
 write every element). Non-tensor arguments are fixed for this task: bake them in. Launch your
-kernels on the default stream and do not synchronize; return 0 (non-zero: cannot handle this).""",
+kernels on the default stream and do not synchronize; return 0 (non-zero: cannot handle this).
+Declare device helpers `static __device__`: nvcc gives a non-static one a host stub that calls
+exit(), which the object scan rejects.""",
 }
 
 SCAN_RULES = {
@@ -91,15 +93,15 @@ typedef struct {
 
 #define THREADS 256
 
-__device__ float warp_max(float v) {
+static __device__ float warp_max(float v) {
     for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffff, v, o));
     return v;
 }
-__device__ float warp_sum(float v) {
+static __device__ float warp_sum(float v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffff, v, o);
     return v;
 }
-__device__ float block_reduce(float v, bool is_max) {
+static __device__ float block_reduce(float v, bool is_max) {
     __shared__ float part[THREADS / 32];
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     v = is_max ? warp_max(v) : warp_sum(v);
@@ -235,7 +237,7 @@ def _call_args(facts: TaskFacts, args: list[Any]) -> str:
 def _value(value: Any) -> str:
     if isinstance(value, dict) and "shape" in value:
         return "<tensor>"
-    return json.dumps(value) if not isinstance(value, str) else repr(value)
+    return repr(value)  # as Python spells it: the reference call is Python
 
 
 def _hardware_section(hw: dict[str, Any], facts: TaskFacts) -> str:
@@ -351,7 +353,7 @@ def analyst_prompt(ctx: ProposalContext, build_report: str) -> str:
                      + (f" of the measured {ctx.hardware['bandwidth_gb_s']:.0f} GB/s" if ctx.hardware.get("bandwidth_gb_s") else ""))
         floor = facts.floor_ms(ctx.hardware.get("bandwidth_gb_s"))
         if floor:
-            lines.append(f"The memory floor: {floor:.4f} ms; the candidate is {r.timing.p50_ms / floor:.1f}x the floor.")
+            lines.append(f"The memory floor: {floor:.4f} ms; the candidate is {r.timing.p50_ms / floor:.2f}x the floor.")
     if facts.compile_p50_ms:
         lines.append(f"torch.compile takes {facts.compile_p50_ms:.4f} ms on this op.")
     lines.append("## Build report\n" + (build_report or "none (no GPU build tools, or a CPU build)"))
