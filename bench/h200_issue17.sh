@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue 17 on the H200: the llm proposer against a scripted OpenAI-compatible endpoint on loopback
 # (no real LLM is reachable from the GPU machine), and the CUDA worked example the generator is shown.
-#   bash bench/h200_issue17.sh        (carry .whl: the openai client's wheels for Python 3.12 in .whl/llm)
+#   bash bench/h200_issue17.sh [llm|mixed]   (carry .whl: the openai client's wheels for Python 3.12 in .whl/llm)
+# llm (the default) also evaluates the CUDA example; mixed writes under $OUT/mixed.
 # Writes $OUT/: gpu.txt, the scripted run's prompts.json, summary.json, tree.tsv, build_report.txt,
 # optimize.log, and cuda_example.txt (kernforge eval of the CUDA example on the same softmax).
 set -uo pipefail
@@ -16,6 +17,13 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --tar
 export PYTHONPATH=src:/tmp/site
 python3 -c "import openai; print('openai', openai.__version__)" | tee -a "$out/gpu.txt"
 
+mode=${1:-llm}
+if [ "$mode" = mixed ]; then
+  timeout 500 python3 bench/scripted_llm_run.py "$out/mixed" --proposer mixed --iterations "${ITERATIONS:-10}" 2>&1 \
+    | tee "$out/mixed-run.txt" | tail -30
+  echo "scripted mixed run: exit ${PIPESTATUS[0]}" | tee -a "$out/gpu.txt"
+  exit 0
+fi
 timeout 420 python3 bench/scripted_llm_run.py "$out" --iterations "${ITERATIONS:-10}" 2>&1 | tee "$out/run.txt" | tail -30
 echo "scripted run: exit ${PIPESTATUS[0]}" | tee -a "$out/gpu.txt"
 
@@ -24,7 +32,7 @@ import sys; sys.path.insert(0, "src")
 from kernforge.propose.llm.prompts import CUDA_EXAMPLE
 print(CUDA_EXAMPLE)
 PY
-timeout 150 python3 -m kernforge eval "$out/softmax_scores.py" /tmp/cuda_example.cu --backend cuda \
+timeout 150 python3 -m kernforge eval /tmp/kf-issue17-model/softmax_scores.py /tmp/cuda_example.cu --backend cuda \
   --op aten::_softmax.default --runs-dir /tmp/kf-issue17-eval > "$out/cuda_example.txt" 2>&1
 echo "cuda example: exit $?" | tee -a "$out/gpu.txt"
 tail -12 "$out/cuda_example.txt"

@@ -9,7 +9,8 @@ blocks), a repair of whatever failed, and for each improvement the next of a cyc
 variants: one that does not build, one that is wrong, one that cheats (torch computes
 the softmax), and honest variants (warps, exp2).
 
-    python bench/scripted_llm_run.py OUT_DIR [--backend triton] [--iterations 8] [-- optimize options]
+    python bench/scripted_llm_run.py OUT_DIR [--backend triton] [--proposer llm|mixed] [--iterations 8]
+                                     [--shape 8,16,512,512] [-- optimize options]
 
 Writes OUT_DIR/prompts.json (every request as the server got it), OUT_DIR/summary.json,
 OUT_DIR/tree.tsv (node, parent, status, origin, speedup, rationale), OUT_DIR/optimize.log,
@@ -129,19 +130,21 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("out", type=Path)
     parser.add_argument("--backend", default="triton")
+    parser.add_argument("--proposer", default="llm", help="llm, or mixed (the built-in moves beside the LLM's)")
     parser.add_argument("--iterations", type=int, default=8)
     parser.add_argument("--shape", default="8,16,512,512", help="the scores' shape (small for the interpreter)")
     args, extra = parser.parse_known_args()
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
-    model = out / "softmax_scores.py"
+    model = Path(os.environ.get("KF_MODEL_DIR", "/tmp/kf-issue17-model")) / "softmax_scores.py"
+    model.parent.mkdir(parents=True, exist_ok=True)
     model.write_text(textwrap.dedent(MODEL).replace("SHAPE", f"({args.shape})"))
     runs = Path(os.environ.get("KF_RUNS", "/tmp/kf-issue17-runs"))
     state = {"turn": 0, "repairs": 0}
     key = "sk-scripted-not-a-real-key"
     with FakeLLM("openai", reply(state), key=key) as llm:
         command = [sys.executable, "-m", "kernforge", "optimize", str(model), "--backend", args.backend,
-                   "--proposer", "llm", "--llm", llm.url, "--llm-model", "fake-coder", "--top-k", "1",
+                   "--proposer", args.proposer, "--llm", llm.url, "--llm-model", "fake-coder", "--top-k", "1",
                    "--iterations", str(args.iterations), "--finalists", "2", "--runs-dir", str(runs),
                    "--no-apply", "--json", *[a for a in extra if a != "--"]]
         env = {**os.environ, "KERNFORGE_LLM_API_KEY": key, "PYTHONPATH": os.pathsep.join(

@@ -393,8 +393,10 @@ def show(
             r = node.result
             speed = f"{r.speedup_vs_eager:.2f}x" if r.speedup_vs_eager else "-"
             why = f"  {' '.join(r.reason.split())[:100]}" if r.reason else ""
-            out.print(f"{task.task.task_id} {node.node_id} <- {node.parent_id or '-':5} {r.status:13} {speed:>7} "
-                      f"{'kept' if node.kept else '    '}{why}", markup=False, highlight=False)
+            out.print(f"{task.task.task_id} {node.node_id} <- {node.parent_id or '-':5} {node.proposal.origin:7} "
+                      f"{r.status:13} {speed:>7} {'kept' if node.kept else '    '}{why}", markup=False, highlight=False)
+    if data and data.get("llm"):
+        _print_llm_usage(data["llm"])
     out.print(f"run folder: {root}")
 
 

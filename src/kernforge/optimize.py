@@ -242,6 +242,10 @@ def options_from_config(config: dict[str, Any]) -> OptimizeOptions:
     return OptimizeOptions(**fields)
 
 
+def _llm_label(options: ProposerOptions) -> str:
+    return " ".join(part for part in (options.llm, options.llm_model) if part)
+
+
 def budget_exhausted(proposer: Any) -> str | None:
     """Why the proposer can start nothing more in this run (an LLM budget spent), or None."""
     check = getattr(proposer, "budget_exhausted", None)
@@ -276,7 +280,7 @@ def summary(result: OptimizeResult) -> dict[str, Any]:
         "tasks": [task_row(o) for o in result.outcomes],
         "skipped": [{"op": p.op, "signature": p.signature, "share": p.share, "reason": why}
                     for p, why in result.skipped],
-        **({"llm": {"model": result.options.llm.llm, **asdict(result.llm_usage)}} if result.llm_usage else {}),
+        **({"llm": {"model": _llm_label(result.options.llm), **asdict(result.llm_usage)}} if result.llm_usage else {}),
         **({"end_to_end": result.end_to_end} if result.end_to_end is not None else {}),
     }
 

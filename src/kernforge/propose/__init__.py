@@ -170,6 +170,9 @@ def get_proposer(name: str, options: ProposerOptions | None = None, spent: Usage
     if name not in REGISTRY:
         raise UserError(f"unknown proposer '{name}'; choose one of: {', '.join(REGISTRY)}")
     options = options or ProposerOptions()
+    if "@" in options.llm.split("://", 1)[-1].split("/", 1)[0]:
+        raise UserError("--llm holds credentials in its URL, which would be written to the run folder: "
+                        "put the key in KERNFORGE_LLM_API_KEY and give the URL without them")
     if name != "builtin" and not options.llm:
         raise UserError(f"--proposer {name} needs an LLM: give --llm openai:MODEL, anthropic:MODEL "
                         "or http://HOST:PORT/v1 (with --llm-model)")

@@ -472,6 +472,8 @@ def row_of(task: KernelTask, node: Node) -> dict[str, Any]:
         "eager_p50_ms": r.eager.p50_ms if r.eager else None,
         "speedup_vs_eager": r.speedup_vs_eager, "faster_than_eager": r.faster_than_eager,
         "kept": node.kept, "eval_s": r.wall_s, "rationale": node.proposal.rationale,
+        "origin": node.proposal.origin, "model": node.proposal.model,
+        "llm_tokens": node.proposal.usage.tokens, "llm_cost_usd": node.proposal.usage.cost_usd,
     }
 
 

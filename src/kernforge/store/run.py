@@ -37,7 +37,8 @@ from kernforge.store.db import NodeRecord, RunDB
 RUN_FORMAT = 1
 
 RESULT_COLUMNS = ["task", "node", "parent", "status", "failure_reason", "p50_ms", "p20_ms", "p80_ms",
-                  "eager_p50_ms", "speedup_vs_eager", "faster_than_eager", "kept", "eval_s", "rationale"]
+                  "eager_p50_ms", "speedup_vs_eager", "faster_than_eager", "kept", "eval_s", "rationale",
+                  "origin", "model", "llm_tokens", "llm_cost_usd"]
 
 
 @dataclass

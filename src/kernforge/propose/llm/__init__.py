@@ -52,6 +52,9 @@ class LLMProposer:
         self.label = provider.label
         self._advice: dict[str, dict[str, Any]] = {}  # parent node -> the analyst's recommendation
         self._advice_lock = threading.Lock()
+        # One analysis per parent: a second expansion of it in flight waits for the first's answer
+        # (on the H200, 4 workers, 2 of 3 parents were analysed twice before this).
+        self._analysing: dict[str, threading.Lock] = {}
 
     @classmethod
     def from_options(cls, options: ProposerOptions, spent: Usage) -> LLMProposer:
@@ -116,16 +119,17 @@ class LLMProposer:
         """The analyst's recommendation on the parent, asked once per parent."""
         parent = ctx.parent
         with self._advice_lock:
+            lock = self._analysing.setdefault(parent.node_id, threading.Lock())
+        with lock:
             if parent.node_id in self._advice:
                 return self._advice[parent.node_id]
-        reply = self._call("analyst", prompts.ANALYST_SYSTEM, prompts.analyst_prompt(ctx, _build_report(parent.files)),
-                           ANALYST_MAX_TOKENS, exchanges)
-        if isinstance(reply, ProviderError):
-            return {}  # the generator goes on without it; the exchange keeps the error
-        advice = prompts.parse_advice(reply)
-        with self._advice_lock:
+            reply = self._call("analyst", prompts.ANALYST_SYSTEM,
+                               prompts.analyst_prompt(ctx, _build_report(parent.files)), ANALYST_MAX_TOKENS, exchanges)
+            if isinstance(reply, ProviderError):
+                return {}  # the generator goes on without it; the exchange keeps the error
+            advice = prompts.parse_advice(reply)
             self._advice[parent.node_id] = advice
-        return advice
+            return advice
 
     def _call(self, agent: str, system: str, prompt: str, max_tokens: int,
               exchanges: list[dict[str, Any]]) -> str | ProviderError:
@@ -162,4 +166,7 @@ def _usage(exchanges: list[dict[str, Any]]) -> Usage:
 def _build_report(files: Path | None) -> str:
     from kernforge.backends.build_report import resource_usage, summarise
 
-    return summarise(resource_usage(files)) if files else ""
+    if not files:
+        return ""
+    # a finalist's folder holds its second build too (confirm/): one line per kernel configuration
+    return "\n".join(dict.fromkeys(summarise(resource_usage(files)).splitlines()))
