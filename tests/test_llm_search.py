@@ -120,9 +120,10 @@ def assert_key_never_written(folder: Path, *outputs: str) -> None:
         assert KEY not in text
 
 
-# ---------------------------------------------------------------- the whole path, OpenAI's protocol
+# ---------------------------------------------------------------- the whole path, each protocol
 
-def test_openai_search_builds_the_tree_repairs_and_keeps_transcripts(tmp_path: Path, softmax_model: Path):
+@pytest.mark.parametrize("protocol", ["openai", "anthropic"])
+def test_search_builds_the_tree_repairs_and_keeps_transcripts(tmp_path: Path, softmax_model: Path, protocol: str):
     """Greedy, one candidate at a time, so the script's order is the tree's:
     prose (no candidate) -> several blocks, broken -> its repair, correct -> (analyst) a cheat ->
     its repair, wrong -> its repair after a 429 and a 500: correct."""
@@ -134,9 +135,9 @@ def test_openai_search_builds_the_tree_repairs_and_keeps_transcripts(tmp_path: P
                Scripted(status=429, text="slow down", headers={"Retry-After": "1"}),
                Scripted(status=500, text="upstream exploded"),
                Scripted(text=fenced(CORRECT.replace("float s = 0.0f;", "float s = 0.0f; /* sum */"), "divide by s"))]
-    with FakeLLM("openai", scripted(replies), key=KEY) as llm:
+    with FakeLLM(protocol, scripted(replies), key=KEY) as llm:
         proc = optimize(llm, tmp_path / "runs", "--proposer", "llm", "--strategy", "greedy", "--iterations", "5",
-                        model=softmax_model)
+                        model=softmax_model, protocol=protocol)
         requests = list(llm.completions)
     assert proc.returncode == 0, proc.stderr[-3000:]
     folder = run_folder(tmp_path / "runs")
@@ -173,9 +174,10 @@ def test_openai_search_builds_the_tree_repairs_and_keeps_transcripts(tmp_path: P
     assert_key_never_written(folder, proc.stdout, proc.stderr)
 
 
-# ---------------------------------------------------------------- Anthropic's protocol, MCTS
+# ---------------------------------------------------------------- MCTS, budgets, resume
 
-def test_anthropic_search_with_mcts_completes_and_stops_on_its_token_budget(tmp_path: Path, softmax_model: Path):
+@pytest.mark.parametrize("protocol", ["openai", "anthropic"])
+def test_search_with_mcts_completes_and_stops_on_its_token_budget(tmp_path: Path, softmax_model: Path, protocol: str):
     """Every generator turn writes a correct, new kernel; each call is billed 1500 tokens, and the
     budget of 6000 ends the run after four calls: what is in flight finishes, the summary says why."""
     count = {"n": 0}
@@ -187,9 +189,12 @@ def test_anthropic_search_with_mcts_completes_and_stops_on_its_token_budget(tmp_
         return Scripted(text=fenced(CORRECT.replace("float s = 0.0f;", f"float s = 0.0f; /* v{count['n']} */")),
                         prompt_tokens=1000, completion_tokens=500)
 
-    with FakeLLM("anthropic", reply, key=KEY) as llm:
+    with FakeLLM(protocol, reply, key=KEY) as llm:
         proc = optimize(llm, tmp_path / "runs", "--proposer", "llm", "--iterations", "12",
-                        "--llm-max-tokens", "6000", protocol="anthropic", model=softmax_model)
+                        "--llm-max-tokens", "6000", protocol=protocol, model=softmax_model)
+        resumed = run_cli("optimize", "--resume", str(run_folder(tmp_path / "runs")), "--json",
+                          env={"KERNFORGE_LLM_API_KEY": KEY, "ANTHROPIC_API_KEY": KEY, "ANTHROPIC_BASE_URL": llm.url})
+        calls = len(llm.completions)
     assert proc.returncode == 0, proc.stderr[-3000:]
     folder = run_folder(tmp_path / "runs")
     data = json.loads(proc.stdout)
@@ -199,7 +204,13 @@ def test_anthropic_search_with_mcts_completes_and_stops_on_its_token_budget(tmp_
     assert data["llm"]["prompt_tokens"] + data["llm"]["completion_tokens"] <= 6000 + 2 * 1500  # in flight: 2 jobs
     assert (folder / "summary.json").is_file()
     assert all(origin == "llm" for *_, origin in tree(folder))
-    assert_key_never_written(folder, proc.stdout, proc.stderr)
+    transcripts = list(folder.glob("tasks/*/nodes/*/transcript.json"))
+    assert len(transcripts) == row["candidates"]
+    # a resumed run has nothing left to search and starts no call: its budget is the run's
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert json.loads(resumed.stdout)["llm"]["calls"] == data["llm"]["calls"]
+    assert calls == data["llm"]["calls"]  # every completion the server answered, none after the resume
+    assert_key_never_written(folder, proc.stdout, proc.stderr, resumed.stdout, resumed.stderr)
 
 
 # ---------------------------------------------------------------- bad replies and bad endpoints

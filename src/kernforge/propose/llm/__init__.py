@@ -71,10 +71,8 @@ class LLMProposer:
         return cls(provider, budget, price, options.repairs)
 
     def check(self) -> None:
+        """The endpoint, key and model; a budget a resumed run had spent is said per task instead."""
         self.provider.check()
-        spent = self.budget.exhausted()
-        if spent:
-            raise UserError(f"{spent}: raise --llm-max-tokens / --llm-max-usd to search further")
 
     def why_unsupported(self, task: Any, backend: str) -> str | None:
         if backend not in BACKENDS:

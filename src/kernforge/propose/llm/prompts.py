@@ -77,19 +77,9 @@ RULES = """Rules the evaluator enforces (a candidate that breaks one is rejected
 REPLY_FORMAT = """Reply with one line `Idea: ...` saying what this kernel does differently and why it should be
 faster, then the complete file in one ```{fence} block. Nothing after the block."""
 
-CUDA_EXAMPLE = r'''// Row softmax over the last dim: one block of 256 threads per row, the row read twice
-// (max and sum, then the outputs), warp shuffles for the reductions.
-#include <stdint.h>
+_CUDA_EXAMPLE_BODY = r'''// Row softmax over the last dim: one block of 256 threads per row, the row read three times
+// (its max, its sum, the outputs), warp shuffles for the reductions.
 #include <math.h>
-#define KF_MAX_DIMS 8
-enum { KF_F32 = 0, KF_F64 = 1, KF_F16 = 2, KF_BF16 = 3, KF_I32 = 4, KF_I64 = 5, KF_U8 = 6, KF_I8 = 7 };
-typedef struct {
-    void *data;
-    int64_t ndim;
-    int64_t sizes[KF_MAX_DIMS];
-    int64_t strides[KF_MAX_DIMS]; /* in elements */
-    int32_t dtype;
-} kf_tensor;
 
 #define THREADS 256
 
@@ -137,6 +127,14 @@ extern "C" int kf_forward(const kf_tensor *in, int n_in, kf_tensor *out, int n_o
 '''
 
 
+def cuda_example() -> str:
+    """The CUDA example with the kf_tensor declaration every native candidate carries (native.C_PRELUDE)."""
+    from kernforge.backends.native import C_PRELUDE
+
+    lines = _CUDA_EXAMPLE_BODY.splitlines(keepends=True)
+    return "".join(lines[:2]) + C_PRELUDE + "".join(lines[2:])
+
+
 # What the example is, said to the generator as it is: the CUDA one passed every check on the H200
 # at 8x16x512x512 float32 and ran at 0.38x eager (bench/results/h200/issue17/cuda_example.txt).
 EXAMPLE_CAPTION = {"triton": "the built-in proposer's own starting point for it",
@@ -149,7 +147,7 @@ def worked_example(backend: str) -> str:
     """A correct kernel in the backend's form: the built-in proposer's own softmax (its starting
     point for 4096 rows of 1024 float32), or for CUDA, which has no template, the one above."""
     if backend == "cuda":
-        return CUDA_EXAMPLE
+        return cuda_example()
     from kernforge.propose.templates import softmax
     from kernforge.tasks import KernelTask
 
