@@ -178,7 +178,7 @@ def generator_system(backend: str) -> str:
 def generator_prompt(ctx: ProposalContext, advice: dict[str, Any]) -> str:
     parts = [_task_section(ctx.facts, ctx.task.args), _hardware_section(ctx.hardware, ctx.facts)]
     if ctx.lineage:
-        parts.append(_lineage_section(ctx.lineage))
+        parts.append(_lineage_section(ctx.lineage, ctx.backend))
     if ctx.best and all(a.node_id != ctx.best.node_id for a in ctx.lineage):
         parts.append(f"## The fastest candidate so far ({ctx.best.node_id}, {_timing_text(ctx.best)})\n"
                      f"{ctx.best.proposal.rationale}\n{_source_block(ctx.best, ctx.backend)}")
@@ -267,11 +267,11 @@ def _hardware_section(hw: dict[str, Any], facts: TaskFacts) -> str:
     return "## The machine\n" + "\n".join(lines)
 
 
-def _lineage_section(lineage: list[Attempt]) -> str:
+def _lineage_section(lineage: list[Attempt], backend: str) -> str:
     lines = ["## The line of candidates this one descends from (oldest first)"]
     lines += [_attempt_line(a) for a in lineage]
     parent = lineage[-1]
-    lines.append(f"\nThe parent, {parent.node_id}, in full:\n{_source_block(parent, _backend_of(parent))}")
+    lines.append(f"\nThe parent, {parent.node_id}, in full:\n{_source_block(parent, backend)}")
     return "\n".join(lines)
 
 
@@ -309,13 +309,6 @@ def _source_block(a: Attempt, backend: str) -> str:
     if len(source) > SOURCE_CHARS:
         source = source[:SOURCE_CHARS] + "\n... (cut)"
     return f"```{FENCE.get(backend, '')}\n{source.rstrip()}\n```"
-
-
-def _backend_of(a: Attempt) -> str:
-    source = a.proposal.source
-    if "kf_tensor" in source:
-        return "cuda" if "__global__" in source else "cpu"
-    return "triton"
 
 
 def _advice_text(advice: dict[str, Any]) -> str:
