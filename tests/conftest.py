@@ -2,10 +2,17 @@
 
 The expensive pieces (a capture of tests/models/tiny_softmax.py, the baseline worker
 that computes its float64 oracle) are made once per session and shared read-only.
+
+Tests that start processes (a baseline or candidate worker, a search, the CLI, the Triton
+interpreter's checks) are marked `workers` here, by what they and their fixtures call, so that
+the rest runs quickly while you work:
+    .venv/bin/python -m pytest -m "not workers"
 """
 
 from __future__ import annotations
 
+import inspect
+import re
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
@@ -100,3 +107,28 @@ def evaluate_source(softmax_reference, tmp_path: Path):
                                   tmp_path / "job", timeout_s=timeout_s)
 
     return run
+
+
+# What starts a worker process, called by a test or by one of its fixtures.
+_WORKER_CALLS = re.compile(r"\b(run_cli|search_task|evaluate_candidate|evaluate_baseline|evaluate_source|optimize|"
+                           r"run_optimize|resume|apply_run|add_candidate|run_job|evaluate_file|export_run|"
+                           r"softmax_reference|run_under_interpreter|subprocess\.run|subprocess\.Popen)\(")
+
+
+def _starts_workers(item: pytest.Item) -> bool:
+    functions = [getattr(item, "function", None)]
+    functions += [d.func for defs in item._fixtureinfo.name2fixturedefs.values() for d in defs]
+    for function in functions:
+        try:
+            source = inspect.getsource(function) if function else ""
+        except (OSError, TypeError):
+            continue
+        if _WORKER_CALLS.search(source) or "softmax_reference" in inspect.signature(function).parameters:
+            return True
+    return False
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if _starts_workers(item):
+            item.add_marker(pytest.mark.workers)

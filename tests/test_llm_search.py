@@ -266,7 +266,7 @@ from torch import nn
 
 class Model(nn.Module):
     def forward(self, x):
-        return nn.functional.softplus(x) * 2.0
+        return nn.functional.softplus(x)
 
 
 def get_inputs():
