@@ -5,7 +5,7 @@ that computes its float64 oracle) are made once per session and shared read-only
 
 Tests that start processes (a baseline or candidate worker, a search, the CLI, the Triton
 interpreter's checks) are marked `workers` here, by what they and their fixtures call, so that
-the rest runs while you work in a fifth of the time (10 of ~50 min on a 2-core machine):
+the rest runs while you work in a fifth of the time (10 of about 50 min on a 2-core machine):
     .venv/bin/python -m pytest -m "not workers"
 """
 

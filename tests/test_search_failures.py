@@ -50,6 +50,9 @@ class Scripted:
     def check(self):
         pass
 
+    def budget_exhausted(self):
+        return None
+
     def propose(self, ctx):
         if not self.sources:
             return NoProposal("scripted: nothing left", "exhausted")

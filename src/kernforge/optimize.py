@@ -188,7 +188,7 @@ def _search_all(opts: OptimizeOptions, result: OptimizeResult, store: RunStore, 
                              opts.ray_address)
     try:
         for task in tasks:
-            spent = budget_exhausted(proposer)
+            spent = proposer.budget_exhausted()
             if spent:  # the run ends cleanly: what was found stands, the rest is said
                 result.outcomes.append(TaskOutcome(task=task, baseline=None, error=spent))
                 continue
@@ -246,12 +246,6 @@ def _llm_label(options: ProposerOptions) -> str:
     return " ".join(part for part in (options.llm, options.llm_model) if part)
 
 
-def budget_exhausted(proposer: Any) -> str | None:
-    """Why the proposer can start nothing more in this run (an LLM budget spent), or None."""
-    check = getattr(proposer, "budget_exhausted", None)
-    return check() if check else None
-
-
 def llm_spent(store: RunStore) -> Usage:
     """What a run's LLM calls cost so far, from its events: every proposal that came and every
     one that did not carries its usage, so a resumed run's budget goes on where it stopped."""
@@ -289,7 +283,7 @@ def task_row(outcome: TaskOutcome) -> dict[str, Any]:
     """One line of the result table: the best speedup is 1.0 unless a kernel beat eager beyond noise."""
     task, best = outcome.task, outcome.best
     eager = best.final.eager if best else (outcome.baseline.eager if outcome.baseline else None)
-    compiled = compiled_p50_ms(outcome)
+    compiled = outcome.baseline.compiled_p50_ms if outcome.baseline else None
     timed = any(n.result.timed for n in outcome.nodes)
     return {
         "task": task.task_id,
@@ -315,12 +309,6 @@ def task_row(outcome: TaskOutcome) -> dict[str, Any]:
         "error": outcome.error,
         "stopped": outcome.stopped,
     }
-
-
-def compiled_p50_ms(outcome: TaskOutcome) -> float | None:
-    """torch.compile's default mode on the op alone, timed in the task's baseline worker."""
-    entry = outcome.baseline.compiled.get("default") if outcome.baseline else None
-    return entry["timing"]["p50_ms"] if entry and entry.get("timing") else None
 
 
 def _verdict(outcome: TaskOutcome, best: Node | None, timed: bool) -> str:

@@ -82,6 +82,12 @@ class Baseline:
     # The machine's facts for the proposer's prompt (evaluate.hardware); {} from baselines before them
     hardware: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def compiled_p50_ms(self) -> float | None:
+        """torch.compile's default mode on the op alone, timed in this baseline worker."""
+        entry = self.compiled.get("default")
+        return entry["timing"]["p50_ms"] if entry and entry.get("timing") else None
+
 
 def run_job(job: dict[str, Any], job_dir: Path, timeout_s: float, env_extra: dict[str, str] | None = None,
             prestart: bool = True) -> tuple[dict[str, Any] | None, str, float]:

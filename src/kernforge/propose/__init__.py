@@ -124,6 +124,8 @@ class Proposer(Protocol):
 
     def check(self) -> None: ...
 
+    def budget_exhausted(self) -> str | None: ...  # why nothing more may start in this run, or None
+
     def propose(self, ctx: ProposalContext) -> Proposal | NoProposal: ...
 
 

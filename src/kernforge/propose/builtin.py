@@ -65,6 +65,9 @@ class BuiltinProposer:
     def check(self) -> None:
         """Nothing to check: the templates need only the machine."""
 
+    def budget_exhausted(self) -> str | None:
+        return None  # it spends nothing but the search's own candidates
+
     def propose(self, ctx: ProposalContext) -> Proposal | NoProposal:
         """A move from the parent, if the parent is one of this proposer's; an LLM's or a human's
         candidate has no parameters to move, so it is expanded like a first one."""

@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from kernforge.evaluate import EvalResult
 from kernforge.propose import Failure, Proposal
 from kernforge.tasks import KernelTask
 
-ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4, "int16": 2,
-            "int8": 1, "uint8": 1, "bool": 1, "float8_e4m3fn": 1, "float8_e5m2": 1}
 
 
 @dataclass
@@ -94,4 +94,5 @@ def task_facts(task: KernelTask, eager_p50_ms: float | None, compile_p50_ms: flo
 def _bytes(meta: dict[str, Any]) -> int:
     if "shape" not in meta:
         return 0
-    return math.prod(meta["shape"]) * ITEMSIZE.get(str(meta.get("dtype", "")).replace("torch.", ""), 4)
+    dtype = getattr(torch, str(meta.get("dtype", "")).replace("torch.", ""), None)
+    return math.prod(meta["shape"]) * (dtype.itemsize if isinstance(dtype, torch.dtype) else 4)

@@ -16,6 +16,7 @@ from pathlib import Path
 from kernforge.backends import choose_backend
 from kernforge.errors import UserError
 from kernforge.evaluate import evaluate_baseline
+from kernforge.evaluate.executors import LocalExecutor
 from kernforge.evaluate.runner import discard_reference
 from kernforge.propose import Proposal
 from kernforge.search.engine import BASELINE_TIMEOUT_S, Node, TaskJobs, TaskOutcome, previous_nodes
@@ -61,7 +62,7 @@ def add_candidate(run_dir: Path, task_id: str, kernel_file: Path, parent: str | 
     except RuntimeError as e:
         raise UserError(f"the task's baseline failed again, so nothing can be judged: {str(e).splitlines()[0]}") from None
     outcome = TaskOutcome(task=task, baseline=baseline, nodes=nodes)
-    jobs = TaskJobs(task, store, backend, device, _Human(), outcome, _executor(), timeout_s,
+    jobs = TaskJobs(task, store, backend, device, _Human(), outcome, LocalExecutor(None, 1, None), timeout_s,
                     task_dir / "task.json", reference, lambda o, n: None)
     try:
         proposal = Proposal(source=kernel_file.read_text(), rationale=f"hand-written: {kernel_file.name}",
@@ -95,12 +96,6 @@ def _parent(nodes: list[Node], parent: str | None) -> Node | None:
     if found is None:
         raise UserError(f"the task has no node '{parent}'; its nodes: {', '.join(n.node_id for n in nodes) or 'none'}")
     return found
-
-
-def _executor():
-    from kernforge.evaluate.executors import LocalExecutor
-
-    return LocalExecutor(None, 1, None)
 
 
 def _rewrite_summary(store: RunStore, outcome: TaskOutcome) -> None:

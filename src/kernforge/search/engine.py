@@ -268,7 +268,7 @@ class TaskJobs:
         self.pool = ThreadPoolExecutor(max_workers=self.in_flight)
         self.running: dict[Future, Callable[[Node], bool]] = {}
         self.facts = task_facts(task, outcome.baseline.eager.p50_ms if outcome.baseline.eager else None,
-                                _compiled_ms(outcome.baseline))
+                                outcome.baseline.compiled_p50_ms)
         self.ctx: SearchContext | None = None
 
     # ------------------------------------------------------------ proposing
@@ -384,8 +384,7 @@ class TaskJobs:
 
     def finish(self, node: Node, decide: Callable[[Node], bool]) -> None:
         store, task, outcome = self.store, self.task, self.outcome
-        parent = next((n for n in outcome.nodes if n.node_id == node.parent_id), None)
-        node.repair_depth = 0 if node.result.ok else 1 + (parent.repair_depth if parent else 0)
+        node.repair_depth = repair_depth(node, outcome.nodes)
         node.kept = decide(node)
         outcome.nodes.append(node)
         result = node.result
@@ -423,9 +422,12 @@ class TaskJobs:
         self.pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _compiled_ms(baseline: Baseline) -> float | None:
-    entry = baseline.compiled.get("default") if baseline else None
-    return entry["timing"]["p50_ms"] if entry and entry.get("timing") else None
+def repair_depth(node: Node, earlier: list[Node]) -> int:
+    """Failed candidates in a row ending at `node` (0 when it is correct), from its parent's."""
+    if node.result.ok:
+        return 0
+    parent = next((n for n in earlier if n.node_id == node.parent_id), None)
+    return 1 + (parent.repair_depth if parent else 0)
 
 
 def pick_finalists(nodes: list[Node], count: int) -> list[Node]:
@@ -448,8 +450,7 @@ def previous_nodes(store: RunStore, task_id: str) -> list[Node]:
         confirmed = EvalResult.from_json(json.loads(confirm.read_text())) if confirm.is_file() else None
         node = Node(node_id=rec.node, parent_id=rec.parent, proposal=proposal,
                     result=EvalResult.from_json(rec.result), kept=rec.kept, confirmed=confirmed)
-        parent = next((n for n in nodes if n.node_id == rec.parent), None)
-        node.repair_depth = 0 if node.result.ok else 1 + (parent.repair_depth if parent else 0)
+        node.repair_depth = repair_depth(node, nodes)
         nodes.append(node)
     return nodes
 
