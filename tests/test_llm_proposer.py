@@ -229,10 +229,12 @@ def test_run_spent_usage_is_read_back_from_the_events(tmp_path: Path):
     from kernforge.optimize import llm_spent
     from kernforge.store import RunStore
 
+    from kernforge.store.events import NodeFinished, NodeStarted, ProposalFailed
+
     store = RunStore(tmp_path)
-    store.append_event("node_start", usage={"prompt_tokens": 10, "completion_tokens": 5, "cost_usd": 0.5, "calls": 1})
-    store.append_event("no_proposal", usage={"prompt_tokens": 3, "completion_tokens": 0, "cost_usd": 0.1, "calls": 1})
-    store.append_event("node", status="ok")
+    store.emit(NodeStarted(usage={"prompt_tokens": 10, "completion_tokens": 5, "cost_usd": 0.5, "calls": 1}))
+    store.emit(ProposalFailed(usage={"prompt_tokens": 3, "completion_tokens": 0, "cost_usd": 0.1, "calls": 1}))
+    store.emit(NodeFinished(status="ok"))
     assert llm_spent(store) == Usage(13, 5, 0.6, 0.0, 2)
 
 

@@ -18,6 +18,7 @@ from kernforge.propose import Proposal, get_proposer
 from kernforge.search import Node, TaskOutcome, get_strategy, search_task
 from kernforge.search import engine as search_engine
 from kernforge.store import RESULT_COLUMNS, RunStore
+from kernforge.store.events import NodeFinished
 
 EAGER = Timing(p20_ms=0.95, p50_ms=1.0, p80_ms=1.05, runs=10, method="wall-clock")
 
@@ -150,11 +151,11 @@ def test_once_finalists_are_evaluated_again_only_their_second_results_count():
 
 @pytest.fixture(scope="module")
 def searched(softmax_task, tmp_path_factory):
-    store = RunStore.create(tmp_path_factory.mktemp("search-runs"), "tiny_softmax")
     seen = []
+    store = RunStore.create(tmp_path_factory.mktemp("search-runs"), "tiny_softmax")
+    store.listeners.append(lambda e: seen.append(e.node) if isinstance(e, NodeFinished) else None)
     outcome = search_task(softmax_task, store, get_backend("cpu"), "cpu", get_proposer("builtin"),
-                          get_strategy("greedy"), iterations=3, candidate_timeout_s=120,
-                          on_node=lambda o, n: seen.append(n.node_id))
+                          get_strategy("greedy"), iterations=3, candidate_timeout_s=120)
     return store, outcome, seen
 
 

@@ -95,14 +95,14 @@ def test_a_search_leaves_events_and_a_commit_per_kept_improvement(softmax_captur
                           iterations=2, candidate_timeout_s=30.0)
     events = store.events()
     # the one correct candidate is a finalist: evaluated again, alone, after the budget is spent
-    assert [e["kind"] for e in events] == ["task_start", "node_start", "node", "node_start", "node", "confirm",
-                                          "task_end"]
-    assert [e["status"] for e in events if e["kind"] == "node"] == ["crash", "ok"]
-    confirm = next(e for e in events if e["kind"] == "confirm")
-    assert confirm["node"] == "n0001" and confirm["status"] == "ok"
+    assert [e.kind for e in events] == ["task_start", "node_start", "node", "node_start", "node", "confirm",
+                                        "task_end"]
+    assert [e.status for e in events if e.kind == "node"] == ["crash", "ok"]
+    confirm = next(e for e in events if e.kind == "confirm")
+    assert confirm.node == "n0001" and confirm.status == "ok"
     assert outcome.nodes[1].confirmed is not None and outcome.nodes[0].confirmed is None
     assert (store.task_dir(task.task_id) / "nodes" / "n0001" / "confirm.json").is_file()
-    assert events[-1]["counts"] == {"crash": 1, "ok": 1}
+    assert events[-1].counts == {"crash": 1, "ok": 1}
     kept = [n for n in outcome.nodes if n.kept]
     assert [n.node_id for n in kept] == ["n0001"]
     history = store.task_dir(task.task_id) / "history"
@@ -127,7 +127,7 @@ def test_a_resumed_task_keeps_the_finalists_it_had_evaluated_again(softmax_captu
     assert previous[0].confirmed == first.nodes[0].confirmed and previous[1].confirmed is None
     again = search_task(task, store, get_backend("cpu"), "cpu", proposer, get_strategy("greedy"),
                         iterations=2, candidate_timeout_s=30.0, previous=previous)
-    confirms = [e["node"] for e in store.events() if e["kind"] == "confirm"]
+    confirms = [e.node for e in store.events() if e.kind == "confirm"]
     # the first search's two (fastest first, either order), then the resumed one's only
     assert sorted(confirms[:2]) == ["n0000", "n0001"] and confirms[2:] == ["n0001"]
     assert len(again.nodes) == 2

@@ -474,7 +474,8 @@ def _run_overview(store: Any) -> dict[str, Any]:
 class _progress:
     """A live table on a terminal (one row per task: iteration, best speedup so far, counts per
     status, the latest candidate), with each candidate's line above it; plain lines otherwise;
-    nothing with --json."""
+    nothing with --json. It reads the run's typed events (store/events.py) as the store writes
+    them: the same records a dashboard tails from events.jsonl."""
 
     def __init__(self, quiet: bool):
         self.quiet = quiet
@@ -491,41 +492,41 @@ class _progress:
         if self.live:
             self.live.stop()
 
-    def on_event(self, kind: str, *data: Any) -> None:
+    def on_event(self, event: Any) -> None:
+        from kernforge.store import events as ev
+
         if self.quiet:
             return
-        if kind == "captured":
-            capture = data[0]
-            self._say(f"captured {len(capture.profiles)} op signatures, {capture.total_time_us / 1e3:.2f} ms "
-                      f"of op time per forward")
-        elif kind == "task_start":
-            task, iterations = data
-            self.rows[task.task_id] = {"task": f"{task.op} {task.shape_text}", "share": f"{task.share:.1%}",
-                                       "done": "0", "total": str(iterations), "best": "-", "counts": "",
-                                       "last": "baseline..."}
+        if isinstance(event, ev.Captured):
+            self._say(f"captured {event.signatures} op signatures, {event.op_time_ms:.2f} ms of op time per forward")
+        elif isinstance(event, ev.TasksChosen):
+            for t in event.tasks:
+                self.rows[t["task"]] = {"task": f"{t['op']} {t['shape']}", "share": f"{t['share']:.1%}",
+                                        "done": "0", "total": "?", "best": "-", "counts": "", "last": "waiting"}
+        elif isinstance(event, ev.TaskStarted):
+            self.rows[event.task] = {**self.rows.get(event.task, {}), "task": f"{event.op} {event.shape}",
+                                     "share": f"{event.share:.1%}", "done": str(event.resumed_nodes),
+                                     "total": str(event.iterations), "best": "-", "counts": "", "last": "searching"}
             if not self.live:
-                self._say(f"searching {task.op} {task.shape_text} ({task.share:.1%} of model time), "
-                          f"{iterations} iterations")
-        elif kind == "node":
-            outcome, node = data
-            r = node.result
-            speed = f"{r.speedup_vs_eager:.2f}x vs eager" if r.speedup_vs_eager else ""
-            line = f"  {node.node_id} {r.status:13} {speed:16} {node.proposal.rationale[:70]}"
-            self.rows.get(outcome.task.task_id, {}).update(
-                done=str(len(outcome.nodes)), best=_best_text(outcome), counts=_counts_text(outcome),
-                last=f"{node.node_id} {r.status}")
-            self._say(line if self.live else f"{line}  [{_standing(outcome)}]")
-        elif kind == "apply":
-            self._say(data[0])
-        elif kind == "confirm":
-            outcome, node = data
-            r, before = node.confirmed, node.result.speedup_vs_eager
-            speed = f"{r.speedup_vs_eager:.2f}x vs eager" if r.speedup_vs_eager else r.status
-            self._say(f"  {node.node_id} again, alone: {speed} (in the search {before:.2f}x)")
-            self.rows.get(outcome.task.task_id, {}).update(best=_best_text(outcome), last=f"{node.node_id} again")
-        elif kind == "task_end":
-            outcome = data[0]
-            self.rows.get(outcome.task.task_id, {}).update(last="done")
+                self._say(f"searching {event.op} {event.shape} ({event.share:.1%} of model time), "
+                          f"{event.iterations} iterations")
+        elif isinstance(event, ev.NodeFinished):
+            speed = f"{event.speedup_vs_eager:.2f}x vs eager" if event.speedup_vs_eager else ""
+            line = f"  {event.node} {event.status:13} {speed:16} {event.rationale[:70]}"
+            standing = {"done": str(event.candidates), "best": _best_text(event.best_speedup_vs_eager),
+                        "counts": _counts_text(event.counts), "last": f"{event.node} {event.status}"}
+            self.rows.setdefault(event.task, _blank_row(event.task)).update(standing)
+            self._say(line if self.live else f"{line}  [best {standing['best']} | {standing['counts']}]")
+        elif isinstance(event, ev.Confirmed):
+            speed = f"{event.speedup_vs_eager:.2f}x vs eager" if event.speedup_vs_eager else event.status
+            before = f"{event.search_speedup_vs_eager:.2f}x" if event.search_speedup_vs_eager else "-"
+            self._say(f"  {event.node} again, alone: {speed} (in the search {before})")
+            self.rows.setdefault(event.task, _blank_row(event.task)).update(
+                best=_best_text(event.best_speedup_vs_eager), last=f"{event.node} again")
+        elif isinstance(event, ev.TaskEnded):
+            self.rows.setdefault(event.task, _blank_row(event.task)).update(last="done")
+        elif isinstance(event, ev.ApplyProgress):
+            self._say(event.line)
         if self.live:
             self.live.update(self._table())
 
@@ -545,18 +546,17 @@ class _progress:
             print(text, file=sys.stderr, flush=True)
 
 
-def _standing(outcome: Any) -> str:
-    """Best speedup beyond the noise so far, and the count of each status."""
-    return f"best {_best_text(outcome)} | {_counts_text(outcome)}"
+def _blank_row(task: str) -> dict[str, str]:
+    return {"task": task, "share": "", "done": "0", "total": "?", "best": "-", "counts": "", "last": ""}
 
 
-def _best_text(outcome: Any) -> str:
-    best = outcome.best
-    return f"{best.final.speedup_vs_eager:.2f}x" if best else "1.00x"
+def _best_text(speedup: float | None) -> str:
+    """Best speedup beyond the noise so far; 1.00x until a kernel beat eager."""
+    return f"{speedup:.2f}x" if speedup else "1.00x"
 
 
-def _counts_text(outcome: Any) -> str:
-    return ", ".join(f"{k} {v}" for k, v in sorted(outcome.status_counts().items()))
+def _counts_text(counts: dict[str, int]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
 
 
 def _set_strict(strict: bool) -> None:

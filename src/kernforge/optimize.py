@@ -27,6 +27,8 @@ from kernforge.propose import ProposerOptions, Usage, get_proposer
 from kernforge.search import Node, TaskOutcome, get_strategy, search_task
 from kernforge.search.engine import FINALISTS, row_of
 from kernforge.store import RUN_FORMAT, RunStore
+from kernforge.store.events import (ApplyProgress, Captured, Event, NodeStarted, ProposalFailed, Resumed,
+                                    RunEnded, RunStarted, TasksChosen)
 from kernforge.tasks import make_tasks
 
 
@@ -65,9 +67,8 @@ class OptimizeResult:
     llm_usage: Usage | None = None  # what the run's LLM calls cost, resumed parts included
 
 
-# Progress events: ("captured", capture), ("task_start", task, iterations),
-# ("node", outcome, node), ("task_end", outcome).
-OnEvent = Callable[..., None]
+# Every event the run's store writes to events.jsonl (store/events.py), as it is written.
+OnEvent = Callable[[Event], None]
 
 
 COMPILE_MODES = {"none": (), "default": ("default",),
@@ -93,15 +94,23 @@ class Prepared:
 
 
 def prepare(spec: str, backend_name: str, model: ModelOptions, runs_dir: Path,
-            config: dict[str, Any]) -> Prepared:
-    """Choose the backend and device, load the model, make the run folder and capture."""
+            config: dict[str, Any], on_event: OnEvent | None = None) -> Prepared:
+    """Choose the backend and device, load the model, make the run folder and capture; the
+    store's events go to `on_event` from the first one."""
     backend = choose_backend(backend_name, torch.cuda.is_available())
     device = "cuda" if backend.name in ("triton", "cuda") and torch.cuda.is_available() else "cpu"
     loaded = load_model(spec, torch.device(device), model)
     run_forward(loaded)  # a forward that raises is reported before a run folder is made
     store = RunStore.create(runs_dir, loaded.name)
-    store.write_json("config.json", {**config, **_environment(backend.name, device, loaded.name)})
+    if on_event is not None:
+        store.listeners.append(on_event)
+    environment = _environment(backend.name, device, loaded.name)
+    store.write_json("config.json", {**config, **environment})
+    store.emit(RunStarted(model=loaded.name, backend=backend.name, device=device,
+                          device_name=environment["device_name"], proposer=config.get("proposer", ""),
+                          strategy=config.get("strategy", ""), iterations=config.get("iterations", 0)))
     capture = capture_model(loaded, store.capture_dir)
+    store.emit(Captured(signatures=len(capture.profiles), op_time_ms=capture.total_time_us / 1e3))
     del loaded  # the workers need the memory, on a GPU most of all
     gc.collect()
     if device == "cuda":
@@ -120,7 +129,7 @@ def parallelism(choice: int, device: str) -> int:
     return choice or (GPU_PARALLEL if device == "cuda" else 1)
 
 
-def optimize(opts: OptimizeOptions, on_event: OnEvent = lambda *a: None) -> OptimizeResult:
+def optimize(opts: OptimizeOptions, on_event: OnEvent = lambda event: None) -> OptimizeResult:
     started = time.perf_counter()
     proposer = get_proposer(opts.proposer, opts.llm)
     get_strategy(opts.strategy)  # an unknown name fails before anything runs
@@ -128,20 +137,22 @@ def optimize(opts: OptimizeOptions, on_event: OnEvent = lambda *a: None) -> Opti
     compile_modes(opts.compile, "cpu")
     parallelism(opts.parallel, "cpu")
     preflight(opts.executor, opts.ray_address)
-    prep = prepare(opts.spec, opts.backend, opts.model, opts.runs_dir, _options(opts))
+    prep = prepare(opts.spec, opts.backend, opts.model, opts.runs_dir, _options(opts), on_event)
     backend, device, store, capture = prep.backend, prep.device, prep.store, prep.capture
-    on_event("captured", capture)
     tasks, skipped = make_tasks(capture, store.capture_dir, opts.top_k,
                                 lambda t: proposer.why_unsupported(t, backend.name))
     store.write_json("skipped.json", [{"op": p.op, "signature": p.signature, "share": p.share, "reason": why}
                                       for p, why in skipped])
     store.db.add_tasks([(t.task_id, asdict(t)) for t in tasks])
+    store.emit(TasksChosen(tasks=[{"task": t.task_id, "op": t.op, "shape": t.shape_text, "share": t.share}
+                                  for t in tasks],
+                           skipped=[{"op": p.op, "share": p.share, "reason": why} for p, why in skipped]))
     result = OptimizeResult(run_dir=store.root, options=opts, backend=backend.name, device=device, capture=capture,
                             skipped=skipped)
     return _search_all(opts, result, store, backend, proposer, tasks, {}, on_event, started)
 
 
-def resume(run_dir: Path, on_event: OnEvent = lambda *a: None) -> OptimizeResult:
+def resume(run_dir: Path, on_event: OnEvent = lambda event: None) -> OptimizeResult:
     """Continue a run that stopped (killed, crashed, interrupted): finished tasks are kept as they
     are, an unfinished one goes on from its recorded nodes with what is left of its budget."""
     from kernforge.capture import load_capture
@@ -151,7 +162,7 @@ def resume(run_dir: Path, on_event: OnEvent = lambda *a: None) -> OptimizeResult
     started = time.perf_counter()
     if not (run_dir / "config.json").is_file() or not (run_dir / "run.db").is_file():
         raise UserError(f"'{run_dir}' is not a kernforge run folder with a database (config.json, run.db)")
-    store = RunStore(run_dir)
+    store = RunStore(run_dir, listeners=[on_event])
     config = store.read_json("config.json")
     opts = options_from_config(config)
     proposer = get_proposer(opts.proposer, opts.llm, llm_spent(store))
@@ -171,8 +182,10 @@ def resume(run_dir: Path, on_event: OnEvent = lambda *a: None) -> OptimizeResult
                             skipped=[(profiles[r["signature"]], r["reason"]) for r in skipped_rows
                                      if r["signature"] in profiles])
     store.rewrite_results([row_of(t, n) for t in tasks for n in previous[t.task_id]])
-    store.append_event("resumed", done=sorted(done),
-                       recorded_nodes={k: len(v) for k, v in previous.items()})
+    store.emit(RunStarted(model=config.get("model_name", ""), backend=backend.name, device=device,
+                          device_name=config.get("device_name", ""), proposer=opts.proposer,
+                          strategy=opts.strategy, iterations=opts.iterations, resumed=True))
+    store.emit(Resumed(done=sorted(done), recorded_nodes={k: len(v) for k, v in previous.items()}))
     for task in tasks:
         if task.task_id in done:
             result.outcomes.append(_finished_outcome(store, task, previous[task.task_id]))
@@ -192,15 +205,12 @@ def _search_all(opts: OptimizeOptions, result: OptimizeResult, store: RunStore, 
             if spent:  # the run ends cleanly: what was found stands, the rest is said
                 result.outcomes.append(TaskOutcome(task=task, baseline=None, error=spent))
                 continue
-            on_event("task_start", task, opts.iterations)
             outcome = search_task(task, store, backend, device, proposer, get_strategy(opts.strategy),
                                   opts.iterations, opts.candidate_timeout_s,
-                                  on_node=lambda o, n: on_event("node", o, n),
                                   compile_modes=compile_modes(opts.compile, device),
                                   previous=previous.get(task.task_id), executor=executor,
-                                  finalists=opts.finalists, on_confirm=lambda o, n: on_event("confirm", o, n))
+                                  finalists=opts.finalists)
             result.outcomes.append(outcome)
-            on_event("task_end", outcome)
     finally:
         executor.close()
     result.wall_s = time.perf_counter() - started
@@ -208,25 +218,27 @@ def _search_all(opts: OptimizeOptions, result: OptimizeResult, store: RunStore, 
         result.llm_usage = llm_spent(store)
     store.write_json("summary.json", summary(result))
     if opts.apply:
-        result.end_to_end = _apply(store.root, on_event, device == "cuda" or opts.compile not in ("auto", "none"))
+        result.end_to_end = _apply(store, device == "cuda" or opts.compile not in ("auto", "none"))
+    store.emit(RunEnded(wall_s=time.perf_counter() - started, tasks=len(result.outcomes),
+                        winners=sum(o.best is not None for o in result.outcomes)))
     return result
 
 
-def _apply(run_dir: Path, on_event: OnEvent, compile_model: bool) -> dict[str, Any]:
+def _apply(store: RunStore, compile_model: bool) -> dict[str, Any]:
     """The winners installed into the model and measured end to end (integrate.apply, which adds
     its report to summary.json); a model that cannot be patched is said, not raised: the search's
     results stand. The model is also timed under torch.compile on a GPU, and on a CPU only where
     --compile names a mode: inductor takes tens of seconds a compile there."""
     from kernforge.integrate.apply import apply_run
 
-    on_event("apply", "installing the winners into the model")
+    run_dir = store.root
+    store.emit(ApplyProgress(line="installing the winners into the model"))
     try:
         return apply_run(run_dir, compile_model=compile_model,
-                         on_progress=lambda line: on_event("apply", line)).to_json()
+                         on_progress=lambda line: store.emit(ApplyProgress(line=line))).to_json()
     except Exception as e:  # noqa: BLE001 - a kernel that fails in the model must not lose the search's results
         if os.environ.get("KERNFORGE_STRICT") == "1" and not isinstance(e, UserError):
             raise
-        store = RunStore(run_dir)
         data = store.read_json("summary.json")
         data["end_to_end"] = {"error": str(e) if isinstance(e, UserError) else
                               f"apply failed: {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"}
@@ -251,8 +263,8 @@ def llm_spent(store: RunStore) -> Usage:
     one that did not carries its usage, so a resumed run's budget goes on where it stopped."""
     total = Usage()
     for event in store.events():
-        if event["kind"] in ("node_start", "no_proposal") and event.get("usage"):
-            total = total + Usage.from_json(event["usage"])
+        if isinstance(event, (NodeStarted, ProposalFailed)) and event.usage:
+            total = total + Usage.from_json(event.usage)
     return total
 
 

@@ -22,6 +22,7 @@ from kernforge.integrate import endtoend as e2e
 from kernforge.integrate import overhead, runtime
 from kernforge.integrate.install import Patch, compile_caches_off, patch
 from kernforge.store.reader import RunRecord, read_run
+from kernforge.store.events import Applied
 
 FRESH_SETS = 2  # fresh input sets checked beside the captured one
 
@@ -398,8 +399,8 @@ def _finish(record: RunRecord, report: ApplyReport, started: float) -> ApplyRepo
         summary = store.read_json("summary.json")
         summary["end_to_end"] = report.to_json()
         store.write_json("summary.json", summary)
-    store.append_event("applied", kernels=[k.kernel for k in report.kernels],
-                       speedups={k: v["speedup"] for k, v in report.speedups.items()})
+    store.emit(Applied(kernels=[k.kernel for k in report.kernels],
+                       speedups={k: v["speedup"] for k, v in report.speedups.items()}))
     _free()
     return report
 

@@ -63,7 +63,7 @@ def add_candidate(run_dir: Path, task_id: str, kernel_file: Path, parent: str | 
         raise UserError(f"the task's baseline failed again, so nothing can be judged: {str(e).splitlines()[0]}") from None
     outcome = TaskOutcome(task=task, baseline=baseline, nodes=nodes)
     jobs = TaskJobs(task, store, backend, device, _Human(), outcome, LocalExecutor(None, 1, None), timeout_s,
-                    task_dir / "task.json", reference, lambda o, n: None)
+                    task_dir / "task.json", reference)
     try:
         proposal = Proposal(source=kernel_file.read_text(), rationale=f"hand-written: {kernel_file.name}",
                             origin="human", params={"file": kernel_file.name})

@@ -20,6 +20,8 @@ from kernforge.propose import Failure, NoProposal, Proposal, Proposer
 from kernforge.propose.context import Attempt, ProposalContext, task_facts
 from kernforge.search.strategy import Strategy
 from kernforge.store import RunStore
+from kernforge.store.events import (Confirmed, NodeFinished, NodeStarted, ProposalFailed, SearchStopped,
+                                    TaskEnded, TaskStarted)
 from kernforge.tasks import KernelTask, save_task
 
 BASELINE_TIMEOUT_S = 600.0
@@ -93,6 +95,8 @@ class SearchContext:
                               is recorded and decide(node) has said whether the strategy keeps it;
       budget_left()           how many candidates may still be started (0 once stopped);
       wants_repair(node)      whether the proposer repairs this failed node next;
+      report_tree(stats)      the strategy's view of its tree (visits, subtree values, nodes
+                              passed over), written to tasks/<task>/tree.json for a dashboard;
       previous                the nodes recorded before a resume, to start from."""
 
     task: Any
@@ -112,6 +116,7 @@ class SearchContext:
     running: int = 0  # started and not yet finished
     stopped: str = ""  # why no more candidates are started (an LLM budget spent...)
     failed_in_a_row: int = 0  # NoProposals of kind retry since the last proposal that came
+    report_tree: Callable[[dict[str, Any]], None] = lambda stats: None
 
     def launch(self, parent: Node | None, decide: Callable[[Node], bool]) -> Any:
         if self.inline:
@@ -178,12 +183,10 @@ def search_task(
     strategy: Strategy,
     iterations: int,
     candidate_timeout_s: float,
-    on_node: Callable[[TaskOutcome, Node], None] = lambda outcome, node: None,
     compile_modes: tuple[str, ...] = (),
     previous: list[Node] | None = None,
     executor: Executor | None = None,
     finalists: int = FINALISTS,
-    on_confirm: Callable[[TaskOutcome, Node], None] = lambda outcome, node: None,
 ) -> TaskOutcome:
     """Search one task; `previous` holds the nodes a killed run had recorded (see --resume).
     The executor says where workers run and how many at once (default: one, here). When the
@@ -202,33 +205,36 @@ def search_task(
         store.db.set_task_state(task.task_id, "done")
         return TaskOutcome(task=task, baseline=None, error=str(e).splitlines()[0])
     store.write_json(f"tasks/{task.task_id}/baseline.json", asdict(baseline))
-    store.append_event("task_start", task=task.task_id, op=task.op, shape=task.shape_text,
-                       eager_p50_ms=baseline.eager.p50_ms if baseline.eager else None,
-                       resumed_nodes=len(previous or []))
+    store.emit(TaskStarted(task=task.task_id, op=task.op, shape=task.shape_text, dtype=task.dtype_text,
+                           share=task.share, iterations=iterations,
+                           eager_p50_ms=baseline.eager.p50_ms if baseline.eager else None,
+                           compile_p50_ms=baseline.compiled_p50_ms, resumed_nodes=len(previous or [])))
     outcome = TaskOutcome(task=task, baseline=baseline, nodes=list(previous or []))
     search = TaskJobs(task, store, backend, device, proposer, outcome, executor, candidate_timeout_s,
-                     task_path, reference_path, on_node)
+                     task_path, reference_path)
     ctx = SearchContext(task=task, iterations=iterations, propose=search.propose, start=search.start,
                         wait_any=search.wait_any, parallel=search.in_flight, inline=proposer.inline,
-                        repairs=proposer.repairs, previous=list(outcome.nodes), evaluated=len(outcome.nodes))
+                        repairs=proposer.repairs, previous=list(outcome.nodes), evaluated=len(outcome.nodes),
+                        report_tree=search.write_tree)
     search.ctx = ctx
 
     try:
         strategy.run(ctx)
         if ctx.stopped:
             outcome.stopped = ctx.stopped
-            store.append_event("search_stopped", task=task.task_id, reason=ctx.stopped)
+            store.emit(SearchStopped(task=task.task_id, reason=ctx.stopped))
         for node in pick_finalists(outcome.nodes, finalists):
             if node.confirmed is None:  # a resumed task keeps the re-evaluations it finished
                 search.confirm(node)
-                on_confirm(outcome, node)
         store.db.set_task_state(task.task_id, "done")
     finally:
         # on an error or a kill, the candidates still running are lost (a resume redoes them);
         # their workers are let finish so that none outlives the reference below
         search.close()
-        store.append_event("task_end", task=task.task_id, candidates=len(outcome.nodes),
-                           counts=outcome.status_counts())
+        best = outcome.best
+        store.emit(TaskEnded(task=task.task_id, candidates=len(outcome.nodes), counts=outcome.status_counts(),
+                             best_node=best.node_id if best else None,
+                             best_speedup_vs_eager=best.final.speedup_vs_eager if best else None))
         # The oracle outputs are large (float64, several input sets) and can be
         # recomputed from the saved samples; the run folder keeps what it must.
         discard_reference(reference_path)
@@ -248,9 +254,9 @@ class TaskJobs:
 
     def __init__(self, task: KernelTask, store: RunStore, backend: Backend, device: str, proposer: Proposer,
                  outcome: TaskOutcome, executor: Executor, timeout_s: float, task_path: Path,
-                 reference_path: Path, on_node: Callable[[TaskOutcome, Node], None]) -> None:
+                 reference_path: Path) -> None:
         self.task, self.store, self.backend, self.device, self.proposer = task, store, backend, device, proposer
-        self.outcome, self.executor, self.timeout_s, self.on_node = outcome, executor, timeout_s, on_node
+        self.outcome, self.executor, self.timeout_s = outcome, executor, timeout_s
         self.task_path, self.reference_path = task_path, reference_path
         self.tried: list[Proposal] = [n.proposal for n in outcome.nodes]
         self.failures: list[Failure] = [Failure(n.proposal, n.result.status, n.result.reason)
@@ -270,6 +276,19 @@ class TaskJobs:
         self.facts = task_facts(task, outcome.baseline.eager.p50_ms if outcome.baseline.eager else None,
                                 outcome.baseline.compiled_p50_ms)
         self.ctx: SearchContext | None = None
+        self.in_flight_nodes: dict[str, tuple[str | None, float]] = {}  # node -> (parent, started)
+        self.tree_stats: dict[str, Any] = {}
+
+    def write_tree(self, stats: dict[str, Any] | None = None) -> None:
+        """tasks/<task>/tree.json: the strategy's last word on its tree and the nodes in flight,
+        so that a dashboard shows visits and values without holding the search's memory."""
+        with self.lock:
+            if stats is not None:
+                self.tree_stats = stats
+            in_flight = [{"node": n, "parent": p, "started": t} for n, (p, t) in sorted(self.in_flight_nodes.items())]
+            self.store.write_json(f"tasks/{self.task.task_id}/tree.json", {
+                **self.tree_stats, "updated": time.time(), "in_flight": in_flight,
+                "thinking": 0 if self.proposer.inline else max(0, len(self.running) - len(in_flight))})
 
     # ------------------------------------------------------------ proposing
 
@@ -354,8 +373,10 @@ class TaskJobs:
         if proposal.transcript:
             store.write_json(f"tasks/{task_id}/nodes/{node_id}/transcript.json", proposal.transcript)
         with self.lock:
-            store.append_event("node_start", task=task_id, node=node_id, parent=parent.node_id if parent else None,
-                               origin=proposal.origin, model=proposal.model, usage=asdict(proposal.usage))
+            self.in_flight_nodes[node_id] = (parent.node_id if parent else None, time.time())
+        self.write_tree()
+        store.emit(NodeStarted(task=task_id, node=node_id, parent=parent.node_id if parent else None,
+                               origin=proposal.origin, model=proposal.model, usage=asdict(proposal.usage)))
         return node_id, source
 
     def wait_any(self) -> tuple[Future, Node | NoProposal]:
@@ -379,8 +400,7 @@ class TaskJobs:
             self.store.write_json(f"tasks/{self.task.task_id}/proposals/{name}.json",
                                   {**entry, "transcript": outcome.transcript})
             entry["file"] = f"tasks/{self.task.task_id}/proposals/{name}.json"
-        with self.lock:
-            self.store.append_event("no_proposal", task=self.task.task_id, **entry)
+        self.store.emit(ProposalFailed(task=self.task.task_id, **entry))
 
     def finish(self, node: Node, decide: Callable[[Node], bool]) -> None:
         store, task, outcome = self.store, self.task, self.outcome
@@ -396,13 +416,19 @@ class TaskJobs:
                           self.backend.source_suffix)
         store.append_result(row_of(task, node))
         with self.lock:
-            store.append_event("node", task=task.task_id, node=node.node_id, parent=node.parent_id,
-                               status=result.status, reason=result.reason[:300], kept=node.kept,
-                               speedup_vs_eager=result.speedup_vs_eager, rationale=node.proposal.rationale,
-                               origin=node.proposal.origin)
+            self.in_flight_nodes.pop(node.node_id, None)
+        self.write_tree()
+        best = outcome.best
+        store.emit(NodeFinished(task=task.task_id, node=node.node_id, parent=node.parent_id, status=result.status,
+                                reason=result.reason[:300], kept=node.kept, speedup_vs_eager=result.speedup_vs_eager,
+                                faster_than_eager=result.faster_than_eager,
+                                p50_ms=result.timing.p50_ms if result.timing else None,
+                                rationale=node.proposal.rationale, origin=node.proposal.origin,
+                                candidates=len(outcome.nodes),
+                                best_speedup_vs_eager=best.final.speedup_vs_eager if best else None,
+                                counts=outcome.status_counts()))
         if node.kept:
             store.commit_kept(task.task_id, node.proposal.source, self.backend.source_suffix, _commit_message(node))
-        self.on_node(outcome, node)
 
     def confirm(self, node: Node) -> None:
         """A finalist evaluated again, with nothing else running: the result that counts."""
@@ -414,9 +440,11 @@ class TaskJobs:
                                             node_dir / f"candidate{self.backend.source_suffix}", self.backend.name,
                                             self.device, out_dir, self.timeout_s, self.executor)
         store.write_json(f"tasks/{task_id}/nodes/{node.node_id}/confirm.json", node.confirmed.to_json())
-        store.append_event("confirm", task=task_id, node=node.node_id, status=node.confirmed.status,
-                           reason=node.confirmed.reason[:300], speedup_vs_eager=node.confirmed.speedup_vs_eager,
-                           search_speedup_vs_eager=node.result.speedup_vs_eager)
+        best = self.outcome.best
+        store.emit(Confirmed(task=task_id, node=node.node_id, status=node.confirmed.status,
+                             reason=node.confirmed.reason[:300], speedup_vs_eager=node.confirmed.speedup_vs_eager,
+                             search_speedup_vs_eager=node.result.speedup_vs_eager,
+                             best_speedup_vs_eager=best.final.speedup_vs_eager if best else None))
 
     def close(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)

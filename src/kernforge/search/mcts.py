@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kernforge.propose import NoProposal
 
@@ -78,6 +78,7 @@ class MCTS:
         running: dict[object, list[TreeNode]] = {}
         while True:
             self._fill(root, ctx, running)
+            ctx.report_tree(self.stats(root))
             if not running:
                 return  # budget spent, or every node exhausted: the proposer has nothing new anywhere
             handle, node = ctx.next_done()
@@ -91,6 +92,22 @@ class MCTS:
             child = self._attach(path, node)
             if ctx.wants_repair(node):
                 self.repairs.append([*path, child])
+
+    def stats(self, root: TreeNode) -> dict[str, Any]:
+        """What a view of the tree needs beside the nodes' results: per node its visits, the best
+        speedup in its subtree (exp of the best reward), expansions without a better result, and
+        whether the proposer has nothing new there."""
+        nodes: dict[str, Any] = {}
+        stack = [root]
+        while stack:
+            t = stack.pop()
+            key = t.node.node_id if t.node else "root"
+            nodes[key] = {"visits": t.visits, "children": len(t.children), "pending": t.pending,
+                          "subtree_best_speedup": math.exp(t.best) if t.best is not None else None,
+                          "stale": t.stale, "passed_over": t.stale >= STAGNATION,
+                          "exhausted": t.exhausted, "closed": t.closed()}
+            stack.extend(t.children)
+        return {"strategy": self.name, "nodes": nodes}
 
     def _fill(self, root: TreeNode, ctx: SearchContext, running: dict[object, list[TreeNode]]) -> None:
         """Start candidates until every worker is busy, the budget is spent, or no leaf can be

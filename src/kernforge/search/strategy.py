@@ -39,6 +39,7 @@ class Greedy:
         current: Node | None = kept[-1] if kept else None
         expand = current
         while ctx.budget_left() > 0:
+            ctx.report_tree({"strategy": self.name, "current": current.node_id if current else None})
             node = ctx.expand(expand, lambda n, cur=current: keeps(n, cur))
             if isinstance(node, NoProposal):
                 if node.kind == "exhausted" and expand is current:

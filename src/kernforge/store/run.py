@@ -25,12 +25,15 @@ import json
 import re
 import shutil
 import subprocess
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from kernforge.store.db import NodeRecord, RunDB
+from kernforge.store.events import Event, read_events
 
 # The run folder's layout version, in config.json as "format_version": a reader (integrate,
 # export, a dashboard) refuses a newer one. 0 is a folder written before the field existed.
@@ -45,6 +48,8 @@ RESULT_COLUMNS = ["task", "node", "parent", "status", "failure_reason", "p50_ms"
 class RunStore:
     root: Path
     _db: RunDB | None = field(default=None, repr=False)
+    listeners: list[Callable[[Event], None]] = field(default_factory=list, repr=False)
+    _event_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
     def db(self) -> RunDB:
@@ -113,17 +118,19 @@ class RunStore:
                 writer.writeheader()
             writer.writerow({k: _tsv_cell(row.get(k)) for k in RESULT_COLUMNS})
 
-    def append_event(self, kind: str, **data: Any) -> None:
-        """One line per event, flushed at once: what a live view tails and a crash leaves behind."""
-        line = json.dumps({"time": time.time(), "kind": kind, **data}, default=str)
-        with open(self.root / "events.jsonl", "a") as f:
-            f.write(line + "\n")
+    def emit(self, event: Event) -> None:
+        """One line per event, written at once (what the dashboard tails and a crash leaves behind),
+        then handed to each listener (the terminal's progress). Job threads emit too: one lock
+        keeps lines whole and listeners called one at a time."""
+        line = json.dumps(event.to_json(), default=str)
+        with self._event_lock:
+            with open(self.root / "events.jsonl", "a") as f:
+                f.write(line + "\n")
+            for listener in self.listeners:
+                listener(event)
 
-    def events(self) -> list[dict[str, Any]]:
-        path = self.root / "events.jsonl"
-        if not path.exists():
-            return []
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    def events(self) -> list[Event]:
+        return read_events(self.root / "events.jsonl")
 
     def commit_kept(self, task_id: str, source: str, suffix: str, message: str) -> str | None:
         """Commit a kept candidate to the task's history; its hash, or None where git is missing."""
