@@ -151,7 +151,7 @@ def test_an_honest_session_is_judged_ok(tmp_path: Path):
     verdict = judge(produced_by(softmax_fn, sets, tmp_path / "o.pt", calls=20, judged_timed=3),
                     oracle_for_sets(sets))
     assert verdict["status"] == "ok", verdict
-    assert len(verdict["errors"]) == 3
+    assert len(verdict["errors"]) == 3 and "failed_check" not in verdict
 
 
 def test_a_result_that_changes_between_calls_on_the_same_values_is_a_cheat(tmp_path: Path):
@@ -165,6 +165,7 @@ def test_a_result_that_changes_between_calls_on_the_same_values_is_a_cheat(tmp_p
     verdict = judge(produced_by(sometimes, sets, tmp_path / "o.pt", calls=60, judged_timed=8),
                     oracle_for_sets(sets))
     assert verdict["status"] == "cheat" and "wrong on call" in verdict["reason"], verdict
+    assert verdict["failed_check"] == "deterministic"  # the check a report shows as the one that failed
 
 
 def test_an_input_changed_by_the_kernel_is_a_cheat(tmp_path: Path):
@@ -177,6 +178,7 @@ def test_an_input_changed_by_the_kernel_is_a_cheat(tmp_path: Path):
 
     verdict = judge(produced_by(clobbers, sets, tmp_path / "o.pt", calls=5), oracle_for_sets(sets))
     assert verdict["status"] == "cheat" and verdict["reason"].endswith("input 0 was modified")
+    assert verdict["failed_check"] == "inputs"
 
 
 def test_an_output_in_the_inputs_memory_is_a_cheat(tmp_path: Path):
@@ -187,6 +189,7 @@ def test_an_output_in_the_inputs_memory_is_a_cheat(tmp_path: Path):
 
     verdict = judge(produced_by(in_place, sets, tmp_path / "o.pt", calls=5), oracle_for_sets(sets))
     assert verdict["status"] == "cheat" and "shares memory with input 0" in verdict["reason"]
+    assert verdict["failed_check"] == "aliasing"
 
 
 class SubclassOfTensor(torch.Tensor):

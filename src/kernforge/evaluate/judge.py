@@ -23,6 +23,25 @@ from kernforge.evaluate.checks import compare
 from kernforge.evaluate.timing import Timing, escaped_ms, escapes_the_events
 
 
+# Every check a candidate goes through, in order: EvalResult.failed_check names the one that
+# rejected it (those before it passed; those after it were not reached).
+CHECKS: dict[str, str] = {
+    "scan": "static scan of the source and its object code",
+    "run": "builds, loads and runs in its worker within the time limit",
+    "clock": "the worker's clock and call times agree with the search process's",
+    "plain": "the worker wrote plain tensors and values",
+    "threads": "no thread or child process left running after the calls",
+    "layout": "as many outputs as the reference, with its strides",
+    "aliasing": "no output shares memory with an input (an in-place op writes its own)",
+    "inputs": "inputs unchanged",
+    "deterministic": "the same result on every call with the same input values",
+    "not_stale": "outputs differ between input sets whose references differ",
+    "values": "every element within tolerance of the float64 oracle, on every input set",
+    "no_cache": "no outputs of earlier calls still held",
+    "events": "the timing events see all the work (nothing on another stream)",
+}
+
+
 @dataclass
 class Oracle:
     """A task's oracle, in this process only: per input set, the reference outputs, the allowed
@@ -54,17 +73,18 @@ def judge(outputs_path: Path, oracle: Oracle) -> dict[str, Any]:
         produced = torch.load(outputs_path, weights_only=True, map_location="cpu")
     except Exception as e:  # noqa: BLE001 - anything but plain data in the file is the candidate's doing
         return _fail("cheat", f"the worker's outputs are not plain tensors and values ({type(e).__name__}: "
-                              f"{str(e).splitlines()[0][:200] if str(e) else ''})", [])
+                              f"{str(e).splitlines()[0][:200] if str(e) else ''})", [], "plain")
     odd = _not_plain(produced)
     if odd:
-        return _fail("cheat", f"the worker's outputs hold {odd}, not plain tensors and values", [])
+        return _fail("cheat", f"the worker's outputs hold {odd}, not plain tensors and values", [], "plain")
     left = _left_running(produced.get("threads", {}))
     if left:
-        return _fail("cheat", left, [])
+        return _fail("cheat", left, [], "threads")
     verdict = _judge_calls(produced["judged"], oracle)
     if verdict["status"] == "ok" and produced.get("live_outputs"):
         return _fail("cheat", f"{produced['live_outputs']} outputs returned by earlier calls were still held "
-                              "after the calls: results kept and handed back (a cache)", verdict["errors"])
+                              "after the calls: results kept and handed back (a cache)", verdict["errors"],
+                     "no_cache")
     return verdict
 
 
@@ -79,7 +99,7 @@ def _judge_calls(calls: list[dict[str, Any]], oracle: Oracle) -> dict[str, Any]:
     for call in calls:
         why = _structure(call, oracle)
         if why:
-            return _fail(why[0], f"on {oracle.labels[call['set']]} (call {call['position']}): {why[1]}", [])
+            return _fail(why[0], f"on {oracle.labels[call['set']]} (call {call['position']}): {why[1]}", [], why[2])
     for call in calls:
         k = call["set"]
         why_values, errs = compare(call["outputs"], oracle.data["oracles"][k], oracle.data["bounds"][k], dtypes)
@@ -92,40 +112,40 @@ def _judge_calls(calls: list[dict[str, Any]], oracle: Oracle) -> dict[str, Any]:
             p, why = failed[0]
             return _fail("cheat", f"on {oracle.labels[k]}: right on call {passed[0]}, wrong on call {p} with the "
                                   f"same input values (a result that depends on the call, not the input): {why}",
-                         _errors_list(errors, oracle))
+                         _errors_list(errors, oracle), "deterministic")
     for call in calls:
         stale = _stale(call, calls, oracle)
         if stale:
             return _fail("cheat", f"on {oracle.labels[call['set']]} (call {call['position']}): the outputs are "
                                   f"bit-identical to those for {stale}, whose reference differs: a cached or "
-                                  "constant result", _errors_list(errors, oracle))
+                                  "constant result", _errors_list(errors, oracle), "not_stale")
     for k, results in sorted(verdicts.items()):
         for _, why in results:
             if why is not None:
-                return _fail("wrong_result", f"on {oracle.labels[k]}: {why}", _errors_list(errors, oracle))
+                return _fail("wrong_result", f"on {oracle.labels[k]}: {why}", _errors_list(errors, oracle), "values")
     return {"status": "ok", "reason": "", "errors": _errors_list(errors, oracle)}
 
 
-def _structure(call: dict[str, Any], oracle: Oracle) -> tuple[str, str] | None:
+def _structure(call: dict[str, Any], oracle: Oracle) -> tuple[str, str, str] | None:
     """What is wrong with a call's outputs before their values are looked at: their number and
-    layout, memory shared with an input, an input changed."""
+    layout, memory shared with an input, an input changed (status, reason, the check)."""
     metas, expected = call["out_meta"], oracle.data["outputs_meta"]
     if len(metas) != len(expected):
-        return "wrong_result", f"returned {len(metas)} outputs, the reference returns {len(expected)}"
+        return "wrong_result", f"returned {len(metas)} outputs, the reference returns {len(expected)}", "layout"
     for i, (got, want) in enumerate(zip(metas, expected)):
         if got["shape"] == want["shape"] and _strides(got) != _strides(want):
             return "wrong_result", (f"output {i} has strides {tuple(got['stride'])}, the reference's are "
-                                    f"{tuple(want['stride'])}")
+                                    f"{tuple(want['stride'])}"), "layout"
     mutated = set(oracle.data["mutated"])
     for i, out in enumerate(call["out_meta"]):
         for j, inp in enumerate(call["in_meta"]):
             if _overlap(out, inp) and j not in mutated:
-                return "cheat", f"output {i} shares memory with input {j}; the op is not in-place"
+                return "cheat", f"output {i} shares memory with input {j}; the op is not in-place", "aliasing"
         if mutated and not any(_overlap(out, call["in_meta"][j]) for j in mutated if j < len(call["in_meta"])):
-            return "wrong_result", f"output {i} is not the input the in-place op writes"
+            return "wrong_result", f"output {i} is not the input the in-place op writes", "aliasing"
     for j, (got, want) in enumerate(zip(call["digests"], oracle.data["digests"][call["set"]])):
         if j not in mutated and list(got) != list(want):
-            return "cheat", f"input {j} was modified"
+            return "cheat", f"input {j} was modified", "inputs"
     return None
 
 
@@ -192,12 +212,12 @@ def _errors_list(errors: dict[int, list[float]], oracle: Oracle) -> list[list[fl
 def timing_verdict(timing: Timing, eager: Timing) -> dict[str, Any]:
     """Work the candidate's timing events did not see makes it a cheat."""
     if escapes_the_events(timing, eager):
-        return {"status": "cheat",
+        return {"status": "cheat", "failed_check": "events",
                 "reason": f"{escaped_ms(timing, eager):.4f} ms of work per call escaped the timing events "
                           f"(events {timing.p50_ms:.4f} ms, with a device sync {timing.synced_ms:.4f} ms): "
                           "work on another stream"}
     return {}
 
 
-def _fail(status: str, reason: str, errors: list[list[float]]) -> dict[str, Any]:
-    return {"status": status, "reason": reason, "errors": errors}
+def _fail(status: str, reason: str, errors: list[list[float]], check: str) -> dict[str, Any]:
+    return {"status": status, "reason": reason, "errors": errors, "failed_check": check}

@@ -47,6 +47,7 @@ class EvalResult:
     phases: dict[str, float] = field(default_factory=dict)  # seconds per step inside the worker
     # eager's median before the candidate loaded and right after its timing; `eager` is the faster
     eager_before_after_ms: list[float] = field(default_factory=list)
+    failed_check: str = ""  # the key in judge.CHECKS of the check that rejected it ("" when ok)
 
     @property
     def ok(self) -> bool:
@@ -300,7 +301,8 @@ def evaluate_candidate(task_path: Path, reference_path: Path, source: Path, back
     rejects the candidate with the reason (KERNFORGE_STRICT=1 re-raises it, for debugging)."""
     findings = static_findings(task_path, source, backend)
     if findings:
-        return EvalResult(status="cheat", reason="static scan: " + "; ".join(str(f) for f in findings))
+        return EvalResult(status="cheat", reason="static scan: " + "; ".join(str(f) for f in findings),
+                          failed_check="scan")
     job = {"mode": "candidate", "task_path": str(task_path), "reference_path": str(reference_path),
            "source": str(source), "backend": backend, "device": device,
            "build_dir": str(job_dir / "build"), "memory_limit_bytes": memory_limit_bytes(reference_path),
@@ -312,7 +314,8 @@ def evaluate_candidate(task_path: Path, reference_path: Path, source: Path, back
         if os.environ.get("KERNFORGE_STRICT") == "1":
             raise
         return EvalResult(status="crash", reason=f"kernforge failed while judging this candidate's outputs: "
-                                                 f"{type(e).__name__}: {str(e)[:300]}", log_tail=tail, wall_s=wall)
+                                                 f"{type(e).__name__}: {str(e)[:300]}", log_tail=tail, wall_s=wall,
+                          failed_check="plain")
     finally:
         Path(job["outputs_path"]).unlink(missing_ok=True)  # as large as the inputs; the verdict is kept
 
@@ -321,20 +324,24 @@ def _verdict(result: dict[str, Any] | None, tail: str, wall: float, oracle: Orac
     if result is not None and result.get("status") == "ok" and result.get("outputs_path"):
         disagreement = host_clock_disagrees(result)
         result.update(judge(Path(result["outputs_path"]), oracle) if not disagreement else
-                      {"status": "cheat", "reason": disagreement})
+                      {"status": "cheat", "reason": disagreement, "failed_check": "clock"})
     if result is None:
         status = "timeout" if tail.startswith("timed out") else "crash"
-        return EvalResult(status=status, reason=tail.splitlines()[0], log_tail=tail, wall_s=wall)
+        return EvalResult(status=status, reason=tail.splitlines()[0], log_tail=tail, wall_s=wall, failed_check="run")
     timing = Timing(**result["timing"]) if result.get("timing") else None
     eager = Timing(**result["eager_timing"]) if result.get("eager_timing") else None
     out = EvalResult(status=str(result["status"]), reason=str(result.get("reason", "")),
                      errors=result.get("errors", []), timing=timing, eager=eager,
                      log_tail=tail, wall_s=wall,
                      phases=result.get("phases", {}),
-                     eager_before_after_ms=result.get("eager_p50_ms_before_after", []))
+                     eager_before_after_ms=result.get("eager_p50_ms_before_after", []),
+                     failed_check=str(result.get("failed_check", "")))
+    if out.status != "ok" and not out.failed_check:
+        out.failed_check = "run"  # the worker's own verdict: a build error, an exception, out of memory
     if timing and eager and out.status == "ok":
         verdict = timing_verdict(timing, eager)
         out.status, out.reason = verdict.get("status", out.status), verdict.get("reason", out.reason)
+        out.failed_check = verdict.get("failed_check", "")
     if out.status != "ok":
         # The worker times before the outputs are judged here; a rejected kernel's time means nothing.
         out.timing, out.eager = None, None

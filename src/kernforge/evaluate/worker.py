@@ -233,7 +233,8 @@ def run_candidate(job: dict[str, Any]) -> dict[str, Any]:
     try:
         kernel = backend.build(Path(job["source"]), Path(job["build_dir"]), task.outputs)
     except RejectedBuild as e:
-        return {"status": "cheat", "reason": f"object scan: {e}"[-4000:], "phases": phases.done("build_s")}
+        return {"status": "cheat", "reason": f"object scan: {e}"[-4000:], "failed_check": "scan",
+                "phases": phases.done("build_s")}
     except BuildError as e:
         return {"status": "compile_error", "reason": str(e)[-4000:], "phases": phases.done("build_s")}
     phases.mark("build_s")
