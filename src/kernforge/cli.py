@@ -35,6 +35,8 @@ EXAMPLES = """
   kernforge ls; kernforge show 20261129-120000-attention
 
   kernforge apply runs/20261129-120000-attention
+
+  kernforge ui runs --open; kernforge report runs/20261129-120000-attention -o attention.html
 """
 
 app = typer.Typer(
@@ -361,6 +363,67 @@ def apply_command(
         return
     _print_end_to_end(report)
     out.print(f"run folder: {root}")
+
+
+@app.command("ui", epilog=EXAMPLES)
+def ui(
+    runs_dir: Path = typer.Argument(Path("runs"), envvar="KERNFORGE_RUNS_DIR",
+                                    help="the folder of run folders to show (it may not exist yet)"),
+    port: int = typer.Option(8765, "--port", min=0, max=65535, help="the port to listen on (0: any free one)"),
+    host: str = typer.Option("127.0.0.1", "--host", help="the address to bind; the default lets only this "
+                                                         "machine in (use an SSH tunnel from elsewhere)"),
+    open_browser: bool = typer.Option(False, "--open", help="open the dashboard in the default browser"),
+) -> None:
+    """A live web dashboard over run folders: runs, each run's hot ops and plots, each task's search
+    tree, each candidate's source, diff, checks, timings and logs. It only reads the folders."""
+    import socket
+
+    try:
+        import uvicorn
+
+        from kernforge.ui.app import make_app
+    except ImportError as e:
+        raise UserError(f"the dashboard needs {e.name}: pip install 'kernforge[ui]'") from None
+    with socket.socket() as probe:  # a port in use is one line, not uvicorn's traceback
+        try:
+            probe.bind((host, port))
+        except OSError as e:
+            raise UserError(f"cannot listen on {host}:{port} ({e.strerror}); pick another with --port") from None
+        port = probe.getsockname()[1]
+    url = f"http://{host}:{port}/"
+    err.print(f"kernforge ui: {url} (runs in {runs_dir.resolve()}); Ctrl-C stops it", markup=False, highlight=False)
+    if open_browser:
+        import webbrowser
+
+        webbrowser.open(url)
+    uvicorn.run(make_app(runs_dir), host=host, port=port, log_level="warning")
+
+
+@app.command("report", epilog=EXAMPLES)
+def report(
+    run: str = typer.Argument(..., help="a run folder, or its name under --runs-dir"),
+    output: Path | None = typer.Option(None, "-o", "--output", help="the HTML file to write (default: "
+                                                                     "RUN/report.html); the Markdown summary "
+                                                                     "goes beside it as .md"),
+    runs_dir: Path = RUNS_DIR,
+) -> None:
+    """One self-contained HTML file (no script, no outside asset) with the run's tables, plots and
+    search trees, and a Markdown summary beside it: for sharing a run without a server."""
+    from kernforge.report.html import report as make_report
+    from kernforge.store.reader import read_run_partial
+
+    root = Path(run) if Path(run).is_dir() else runs_dir / run
+    if not (root / "config.json").is_file() and not (root / "events.jsonl").is_file():
+        raise UserError(f"no run folder '{run}' (looked in {root}); see kernforge ls")
+    made = make_report(read_run_partial(root))
+    target = output or root / "report.html"
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(made.html)
+        target.with_suffix(".md").write_text(made.markdown)
+    except OSError as e:
+        raise UserError(f"cannot write '{target}' ({e.strerror}); pick another path with -o") from None
+    out.print(f"wrote {target} and {target.with_suffix('.md')}", markup=False, highlight=False)
 
 
 @app.command(epilog=EXAMPLES)

@@ -7,6 +7,7 @@ import os
 import platform
 import re
 import shutil
+import socket
 import subprocess
 import time
 from collections import Counter
@@ -108,7 +109,8 @@ def prepare(spec: str, backend_name: str, model: ModelOptions, runs_dir: Path,
     store.write_json("config.json", {**config, **environment})
     store.emit(RunStarted(model=loaded.name, backend=backend.name, device=device,
                           device_name=environment["device_name"], proposer=config.get("proposer", ""),
-                          strategy=config.get("strategy", ""), iterations=config.get("iterations", 0)))
+                          strategy=config.get("strategy", ""), iterations=config.get("iterations", 0),
+                          pid=os.getpid(), host=socket.gethostname()))
     capture = capture_model(loaded, store.capture_dir)
     store.emit(Captured(signatures=len(capture.profiles), op_time_ms=capture.total_time_us / 1e3))
     del loaded  # the workers need the memory, on a GPU most of all
@@ -184,7 +186,8 @@ def resume(run_dir: Path, on_event: OnEvent = lambda event: None) -> OptimizeRes
     store.rewrite_results([row_of(t, n) for t in tasks for n in previous[t.task_id]])
     store.emit(RunStarted(model=config.get("model_name", ""), backend=backend.name, device=device,
                           device_name=config.get("device_name", ""), proposer=opts.proposer,
-                          strategy=opts.strategy, iterations=opts.iterations, resumed=True))
+                          strategy=opts.strategy, iterations=opts.iterations, resumed=True,
+                          pid=os.getpid(), host=socket.gethostname()))
     store.emit(Resumed(done=sorted(done), recorded_nodes={k: len(v) for k, v in previous.items()}))
     for task in tasks:
         if task.task_id in done:

@@ -51,6 +51,8 @@ class RunStarted(Event):
     strategy: str = ""
     iterations: int = 0
     resumed: bool = False
+    pid: int = 0  # the search process: a dashboard on the same host asks whether it still runs
+    host: str = ""
 
 
 @dataclass(kw_only=True)

@@ -7,13 +7,19 @@ own: the folder's layout can change with its format version, in this one place.
 from __future__ import annotations
 
 import json
+import os
+import socket
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from kernforge.errors import UserError
-from kernforge.evaluate import Baseline, Timing
+from kernforge.evaluate import Baseline, EvalResult, Timing
+from kernforge.propose import Proposal
 from kernforge.search.engine import Node, TaskOutcome, previous_nodes
+from kernforge.store.events import (Event, EventTail, NodeFinished, NodeStarted, RunEnded, RunStarted,
+                                    SearchStopped, TaskEnded, TasksChosen, TaskStarted)
 from kernforge.store.run import RUN_FORMAT, RunStore
 from kernforge.tasks import KernelTask
 
@@ -106,3 +112,251 @@ def read_baseline(store: RunStore, task_id: str) -> Baseline | None:
         return None
     data = store.read_json(relative)
     return Baseline(**{**data, "eager": Timing(**data["eager"]) if data.get("eager") else None})
+
+
+# ---------------------------------------------------------------- a run as far as it can be read
+
+@dataclass
+class NodeState:
+    """One candidate as its folder holds it: finished (with its Node), in flight, or lost (started
+    by a run that stopped before it finished)."""
+
+    node_id: str
+    parent_id: str | None
+    state: str  # done | running | lost
+    folder: Path
+    node: Node | None = None  # a finished one's proposal and result
+    proposal: Proposal | None = None
+    started: float | None = None
+    finished: float | None = None
+
+
+@dataclass
+class TaskState:
+    task_id: str
+    op: str = ""
+    shape: str = ""
+    dtype: str = ""
+    share: float = 0.0
+    iterations: int = 0
+    state: str = "pending"  # pending | running | done
+    task: KernelTask | None = None
+    baseline: Baseline | None = None
+    nodes: list[NodeState] = field(default_factory=list)  # in the order they finished, then in flight
+    tree: dict[str, Any] = field(default_factory=dict)  # tasks/<task>/tree.json: the strategy's statistics
+    stopped: str = ""
+    error: str = ""
+    started: float | None = None
+
+    @property
+    def outcome(self) -> TaskOutcome | None:
+        """The finished nodes as the search saw them (TaskOutcome.best decides the winner)."""
+        if self.task is None:
+            return None
+        return TaskOutcome(task=self.task, baseline=self.baseline, nodes=[n.node for n in self.nodes if n.node],
+                           error=self.error, stopped=self.stopped)
+
+
+@dataclass
+class PartialRun:
+    """What a dashboard or a report shows: everything in the folder that can be read, and in
+    `problems` what could not (a torn file, a missing baseline), one line each."""
+
+    root: Path
+    config: dict[str, Any] = field(default_factory=dict)
+    events: list[Event] = field(default_factory=list)
+    tasks: list[TaskState] = field(default_factory=list)
+    skipped: list[dict[str, Any]] = field(default_factory=list)
+    profile: dict[str, Any] | None = None
+    summary: dict[str, Any] | None = None
+    applied: dict[str, Any] | None = None
+    status: str = "stopped"  # running | finished | stopped
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def started(self) -> float | None:
+        starts = [e.time for e in self.events if isinstance(e, RunStarted)]
+        return starts[0] if starts else (self.events[0].time if self.events else None)
+
+    @property
+    def last_event(self) -> float | None:
+        return self.events[-1].time if self.events else None
+
+
+# A run whose process cannot be asked (another host) counts as running while it wrote an event
+# this recently: an LLM proposal can take minutes, a baseline with torch.compile about one.
+QUIET_S = 900.0
+
+
+def read_run_partial(path: Path, now: float | None = None) -> PartialRun:
+    """The run at `path`, read as far as it can be; never raises for a damaged folder."""
+    run = PartialRun(root=Path(path))
+    run.config = _json_or_problem(run, "config.json") or {}
+    version = run.config.get("format_version", 0)
+    if isinstance(version, int) and version > RUN_FORMAT:
+        run.problems.append(f"written in run format {version}, newer than this kernforge reads ({RUN_FORMAT}): "
+                            "what is shown may be incomplete; upgrade kernforge")
+    tail = EventTail(run.root / "events.jsonl")
+    run.events = tail.read_new()
+    if tail.unreadable:
+        run.problems.append(f"events.jsonl: {tail.unreadable} line(s) are not JSON and were skipped")
+    run.profile = _json_or_problem(run, "capture/profile.json", missing_ok=True)
+    run.summary = _json_or_problem(run, "summary.json", missing_ok=True)
+    run.applied = _json_or_problem(run, "integrate/apply.json", missing_ok=True)
+    run.skipped = _json_or_problem(run, "skipped.json", missing_ok=True) or _skipped_from_events(run.events)
+    run.tasks = _task_states(run)
+    run.status = _run_status(run, time.time() if now is None else now)
+    return run
+
+
+def _json_or_problem(run: PartialRun, relative: str, missing_ok: bool = False) -> Any:
+    path = run.root / relative
+    if not path.is_file():
+        if not missing_ok:
+            run.problems.append(f"{relative} is missing")
+        return None
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        run.problems.append(f"{relative} cannot be read ({type(e).__name__}); it is left out")
+        return None
+
+
+def _skipped_from_events(events: list[Event]) -> list[dict[str, Any]]:
+    chosen = [e for e in events if isinstance(e, TasksChosen)]
+    return chosen[-1].skipped if chosen else []
+
+
+def _task_states(run: PartialRun) -> list[TaskState]:
+    """Tasks in the run's order: those the events announced, then any other folder under tasks/."""
+    tasks: dict[str, TaskState] = {}
+    for event in run.events:
+        if isinstance(event, TasksChosen):
+            for t in event.tasks:
+                tasks.setdefault(t.get("task", ""), TaskState(task_id=t.get("task", ""), op=t.get("op", ""),
+                                                              shape=t.get("shape", ""), share=t.get("share", 0.0)))
+    folders = sorted(p.name for p in (run.root / "tasks").iterdir()) if (run.root / "tasks").is_dir() else []
+    for name in folders:
+        tasks.setdefault(name, TaskState(task_id=name))
+    for state in tasks.values():
+        _fill_task(run, state)
+    _apply_events(run, tasks)
+    return [t for t in tasks.values() if t.task_id]
+
+
+def _fill_task(run: PartialRun, state: TaskState) -> None:
+    folder = run.root / "tasks" / state.task_id
+    if not folder.is_dir():
+        return
+    data = _json_or_problem(run, f"tasks/{state.task_id}/task.json", missing_ok=True)
+    if data:
+        try:
+            state.task = KernelTask(**data)
+            state.op, state.shape, state.dtype, state.share = (state.task.op, state.task.shape_text,
+                                                              state.task.dtype_text, state.task.share)
+        except TypeError as e:
+            run.problems.append(f"tasks/{state.task_id}/task.json is not a task ({e})")
+    try:
+        state.baseline = read_baseline(RunStore(run.root), state.task_id)
+    except (OSError, ValueError, TypeError, KeyError) as e:
+        run.problems.append(f"tasks/{state.task_id}/baseline.json cannot be read ({type(e).__name__})")
+    state.tree = _json_or_problem(run, f"tasks/{state.task_id}/tree.json", missing_ok=True) or {}
+    nodes_dir = folder / "nodes"
+    if nodes_dir.is_dir():
+        state.nodes = [n for n in (_node_state(run, state.task_id, p) for p in sorted(nodes_dir.iterdir())) if n]
+
+
+def _node_state(run: PartialRun, task_id: str, folder: Path) -> NodeState | None:
+    relative = f"tasks/{task_id}/nodes/{folder.name}"
+    record = _json_or_problem(run, f"{relative}/proposal.json", missing_ok=True)
+    if record is None:
+        return None  # made by `kernforge eval` (no proposal), or its files were not written yet
+    source = next((p for p in sorted(folder.glob("candidate.*"))), None)
+    text = source.read_text(errors="replace") if source else ""
+    proposal = Proposal.from_record(text, record)
+    state = NodeState(node_id=folder.name, parent_id=record.get("parent"), state="running", folder=folder,
+                      proposal=proposal)
+    result = _json_or_problem(run, f"{relative}/result.json", missing_ok=True)
+    if result is None:
+        return state
+    try:
+        confirm = _json_or_problem(run, f"{relative}/confirm.json", missing_ok=True)
+        state.node = Node(node_id=folder.name, parent_id=state.parent_id, proposal=proposal,
+                          result=EvalResult.from_json(result), kept=bool(result.get("kept")),
+                          confirmed=EvalResult.from_json(confirm) if confirm else None)
+        state.state = "done"
+    except (TypeError, KeyError, ValueError) as e:
+        run.problems.append(f"{relative}/result.json is not a result ({type(e).__name__}); the node is left out")
+        return None
+    return state
+
+
+def _apply_events(run: PartialRun, tasks: dict[str, TaskState]) -> None:
+    """What only the events say: when each node started and finished (their order), the tasks'
+    states, budgets and why a search stopped."""
+    started: dict[tuple[str, str], float] = {}
+    finished: dict[tuple[str, str], float] = {}
+    for e in run.events:
+        task = tasks.get(getattr(e, "task", ""))
+        if task is None:
+            continue
+        if isinstance(e, TaskStarted):
+            task.state, task.started, task.iterations = "running", task.started or e.time, e.iterations
+            task.op, task.shape = task.op or e.op, task.shape or e.shape
+            task.dtype, task.share = task.dtype or e.dtype, task.share or e.share
+        elif isinstance(e, NodeStarted):
+            started[(e.task, e.node)] = e.time
+        elif isinstance(e, NodeFinished):
+            finished[(e.task, e.node)] = e.time
+        elif isinstance(e, SearchStopped):
+            task.stopped = e.reason
+        elif isinstance(e, TaskEnded):
+            task.state, task.error = "done", e.error
+    for task in tasks.values():
+        for n in task.nodes:
+            n.started = started.get((task.task_id, n.node_id))
+            n.finished = finished.get((task.task_id, n.node_id))
+            if n.finished is None and n.node is not None:
+                n.finished = _mtime(n.folder / "result.json")
+        done = sorted((n for n in task.nodes if n.node), key=lambda n: (n.finished or 0.0, n.node_id))
+        task.nodes = done + [n for n in task.nodes if not n.node]
+        if task.state == "pending" and task.nodes:
+            task.state = "running"
+
+
+def _mtime(path: Path) -> float | None:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return None
+
+
+def _run_status(run: PartialRun, now: float) -> str:
+    """finished (the search's last event is run_end), running (its process is alive, or on another
+    host it wrote lately), or stopped (killed or crashed: `kernforge optimize --resume` goes on)."""
+    starts = [i for i, e in enumerate(run.events) if isinstance(e, RunStarted)]
+    if not starts:
+        return "finished" if run.summary else "stopped"
+    start = run.events[starts[-1]]
+    if any(isinstance(e, RunEnded) for e in run.events[starts[-1]:]):
+        status = "finished"
+    elif start.host == socket.gethostname() and start.pid:
+        status = "running" if _alive(start.pid) else "stopped"
+    else:
+        status = "running" if now - (run.last_event or 0.0) < QUIET_S else "stopped"
+    if status != "running":
+        for task in run.tasks:
+            for n in task.nodes:
+                if n.state == "running":
+                    n.state = "lost"
+    return status
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process with that id: alive, say so
+    return True

@@ -1,0 +1,388 @@
+"""What the dashboard and the shared report show, made from a run folder as far as it can be read.
+
+Each function takes a PartialRun (store.reader.read_run_partial) and returns plain data for a
+template: the runs list's row, a run's header and hot-op table, the plots, a task's tree and a
+node's details. The live dashboard (ui/) and `kernforge report` render the same views.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kernforge.evaluate.judge import CHECKS
+from kernforge.propose import Usage
+from kernforge.propose.context import task_facts
+from kernforge.report.svg import Series, TreePoint, line_plot_svg, tree_svg
+from kernforge.search.engine import Node
+from kernforge.store.events import NodeStarted, ProposalFailed
+from kernforge.store.reader import NodeState, PartialRun, TaskState
+
+LOG_LIMIT = 64_000  # characters of a log shown; the rest is in the file
+
+
+# ---------------------------------------------------------------- runs and a run
+
+def run_row(run: PartialRun, now: float) -> dict[str, Any]:
+    """One line of the runs list."""
+    best = [b for b in (task_best(t) for t in run.tasks) if b]
+    return {"name": run.root.name, "model": run.config.get("model_name", "?"),
+            "device": device_text(run), "status": run.status, "elapsed_s": elapsed_s(run, now),
+            "best_speedup": max(best) if best else None, "end_to_end": end_to_end(run).get("eager"),
+            "tasks": len(run.tasks), "problems": len(run.problems)}
+
+
+def device_text(run: PartialRun) -> str:
+    c = run.config
+    name = c.get("device_name") or ""
+    return f"{c.get('resolved_backend', '?')} backend on {c.get('device', '?')}" + (f" ({name})" if name and name != "cpu" else "")
+
+
+def elapsed_s(run: PartialRun, now: float) -> float | None:
+    if run.started is None:
+        return None
+    end = now if run.status == "running" else (run.last_event or now)
+    return max(0.0, end - run.started)
+
+
+def end_to_end(run: PartialRun) -> dict[str, float | None]:
+    """The model's own speedups where `apply` measured them: patched eager vs eager, and patched
+    compile vs compile."""
+    report = run.applied or (run.summary or {}).get("end_to_end") or {}
+    speedups = report.get("speedups", {}) if isinstance(report, dict) else {}
+    return {"eager": (speedups.get("patched eager vs eager") or {}).get("speedup"),
+            "compile": (speedups.get("patched compile vs compile") or {}).get("speedup"),
+            "note": report.get("note") or report.get("error") if isinstance(report, dict) else None}
+
+
+def run_header(run: PartialRun, now: float) -> dict[str, Any]:
+    counts: dict[str, int] = {}
+    for t in run.tasks:
+        for n in t.nodes:
+            status = n.node.result.status if n.node else n.state
+            counts[status] = counts.get(status, 0) + 1
+    best = [b for b in (task_best(t) for t in run.tasks) if b]
+    c = run.config
+    return {"name": run.root.name, "model": c.get("model_name", "?"), "device": device_text(run),
+            "status": run.status, "proposer": c.get("proposer", ""), "strategy": c.get("strategy", ""),
+            "iterations": c.get("iterations"), "created": c.get("created", ""),
+            "model_ms": (run.profile or {}).get("forward_ms"), "best_speedup": max(best) if best else None,
+            "end_to_end": end_to_end(run), "counts": dict(sorted(counts.items())),
+            "llm": llm_usage(run), "elapsed_s": elapsed_s(run, now), "problems": run.problems,
+            "versions": c.get("versions", {})}
+
+
+def llm_usage(run: PartialRun) -> dict[str, Any] | None:
+    """Tokens and money, from the events, where an LLM was used."""
+    total = Usage()
+    for e in run.events:
+        if isinstance(e, (NodeStarted, ProposalFailed)) and e.usage:
+            total = total + Usage.from_json(e.usage)
+    if total.calls == 0:
+        return None
+    llm = run.config.get("llm", {})
+    return {"model": " ".join(p for p in (llm.get("llm", ""), llm.get("llm_model", "")) if p),
+            "tokens": total.tokens, "cost_usd": total.cost_usd, "calls": total.calls}
+
+
+def task_best(task: TaskState) -> float | None:
+    """The task's best speedup over eager beyond the noise (its confirmed finalist once it has one)."""
+    outcome = task.outcome
+    best = outcome.best if outcome else None
+    return best.final.speedup_vs_eager if best else None
+
+
+def hot_rows(run: PartialRun) -> list[dict[str, Any]]:
+    rows = []
+    for t in run.tasks:
+        outcome = t.outcome
+        best = outcome.best if outcome else None
+        speedup = best.final.speedup_vs_eager if best else None
+        compiled = t.baseline.compiled_p50_ms if t.baseline else None
+        eager = t.baseline.eager.p50_ms if t.baseline and t.baseline.eager else None
+        finished = [n for n in t.nodes if n.node]
+        rows.append({
+            "task": t.task_id, "op": t.op, "shape": t.shape, "dtype": t.dtype, "share": t.share,
+            "state": t.state, "eager_ms": eager, "compile_ms": compiled,
+            "best_ms": best.final.timing.p50_ms if best and best.final.timing else None,
+            "best_node": best.node_id if best else None, "speedup_vs_eager": speedup,
+            "speedup_vs_compile": compiled / best.final.timing.p50_ms if best and compiled and best.final.timing else None,
+            "projected_gain": amdahl(t.share, speedup) if speedup else None,
+            "candidates": len(finished), "running": sum(n.state == "running" for n in t.nodes),
+            "correct": sum(n.node.result.ok for n in finished), "iterations": t.iterations,
+            "stopped": t.stopped, "error": t.error})
+    return rows
+
+
+def amdahl(share: float, speedup: float) -> float:
+    """The model's speedup if only this op got `speedup` faster: 1 / (1 - share + share / speedup)."""
+    return 1.0 / (1.0 - share + share / speedup)
+
+
+def speedup_plots(run: PartialRun) -> dict[str, str]:
+    """Best speedup so far (correct candidates, as measured in the search) against the candidate's
+    count and against minutes since the run started, one line per task."""
+    start = run.started or 0.0
+    by_count, by_time = [], []
+    for t in run.tasks:
+        best, count_pts, time_pts = 0.0, [], []
+        for i, n in enumerate((n for n in t.nodes if n.node), start=1):
+            r = n.node.result
+            if r.ok and r.speedup_vs_eager:
+                best = max(best, r.speedup_vs_eager)
+            if best:
+                count_pts.append((float(i), best))
+                if n.finished:
+                    time_pts.append(((n.finished - start) / 60.0, best))
+        label = f"{t.op.replace('aten::', '')} {t.shape}"
+        by_count.append(Series(label, count_pts))
+        by_time.append(Series(label, sorted(time_pts)))
+    return {"iterations": line_plot_svg(by_count, "candidates evaluated", "best speedup vs eager",
+                                        reference_y=1.0, reference_label="eager"),
+            "time": line_plot_svg(by_time, "minutes since the run started", "best speedup vs eager",
+                                  reference_y=1.0, reference_label="eager")}
+
+
+# ---------------------------------------------------------------- a task
+
+def find_task(run: PartialRun, task_id: str) -> TaskState | None:
+    return next((t for t in run.tasks if t.task_id == task_id), None)
+
+
+def best_path(task: TaskState) -> set[str]:
+    outcome = task.outcome
+    best = outcome.best if outcome else None
+    parents = {n.node_id: n.parent_id for n in task.nodes}
+    path: set[str] = set()
+    cursor = best.node_id if best else None
+    while cursor and cursor not in path:
+        path.add(cursor)
+        cursor = parents.get(cursor)
+    return path
+
+
+def tree_for(task: TaskState, href: Any) -> str:
+    """The task's tree as SVG; `href(node_id)` gives each node's link."""
+    on_path = best_path(task)
+    stats = task.tree.get("nodes", {})
+    points = []
+    for n in task.nodes:
+        points.append(TreePoint(node_id=n.node_id, parent_id=n.parent_id, status=node_status(n),
+                                label=node_label(n), best_path=n.node_id in on_path, href=href(n.node_id),
+                                title=node_title(n, stats.get(n.node_id)),
+                                faster=bool(n.node and n.node.final.ok and n.node.final.faster_than_eager)))
+    return tree_svg(points)
+
+
+def node_status(n: NodeState) -> str:
+    return n.node.result.status if n.node else n.state
+
+
+def node_label(n: NodeState) -> str:
+    if not n.node:
+        return n.state
+    r = n.node.final
+    if r.ok:
+        return f"{r.speedup_vs_eager:.2f}x" if r.speedup_vs_eager else "ok"
+    return SHORT_STATUS.get(r.status, r.status)
+
+
+SHORT_STATUS = {"compile_error": "build", "runtime_error": "error", "wrong_result": "wrong", "cheat": "cheat",
+                "out_of_memory": "oom", "crash": "crash", "timeout": "timeout"}
+
+
+def node_title(n: NodeState, stats: dict[str, Any] | None) -> str:
+    lines = [f"{n.node_id}: {node_status(n)}"]
+    if n.proposal and n.proposal.rationale:
+        lines.append(n.proposal.rationale[:200])
+    if n.node and not n.node.result.ok:
+        lines.append(n.node.result.reason[:300])
+    if stats:
+        best = stats.get("subtree_best_speedup")
+        lines.append(f"visits {stats.get('visits')}, best below {best:.2f}x" if best else f"visits {stats.get('visits')}")
+    return "\n".join(lines)
+
+
+def node_rows(task: TaskState) -> list[dict[str, Any]]:
+    stats = task.tree.get("nodes", {})
+    rows = []
+    for n in task.nodes:
+        r = n.node.result if n.node else None
+        again = n.node.confirmed if n.node else None
+        rows.append({"node": n.node_id, "parent": n.parent_id, "status": node_status(n),
+                     "speedup": r.speedup_vs_eager if r else None,
+                     "faster": bool(r and r.ok and r.faster_than_eager),
+                     "p50_ms": r.timing.p50_ms if r and r.timing else None,
+                     "confirmed_speedup": again.speedup_vs_eager if again else None,
+                     "confirmed_faster": bool(again and again.ok and again.faster_than_eager),
+                     "confirmed": bool(n.node and n.node.confirmed), "kept": bool(n.node and n.node.kept),
+                     "origin": n.proposal.origin if n.proposal else "", "rationale": n.proposal.rationale if n.proposal else "",
+                     "reason": n.node.result.reason if n.node else "", "visits": (stats.get(n.node_id) or {}).get("visits")})
+    return rows
+
+
+def in_flight(task: TaskState) -> dict[str, Any]:
+    return {"running": [n.node_id for n in task.nodes if n.state == "running"],
+            "thinking": task.tree.get("thinking", 0)}
+
+
+# ---------------------------------------------------------------- a node
+
+@dataclass
+class NodeView:
+    node_id: str
+    parent_id: str | None
+    state: str
+    status: str
+    source: str
+    source_name: str
+    language: str
+    diff: str  # unified diff against the parent's source ("" for a first candidate)
+    rationale: str
+    params: dict[str, Any]
+    changes: dict[str, Any]
+    origin: str
+    model: str
+    usage: dict[str, Any]
+    reason: str = ""
+    checks: list[dict[str, str]] = field(default_factory=list)  # check, what, state: passed | failed | not reached
+    errors: list[dict[str, Any]] = field(default_factory=list)  # per input set: label, candidate's, eager's
+    timings: list[dict[str, Any]] = field(default_factory=list)  # who, p20, p50, p80, note
+    confirm: dict[str, Any] | None = None
+    transcript: list[dict[str, Any]] = field(default_factory=list)
+    advice: dict[str, Any] = field(default_factory=dict)
+    logs: dict[str, str] = field(default_factory=dict)  # file name -> text (the tail of a long one)
+    phases: dict[str, float] = field(default_factory=dict)
+
+
+LANGUAGES = {".py": "python", ".cu": "cuda", ".c": "c"}
+
+
+def node_view(run: PartialRun, task: TaskState, node_id: str) -> NodeView | None:
+    n = next((s for s in task.nodes if s.node_id == node_id), None)
+    if n is None:
+        return None
+    source_path = next(iter(sorted(n.folder.glob("candidate.*"))), None)
+    source = n.proposal.source if n.proposal else ""
+    parent = next((s for s in task.nodes if s.node_id == n.parent_id), None)
+    proposal = n.proposal
+    view = NodeView(
+        node_id=n.node_id, parent_id=n.parent_id, state=n.state, status=node_status(n), source=source,
+        source_name=source_path.name if source_path else "", language=LANGUAGES.get(source_path.suffix, "text")
+        if source_path else "text", diff=source_diff(parent, n), rationale=proposal.rationale if proposal else "",
+        params=proposal.params if proposal else {}, changes=proposal.changes if proposal else {},
+        origin=proposal.origin if proposal else "", model=proposal.model if proposal else "",
+        usage=proposal.usage.__dict__ if proposal else {}, advice=proposal.advice if proposal else {})
+    if n.node:
+        _fill_result(view, task, n.node)
+    view.transcript = _transcript(n.folder / "transcript.json")
+    view.logs = _logs(n.folder)
+    return view
+
+
+def source_diff(parent: NodeState | None, node: NodeState) -> str:
+    if parent is None or parent.proposal is None or node.proposal is None:
+        return ""
+    lines = difflib.unified_diff(parent.proposal.source.splitlines(keepends=True),
+                                 node.proposal.source.splitlines(keepends=True),
+                                 fromfile=f"{parent.node_id}", tofile=f"{node.node_id}")
+    return "".join(lines)
+
+
+def _fill_result(view: NodeView, task: TaskState, node: Node) -> None:
+    r = node.result
+    view.reason, view.phases = r.reason, r.phases
+    view.checks = check_rows(r.status, r.failed_check)
+    labels = task.baseline.labels if task.baseline else []
+    eager_errors = task.baseline.eager_errors if task.baseline else []
+    for i, errs in enumerate(r.errors):
+        view.errors.append({"set": labels[i] if i < len(labels) else f"set {i}", "candidate": errs,
+                            "eager": eager_errors[i] if i < len(eager_errors) else []})
+    view.timings = timing_rows(task, r)
+    if node.confirmed:
+        c = node.confirmed
+        view.confirm = {"status": c.status, "reason": c.reason, "speedup": c.speedup_vs_eager,
+                        "faster": c.faster_than_eager, "timings": timing_rows(task, c)}
+
+
+def check_rows(status: str, failed: str) -> list[dict[str, str]]:
+    """Every check in order: passed before the one that failed, not reached after it. A result
+    recorded before checks were named (no failed_check) says only what its status says."""
+    rows, reached = [], True
+    for key, what in CHECKS.items():
+        if status == "ok":
+            state = "passed"
+        elif not failed:
+            state = "unknown"
+        elif key == failed:
+            state, reached = "failed", False
+        else:
+            state = "passed" if reached else "not reached"
+        rows.append({"check": key, "what": what, "state": state})
+    return rows
+
+
+def timing_rows(task: TaskState, r: Any) -> list[dict[str, Any]]:
+    rows = []
+    if r.timing:
+        rows.append({"who": "candidate", **_percentiles(r.timing), "note": r.timing.method})
+    if r.eager:
+        rows.append({"who": "eager (same worker)", **_percentiles(r.eager), "note": "the faster of before and after"})
+    b = task.baseline
+    if b and b.compiled:
+        for mode, entry in b.compiled.items():
+            timing = entry.get("timing")
+            rows.append({"who": f"torch.compile {mode}", "p20": timing and timing["p20_ms"],
+                         "p50": timing and timing["p50_ms"], "p80": timing and timing["p80_ms"],
+                         "note": entry.get("error", "")[:200] if not timing else "baseline worker"})
+    if task.task and b:
+        facts = task_facts(task.task, b.eager.p50_ms if b.eager else None, b.compiled_p50_ms)
+        bandwidth = (b.hardware or {}).get("bandwidth_gb_s")
+        floor = facts.floor_ms(bandwidth)
+        if floor:
+            rows.append({"who": "memory floor", "p20": None, "p50": floor, "p80": None,
+                         "note": f"{facts.bytes_moved / 1e6:.2f} MB at the measured {bandwidth:.0f} GB/s"})
+    return rows
+
+
+def _percentiles(t: Any) -> dict[str, float]:
+    return {"p20": t.p20_ms, "p50": t.p50_ms, "p80": t.p80_ms}
+
+
+def _transcript(path: Path) -> list[dict[str, Any]]:
+    try:
+        data = json.loads(path.read_text()) if path.is_file() else []
+    except (OSError, ValueError):
+        return [{"role": "kernforge", "text": "transcript.json cannot be read"}]
+    return data if isinstance(data, list) else data.get("exchanges", []) if isinstance(data, dict) else []
+
+
+def _logs(folder: Path) -> dict[str, str]:
+    """The worker's log and the build's logs, as far as they exist."""
+    logs = {}
+    for path in [folder / "log.txt", *sorted((folder / "build").glob("*.log")), folder / "confirm" / "log.txt"]:
+        if path.is_file():
+            text = path.read_text(errors="replace")
+            logs[str(path.relative_to(folder))] = text if len(text) <= LOG_LIMIT else \
+                f"[{len(text) - LOG_LIMIT} characters before these]\n" + text[-LOG_LIMIT:]
+    return logs
+
+
+def fmt_ms(value: float | None) -> str:
+    return "-" if value is None or not math.isfinite(value) else f"{value:.4f}"
+
+
+def fmt_x(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def fmt_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
