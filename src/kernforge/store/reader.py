@@ -276,9 +276,11 @@ def _node_state(run: PartialRun, task_id: str, folder: Path) -> NodeState | None
     proposal = Proposal.from_record(text, record)
     state = NodeState(node_id=folder.name, parent_id=record.get("parent"), state="running", folder=folder,
                       proposal=proposal)
-    result = _json_or_problem(run, f"{relative}/result.json", missing_ok=True)
-    if result is None:
+    if not (folder / "result.json").is_file():
         return state
+    result = _json_or_problem(run, f"{relative}/result.json")
+    if result is None:
+        return None  # torn or damaged: said in the problems, and not drawn as if it still ran
     try:
         confirm = _json_or_problem(run, f"{relative}/confirm.json", missing_ok=True)
         state.node = Node(node_id=folder.name, parent_id=state.parent_id, proposal=proposal,

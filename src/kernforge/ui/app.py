@@ -209,7 +209,7 @@ def _rows(runs_dir: Path) -> list[dict[str, Any]]:
     if not runs_dir.is_dir():
         return []
     now = time.time()
-    folders = [p for p in runs_dir.iterdir() if _is_run(p) and NAME.match(p.name)]
+    folders = [p for p in runs_dir.iterdir() if _is_run(p) and NAME.match(p.name) and p.resolve().parent == runs_dir]
     rows = []
     for folder in sorted(folders, key=lambda p: p.name, reverse=True):
         try:

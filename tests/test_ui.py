@@ -1,0 +1,201 @@
+"""The dashboard's pages on run folders written by hand (FastAPI's test client), a half-written
+and a damaged one among them, and the URLs that try to get out of the runs folder."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from pathlib import Path
+
+import pytest
+from run_folders import SECRET, write_node, write_run
+
+pytest.importorskip("fastapi")
+from fastapi.testclient import TestClient  # noqa: E402
+
+from kernforge.report import views  # noqa: E402
+from kernforge.store.events import NodeFinished, event_from_json  # noqa: E402
+from kernforge.ui.app import _stream, make_app  # noqa: E402
+
+
+@pytest.fixture
+def client(runs_dir: Path) -> TestClient:
+    return TestClient(make_app(runs_dir))
+
+
+@pytest.fixture
+def run(runs_dir: Path, softmax_task):
+    return write_run(runs_dir, softmax_task)
+
+
+def node_ids(page: str) -> list[str]:
+    return re.findall(r'<g class="node st-[^"]*" data-node="(n\d{4})"', page)
+
+
+def test_the_runs_page_lists_every_run_with_its_best_and_end_to_end(client, run):
+    page = client.get("/").text
+    assert run.root.name in page and "tiny_softmax" in page
+    row = page[page.index(f'data-run="{run.root.name}"'):]
+    assert "finished" in row[:600] and "1.92x" in row[:900] and "1.21x" in row[:900]
+
+
+def test_a_run_page_has_its_header_hot_ops_skipped_ops_and_plots(client, run, softmax_task):
+    page = client.get(f"/runs/{run.root.name}/").text
+    assert "tiny_softmax" in page and "mixed · mcts · 4 per op" in page
+    assert "ok 2" in page and "wrong_result 1" in page and "compile_error 1" in page  # counts per status
+    assert "150 tokens" in page and "$0.01" in page  # the LLM node's usage, from the events
+    hot = page[page.index('class="hot"'):]
+    assert softmax_task.op in hot and "1.92x" in hot  # the finalist's second result, not the search's 2.00x
+    assert f"{0.080 / 0.052:.2f}x" in hot  # vs torch.compile, from the finalist
+    gain = 1 / (1 - softmax_task.share + softmax_task.share / (0.100 / 0.052))
+    assert f"{gain:.2f}x" in hot  # Amdahl's projection for the model
+    assert "no built-in template for aten::bmm.default" in page
+    assert page.count("<svg") >= 2 and "best speedup vs eager" in page
+    # live parts: each is re-fetched on the run's event stream
+    assert f'sse-connect="/runs/{run.root.name}/events"' in page and 'hx-trigger="sse:update' in page
+
+
+def test_a_task_page_draws_the_tree_with_the_best_path_and_failures(client, run, softmax_task):
+    page = client.get(f"/runs/{run.root.name}/tasks/{softmax_task.task_id}").text
+    assert sorted(node_ids(page)) == ["n0000", "n0001", "n0002", "n0003"]
+    best = re.findall(r'<g class="node st-ok best[^"]*" data-node="(n\d{4})"', page)
+    assert best == ["n0000", "n0001"]  # the path from the root to the winner
+    assert 'class="node st-wrong_result"' in page and 'class="node st-compile_error"' in page
+    assert f'href="/runs/{run.root.name}/tasks/{softmax_task.task_id}/nodes/n0002"' in page
+    assert "12 of 3200 elements outside the tolerance" in page  # failures visible without a click
+
+
+def test_a_node_page_has_source_diff_checks_errors_timings_and_logs(client, run, softmax_task):
+    url = f"/runs/{run.root.name}/tasks/{softmax_task.task_id}/nodes"
+    page = client.get(f"{url}/n0001").text
+    assert 'class="code source"' in page and "kf_forward" in page
+    assert "+/*" in re.sub(r"<[^>]+>", "", page) and "@@" in page  # the diff against n0000, highlighted
+    assert page.count(">passed<") == len(views.CHECKS)
+    assert "real0" in page and "fresh-large" in page and "1.00e-07" in page and "5.00e-08" in page
+    assert "torch.compile default" in page and "memory floor" in page and "GB/s" in page
+    assert "Again, alone, as a finalist" in page and "worker log of n0001" in page
+    failed = client.get(f"{url}/n0002").text
+    assert ">failed<" in failed and ">not reached<" in failed and "worst at index (1, 3, 7)" in failed
+    states = re.findall(r'<span class="status (passed|failed|not-reached)">', failed)
+    assert states.index("failed") == list(views.CHECKS).index("values")
+    llm = client.get(f"{url}/n0003").text
+    assert "Transcript" in llm and "Write a softmax." in llm and "You write kernels." in llm
+
+
+def test_no_secret_is_shown(client, run, softmax_task, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    urls = ["/", f"/runs/{run.root.name}/", f"/runs/{run.root.name}/summary.json",
+            f"/runs/{run.root.name}/tasks/{softmax_task.task_id}"]
+    urls += [f"/runs/{run.root.name}/tasks/{softmax_task.task_id}/nodes/n000{i}" for i in range(4)]
+    for url in urls:
+        response = client.get(url)
+        assert response.status_code == 200 and SECRET not in response.text, url
+
+
+@pytest.mark.parametrize("url", [
+    "/runs/..%2F..%2Fetc%2Fpasswd/", "/runs/%2e%2e/", "/runs/.hidden/", "/runs/outside/",
+    "/runs/{run}/tasks/..%2F..%2F..%2Fetc", "/runs/{run}/tasks/{task}/nodes/..%2F..%2Fbaseline.json",
+    "/runs/{run}/tasks/{task}/nodes/n9999", "/runs/{run}/fragments/..%2Fconfig.json",
+    "/static/vendor/..%2F..%2Fapp.py", "/static/vendor/%2e%2e/%2e%2e/app.py", "/runs/{run}/../../../etc/passwd",
+])
+def test_no_path_outside_the_runs_folder_can_be_read(client, run, softmax_task, runs_dir: Path, url: str):
+    outside = runs_dir.parent / "outside"
+    outside.mkdir(exist_ok=True)
+    (outside / "config.json").write_text(json.dumps({"model_name": "SECRET-OUTSIDE"}))
+    (runs_dir / ".hidden").mkdir(exist_ok=True)
+    (runs_dir / ".hidden" / "config.json").write_text("{}")
+    response = client.get(url.format(run=run.root.name, task=softmax_task.task_id))
+    assert response.status_code == 404, (url, response.text[:200])
+    assert "SECRET-OUTSIDE" not in response.text and "root:" not in response.text
+
+
+def test_a_run_folder_linked_from_outside_is_not_served(client, runs_dir: Path):
+    outside = runs_dir.parent / "elsewhere"
+    outside.mkdir()
+    (outside / "config.json").write_text(json.dumps({"model_name": "SECRET-OUTSIDE"}))
+    (runs_dir / "linked").symlink_to(outside)
+    assert client.get("/runs/linked/").status_code == 404
+    assert "SECRET-OUTSIDE" not in client.get("/").text
+
+
+def test_a_half_written_run_shows_what_can_be_read(client, runs_dir: Path, softmax_task):
+    store = write_run(runs_dir, softmax_task, finished=False)
+    task_id = softmax_task.task_id
+    write_node(store, task_id, "n0004", "n0001", None)  # in flight: started, no result yet
+    (store.root / "tasks" / task_id / "nodes" / "n0002" / "result.json").write_text('{"status": "ok", "tim')
+    with open(store.root / "events.jsonl", "a") as f:
+        f.write("not json at all\n")
+        f.write('{"time": 1, "kind": "node", "task": "' + task_id + '", "node": "n00')  # torn last line
+    (store.root / "summary.json").unlink(missing_ok=True)
+    run_page = client.get(f"/runs/{store.root.name}/")
+    assert run_page.status_code == 200 and "running" in run_page.text
+    assert "cannot be read" in run_page.text and "not JSON" in run_page.text
+    task_page = client.get(f"/runs/{store.root.name}/tasks/{task_id}").text
+    assert 'class="node st-running" data-node="n0004"' in task_page and "n0004" in task_page
+    assert "n0002" not in node_ids(task_page)  # its torn result: left out, and said
+    node = client.get(f"/runs/{store.root.name}/tasks/{task_id}/nodes/n0004").text
+    assert "still being evaluated" in node and 'sse-connect=' in node
+
+
+def test_a_run_whose_process_died_shows_its_unfinished_nodes_as_lost(client, runs_dir: Path, softmax_task):
+    store = write_run(runs_dir, softmax_task, finished=False, pid=2 ** 22 + 12345)  # no such process
+    write_node(store, softmax_task.task_id, "n0004", "n0001", None)
+    page = client.get(f"/runs/{store.root.name}/tasks/{softmax_task.task_id}").text
+    assert 'class="node st-lost" data-node="n0004"' in page
+    assert "stopped" in client.get("/").text
+
+
+def test_a_run_with_only_its_config_and_a_broken_one_do_not_take_the_server_down(client, runs_dir: Path):
+    capturing = runs_dir / "20261201-000000-capturing"
+    capturing.mkdir()
+    (capturing / "config.json").write_text(json.dumps({"model_name": "m", "resolved_backend": "cpu", "device": "cpu"}))
+    broken = runs_dir / "20261201-000001-broken"
+    broken.mkdir()
+    (broken / "config.json").write_text("{ torn")
+    (broken / "tasks").mkdir()
+    (broken / "tasks" / "t0").write_text("a file where a folder should be")
+    assert client.get("/").status_code == 200
+    assert "No task yet" in client.get(f"/runs/{capturing.name}/").text
+    page = client.get(f"/runs/{broken.name}/")
+    assert page.status_code == 200 and "config.json cannot be read" in page.text
+
+
+def test_an_error_inside_a_page_is_that_pages_error(runs_dir, run, monkeypatch):
+    client = TestClient(make_app(runs_dir), raise_server_exceptions=False)
+
+    def broken(*args):
+        raise RuntimeError("a view that breaks")
+
+    monkeypatch.setattr(views, "hot_rows", broken)
+    page = client.get(f"/runs/{run.root.name}/")
+    assert page.status_code == 500 and "a view that breaks" in page.text and "Traceback" not in page.text
+    monkeypatch.undo()
+    assert client.get(f"/runs/{run.root.name}/").status_code == 200
+
+
+def test_the_event_stream_says_update_for_each_new_batch_of_events(run):
+    class Request:
+        calls = 0
+
+        async def is_disconnected(self) -> bool:
+            self.calls += 1
+            if self.calls == 2:  # a node finishes while the page is open
+                run.emit(NodeFinished(task="t", node="n0009", status="ok"))
+            return self.calls > 3
+
+    async def collect() -> list[str]:
+        return [chunk async for chunk in _stream(run.root / "events.jsonl", Request())]
+
+    chunks = asyncio.run(collect())
+    assert chunks[0].startswith("event: update")  # at once: the page may be older than the stream
+    updates = [c for c in chunks[1:] if c.startswith("event: update")]
+    assert len(updates) == 1 and '"node"' in updates[0] and '"t"' in updates[0]
+
+
+def test_old_event_lines_read_back(tmp_path: Path):
+    # a line written before events were typed (no standing fields) and one of a kind from the future
+    old = event_from_json({"time": 5.0, "kind": "node", "task": "t", "node": "n0001", "status": "ok", "extra": 1})
+    assert isinstance(old, NodeFinished) and old.node == "n0001" and old.counts == {} and old.time == 5.0
+    future = event_from_json({"time": 6.0, "kind": "telepathy", "x": 1})
+    assert future.to_json() == {"time": 6.0, "kind": "telepathy", "x": 1}
