@@ -8,6 +8,7 @@ capture the model, make its task and run the baseline worker once.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -361,6 +362,12 @@ def test_compare_accepts_within_tolerance_and_explains_each_failure():
     bad[1, 2] += 0.1
     why, _ = compare([bad], [oracle], bounds_for(oracle), f32)
     assert why.startswith("output 0: 1 of 24 elements outside the tolerance; worst at index (1, 2)")
+    assert "next worst" not in why
+    bad[0, 5] += 0.3  # the worst now, then (1, 2) and a third, in the order of their excess
+    bad[2, 7] -= 0.05
+    why, _ = compare([bad], [oracle], bounds_for(oracle), f32)
+    assert "3 of 24" in why and "worst at index (0, 5)" in why
+    assert re.search(r"next worst: \(1, 2\) \S+ vs \S+, \(2, 7\) ", why), why
 
     nan = good.clone()
     nan[0, 0] = float("nan")

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kernforge.backends.build_report import resource_usage, summarise
 from kernforge.evaluate.judge import CHECKS
 from kernforge.propose import Usage
 from kernforge.propose.context import task_facts
@@ -281,6 +282,10 @@ def node_view(run: PartialRun, task: TaskState, node_id: str) -> NodeView | None
         _fill_result(view, task, n.node)
     view.transcript = _transcript(n.folder / "transcript.json")
     view.logs = _logs(n.folder)
+    if run.config.get("resolved_backend") in ("triton", "cuda"):
+        usage = summarise(resource_usage(n.folder))  # cuobjdump's registers, spills, shared memory
+        if usage:
+            view.logs["build report (cuobjdump -res-usage)"] = usage
     return view
 
 
