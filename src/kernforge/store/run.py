@@ -8,7 +8,8 @@
         nodes/<node>/      candidate.c|py as proposed, proposal.json, job, log, result.json
       run.db               SQLite (WAL): the tasks and every finished node, what --resume reads
       results.tsv          one row per evaluated candidate, appended as it finishes
-      events.jsonl         what happened, one JSON line per event, appended as it happens
+      events.jsonl         what happened, one typed event per line (store/events.py), appended as it happens
+      tasks/<task>/tree.json  the strategy's statistics of its tree and the nodes in flight, for a dashboard
       tasks/<task>/history a git repository: one commit per kept improvement
       summary.json         the best result per task, written at the end (and the model
                            end to end, once the winners were applied: `apply`)
