@@ -396,7 +396,8 @@ def ui(
         import webbrowser
 
         webbrowser.open(url)
-    uvicorn.run(make_app(runs_dir), host=host, port=port, log_level="warning")
+    # an open page holds an event stream: on Ctrl-C, close it after 2 s rather than wait for the browser
+    uvicorn.run(make_app(runs_dir), host=host, port=port, log_level="warning", timeout_graceful_shutdown=2)
 
 
 @app.command("report", epilog=EXAMPLES)

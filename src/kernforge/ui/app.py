@@ -20,6 +20,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, PlainTextResponse, Response, StreamingResponse
 from fastapi.staticfiles import StaticFiles
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from kernforge.report import html, views
 from kernforge.store.events import EventTail
@@ -97,6 +98,11 @@ def make_app(runs_dir: Path) -> FastAPI:
     @app.exception_handler(NotFound)
     async def not_found(request: Request, e: NotFound) -> HTMLResponse:
         return HTMLResponse(_message_page(str(e), links), status_code=404)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def no_route(request: Request, e: StarletteHTTPException) -> HTMLResponse:
+        return HTMLResponse(_message_page(f"nothing here ({e.status_code}): {request.url.path}", links),
+                            status_code=e.status_code)
 
     @app.exception_handler(Exception)
     async def failed(request: Request, e: Exception) -> HTMLResponse:
