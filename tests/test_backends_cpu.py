@@ -98,6 +98,8 @@ def test_syntax_error_raises_build_error_with_gccs_message(tmp_path: Path):
     assert "error:" in message
     assert re.search(r"expected .;.", message)  # gcc's own words (its quotes depend on the locale)
     assert not list((tmp_path / "build").glob("kf_*.so"))  # nothing cached from a failed build
+    log = (tmp_path / "build" / "build.log").read_text()  # what a node's page shows as its build log
+    assert log.startswith("$ gcc ") and "error:" in log and "[exit 1]" in log
 
 
 def test_library_without_kf_forward_is_a_build_error(tmp_path: Path):

@@ -66,34 +66,38 @@ def compile_library(source: Path, build_dir: Path, command: list[str], toolchain
         raise BuildError(missing)
     language = "cuda" if Path(command[0]).name == "nvcc" else "c"
     with tempfile.TemporaryDirectory(dir=build_dir, prefix="kf_build_") as scratch:
-        obj, ptx = _compile_object(source, command, Path(scratch), language)
+        log = build_dir / "build.log"  # the compiler's words, warnings included, for a reader of the node
+        log.write_text("")
+        obj, ptx = _compile_object(source, command, Path(scratch), language, log)
         # KERNFORGE_SCANS=off: the runtime defences measured alone (evaluate.runner.scans_off)
         findings = [] if os.environ.get("KERNFORGE_SCANS") == "off" else object_scan.scan_object(obj, language, ptx)
         if findings:
             raise RejectedBuild(findings)
         tmp = Path(scratch) / "kf.so"
-        _run([*command, "-o", str(tmp), str(obj)])
+        _run([*command, "-o", str(tmp), str(obj)], log)
         tmp.replace(library)  # atomic: a half-written library is never picked up from the cache
     return library
 
 
 def _compile_object(source: Path, command: list[str], scratch: Path,
-                    language: str) -> tuple[Path, list[Path]]:
+                    language: str, log: Path) -> tuple[Path, list[Path]]:
     """The object file of `source` and, for nvcc, the PTX it kept of the device code."""
     # -shared and gcc's libraries are the link's (nvcc's -lineinfo is no library)
     flags = [f for f in command
              if f != "-shared" and not (language == "c" and f.startswith(("-l", "-L")))]
     obj = scratch / "kf.o"
     keep = ["--keep", "--keep-dir", str(scratch)] if language == "cuda" else []
-    _run([*flags, *keep, "-c", "-o", str(obj), str(source)])
+    _run([*flags, *keep, "-c", "-o", str(obj), str(source)], log)
     ptx = sorted(scratch.glob("*.ptx"))
     if language == "cuda" and not ptx:
         raise BuildError("nvcc kept no PTX of the device code to check")
     return obj, ptx
 
 
-def _run(command: list[str]) -> None:
+def _run(command: list[str], log: Path) -> None:
     proc = subprocess.run(command, capture_output=True, text=True, check=False)
+    with open(log, "a") as f:
+        f.write(f"$ {' '.join(command)}\n{proc.stdout}{proc.stderr}[exit {proc.returncode}]\n")
     if proc.returncode != 0:
         words = (proc.stderr or proc.stdout).strip()
         raise BuildError(words or f"{command[0]} exited with {proc.returncode}")
