@@ -29,7 +29,10 @@ from kernforge.store.reader import PartialRun, read_run_partial
 STATIC = Path(__file__).parent / "static"
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,200}$")  # a run folder's, a task's or a node's name
 POLL_S = 0.5  # how often a stream looks at events.jsonl: a node's result shows within a second
-HEARTBEAT_S = 15.0  # a comment line now and then, so that proxies and browsers keep the stream open
+HEARTBEAT_S = 15.0
+# A run read for one request serves others for this long while its events stay as they were: a
+# 500-candidate run took ~300 ms to read on a 2-core machine (bench/results/cpu/issue18/README.md).
+CACHE_S = 2.0  # a comment line now and then, so that proxies and browsers keep the stream open
 
 
 class LiveLinks:
@@ -83,8 +86,19 @@ def make_app(runs_dir: Path) -> FastAPI:
             raise NotFound(f"no run '{name}' in {runs_dir}")
         return folder
 
+    cache: dict[Path, tuple[tuple[int, int], float, PartialRun]] = {}
+
     def load(name: str) -> PartialRun:
-        return read_run_partial(run_folder(name))
+        """The run, read again unless its events are as they were under CACHE_S ago: an event
+        makes a page fetch its three parts at once, and they share one read of the folder."""
+        folder = run_folder(name)
+        key = _events_key(folder)
+        hit = cache.get(folder)
+        if hit and hit[0] == key and time.monotonic() - hit[1] < CACHE_S:
+            return hit[2]
+        run = read_run_partial(folder)
+        cache[folder] = (key, time.monotonic(), run)
+        return run
 
     def task_of(run: PartialRun, task_id: str) -> Any:
         task = views.find_task(run, task_id) if NAME.match(task_id) else None
@@ -204,6 +218,14 @@ async def _stream(path: Path, request: Request) -> Any:
             quiet = 0.0
         await asyncio.sleep(POLL_S)
         quiet += POLL_S
+
+
+def _events_key(folder: Path) -> tuple[int, int]:
+    try:
+        stat = (folder / "events.jsonl").stat()
+        return stat.st_size, stat.st_mtime_ns
+    except OSError:
+        return -1, -1
 
 
 def _is_run(folder: Path) -> bool:
