@@ -37,7 +37,7 @@ BASELINE = Baseline(eager=EAGER, device_name="NVIDIA H200", labels=["real0", "fr
 # node, parent, result, origin: a correct start, a faster child (the winner), a wrong result under
 # it, an LLM candidate that failed to build
 NODES = [
-    ("n0000", None, ok(0.090), "builtin"),
+    ("n0000", None, ok(0.094), "builtin"),  # correct, inside the noise
     ("n0001", "n0000", ok(0.050), "builtin"),
     ("n0002", "n0001", EvalResult(status="wrong_result", errors=[[0.3]], failed_check="values",
                                   reason="on real0: output 0: 12 of 3200 elements outside the tolerance; worst at "
@@ -77,8 +77,9 @@ def write_run(runs_dir: Path, task, *, finished: bool = True, pid: int | None = 
         store.emit(Confirmed(task=task.task_id, node="n0001", status="ok", speedup_vs_eager=again.speedup_vs_eager))
         store.emit(TaskEnded(task=task.task_id, candidates=4, best_node="n0001",
                              best_speedup_vs_eager=again.speedup_vs_eager))
-        store.write_json("integrate/apply.json", {"speedups": {"patched eager vs eager": {"speedup": 1.21},
-                                                               "patched compile vs compile": {"speedup": 1.05}}})
+        store.write_json("integrate/apply.json", {"speedups": {
+            "patched eager vs eager": {"speedup": 1.21, "verdict": "faster"},
+            "patched compile vs compile": {"speedup": 1.01, "verdict": "within noise"}}})
         store.emit(Applied(kernels=["k"], speedups={"patched eager vs eager": 1.21}))
         store.write_json("summary.json", {"tasks": []})
         store.emit(RunEnded(wall_s=60.0, tasks=1, winners=1))

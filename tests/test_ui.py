@@ -44,6 +44,7 @@ def test_a_run_page_has_its_header_hot_ops_skipped_ops_and_plots(client, run, so
     page = client.get(f"/runs/{run.root.name}/").text
     assert "tiny_softmax" in page and "mixed · mcts · 4 per op" in page
     assert "ok 2" in page and "wrong_result 1" in page and "compile_error 1" in page  # counts per status
+    assert "1.21x" in page and "1.01x, within noise" in page  # end to end, a figure in the noise says so
     assert "150 tokens" in page and "$0.01" in page  # the LLM node's usage, from the events
     hot = page[page.index('class="hot"'):]
     assert softmax_task.op in hot and "1.92x" in hot  # the finalist's second result, not the search's 2.00x
@@ -199,3 +200,12 @@ def test_old_event_lines_read_back(tmp_path: Path):
     assert isinstance(old, NodeFinished) and old.node == "n0001" and old.counts == {} and old.time == 5.0
     future = event_from_json({"time": 6.0, "kind": "telepathy", "x": 1})
     assert future.to_json() == {"time": 6.0, "kind": "telepathy", "x": 1}
+
+
+def test_the_best_so_far_counts_a_speedup_only_beyond_the_noise(run, softmax_task):
+    from kernforge.store.reader import read_run_partial
+
+    task = views.find_task(read_run_partial(run.root), softmax_task.task_id)
+    # n0000 is correct at 1.06x but inside eager's noise (p80 over eager's p20): eager's 1.0; n0001
+    # beat eager at 2.00x; the failures after it change nothing
+    assert [(i, round(best, 2)) for i, _, best in views.best_so_far(task)] == [(1, 1.0), (2, 2.0), (3, 2.0), (4, 2.0)]

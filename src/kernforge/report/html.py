@@ -141,8 +141,8 @@ def markdown(run: PartialRun, context: dict[str, Any], written: str) -> str:
              f"(written {written}).", "",
              f"- model latency (captured forward): {views.fmt_ms(h['model_ms'])} ms",
              f"- best op speedup: {views.fmt_x(h['best_speedup'])}",
-             f"- end to end: patched eager vs eager {views.fmt_x(h['end_to_end']['eager'])}, "
-             f"patched compile vs compile {views.fmt_x(h['end_to_end']['compile'])}",
+             f"- end to end: patched eager vs eager {h['end_to_end']['eager'] or '-'}, "
+             f"patched compile vs compile {h['end_to_end']['compile'] or '-'}",
              "- candidates: " + (", ".join(f"{k} {v}" for k, v in h["counts"].items()) or "none")]
     if h["llm"]:
         lines.append(f"- LLM {h['llm']['model']}: {h['llm']['tokens']} tokens, ${h['llm']['cost_usd']:.2f}, "

@@ -50,14 +50,27 @@ def elapsed_s(run: PartialRun, now: float) -> float | None:
     return max(0.0, end - run.started)
 
 
-def end_to_end(run: PartialRun) -> dict[str, float | None]:
-    """The model's own speedups where `apply` measured them: patched eager vs eager, and patched
-    compile vs compile."""
+def end_to_end(run: PartialRun) -> dict[str, str | None]:
+    """The model's own speedups where `apply` measured them, as text with apply's verdict: patched
+    eager vs eager, and patched compile vs compile. A figure inside the noise says so."""
     report = run.applied or (run.summary or {}).get("end_to_end") or {}
-    speedups = report.get("speedups", {}) if isinstance(report, dict) else {}
-    return {"eager": (speedups.get("patched eager vs eager") or {}).get("speedup"),
-            "compile": (speedups.get("patched compile vs compile") or {}).get("speedup"),
-            "note": report.get("note") or report.get("error") if isinstance(report, dict) else None}
+    if not isinstance(report, dict):
+        return {"eager": None, "compile": None, "note": None}
+    speedups = report.get("speedups", {})
+    return {"eager": e2e_text(speedups.get("patched eager vs eager")),
+            "compile": e2e_text(speedups.get("patched compile vs compile")),
+            "note": report.get("note") or report.get("error")}
+
+
+def e2e_text(comparison: dict[str, Any] | None) -> str | None:
+    if not comparison or comparison.get("speedup") is None:
+        return None
+    speedup, verdict = comparison["speedup"], str(comparison.get("verdict", ""))
+    if verdict == "faster" or not verdict:
+        return f"{speedup:.2f}x"
+    if verdict.startswith("no kernel installed"):
+        return "none installed"
+    return f"{speedup:.2f}x, {verdict}"
 
 
 def run_header(run: PartialRun, now: float) -> dict[str, Any]:
@@ -125,27 +138,33 @@ def amdahl(share: float, speedup: float) -> float:
 
 
 def speedup_plots(run: PartialRun) -> dict[str, str]:
-    """Best speedup so far (correct candidates, as measured in the search) against the candidate's
-    count and against minutes since the run started, one line per task."""
+    """Best speedup so far against the candidates' count and against minutes since the run
+    started, one line per task (best_so_far)."""
     start = run.started or 0.0
     by_count, by_time = [], []
     for t in run.tasks:
-        best, count_pts, time_pts = 0.0, [], []
-        for i, n in enumerate((n for n in t.nodes if n.node), start=1):
-            r = n.node.result
-            if r.ok and r.speedup_vs_eager:
-                best = max(best, r.speedup_vs_eager)
-            if best:
-                count_pts.append((float(i), best))
-                if n.finished:
-                    time_pts.append(((n.finished - start) / 60.0, best))
+        points = best_so_far(t)
         label = f"{t.op.replace('aten::', '')} {t.shape}"
-        by_count.append(Series(label, count_pts))
-        by_time.append(Series(label, sorted(time_pts)))
+        by_count.append(Series(label, [(float(i), best) for i, _, best in points]))
+        by_time.append(Series(label, sorted(((when - start) / 60.0, best) for _, when, best in points if when)))
     return {"iterations": line_plot_svg(by_count, "candidates evaluated", "best speedup vs eager",
                                         reference_y=1.0, reference_label="eager"),
             "time": line_plot_svg(by_time, "minutes since the run started", "best speedup vs eager",
                                   reference_y=1.0, reference_label="eager")}
+
+
+def best_so_far(task: TaskState) -> list[tuple[int, float | None, float]]:
+    """(candidates evaluated, when, best speedup) after each finished candidate, from the first
+    correct timed one: a speedup counts beyond the noise, as timed in the search, and a correct
+    kernel that did not beat eager counts as eager's 1.0."""
+    best, points = 0.0, []
+    for i, n in enumerate((n for n in task.nodes if n.node), start=1):
+        r = n.node.result
+        if r.ok and r.timed:
+            best = max(best, r.speedup_vs_eager if r.faster_than_eager else 1.0)
+        if best:
+            points.append((i, n.finished, best))
+    return points
 
 
 # ---------------------------------------------------------------- a task
