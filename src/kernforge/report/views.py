@@ -111,23 +111,24 @@ def task_best(task: TaskState) -> float | None:
 
 
 def hot_rows(run: PartialRun) -> list[dict[str, Any]]:
+    """The result table's rows (optimize.task_row, the terminal's and summary.json's) with what a
+    live view adds: the task's state, its candidates in flight, the projected model gain."""
+    from kernforge.optimize import task_row
+
     rows = []
     for t in run.tasks:
         outcome = t.outcome
-        best = outcome.best if outcome else None
-        speedup = best.final.speedup_vs_eager if best else None
-        compiled = t.baseline.compiled_p50_ms if t.baseline else None
-        eager = t.baseline.eager.p50_ms if t.baseline and t.baseline.eager else None
-        finished = [n for n in t.nodes if n.node]
+        row = task_row(outcome) if outcome else {"op": t.op, "shape": t.shape, "dtype": t.dtype, "share": t.share}
+        best = row.get("best_node")
+        speedup = row.get("best_speedup_vs_eager") if best else None
         rows.append({
-            "task": t.task_id, "op": t.op, "shape": t.shape, "dtype": t.dtype, "share": t.share,
-            "state": t.state, "eager_ms": eager, "compile_ms": compiled,
-            "best_ms": best.final.timing.p50_ms if best and best.final.timing else None,
-            "best_node": best.node_id if best else None, "speedup_vs_eager": speedup,
-            "speedup_vs_compile": compiled / best.final.timing.p50_ms if best and compiled and best.final.timing else None,
+            "task": t.task_id, "op": row["op"], "shape": row["shape"], "dtype": row["dtype"], "share": row["share"],
+            "state": t.state, "eager_ms": row.get("eager_p50_ms"), "compile_ms": row.get("compile_p50_ms"),
+            "best_ms": row.get("best_p50_ms"), "best_node": best, "speedup_vs_eager": speedup,
+            "speedup_vs_compile": row.get("best_speedup_vs_compile"),
             "projected_gain": amdahl(t.share, speedup) if speedup else None,
-            "candidates": len(finished), "running": sum(n.state == "running" for n in t.nodes),
-            "correct": sum(n.node.result.ok for n in finished), "iterations": t.iterations,
+            "candidates": row.get("candidates", 0), "correct": row.get("correct", 0),
+            "running": sum(n.state == "running" for n in t.nodes), "iterations": t.iterations,
             "stopped": t.stopped, "error": t.error})
     return rows
 
@@ -190,7 +191,7 @@ def tree_for(task: TaskState, href: Any) -> str:
     on_path = best_path(task)
     stats = task.tree.get("nodes", {})
     points = []
-    for n in task.nodes:
+    for n in sorted(task.nodes, key=lambda n: n.node_id):  # children left to right in the order they were made
         points.append(TreePoint(node_id=n.node_id, parent_id=n.parent_id, status=node_status(n),
                                 label=node_label(n), best_path=n.node_id in on_path, href=href(n.node_id),
                                 title=node_title(n, stats.get(n.node_id)),
@@ -230,7 +231,7 @@ def node_title(n: NodeState, stats: dict[str, Any] | None) -> str:
 def node_rows(task: TaskState) -> list[dict[str, Any]]:
     stats = task.tree.get("nodes", {})
     rows = []
-    for n in task.nodes:
+    for n in sorted(task.nodes, key=lambda n: n.node_id):
         r = n.node.result if n.node else None
         again = n.node.confirmed if n.node else None
         rows.append({"node": n.node_id, "parent": n.parent_id, "status": node_status(n),
