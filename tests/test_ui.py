@@ -209,3 +209,18 @@ def test_the_best_so_far_counts_a_speedup_only_beyond_the_noise(run, softmax_tas
     # n0000 is correct at 1.06x but inside eager's noise (p80 over eager's p20): eager's 1.0; n0001
     # beat eager at 2.00x; the failures after it change nothing
     assert [(i, round(best, 2)) for i, _, best in views.best_so_far(task)] == [(1, 1.0), (2, 2.0), (3, 2.0), (4, 2.0)]
+
+
+def test_a_field_of_the_wrong_type_reads_as_its_default():
+    event = event_from_json({"time": "noon", "kind": "task_start", "task": "t", "share": "a lot", "iterations": 4.5,
+                             "eager_p50_ms": 3, "resumed_nodes": True, "op": None})
+    assert (event.task, event.share, event.iterations, event.op) == ("t", 0.0, 0, "")
+    assert event.eager_p50_ms == 3 and event.resumed_nodes == 0 and isinstance(event.time, float)
+
+
+def test_a_page_asked_for_under_another_host_name_is_refused(runs_dir: Path, run):
+    # a web page elsewhere that points its own name at 127.0.0.1 (DNS rebinding) gets nothing
+    client = TestClient(make_app(runs_dir, ["127.0.0.1", "localhost"]), base_url="http://127.0.0.1:8765")
+    assert client.get("/").status_code == 200
+    refused = client.get("/", headers={"host": "attacker.example:8765"})
+    assert refused.status_code == 400 and "tiny_softmax" not in refused.text

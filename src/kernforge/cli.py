@@ -392,12 +392,18 @@ def ui(
         port = probe.getsockname()[1]
     url = f"http://{host}:{port}/"
     err.print(f"kernforge ui: {url} (runs in {runs_dir.resolve()}); Ctrl-C stops it", markup=False, highlight=False)
+    local = host in ("127.0.0.1", "localhost", "::1")
+    if not local:
+        err.print(f"warning: {host} lets other machines read these runs; the default 127.0.0.1 lets only this one",
+                  markup=False, highlight=False)
+    # Host headers served: the bound address's names; any for a non-local bind (its names are the network's)
+    hosts = ["127.0.0.1", "localhost", "[::1]", host] if local else None
     if open_browser:
         import webbrowser
 
         webbrowser.open(url)
     # an open page holds an event stream: on Ctrl-C, close it after 2 s rather than wait for the browser
-    uvicorn.run(make_app(runs_dir), host=host, port=port, log_level="warning", timeout_graceful_shutdown=2)
+    uvicorn.run(make_app(runs_dir, hosts), host=host, port=port, log_level="warning", timeout_graceful_shutdown=2)
 
 
 @app.command("report", epilog=EXAMPLES)

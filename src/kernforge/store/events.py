@@ -27,8 +27,10 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import asdict, dataclass, field, fields
+from functools import lru_cache
 from pathlib import Path
-from typing import Any, ClassVar
+from types import UnionType
+from typing import Any, ClassVar, Union, get_args, get_origin, get_type_hints
 
 
 @dataclass(kw_only=True)
@@ -198,15 +200,39 @@ EVENTS: dict[str, type[Event]] = {cls.kind: cls for cls in (
 
 
 def event_from_json(data: dict[str, Any]) -> Event:
-    """A record read back; fields this version does not know are dropped, missing ones defaulted."""
+    """A record read back; fields this version does not know are dropped, missing ones defaulted,
+    and a value of the wrong type (a hand-edited or damaged line) is its field's default, so that
+    no reader has to check what it is given."""
     kind = str(data.get("kind", ""))
     when = data.get("time")
-    stamp = {"time": float(when)} if isinstance(when, (int, float)) else {}
+    stamp = {"time": float(when)} if isinstance(when, (int, float)) and not isinstance(when, bool) else {}
     cls = EVENTS.get(kind)
     if cls is None:
         return UnknownEvent(name=kind, data={k: v for k, v in data.items() if k not in ("kind", "time")}, **stamp)
-    known = {f.name for f in fields(cls)} - {"time"}
-    return cls(**{k: v for k, v in data.items() if k in known}, **stamp)
+    types = _field_types(cls)
+    return cls(**{k: v for k, v in data.items() if k in types and _fits(v, types[k])}, **stamp)
+
+
+@lru_cache(maxsize=None)
+def _field_types(cls: type[Event]) -> dict[str, tuple[type, ...]]:
+    """Each field's accepted Python types, from its annotation (`float | None` -> float, int, None)."""
+    hints = get_type_hints(cls)
+    accepted: dict[str, tuple[type, ...]] = {}
+    for f in fields(cls):
+        if f.name == "time":
+            continue
+        options = get_args(hints[f.name]) if get_origin(hints[f.name]) in (Union, UnionType) else (hints[f.name],)
+        plain = tuple(get_origin(o) or o for o in options)
+        accepted[f.name] = plain + ((int,) if float in plain else ())
+    return accepted
+
+
+def _fits(value: Any, accepted: tuple[type, ...]) -> bool:
+    if value is None:
+        return type(None) in accepted
+    if isinstance(value, bool):
+        return bool in accepted
+    return isinstance(value, accepted)
 
 
 @dataclass

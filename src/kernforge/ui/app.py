@@ -21,6 +21,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, PlainTextResponse, Response, StreamingResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 from kernforge.report import html, views
 from kernforge.store.events import EventTail
@@ -71,9 +72,14 @@ class NotFound(Exception):
     pass
 
 
-def make_app(runs_dir: Path) -> FastAPI:
+def make_app(runs_dir: Path, allowed_hosts: list[str] | None = None) -> FastAPI:
+    """`allowed_hosts`: the Host headers served (None: any). `kernforge ui` names the address it
+    binds, so that a web page elsewhere cannot read the runs through a name it points at
+    127.0.0.1 (DNS rebinding)."""
     runs_dir = Path(runs_dir).resolve()
     app = FastAPI(title="kernforge", docs_url=None, redoc_url=None, openapi_url=None)
+    if allowed_hosts is not None:
+        app.add_middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts)
     app.mount("/static/vendor", StaticFiles(directory=STATIC / "vendor"), name="vendor")
     links = LiveLinks()
 
