@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 from pathlib import Path
 
@@ -224,3 +225,15 @@ def test_a_page_asked_for_under_another_host_name_is_refused(runs_dir: Path, run
     assert client.get("/").status_code == 200
     refused = client.get("/", headers={"host": "attacker.example:8765"})
     assert refused.status_code == 400 and "tiny_softmax" not in refused.text
+
+
+def test_a_node_in_flight_when_a_resumed_run_was_killed_is_lost_while_the_resume_runs(client, runs_dir: Path,
+                                                                                        softmax_task):
+    from kernforge.store.events import RunStarted
+
+    store = write_run(runs_dir, softmax_task, finished=False, pid=2 ** 22 + 12345)
+    write_node(store, softmax_task.task_id, "n0004", "n0001", None)  # the killed run's last candidate
+    store.emit(RunStarted(resumed=True, pid=os.getpid(), host=os.uname().nodename))  # resumed, alive
+    write_node(store, softmax_task.task_id, "n0005", "n0001", None)  # the resumed run's, in flight
+    page = client.get(f"/runs/{store.root.name}/tasks/{softmax_task.task_id}").text
+    assert 'class="node st-lost" data-node="n0004"' in page and 'class="node st-running" data-node="n0005"' in page

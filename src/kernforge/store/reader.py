@@ -346,11 +346,11 @@ def _run_status(run: PartialRun, now: float) -> str:
         status = "running" if _alive(start.pid) else "stopped"
     else:
         status = "running" if now - (run.last_event or 0.0) < QUIET_S else "stopped"
-    if status != "running":
-        for task in run.tasks:
-            for n in task.nodes:
-                if n.state == "running":
-                    n.state = "lost"
+    for task in run.tasks:
+        for n in task.nodes:
+            # in flight when its process ended: this run is over, or it was started before a resume
+            if n.state == "running" and (status != "running" or (n.started or start.time) < start.time):
+                n.state = "lost"
     return status
 
 
