@@ -21,7 +21,8 @@ def test_the_report_is_one_file_with_the_tables_plots_and_trees(runs_dir: Path, 
     assert "<style>" in html and ".hl " in html  # the stylesheet and the highlighting's, inlined
     assert softmax_task.op in html and "no built-in template for aten::bmm.default" in html
     assert html.count('<svg') >= 3  # two plots and the task's tree
-    assert 'href="#row-n0001"' in html and 'id="row-n0001"' in html  # the tree links within the file
+    row = f"row-{softmax_task.task_id}-n0001"  # node ids repeat across tasks; a row's anchor names both
+    assert f'href="#{row}"' in html and f'id="{row}"' in html  # the tree links within the file
     assert "The winning kernel: n0001" in html and "kf_forward" in html
     assert 'hx-' not in html and "sse-connect" not in html
 

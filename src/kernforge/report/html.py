@@ -89,7 +89,7 @@ class ReportLinks:
         return None  # the report has no node pages; the tree links to each node's row
 
     def tree_href(self, run: str, task: str, node: str) -> str:
-        return f"#row-{node}"
+        return f"#row-{task}-{node}"
 
 
 # ---------------------------------------------------------------- contexts
