@@ -82,6 +82,19 @@ CASES = [
     ("hardsigmoid", "aten::hardsigmoid.default", lambda d: [t(SHAPE, d)], ALL_SETS),
     ("leaky_relu", "aten::leaky_relu.default", lambda d: [t(SHAPE, d), 0.2], ALL_SETS),
     ("elu", "aten::elu.default", lambda d: [t(SHAPE, d), 0.5, 1.5, 0.75], ALL_SETS),
+    ("selu", "aten::selu.default", lambda d: [t(SHAPE, d)], ALL_SETS),
+    ("celu", "aten::celu.default", lambda d: [t(SHAPE, d), 0.7], ALL_SETS),
+    ("softplus", "aten::softplus.default", lambda d: [t(SHAPE, d), 2.0, 10.0], ALL_SETS),
+    ("softplus_defaults", "aten::softplus.default", lambda d: [t(SHAPE, d)], ALL_SETS),
+    ("mish", "aten::mish.default", lambda d: [t(SHAPE, d)], ALL_SETS),
+    ("hardtanh", "aten::hardtanh.default", lambda d: [t(SHAPE, d), -0.5, 2.0], ALL_SETS),
+    ("clamp", "aten::clamp.default", lambda d: [t(SHAPE, d), -0.3, 0.8], ALL_SETS),
+    ("clamp_lo_only", "aten::clamp.default", lambda d: [t(SHAPE, d), 0.1], ALL_SETS),
+    ("clamp_crossed", "aten::clamp.default", lambda d: [t(SHAPE, d), 0.5, -0.5], ALL_SETS),  # min > max: max
+    ("clamp_max", "aten::clamp_max.default", lambda d: [t(SHAPE, d), 0.25], ALL_SETS),
+    ("threshold", "aten::threshold.default", lambda d: [t(SHAPE, d), 0.1, -2.0], ALL_SETS),
+    ("hardshrink", "aten::hardshrink.default", lambda d: [t(SHAPE, d), 0.3], ALL_SETS),
+    ("softshrink", "aten::softshrink.default", lambda d: [t(SHAPE, d), 0.3], ALL_SETS),
     ("pow2", "aten::pow.Tensor_Scalar", lambda d: [t(SHAPE, d), 2], ALL_SETS),
     ("pow_half", "aten::pow.Tensor_Scalar", lambda d: [t(SHAPE, d, positive=True), 0.5], ALL_SETS),
     ("pow_minus1", "aten::pow.Tensor_Scalar", lambda d: [t(SHAPE, d), -1], ALL_SETS),
@@ -138,6 +151,20 @@ def test_every_case_is_supported_on_both_backends(case_id):
 def raw_task(op: str, args: list[Any], out: dict[str, Any]) -> KernelTask:
     return KernelTask(task_id="t0", op=op, signature="s", args=args, outputs=[out], samples=[], share=0.5,
                       gain_if_2x=1.3, time_us=1.0, device="cuda")
+
+
+def test_clamp_bounds_and_selu_constants_are_read_as_aten_passes_them():
+    def facts(op, args):
+        return ew.match(raw_task(op, [t(SHAPE), *args], t(SHAPE)))
+
+    assert (facts("aten::clamp.default", [None, 0.5])["expr"], facts("aten::clamp.default", [None, 0.5])["consts"]) \
+        == ("clamp_max", {"hi": 0.5})
+    assert facts("aten::hardtanh.default", [])["consts"] == {"lo": -1.0, "hi": 1.0}  # its defaults
+    assert facts("aten::clamp_min.default", [2])["consts"] == {"lo": 2.0}
+    selu = facts("aten::selu.default", [])
+    assert selu["expr"] == "elu" and selu["consts"]["neg_scale"] == pytest.approx(1.6732632423543772 * 1.0507009873554805)
+    assert "neither bound" in ew.match(raw_task("aten::clamp.default", [t(SHAPE), None, None], t(SHAPE)))
+    assert "tensor bound" in ew.match(raw_task("aten::clamp.default", [t(SHAPE), t(SHAPE)], t(SHAPE)))
 
 
 @pytest.mark.parametrize("op, args, words", [

@@ -1,7 +1,9 @@
 """Element-wise ops: y = f(a) or y = f(a, b), each output element from the elements at its index.
 
     unary:  relu silu gelu (approximate none|tanh) sigmoid tanh exp log neg abs sqrt rsqrt
-            reciprocal erf hardswish hardsigmoid leaky_relu elu pow.Tensor_Scalar (y = a ** c)
+            reciprocal erf hardswish hardsigmoid leaky_relu elu selu celu softplus mish
+            hardtanh clamp clamp_min clamp_max (number bounds) threshold hardshrink softshrink
+            pow.Tensor_Scalar (y = a ** c)
     binary: add sub (y = a +- alpha b) mul div maximum minimum, .Tensor and .Scalar overloads,
             rsub.Scalar (y = c - alpha a); broadcasting, a 0-dim tensor or a number on either side
 
@@ -82,7 +84,26 @@ UNARY = {
     "leaky_relu": Expr("tl.where(a > 0.0, a, a * {slope})", "(a > 0.0f ? a : a * {slope})"),
     "elu": Expr("tl.where(a > 0.0, a * {scale}, (tl.exp(a * {input_scale}) - 1.0) * {neg_scale})",
                 "(a > 0.0f ? a * {scale} : (kf_exp(a * {input_scale}) - 1.0f) * {neg_scale})", True),
+    # softplus as ATen: x where x * beta > threshold, else log1p(exp(x * beta)) / beta
+    "softplus": Expr("tl.where(a * {beta} > {threshold}, a, tl.log(1.0 + tl.exp(a * {beta})) / {beta})",
+                     "(a * {beta} > {threshold} ? a : log1pf(kf_exp(a * {beta})) / {beta})", True),
+    # mish: x tanh(softplus(x)); past 20 softplus(x) is x to fp32's precision, and exp would overflow
+    "mish": Expr("a * kf_tanh(tl.where(a > 20.0, a, tl.log(1.0 + tl.exp(a))))",
+                 "a * kf_tanh(a > 20.0f ? a : log1pf(kf_exp(a)))", True),
+    # clamps compare rather than take tl.minimum/maximum, so that NaN passes through as in torch
+    "clamp": Expr("tl.where(tl.where(a < {lo}, {lo}, a) > {hi}, {hi}, tl.where(a < {lo}, {lo}, a))",
+                  "((a < {lo} ? {lo} : a) > {hi} ? {hi} : (a < {lo} ? {lo} : a))"),
+    "clamp_min": Expr("tl.where(a < {lo}, {lo}, a)", "(a < {lo} ? {lo} : a)"),
+    "clamp_max": Expr("tl.where(a > {hi}, {hi}, a)", "(a > {hi} ? {hi} : a)"),
+    "threshold": Expr("tl.where(a <= {threshold}, {value}, a)", "(a <= {threshold} ? {value} : a)"),
+    "hardshrink": Expr("tl.where((a >= -({lambd})) & (a <= {lambd}), 0.0, a)",
+                       "((a >= -({lambd})) && (a <= {lambd}) ? 0.0f : a)"),
+    "softshrink": Expr("tl.where(a > {lambd}, a - ({lambd}), tl.where(a < -({lambd}), a + ({lambd}), a * 0.0))",
+                       "(a > {lambd} ? a - ({lambd}) : a < -({lambd}) ? a + ({lambd}) : a * 0.0f)"),
 }
+# ops that are an entry above with constants: hardtanh is a clamp; selu and celu are elus
+ALIASES = {"hardtanh": "clamp", "selu": "elu", "celu": "elu"}
+SELU_ALPHA, SELU_SCALE = 1.6732632423543772, 1.0507009873554805  # torch.nn.SELU's constants
 
 BINARY = {
     "add": Expr("a + {alpha_b}", "a + {alpha_b}"),
@@ -95,7 +116,7 @@ BINARY = {
 }
 
 # (name, overload) -> number of operands. Anything else named here is refused with a reason.
-SUPPORTED = {**{(name, "default"): 1 for name in UNARY if name != "gelu_tanh"},
+SUPPORTED = {**{(name, "default"): 1 for name in [*UNARY, *ALIASES] if name != "gelu_tanh"},
              ("pow", "Tensor_Scalar"): 1,
              **{(name, overload): 2 for name in ("add", "sub", "mul", "div") for overload in ("Tensor", "Scalar")},
              ("rsub", "Scalar"): 2, ("maximum", "default"): 2, ("minimum", "default"): 2}
@@ -174,6 +195,28 @@ def _expression(name: str, args: list[Any], kwargs: dict[str, Any]) -> tuple[str
         if not all(map(_number, (alpha, scale, input_scale))):
             return "elu with non-number parameters has no built-in template"
         return "elu", {"scale": float(scale), "input_scale": float(input_scale), "neg_scale": float(alpha * scale)}
+    if name in ("selu", "celu"):
+        alpha = SELU_ALPHA if name == "selu" else arg(1, "alpha", 1.0)
+        scale = SELU_SCALE if name == "selu" else 1.0
+        if not _number(alpha) or alpha == 0:
+            return f"{name} with alpha {alpha!r} has no built-in template"
+        input_scale = 1.0 if name == "selu" else 1.0 / alpha
+        return "elu", {"scale": scale, "input_scale": input_scale, "neg_scale": float(alpha * scale)}
+    if name == "softplus":
+        beta, threshold = arg(1, "beta", 1.0), arg(2, "threshold", 20.0)
+        if not (_number(beta) and _number(threshold)) or beta == 0:
+            return "softplus with a zero or non-number beta or threshold has no built-in template"
+        return "softplus", {"beta": float(beta), "threshold": float(threshold)}
+    if name in ("clamp", "hardtanh", "clamp_min", "clamp_max"):
+        return _clamp(name, arg)
+    if name == "threshold":
+        threshold, value = arg(1, "threshold", None), arg(2, "value", None)
+        if not (_number(threshold) and _number(value)):
+            return "threshold with non-number threshold or value has no built-in template"
+        return "threshold", {"threshold": float(threshold), "value": float(value)}
+    if name in ("hardshrink", "softshrink"):
+        lambd = arg(1, "lambd", 0.5)
+        return (name, {"lambd": float(lambd)}) if _number(lambd) else f"{name} with a non-number lambd"
     if name == "pow":
         exponent = arg(1, "exponent", None)
         return ("pow", {"exponent": float(exponent)}) if _number(exponent) else "pow with a non-number exponent"
@@ -181,6 +224,27 @@ def _expression(name: str, args: list[Any], kwargs: dict[str, Any]) -> tuple[str
         alpha = kwargs.get("alpha", args[2] if len(args) > 2 else 1)
         return (name, {"alpha": float(alpha)}) if _number(alpha) else f"{name} with a non-number alpha"
     return name, {}
+
+
+def _clamp(name: str, arg: Any) -> tuple[str, dict[str, float]] | str:
+    """clamp(min, max) with either bound absent, clamp_min, clamp_max, hardtanh(min_val, max_val)."""
+    if name == "hardtanh":
+        lo, hi = arg(1, "min_val", -1.0), arg(2, "max_val", 1.0)
+    elif name == "clamp_min":
+        lo, hi = arg(1, "min", None), None
+    elif name == "clamp_max":
+        lo, hi = None, arg(1, "max", None)
+    else:
+        lo, hi = arg(1, "min", None), arg(2, "max", None)
+    if any(v is not None and not _number(v) for v in (lo, hi)):
+        return f"{name} with a tensor bound has no built-in template (only number bounds)"
+    if lo is None and hi is None:
+        return f"{name} with neither bound has no built-in template"
+    if hi is None:
+        return "clamp_min", {"lo": float(lo)}
+    if lo is None:
+        return "clamp_max", {"hi": float(hi)}
+    return "clamp", {"lo": float(lo), "hi": float(hi)}
 
 
 def _operands(name: str, args: list[Any], arity: int, out: dict[str, Any]) -> list[dict[str, Any]] | str:
