@@ -81,6 +81,30 @@ def layer_norm_bf16_8192x4096():
     return model, [_randn(8192, 4096, dtype=torch.bfloat16)]
 
 
+def _unary(fn, dtype: torch.dtype, *shape: int):
+    return Fn(fn), [_randn(*shape, dtype=dtype)]
+
+
+def softplus_bf16_8192x8192():
+    return _unary(lambda x: F.softplus(x, beta=1.0, threshold=20.0), torch.bfloat16, 8192, 8192)
+
+
+def mish_bf16_8192x8192():
+    return _unary(F.mish, torch.bfloat16, 8192, 8192)
+
+
+def hardtanh_bf16_8192x8192():
+    return _unary(lambda x: F.hardtanh(x, -2.0, 2.0), torch.bfloat16, 8192, 8192)
+
+
+def clamp_f32_8192x8192():
+    return _unary(lambda x: torch.clamp(x, -0.5, 0.5), torch.float32, 8192, 8192)
+
+
+def softshrink_f32_8192x8192():
+    return _unary(lambda x: F.softshrink(x, 0.5), torch.float32, 8192, 8192)
+
+
 F32, BF16 = 4, 2
 # factory -> (label as in BENCHMARKS.md, bytes read + written)
 ROWS = {
@@ -97,4 +121,9 @@ ROWS = {
     "softmax_f32_8x262144": ("softmax last dim, (8,262144) f32", 2 * 8 * 262144 * F32),
     "rms_norm_bf16_8192x4096": ("rms_norm, (8192,4096) bf16", 2 * 8192 * 4096 * BF16),
     "layer_norm_bf16_8192x4096": ("layer_norm, (8192,4096) bf16", 2 * 8192 * 4096 * BF16),
+    "softplus_bf16_8192x8192": ("softplus, (8192,8192) bf16", 2 * 8192 * 8192 * BF16),
+    "mish_bf16_8192x8192": ("mish, (8192,8192) bf16", 2 * 8192 * 8192 * BF16),
+    "hardtanh_bf16_8192x8192": ("hardtanh, (8192,8192) bf16", 2 * 8192 * 8192 * BF16),
+    "clamp_f32_8192x8192": ("clamp (number bounds), (8192,8192) f32", 2 * 8192 * 8192 * F32),
+    "softshrink_f32_8192x8192": ("softshrink, (8192,8192) f32", 2 * 8192 * 8192 * F32),
 }
