@@ -237,3 +237,14 @@ def test_a_node_in_flight_when_a_resumed_run_was_killed_is_lost_while_the_resume
     write_node(store, softmax_task.task_id, "n0005", "n0001", None)  # the resumed run's, in flight
     page = client.get(f"/runs/{store.root.name}/tasks/{softmax_task.task_id}").text
     assert 'class="node st-lost" data-node="n0004"' in page and 'class="node st-running" data-node="n0005"' in page
+
+
+def test_records_of_the_wrong_shape_are_left_out_and_said(client, runs_dir: Path, softmax_task):
+    store = write_run(runs_dir, softmax_task)
+    (store.root / "skipped.json").write_text(json.dumps(["not a row", {"op": "aten::x", "share": "lots"}]))
+    (store.root / "summary.json").write_text("[1, 2]")
+    with open(store.root / "events.jsonl", "a") as f:
+        f.write(json.dumps({"time": 9e9, "kind": "tasks", "tasks": ["t-not-a-dict", 3]}) + "\n")
+    page = client.get(f"/runs/{store.root.name}/")
+    assert page.status_code == 200 and "aten::x" in page.text and "summary is not the record" in page.text
+    assert client.get("/").status_code == 200

@@ -33,13 +33,9 @@ HIGHLIGHT_LIMIT = 400_000
 def environment() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
                              undefined=jinja2.ChainableUndefined)
-    env.filters.update(ms=views.fmt_ms, x=views.fmt_x, duration=views.fmt_duration, pct=_pct, errs=_errors,
+    env.filters.update(ms=views.fmt_ms, x=views.fmt_x, duration=views.fmt_duration, pct=views.fmt_pct, errs=_errors,
                        highlight=highlight)
     return env
-
-
-def _pct(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1%}"
 
 
 def _errors(values: list[float] | None) -> str:
@@ -150,13 +146,13 @@ def markdown(run: PartialRun, context: dict[str, Any], written: str) -> str:
     lines += ["", "| op | shape | dtype | share | eager ms | compile ms | best ms | vs eager | vs compile | "
               "projected model gain | correct/tried |", "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in context["hot"]:
-        lines.append(f"| {r['op']} | {r['shape']} | {r['dtype']} | {_pct(r['share'])} | {views.fmt_ms(r['eager_ms'])} | "
+        lines.append(f"| {r['op']} | {r['shape']} | {r['dtype']} | {views.fmt_pct(r['share'])} | {views.fmt_ms(r['eager_ms'])} | "
                      f"{views.fmt_ms(r['compile_ms'])} | {views.fmt_ms(r['best_ms'])} | "
                      f"{views.fmt_x(r['speedup_vs_eager']) if r['speedup_vs_eager'] else '1.00x'} | "
                      f"{views.fmt_x(r['speedup_vs_compile'])} | {views.fmt_x(r['projected_gain'])} | "
                      f"{r['correct']}/{r['candidates']} |")
     if run.skipped:
-        lines += ["", "Skipped:", ""] + [f"- {s.get('op')} ({_pct(s.get('share'))}): {s.get('reason')}"
+        lines += ["", "Skipped:", ""] + [f"- {s.get('op')} ({views.fmt_pct(s.get('share'))}): {s.get('reason')}"
                                          for s in run.skipped]
     if h["problems"]:
         lines += ["", "Could not be read:", ""] + [f"- {p}" for p in h["problems"]]

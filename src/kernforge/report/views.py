@@ -397,16 +397,25 @@ def _logs(folder: Path) -> dict[str, str]:
     return logs
 
 
+def _real(value: Any) -> bool:
+    """A number a page can print: what a damaged file holds instead prints as "-"."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def fmt_ms(value: float | None) -> str:
-    return "-" if value is None or not math.isfinite(value) else f"{value:.4f}"
+    return f"{value:.4f}" if _real(value) else "-"
 
 
 def fmt_x(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}x"
+    return f"{value:.2f}x" if _real(value) else "-"
+
+
+def fmt_pct(value: float | None) -> str:
+    return f"{value:.1%}" if _real(value) else "-"
 
 
 def fmt_duration(seconds: float | None) -> str:
-    if seconds is None:
+    if not _real(seconds):
         return "-"
     minutes, secs = divmod(int(seconds), 60)
     hours, minutes = divmod(minutes, 60)

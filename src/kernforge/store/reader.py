@@ -203,7 +203,14 @@ def read_run_partial(path: Path, now: float | None = None) -> PartialRun:
     run.profile = _json_or_problem(run, "capture/profile.json", missing_ok=True)
     run.summary = _json_or_problem(run, "summary.json", missing_ok=True)
     run.applied = _json_or_problem(run, "integrate/apply.json", missing_ok=True)
-    run.skipped = _json_or_problem(run, "skipped.json", missing_ok=True) or _skipped_from_events(run.events)
+    run.skipped = _rows_of(_json_or_problem(run, "skipped.json", missing_ok=True) or _skipped_from_events(run.events))
+    for name in ("profile", "summary", "applied"):
+        if getattr(run, name) is not None and not isinstance(getattr(run, name), dict):
+            run.problems.append(f"{name} is not the record it should be; it is left out")
+            setattr(run, name, None)
+    if not isinstance(run.config, dict):
+        run.problems.append("config.json is not a record; it is left out")
+        run.config = {}
     run.tasks = _task_states(run)
     run.status = _run_status(run, time.time() if now is None else now)
     return run
@@ -227,12 +234,17 @@ def _skipped_from_events(events: list[Event]) -> list[dict[str, Any]]:
     return chosen[-1].skipped if chosen else []
 
 
+def _rows_of(value: Any) -> list[dict[str, Any]]:
+    """The dicts of a list read from a file; anything else in it is dropped."""
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
 def _task_states(run: PartialRun) -> list[TaskState]:
     """Tasks in the run's order: those the events announced, then any other folder under tasks/."""
     tasks: dict[str, TaskState] = {}
     for event in run.events:
         if isinstance(event, TasksChosen):
-            for t in event.tasks:
+            for t in (t for t in event.tasks if isinstance(t, dict)):
                 tasks.setdefault(t.get("task", ""), TaskState(task_id=t.get("task", ""), op=t.get("op", ""),
                                                               shape=t.get("shape", ""), share=t.get("share", 0.0)))
     folders = sorted(p.name for p in (run.root / "tasks").iterdir()) if (run.root / "tasks").is_dir() else []
