@@ -51,7 +51,8 @@ def highlight(source: str, language: str) -> str:
         lexer = get_lexer_by_name(language)
     except ClassNotFound:
         lexer = get_lexer_by_name("text")
-    return pygments_highlight(source, lexer, HtmlFormatter(cssclass="hl", linenos="table" if language != "diff" else False))
+    formatter = HtmlFormatter(cssclass="hl", linenos="table" if language != "diff" else False)
+    return pygments_highlight(source, lexer, formatter)
 
 
 @lru_cache(maxsize=1)
@@ -146,7 +147,8 @@ def markdown(run: PartialRun, context: dict[str, Any], written: str) -> str:
     lines += ["", "| op | shape | dtype | share | eager ms | compile ms | best ms | vs eager | vs compile | "
               "projected model gain | correct/tried |", "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in context["hot"]:
-        lines.append(f"| {r['op']} | {r['shape']} | {r['dtype']} | {views.fmt_pct(r['share'])} | {views.fmt_ms(r['eager_ms'])} | "
+        lines.append(f"| {r['op']} | {r['shape']} | {r['dtype']} | {views.fmt_pct(r['share'])} | "
+                     f"{views.fmt_ms(r['eager_ms'])} | "
                      f"{views.fmt_ms(r['compile_ms'])} | {views.fmt_ms(r['best_ms'])} | "
                      f"{views.fmt_x(r['speedup_vs_eager']) if r['speedup_vs_eager'] else '1.00x'} | "
                      f"{views.fmt_x(r['speedup_vs_compile'])} | {views.fmt_x(r['projected_gain'])} | "

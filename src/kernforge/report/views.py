@@ -40,7 +40,8 @@ def run_row(run: PartialRun, now: float) -> dict[str, Any]:
 def device_text(run: PartialRun) -> str:
     c = run.config
     name = c.get("device_name") or ""
-    return f"{c.get('resolved_backend', '?')} backend on {c.get('device', '?')}" + (f" ({name})" if name and name != "cpu" else "")
+    where = f"{c.get('resolved_backend', '?')} backend on {c.get('device', '?')}"
+    return where + (f" ({name})" if name and name != "cpu" else "")
 
 
 def elapsed_s(run: PartialRun, now: float) -> float | None:
@@ -224,7 +225,8 @@ def node_title(n: NodeState, stats: dict[str, Any] | None) -> str:
         lines.append(n.node.result.reason[:300])
     if stats:
         best = stats.get("subtree_best_speedup")
-        lines.append(f"visits {stats.get('visits')}, best below {best:.2f}x" if best else f"visits {stats.get('visits')}")
+        visits = f"visits {stats.get('visits')}"
+        lines.append(f"{visits}, best below {best:.2f}x" if _real(best) else visits)
     return "\n".join(lines)
 
 
@@ -241,8 +243,10 @@ def node_rows(task: TaskState) -> list[dict[str, Any]]:
                      "confirmed_speedup": again.speedup_vs_eager if again else None,
                      "confirmed_faster": bool(again and again.ok and again.faster_than_eager),
                      "confirmed": bool(n.node and n.node.confirmed), "kept": bool(n.node and n.node.kept),
-                     "origin": n.proposal.origin if n.proposal else "", "rationale": n.proposal.rationale if n.proposal else "",
-                     "reason": n.node.result.reason if n.node else "", "visits": (stats.get(n.node_id) or {}).get("visits")})
+                     "origin": n.proposal.origin if n.proposal else "",
+                     "rationale": n.proposal.rationale if n.proposal else "",
+                     "reason": n.node.result.reason if n.node else "",
+                     "visits": (stats.get(n.node_id) or {}).get("visits")})
     return rows
 
 

@@ -272,7 +272,8 @@ def _fill_task(run: PartialRun, state: TaskState) -> None:
         state.baseline = read_baseline(RunStore(run.root), state.task_id)
     except (OSError, ValueError, TypeError, KeyError) as e:
         run.problems.append(f"tasks/{state.task_id}/baseline.json cannot be read ({type(e).__name__})")
-    state.tree = _json_or_problem(run, f"tasks/{state.task_id}/tree.json", missing_ok=True) or {}
+    tree = _json_or_problem(run, f"tasks/{state.task_id}/tree.json", missing_ok=True)
+    state.tree = tree if isinstance(tree, dict) and isinstance(tree.get("nodes", {}), dict) else {}
     nodes_dir = folder / "nodes"
     if nodes_dir.is_dir():
         state.nodes = [n for n in (_node_state(run, state.task_id, p) for p in sorted(nodes_dir.iterdir())) if n]

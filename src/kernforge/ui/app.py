@@ -169,7 +169,8 @@ def make_app(runs_dir: Path, allowed_hosts: list[str] | None = None) -> FastAPI:
     @app.get("/runs/{name}/tasks/{task_id}/fragment", response_class=HTMLResponse)
     def task_fragment(name: str, task_id: str) -> HTMLResponse:
         run = load(name)
-        return HTMLResponse(html.render("_tree.html", **html.task_context(run, task_of(run, task_id), links, live=True)))
+        context = html.task_context(run, task_of(run, task_id), links, live=True)
+        return HTMLResponse(html.render("_tree.html", **context))
 
     def node_context(name: str, task_id: str, node_id: str) -> dict[str, Any]:
         run = load(name)
@@ -216,7 +217,8 @@ async def _stream(path: Path, request: Request) -> Any:
     while not await request.is_disconnected():
         new = tail.read_new()
         if new:
-            data = {"kinds": sorted({e.kind for e in new}), "tasks": sorted({getattr(e, "task", "") for e in new} - {""})}
+            tasks = {getattr(e, "task", "") for e in new} - {""}
+            data = {"kinds": sorted({e.kind for e in new}), "tasks": sorted(map(str, tasks))}
             yield f"event: update\ndata: {json.dumps(data)}\n\n"
             quiet = 0.0
         elif quiet >= HEARTBEAT_S:
