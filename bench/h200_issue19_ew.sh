@@ -7,6 +7,6 @@ export PYTHONUNBUFFERED=1 PYTHONPATH=src
 out=${OUT:-bench/results/h200/issue19}
 mkdir -p "$out"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/gpu.txt"
-rows=softplus_bf16_8192x8192,mish_bf16_8192x8192,hardtanh_bf16_8192x8192,clamp_f32_8192x8192,softshrink_f32_8192x8192
+rows=${ROWS:-softplus_bf16_8192x8192,mish_bf16_8192x8192,hardtanh_bf16_8192x8192,clamp_f32_8192x8192,softshrink_f32_8192x8192}
 timeout 560 python3 bench/search_bench.py --strategy mcts --iterations "${ITERATIONS:-8}" --compile max-autotune \
   --rows "$rows" --budget-s 480 --out "$out" 2>&1 | tee "$out/run.txt" | tail -15
