@@ -241,15 +241,25 @@ def test_results_tsv_reads_back_with_csv(searched):
     assert list(csv.DictReader(lines, delimiter="\t")) == store.results()
 
 
-def test_progress_standing_shows_the_best_beyond_noise_and_the_counts():
-    from kernforge.cli import _standing
+def test_progress_lines_show_the_standing_the_node_events_carry(capsys):
+    from kernforge.cli import _progress
 
-    outcome = TaskOutcome(task=None, baseline=None)
-    assert _standing(outcome) == "best 1.00x | "
-    outcome.nodes = [
-        Node(node_id="n0", parent_id=None, proposal=Proposal("a", "r"), result=failed()),
-        Node(node_id="n1", parent_id=None, proposal=Proposal("b", "r"),
-             result=EvalResult(status="ok", timing=timing(0.5), eager=EAGER,
-                               speedup_vs_eager=2.0, faster_than_eager=True)),
-    ]
-    assert _standing(outcome) == "best 2.00x | ok 1, wrong_result 1"
+    progress = _progress(quiet=False)  # not a terminal here: plain lines on stderr
+    progress.on_event(NodeFinished(task="t", node="n0", status="wrong_result", rationale="r", candidates=1,
+                                   counts={"wrong_result": 1}))
+    assert capsys.readouterr().err.rstrip().endswith("[best 1.00x | wrong_result 1]")
+    progress.on_event(NodeFinished(task="t", node="n1", status="ok", speedup_vs_eager=2.0, rationale="r",
+                                   candidates=2, best_speedup_vs_eager=2.0, counts={"ok": 1, "wrong_result": 1}))
+    assert capsys.readouterr().err.rstrip().endswith("[best 2.00x | ok 1, wrong_result 1]")
+
+
+def test_node_events_carry_the_tasks_standing(searched):
+    store, outcome, _ = searched
+    finished = [e for e in store.events() if isinstance(e, NodeFinished)]
+    assert [e.candidates for e in finished] == [1, 2, 3]
+    assert finished[-1].counts == outcome.status_counts()
+    faster = [n for n in outcome.nodes if n.result.ok and n.result.faster_than_eager]
+    # before the finalists' second evaluations the standing is TaskOutcome.best's rule on the search's
+    # own results: the fastest candidate that beat eager beyond the noise
+    best = min(faster, key=lambda n: n.result.timing.p50_ms).result.speedup_vs_eager if faster else None
+    assert finished[-1].best_speedup_vs_eager == best
