@@ -107,10 +107,7 @@ def prepare(spec: str, backend_name: str, model: ModelOptions, runs_dir: Path,
         store.listeners.append(on_event)
     environment = _environment(backend.name, device, loaded.name)
     store.write_json("config.json", {**config, **environment})
-    store.emit(RunStarted(model=loaded.name, backend=backend.name, device=device,
-                          device_name=environment["device_name"], proposer=config.get("proposer", ""),
-                          strategy=config.get("strategy", ""), iterations=config.get("iterations", 0),
-                          pid=os.getpid(), host=socket.gethostname()))
+    store.emit(run_started({**config, **environment}))
     capture = capture_model(loaded, store.capture_dir)
     store.emit(Captured(signatures=len(capture.profiles), op_time_ms=capture.total_time_us / 1e3))
     del loaded  # the workers need the memory, on a GPU most of all
@@ -184,10 +181,7 @@ def resume(run_dir: Path, on_event: OnEvent = lambda event: None) -> OptimizeRes
                             skipped=[(profiles[r["signature"]], r["reason"]) for r in skipped_rows
                                      if r["signature"] in profiles])
     store.rewrite_results([row_of(t, n) for t in tasks for n in previous[t.task_id]])
-    store.emit(RunStarted(model=config.get("model_name", ""), backend=backend.name, device=device,
-                          device_name=config.get("device_name", ""), proposer=opts.proposer,
-                          strategy=opts.strategy, iterations=opts.iterations, resumed=True,
-                          pid=os.getpid(), host=socket.gethostname()))
+    store.emit(run_started(config, resumed=True))
     store.emit(Resumed(done=sorted(done), recorded_nodes={k: len(v) for k, v in previous.items()}))
     for task in tasks:
         if task.task_id in done:
@@ -261,11 +255,25 @@ def _llm_label(options: ProposerOptions) -> str:
     return " ".join(part for part in (options.llm, options.llm_model) if part)
 
 
+def run_started(config: dict[str, Any], resumed: bool = False) -> RunStarted:
+    """The run_start event of a run with this config.json, from this process."""
+    return RunStarted(model=config.get("model_name", ""), backend=config.get("resolved_backend", ""),
+                      device=config.get("device", ""), device_name=config.get("device_name", ""),
+                      proposer=config.get("proposer", ""), strategy=config.get("strategy", ""),
+                      iterations=config.get("iterations", 0), resumed=resumed, pid=os.getpid(),
+                      host=socket.gethostname())
+
+
 def llm_spent(store: RunStore) -> Usage:
-    """What a run's LLM calls cost so far, from its events: every proposal that came and every
-    one that did not carries its usage, so a resumed run's budget goes on where it stopped."""
+    """What a run's LLM calls cost so far, from its events, so a resumed run's budget goes on
+    where it stopped."""
+    return usage_of(store.events())
+
+
+def usage_of(events: list[Event]) -> Usage:
+    """The LLM usage the events record: every proposal that came and every one that did not."""
     total = Usage()
-    for event in store.events():
+    for event in events:
         if isinstance(event, (NodeStarted, ProposalFailed)) and event.usage:
             total = total + Usage.from_json(event.usage)
     return total

@@ -16,11 +16,9 @@ from typing import Any
 
 from kernforge.backends.build_report import resource_usage, summarise
 from kernforge.evaluate.judge import CHECKS
-from kernforge.propose import Usage
 from kernforge.propose.context import task_facts
 from kernforge.report.svg import Series, TreePoint, line_plot_svg, tree_svg
 from kernforge.search.engine import Node
-from kernforge.store.events import NodeStarted, ProposalFailed
 from kernforge.store.reader import NodeState, PartialRun, TaskState
 
 LOG_LIMIT = 64_000  # characters of a log shown; the rest is in the file
@@ -93,10 +91,9 @@ def run_header(run: PartialRun, now: float) -> dict[str, Any]:
 
 def llm_usage(run: PartialRun) -> dict[str, Any] | None:
     """Tokens and money, from the events, where an LLM was used."""
-    total = Usage()
-    for e in run.events:
-        if isinstance(e, (NodeStarted, ProposalFailed)) and e.usage:
-            total = total + Usage.from_json(e.usage)
+    from kernforge.optimize import usage_of
+
+    total = usage_of(run.events)
     if total.calls == 0:
         return None
     llm = run.config.get("llm", {})
@@ -291,7 +288,7 @@ def node_view(run: PartialRun, task: TaskState, node_id: str) -> NodeView | None
     n = next((s for s in task.nodes if s.node_id == node_id), None)
     if n is None:
         return None
-    source_path = next(iter(sorted(n.folder.glob("candidate.*"))), None)
+    source_path = n.source
     source = n.proposal.source if n.proposal else ""
     parent = next((s for s in task.nodes if s.node_id == n.parent_id), None)
     proposal = n.proposal

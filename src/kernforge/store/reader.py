@@ -127,6 +127,7 @@ class NodeState:
     folder: Path
     node: Node | None = None  # a finished one's proposal and result
     proposal: Proposal | None = None
+    source: Path | None = None  # candidate.py|.cu|.c as proposed
     started: float | None = None
     finished: float | None = None
 
@@ -288,7 +289,7 @@ def _node_state(run: PartialRun, task_id: str, folder: Path) -> NodeState | None
     text = source.read_text(errors="replace") if source else ""
     proposal = Proposal.from_record(text, record)
     state = NodeState(node_id=folder.name, parent_id=record.get("parent"), state="running", folder=folder,
-                      proposal=proposal)
+                      proposal=proposal, source=source)
     if not (folder / "result.json").is_file():
         return state
     result = _json_or_problem(run, f"{relative}/result.json")
