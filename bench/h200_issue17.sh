@@ -29,8 +29,8 @@ echo "scripted run: exit ${PIPESTATUS[0]}" | tee -a "$out/gpu.txt"
 
 python3 - <<'PY' > /tmp/cuda_example.cu
 import sys; sys.path.insert(0, "src")
-from kernforge.propose.llm.prompts import cuda_example
-print(cuda_example())
+from kernforge.propose.llm.prompts import worked_example
+print(worked_example("cuda"))
 PY
 timeout 150 python3 -m kernforge eval /tmp/kf-issue17-model/softmax_scores.py /tmp/cuda_example.cu --backend cuda \
   --op aten::_softmax.default --runs-dir /tmp/kf-issue17-eval > "$out/cuda_example.txt" 2>&1

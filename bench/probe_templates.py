@@ -30,7 +30,7 @@ from family_check import make_task, tensor
 from kernforge.evaluate.timing import time_callable
 from kernforge.importing import import_path
 from kernforge.propose.templates import norms, reduce, softmax
-from kernforge.propose.templates.common import is_tensor
+from kernforge.propose.families.common import is_tensor
 
 MEAN = "aten::mean.dim"
 GN = "aten::native_group_norm.default"

@@ -16,12 +16,11 @@ import test_family_norms
 import test_family_pool
 import test_family_reduce
 import test_propose
-from family_check import family_for, make_task
+from family_check import family_for, make_task, valid_points
 
 from kernforge.backends import cpu
 from kernforge.backends.native import compile_library
 from kernforge.evaluate.scan import scan_source
-from kernforge.propose.builtin import _all_points
 from kernforge.tasks import KernelTask
 
 MODULES = (test_family_norms, test_family_pool, test_family_reduce, test_propose)
@@ -47,10 +46,8 @@ TASKS = tasks()
 def test_every_point_passes_the_scan(key):
     family, facts = family_for(TASKS[key])
     checked = 0
-    for backend, language in (("triton", "triton"), ("cpu", "c")):
-        for params in _all_points(family.space(facts, backend)):
-            if not family.valid(facts, backend, params):
-                continue
+    for backend, language in (("triton", "triton"), ("cpu", "c"), ("cuda", "cuda")):
+        for params in valid_points(TASKS[key], backend):
             findings = scan_source(family.render(facts, backend, params), language, facts.get("dtype", "float32"))
             assert not findings, (backend, params, [str(f) for f in findings])
             checked += 1
@@ -66,7 +63,7 @@ def object_samples() -> dict[str, str]:
         name = f"{family.name} {facts.get('dtype', 'float32')}"
         if any(k.startswith(name + " ") for k in samples):
             continue
-        points = [p for p in _all_points(family.space(facts, "cpu")) if family.valid(facts, "cpu", p)]
+        points = valid_points(TASKS[key], "cpu")
         for label, params in (("first", points[0]), ("last", points[-1])) if points else ():
             samples[f"{name} {label}"] = family.render(facts, "cpu", params)
     return samples

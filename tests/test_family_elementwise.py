@@ -24,7 +24,8 @@ import pytest
 from family_check import channels_last, check_source, make_task, tensor
 
 from kernforge.evaluate.scan import scan_source
-from kernforge.propose.builtin import BuiltinProposer, _all_points
+from family_check import all_points as _all_points
+from kernforge.propose.builtin import BuiltinProposer
 from kernforge.propose.templates import elementwise as ew
 from kernforge.tasks import KernelTask
 

@@ -8,12 +8,14 @@ import importlib.util
 import family_check
 import pytest
 import torch
-from family_check import channels_last, check_params, family_for, make_task, tensor
+from family_check import channels_last, check_params, make_task, tensor
+from family_check import legacy_family_for as family_for
 
 from kernforge.backends import cpu
-from kernforge.propose.builtin import BuiltinProposer, _all_points
+from family_check import all_points as _all_points
+from kernforge.propose.builtin import BuiltinProposer
 from kernforge.propose.templates import norms
-from kernforge.propose.templates.common import gpu_sms
+from kernforge.propose.families.common import gpu_sms
 from kernforge.tasks import KernelTask
 
 LN, RMS, GN = norms.LAYER_NORM_OP, norms.RMS_NORM_OP, norms.GROUP_NORM_OP

@@ -18,7 +18,7 @@ from family_check import channels_last, check_source, make_task, tensor
 
 from kernforge.backends import cpu
 from kernforge.evaluate.scan import scan_source
-from kernforge.propose.builtin import _all_points
+from family_check import all_points as _all_points
 from kernforge.propose.templates import reduce
 
 MEAN, SUM, AMAX = "aten::mean.dim", "aten::sum.dim_IntList", "aten::amax.default"

@@ -12,8 +12,8 @@ from helpers import SOFTMAX_OP
 from kernforge.backends import cpu
 from kernforge.errors import UserError
 from kernforge.propose import Proposal, get_proposer
-from kernforge.propose.builtin import BuiltinProposer, _all_points
-from kernforge.propose.templates import softmax
+from kernforge.propose.builtin import BuiltinProposer, Hardware
+from kernforge.propose.families import softmax
 from kernforge.tasks import KernelTask
 
 
@@ -88,7 +88,7 @@ def test_first_proposal_is_the_starting_point():
     for backend in ("cpu", "triton"):
         proposal = BuiltinProposer().next_move(task, backend, None, [])
         facts = softmax.match(task)
-        assert proposal.params == softmax.initial(facts, backend)
+        assert proposal.params == softmax.start(facts, backend, Hardware())
         assert proposal.source == softmax.render(facts, backend, proposal.params)
         assert proposal.rationale.startswith("starting point: ")
 
@@ -96,16 +96,11 @@ def test_first_proposal_is_the_starting_point():
 def test_children_change_one_parameter_until_every_neighbour_is_tried():
     task = make_task()
     facts = softmax.match(task)
-    space = softmax.space(facts, "cpu")
+    space = softmax.space(facts, "cpu", Hardware())
     proposer = BuiltinProposer(seed=1)
     root = proposer.next_move(task, "cpu", None, [])
-    neighbours = []
-    for name, values in space.items():
-        i = values.index(root.params[name])
-        if all(isinstance(v, str) for v in values):  # named choices: every other one
-            neighbours += [{**root.params, name: v} for v in values if v != root.params[name]]
-        else:
-            neighbours += [{**root.params, name: values[j]} for j in (i - 1, i + 1) if 0 <= j < len(values)]
+    neighbours = [point for _, _, point in space.neighbours(root.params)]
+    assert len(neighbours) >= 4
     tried = [root]
     for _ in neighbours:
         child = proposer.next_move(task, "cpu", root, tried)
@@ -117,19 +112,16 @@ def test_children_change_one_parameter_until_every_neighbour_is_tried():
     assert sorted(map(str, (c.params for c in tried[1:]))) == sorted(map(str, neighbours))
     jump = proposer.next_move(task, "cpu", root, tried)
     assert jump.rationale.startswith("every neighbour tried; jump to the nearest untried point")
-    distance = sum(int(jump.params[k] != root.params[k]) if all(isinstance(v, str) for v in space[k])
-                   else abs(space[k].index(jump.params[k]) - space[k].index(root.params[k])) for k in space)
-    assert distance == 2  # every point at distance 1 was tried; the jump goes no further
+    assert space.distance(root.params, jump.params) == 2  # every point one move away was tried
 
 
 def distinct_valid_sources(task: KernelTask, backend: str) -> set[str]:
     facts = softmax.match(task)
-    return {softmax.render(facts, backend, p) for p in _all_points(softmax.space(facts, backend))
-            if softmax.valid(facts, backend, p)}
+    return {softmax.render(facts, backend, p) for p in family_check.valid_points(task, backend)}
 
 
 @pytest.mark.parametrize("backend, dtype", [
-    ("cpu", "torch.float32"), ("cpu", "torch.bfloat16"), ("triton", "torch.float32"),
+    ("cpu", "torch.float32"), ("cpu", "torch.bfloat16"), ("triton", "torch.float32"), ("cuda", "torch.float16"),
 ])
 @pytest.mark.parametrize("parents", ["chain", "root", "none"])
 def test_proposals_never_repeat_and_cover_the_space(backend, dtype, parents):
@@ -143,7 +135,7 @@ def test_proposals_never_repeat_and_cover_the_space(backend, dtype, parents):
             break
         assert proposal.source not in {p.source for p in tried}, proposal.params
         facts = softmax.match(task)
-        assert softmax.valid(facts, backend, proposal.params)
+        assert softmax.space(facts, backend, Hardware()).contains(proposal.params)
         tried.append(proposal)
         parent = {"chain": proposal, "root": tried[0], "none": None}[parents]
     # every valid configuration, each once, then None
@@ -166,11 +158,9 @@ def softmax_task(op: str, shape: list[int], dtype: str) -> KernelTask:
 def c_variants():
     for op in (SOFTMAX_OP, LOG_SOFTMAX_OP):
         for dtype in ("float32", "bfloat16", "float16"):
-            facts = softmax.match(softmax_task(op, VARIANT_SHAPE, dtype))
-            for params in _all_points(softmax.space(facts, "cpu")):
-                if softmax.valid(facts, "cpu", params):
-                    name = "-".join(str(v) for v in params.values())
-                    yield pytest.param(op, dtype, params, id=f"{op[6:-8]}-{dtype}-{name}")
+            for params in family_check.valid_points(softmax_task(op, VARIANT_SHAPE, dtype), "cpu"):
+                name = "-".join(str(v) for v in params.values())
+                yield pytest.param(op, dtype, params, id=f"{op[6:-8]}-{dtype}-{name}")
 
 
 @pytest.fixture(scope="module")
@@ -209,10 +199,7 @@ def triton_variants() -> list[dict]:
         for dtype in ("float32", "bfloat16", "float16"):
             for shape in TRITON_SHAPES:
                 task = softmax_task(op, shape, dtype)
-                facts = softmax.match(task)
-                for params in _all_points(softmax.space(facts, "triton")):
-                    if not softmax.valid(facts, "triton", params):
-                        continue
+                for params in family_check.valid_points(task, "triton"):
                     if op == LOG_SOFTMAX_OP and params["num_warps"] != 4:
                         continue
                     name = "-".join(str(v) for v in params.values())
@@ -241,15 +228,28 @@ def test_triton_variants_include_every_kernel_for_both_ops():
 
 
 @pytest.mark.parametrize("shape, expected", [
-    ([4096, 256], {"variant": "single_tile", "rows_per_program": 4, "block_n": 256}),  # short rows packed
-    ([16384, 2048], {"variant": "single_tile", "rows_per_program": 2, "block_n": 2048}),
+    ([4096, 256], {"variant": "single_tile", "rows_per_program": 4}),  # short rows packed
+    ([16384, 2048], {"variant": "single_tile", "rows_per_program": 2}),
     ([8, 262144], {"variant": "split_row", "block_n": 4096}),  # 8 rows: each split in 64 chunks
     ([4096, 65536], {"variant": "online_loop"}),  # rows too long for registers, enough of them
 ])
 def test_triton_starting_points_fit_the_shape(shape, expected):
     facts = softmax.match(make_task(shape=tuple(shape)))
-    params = softmax.initial(facts, "triton")
-    assert softmax.valid(facts, "triton", params)
+    params = softmax.start(facts, "triton", Hardware())
+    assert softmax.space(facts, "triton", Hardware()).contains(params)
+    assert expected.items() <= params.items()
+
+
+@pytest.mark.parametrize("shape, dtype, expected", [
+    ([4096, 1024], "torch.float32", {"threads_per_row": 64, "vec": 4, "cache_row": True}),
+    ([4096, 1024], "torch.bfloat16", {"threads_per_row": 32, "vec": 8, "cache_row": True}),
+    ([7, 37], "torch.float32", {"threads_per_row": 32, "vec": 1, "rows_per_block": 1}),  # 37: no wider pack
+    ([8, 262144], "torch.float32", {"threads_per_row": 1024, "cache_row": False}),  # too long for registers
+])
+def test_cuda_starting_points_fit_the_shape(shape, dtype, expected):
+    facts = softmax.match(make_task(shape=tuple(shape), dtype=dtype))
+    params = softmax.start(facts, "cuda", Hardware())
+    assert softmax.space(facts, "cuda", Hardware()).contains(params)
     assert expected.items() <= params.items()
 
 
@@ -264,10 +264,9 @@ def test_a_move_that_failed_before_is_tried_last():
     tried = [root]
     # Every single-parameter move away from the root, but one, failed before (from another parent).
     facts = softmax.match(task)
-    space = softmax.space(facts, "triton")
+    space = softmax.space(facts, "triton", Hardware())
     failures = [Failure(Proposal(source="x", rationale="", params={}, changes={name: value}), "compile_error", "")
-                for name, values in space.items() for value in values if value != root.params[name]
-                and not (name == "num_warps" and value == 8)]
+                for name, value, _ in space.moves(root.params) if not (name == "num_warps" and value == 8)]
     child = proposer.next_move(task, "triton", root, tried, failures)
     assert child.changes == {"num_warps": 8}
     assert "failed before" not in child.rationale

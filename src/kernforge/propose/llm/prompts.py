@@ -77,85 +77,19 @@ RULES = """Rules the evaluator enforces (a candidate that breaks one is rejected
 REPLY_FORMAT = """Reply with one line `Idea: ...` saying what this kernel does differently and why it should be
 faster, then the complete file in one ```{fence} block. Nothing after the block."""
 
-_CUDA_EXAMPLE_BODY = r'''// Row softmax over the last dim: one block of 256 threads per row, the row read three times
-// (its max, its sum, the outputs), warp shuffles for the reductions.
-#include <math.h>
-
-#define THREADS 256
-
-static __device__ float warp_max(float v) {
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffff, v, o));
-    return v;
-}
-static __device__ float warp_sum(float v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffff, v, o);
-    return v;
-}
-static __device__ float block_reduce(float v, bool is_max) {
-    __shared__ float part[THREADS / 32];
-    int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    v = is_max ? warp_max(v) : warp_sum(v);
-    if (lane == 0) part[warp] = v;
-    __syncthreads();
-    v = lane < THREADS / 32 ? part[lane] : (is_max ? -INFINITY : 0.0f);
-    v = is_max ? warp_max(v) : warp_sum(v);
-    __syncthreads();
-    return v;
-}
-
-__global__ void softmax_rows(const float *x, float *y, int64_t cols) {
-    const float *row = x + blockIdx.x * cols;
-    float *out = y + blockIdx.x * cols;
-    float m = -INFINITY;
-    for (int64_t c = threadIdx.x; c < cols; c += THREADS) m = fmaxf(m, row[c]);
-    m = block_reduce(m, true);
-    float s = 0.0f;
-    for (int64_t c = threadIdx.x; c < cols; c += THREADS) s += __expf(row[c] - m);
-    s = block_reduce(s, false);
-    float inv = 1.0f / s;
-    for (int64_t c = threadIdx.x; c < cols; c += THREADS) out[c] = __expf(row[c] - m) * inv;
-}
-
-extern "C" int kf_forward(const kf_tensor *in, int n_in, kf_tensor *out, int n_out) {
-    if (n_in != 1 || n_out != 1 || in[0].dtype != KF_F32) return 1;
-    int64_t cols = in[0].sizes[in[0].ndim - 1];
-    int64_t rows = 1;
-    for (int d = 0; d < in[0].ndim - 1; ++d) rows *= in[0].sizes[d];
-    softmax_rows<<<rows, THREADS>>>((const float *)in[0].data, (float *)out[0].data, cols);
-    return 0;
-}
-'''
-
-
-def cuda_example() -> str:
-    """The CUDA example with the kf_tensor declaration every native candidate carries (native.C_PRELUDE)."""
-    from kernforge.backends.native import C_PRELUDE
-
-    lines = _CUDA_EXAMPLE_BODY.splitlines(keepends=True)
-    return "".join(lines[:2]) + C_PRELUDE + "".join(lines[2:])
-
-
-# What the example is, said to the generator as it is: the CUDA one passed every check on the H200
-# at 8x16x512x512 float32 and ran at 0.38x eager (bench/results/h200/issue17/cuda_example.txt).
-EXAMPLE_CAPTION = {"triton": "the built-in proposer's own starting point for it",
-                   "cpu": "the built-in proposer's own starting point for it",
-                   "cuda": "correct, not tuned: it reads each row three times"}
-
-
 @functools.cache
 def worked_example(backend: str) -> str:
-    """A correct kernel in the backend's form: the built-in proposer's own softmax (its starting
-    point for 4096 rows of 1024 float32), or for CUDA, which has no template, the one above."""
-    if backend == "cuda":
-        return cuda_example()
-    from kernforge.propose.templates import softmax
+    """A correct kernel in the backend's form: the built-in proposer's own softmax, its
+    starting point for 4096 rows of 1024 float32 (a kernel file of propose/families/softmax)."""
+    from kernforge.propose.builtin.family import Hardware
+    from kernforge.propose.families import softmax
     from kernforge.tasks import KernelTask
 
     x = {"shape": [4096, 1024], "dtype": "torch.float32", "stride": [1024, 1]}
     task = KernelTask(task_id="example", op="aten::_softmax.default", signature="example", args=[x, -1, False],
                       outputs=[dict(x)], samples=[], share=0.0, gain_if_2x=0.0, time_us=0.0, device="")
     facts = softmax.match(task)
-    return softmax.render(facts, backend, softmax.initial(facts, backend))
+    return softmax.render(facts, backend, softmax.start(facts, backend, Hardware()))
 
 
 # ---------------------------------------------------------------- the generator
@@ -169,7 +103,7 @@ def generator_system(backend: str) -> str:
         "## What the file may contain\n" + SCAN_RULES[backend],
         "## " + RULES,
         f"## A worked example (softmax over the last dim of a 4096x1024 float32 tensor; "
-        f"{EXAMPLE_CAPTION[backend]})\n"
+        "the built-in proposer's own starting point for it)\n"
         f"```{FENCE[backend]}\n{worked_example(backend).strip()}\n```",
         "## Reply format\n" + REPLY_FORMAT.format(fence=FENCE[backend]),
     ])

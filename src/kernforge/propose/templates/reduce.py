@@ -16,8 +16,8 @@ import math
 from typing import Any
 
 from kernforge.backends.native import C_PRELUDE
-from kernforge.propose.builtin import Family
-from kernforge.propose.templates.common import (
+from kernforge.propose.builtin.family import LegacyFamily as Family
+from kernforge.propose.families.common import (
     C_LOAD_STORE,
     C_TYPES,
     SUPPORTED_DTYPES,

@@ -50,6 +50,22 @@ def split_kwargs(args: list[Any]) -> tuple[list[Any], dict[str, Any]]:
     return list(args), {}
 
 
+def c_element(dtype: str) -> dict[str, Any]:
+    """A C kernel file's element-type constants: ELEM_T, its kf_tensor code, and whether it is
+    bfloat16 held as uint16_t (converted by hand). The type is named only in the constants
+    block, since the scan reads a half type anywhere in a float32 op's text as lower precision."""
+    ctype, code = C_TYPES[dtype]
+    return {"ELEM_T": ctype, "ELEM_CODE": code, "BF16_BITS": dtype == "bfloat16"}
+
+
+CUDA_TYPES = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16"}
+
+
+def cuda_element(dtype: str) -> dict[str, Any]:
+    """A CUDA kernel file's element-type constants (ELEM_T converts to and from float)."""
+    return {"ELEM_T": CUDA_TYPES[dtype], "ELEM_CODE": C_TYPES[dtype][1]}
+
+
 C_TYPES = {"float32": ("float", "KF_F32"), "float16": ("_Float16", "KF_F16"),
            "bfloat16": ("uint16_t", "KF_BF16")}
 

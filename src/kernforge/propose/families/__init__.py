@@ -1,0 +1,17 @@
+"""The built-in proposer's families of kernels: one package per family.
+
+A family package holds:
+
+    __init__.py      match (task -> facts, or why not), the space per backend (variants and
+                     the parameters each reads, with the constraints between them:
+                     builtin/space.py), the starting rule, render and explain, exported as
+                     FAMILIES, a list of builtin.family.Family;
+    kernels/         one real kernel file per backend and variant, named BACKEND_VARIANT.EXT
+                     (BACKEND.EXT where a backend has one): triton .py, cpu .c, cuda .cu.
+
+Render reads a kernel file and rewrites its `kf-op:` line and its constants block, nothing
+else (builtin/kernel_file.py): a move is an edit of constants, and the files are what the
+LLM generator is shown as worked examples. The starting rule reads the task's facts (bytes
+to move, rows and row length against the SMs and the L2, layout, dtype) and the hardware's
+(builtin.family.Hardware), never a table of shapes.
+"""
