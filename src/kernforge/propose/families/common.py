@@ -112,3 +112,47 @@ def contiguous_strides(shape: list[int]) -> list[int]:
         strides.append(acc)
         acc *= max(size, 1)
     return list(reversed(strides))
+
+
+# ---------------------------------------------------------------- the norms' task checks
+
+def short_dtype(dtype: str) -> str:
+    """'torch.bfloat16' -> 'bfloat16'."""
+    return dtype.replace("torch.", "")
+
+
+def norm_input(task: Any, label: str) -> dict[str, Any] | str:
+    """A norm's input tensor (its first argument), or why the built-in kernels cannot take it."""
+    import math
+
+    x = task.args[0] if task.args else None
+    if not is_tensor(x):
+        return f"{label} without a tensor input"
+    if x["dtype"] not in SUPPORTED_DTYPES:
+        return f"{label} on {x['dtype']} has no built-in template"
+    if math.prod(x["shape"]) == 0:
+        return f"{label} on an empty tensor has no built-in template"
+    return x
+
+
+def aux_dtype_reason(name: str, desc: Any, x_dtype: str) -> str | None:
+    """Why a norm's weight or statistics tensor cannot be taken, or None. They may be the input's
+    dtype or float32 (mixed-precision models); the kernels know those two cases only."""
+    import math
+
+    if desc is None:
+        return None
+    if not is_tensor(desc):
+        return f"{name} is not a tensor"
+    if desc["dtype"] not in (x_dtype, "torch.float32"):
+        return f"{name} of dtype {desc['dtype']} beside a {x_dtype} input has no built-in template"
+    if desc["stride"] != contiguous_strides(desc["shape"]) and math.prod(desc["shape"]) > 1:
+        return f"a non-contiguous {name} has no built-in template"
+    return None
+
+
+def output_descs(task: Any) -> list[dict[str, Any]]:
+    """The task's outputs as the kernels allocate them: shape, stride, short dtype. A norm's
+    statistics differ between devices (CPU layer norm keeps bf16 ones, CUDA's are float32)."""
+    return [{"shape": list(o["shape"]), "stride": list(o["stride"]), "dtype": short_dtype(o["dtype"])}
+            for o in task.outputs]
