@@ -25,11 +25,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from family_check import make_task, tensor
+from family_check import family_for, make_task, tensor
 
 from kernforge.evaluate.timing import time_callable
 from kernforge.importing import import_path
-from kernforge.propose.templates import norms, reduce, softmax
+from kernforge.propose.builtin import Hardware
+from kernforge.propose.builtin.space import Space
 from kernforge.propose.families.common import is_tensor
 
 MEAN = "aten::mean.dim"
@@ -43,52 +44,76 @@ def load(source: str, name: str):
     return import_path(path, "kf_probe")
 
 
-def mean_points(facts: dict) -> list[dict]:
-    points = [reduce.initial(facts, "triton")]
-    for rows, warps, loads, block in [(32, 8, "aligned", 64), (16, 2, "aligned", 64), (16, 1, "packed", 256),
-                                      (8, 1, "packed", 256), (4, 1, "packed", 256)]:
-        points.append({"split": 1, "rows_per_program": rows, "block_r": block, "loads": loads,
-                       "num_warps": warps, "num_stages": 1})
-    return [p for p in points if reduce.valid(facts, "triton", p)]
+@functools.cache
+def hardware() -> Hardware:
+    """The GPU's facts, for the families' starting rules (Hopper's where no GPU is seen)."""
+    if not torch.cuda.is_available():
+        return Hardware()
+    props = torch.cuda.get_device_properties(0)
+    return Hardware(sms=props.multi_processor_count, l2_bytes=getattr(props, "L2_cache_size", 0) or Hardware().l2_bytes)
 
 
-def softmax_points(facts: dict) -> list[dict]:
+def points_near(name: str, space: Space, start: dict, changes: list[dict]) -> list[dict]:
+    """The family's starting point, then the start with each change applied, where that is a
+    buildable point of the space. A change names the parameters of one variant (the start's
+    unless it names another); parameters that variant does not read are left out, and a change
+    whose values the space does not take (a renamed parameter, a value out of range) is
+    skipped and counted, since the families' spaces move on while these probes stay."""
+    points, skipped = [start], 0
+    for change in changes:
+        variant = change.get("variant") if space.named else None
+        point = space.fit({**start, **change}, variant)
+        honoured = all(point[k] == v for k, v in change.items() if k in point)
+        if honoured and space.contains(point) and point not in points:
+            points.append(point)
+        elif not honoured or not space.contains(point):
+            skipped += 1
+    if skipped:
+        print(f"{name}: {skipped} of {len(changes)} probe points are not points of the family's space now",
+              flush=True)
+    return points
+
+
+def mean_changes() -> list[dict]:
+    return [{"split": 1, "rows_per_program": rows, "block_r": block, "loads": loads, "num_warps": warps,
+             "num_stages": 1}
+            for rows, warps, loads, block in [(32, 8, "aligned", 64), (16, 2, "aligned", 64), (16, 1, "packed", 256),
+                                              (8, 1, "packed", 256), (4, 1, "packed", 256)]]
+
+
+def softmax_changes() -> list[dict]:
     """Short rows packed into a program's tile: rows a program and warps around the start. The
     nine-row search at 331fcac found the (4096,256) f32 row level with torch.compile default
     (0.0070 against 0.0073 ms, bands overlapping); probe21 asks how far a plain copy is."""
-    start = softmax.initial(facts, "triton")
-    points = [start] + [{**start, "rows_per_program": rows, "num_warps": warps}
-                        for rows in (1, 2, 4, 8, 16) for warps in (1, 2, 4, 8)]
-    unique = list({json.dumps(p, sort_keys=True): p for p in points}.values())
-    return [p for p in unique if softmax.valid(facts, "triton", p)]
+    return [{"rows_per_program": rows, "num_warps": warps} for rows in (1, 2, 4, 8, 16) for warps in (1, 2, 4, 8)]
 
 
-def gn_points(facts: dict) -> list[dict]:
-    """The large group norm's points. What earlier probes covered, in bench/results/h200/probe/:
+def gn_changes(start: dict) -> list[dict]:
+    """The large group norm's points, as changes to its start. What earlier probes covered, in
+    bench/results/h200/probe/:
     probe4, resident with two programs an SM (several fail to launch: too many registers for two);
     probe5-7, the queue from chunks of 32K down to 4K, 2 to 16 programs an SM, leads of 2 to 8:
     smaller chunks and more programs were faster down to chunks of 8K, blocks of 4K, 4 warps,
     8 an SM and a lead of 4 (0.0995-0.0997 ms). probe8 timed the points below with a form of the
     queue (not kept) whose passes 2 read statistics that the group's last pass 1 published once:
     0.1062 ms at that point. probe9-18: the held variant as it took shape (README there)."""
-    start = norms.initial_group_norm(facts, "triton")
     resident = {**start, "variant": "resident", "reverse": False, "wave_groups": 0, "unroll": 1, "pipeline": False,
                 "per_sm": 1, "lead": 2}
-    points = [start,
-              # the split starting point of earlier sessions, for comparison
-              {**resident, "variant": "split", "chunk": 16384, "block": 4096, "num_warps": 8, "reverse": True},
-              # the best resident points: two an SM (probe4), pipelined one an SM (probe3)
-              {**resident, "chunk": 32768, "block": 16384, "num_warps": 16, "per_sm": 2},
-              {**resident, "chunk": 65536, "block": 16384, "num_warps": 32, "unroll": 2, "pipeline": True}]
+    changes = [
+        # the split starting point of earlier sessions, for comparison
+        {**resident, "variant": "split", "chunk": 16384, "block": 4096, "num_warps": 8, "reverse": True},
+        # the best resident points: two an SM (probe4), pipelined one an SM (probe3)
+        {**resident, "chunk": 32768, "block": 16384, "num_warps": 16, "per_sm": 2},
+        {**resident, "chunk": 65536, "block": 16384, "num_warps": 32, "unroll": 2, "pipeline": True}]
     # the queue's start (the large row's start before the held variant), then its neighbours
     queue = {**resident, "variant": "queue", "chunk": 8192, "block": 4096, "num_warps": 4, "per_sm": 8, "lead": 4}
-    points.insert(1, queue)
+    changes.insert(0, queue)
     for change in ({"lead": 2}, {"lead": 8}, {"per_sm": 16}, {"block": 2048}, {"num_warps": 8},
                    {"chunk": 4096}, {"chunk": 16384}, {"chunk": 16384, "num_warps": 8}, {"unroll": 2, "block": 2048},
                    # a whole chunk's loads in flight at once: in probe8's form, two blocks of 2K a
                    # trip were 5% faster than one of 4K (0.1012 against 0.1062 ms)
                    {"unroll": 4, "block": 2048}, {"unroll": 2, "block": 2048, "per_sm": 16}):
-        points.append({**queue, **change})
+        changes.append({**queue, **change})
     # held: the GPU holds a group in registers, a chunk a program (x read once). lead 2: two groups
     # in registers; further: bulk L2 prefetches of group g + lead. probe14 timed chunks of 8K and
     # 16K, 4 to 16 warps, leads 2 to 4: the best, 8K, 4 warps, 2 an SM, lead 4 (0.0853 ms), is the
@@ -104,9 +129,9 @@ def gn_points(facts: dict) -> list[dict]:
             (8192, 4, 2, 3, 1, True), (8192, 4, 2, 4, 1, True), (8192, 4, 2, 8, 1, True), (8192, 4, 2, 3, 2, True),
             (8192, 4, 2, 4, 2, True), (8192, 4, 2, 4, 4, True), (8192, 8, 2, 4, 1, True), (8192, 8, 2, 4, 4, True),
             (16384, 8, 1, 4, 4, True), (16384, 8, 1, 4, 8, True)):
-        points.append({**held, "chunk": chunk, "num_warps": warps, "per_sm": per_sm, "lead": lead, "unroll": rows,
+        changes.append({**held, "chunk": chunk, "num_warps": warps, "per_sm": per_sm, "lead": lead, "unroll": rows,
                        "pipeline": pipeline})
-    return [p for p in points if norms.valid_group_norm(facts, "triton", p)]
+    return changes
 
 
 READ_CEILING = """
@@ -133,22 +158,25 @@ def kf_forward(x, *args):
 """
 
 
+def case(name: str, op: str, args: list, changes) -> tuple[str, str, list, list[dict], object]:
+    """A row: its points (the start of the family that takes the task, then `changes(start)`)
+    and how a point becomes its Triton source."""
+    family, facts = family_for(make_task(op, args))
+    space = family.space(facts, "triton", hardware())
+    start = family.start(facts, "triton", hardware())
+    points = points_near(name, space, start, changes(start))
+    return name, op, args, points, lambda p: family.render(facts, "triton", p)
+
+
 def cases() -> list[tuple[str, str, list, list[dict], object]]:
-    out = []
-    for n in (32, 256):
-        args = [tensor([n, 2048, 7, 7]), [-1, -2], True]
-        facts = reduce.match(make_task(MEAN, args))
-        out.append((f"mean_f32_{n}x2048x7x7", MEAN, args, mean_points(facts), lambda p, f=facts: reduce.render(f, "triton", p)))
-    args = [tensor([4096, 256]), -1, False]
-    facts = softmax.match(make_task(SOFTMAX, args))
-    out.append(("softmax_f32_4096x256", SOFTMAX, args, softmax_points(facts),
-                lambda p, f=facts: softmax.render(f, "triton", p)))
+    out = [case(f"mean_f32_{n}x2048x7x7", MEAN, [tensor([n, 2048, 7, 7]), [-1, -2], True],
+                lambda start: mean_changes()) for n in (32, 256)]
+    out.append(case("softmax_f32_4096x256", SOFTMAX, [tensor([4096, 256]), -1, False],
+                    lambda start: softmax_changes()))
+    bf = "torch.bfloat16"
     for c, s in ((512, 128), (256, 512)):
-        bf = "torch.bfloat16"
         args = [tensor([1, c, s, s], bf), tensor([c], bf), tensor([c], bf), 1, c, s * s, 32, 1e-5]
-        facts = norms.match_group_norm(make_task(GN, args))
-        out.append((f"group_norm_bf16_1x{c}x{s}x{s}", GN, args, gn_points(facts),
-                    lambda p, f=facts: norms.render_group_norm(f, "triton", p)))
+        out.append(case(f"group_norm_bf16_1x{c}x{s}x{s}", GN, args, gn_changes))
     return out
 
 

@@ -5,12 +5,13 @@ Small enough for the Triton interpreter and the CPU backend; shaped to reach eac
 
 from __future__ import annotations
 
-from family_check import tensor
+from family_check import channels_last, tensor
 
 F32, F16, BF16 = "torch.float32", "torch.float16", "torch.bfloat16"
 DTYPES = (F32, F16, BF16)
 
 SOFTMAX, LOG_SOFTMAX = "aten::_softmax.default", "aten::_log_softmax.default"
+AVG_POOL, ADAPTIVE_POOL = "aten::avg_pool2d.default", "aten::_adaptive_avg_pool2d.default"
 
 CASES: dict[str, list[tuple[str, list]]] = {
     "softmax": [
@@ -18,5 +19,19 @@ CASES: dict[str, list[tuple[str, list]]] = {
         (SOFTMAX, [tensor([3, 5, 300], F32), -1, False]),  # rows longer than a loop block: two or more
         (SOFTMAX, [tensor([2, 1000], BF16), -1, False]),  # few rows: the split variant
         (LOG_SOFTMAX, [tensor([3, 2, 64], F16), 2, False]),  # dim given as its index; a pack of 8 halves
+    ],
+    "pool": [
+        *[(AVG_POOL, [tensor([2, 3, 9, 11], dtype), [3, 3], [2, 2], [1, 1], False, True, None]) for dtype in DTYPES],
+        (AVG_POOL, [tensor([2, 3, 9, 11], F32), [3, 2], [2, 3], [1, 1], True, False, None]),  # ceil, pads not counted
+        (AVG_POOL, [tensor([2, 3, 10, 10], BF16), [3, 3], [2, 2], [1, 0], True, True, 5]),  # divisor_override
+        (AVG_POOL, [tensor([3, 8, 7], F16), [2, 2], [], [0, 0], False, True, None]),  # 3-D: one image
+        (AVG_POOL, [tensor([2, 5, 9, 11], F32, channels_last([2, 5, 9, 11])), [3, 3], [2, 2], [1, 1], True, True,
+                    None]),  # channels-last, C odd: packs of one
+        (AVG_POOL, [tensor([1, 16, 7, 6], F16, channels_last([1, 16, 7, 6])), [2, 2], [1, 2], [1, 1], False, False,
+                    None]),  # channels-last, packs of up to 8 halves
+        (AVG_POOL, [tensor([1, 2, 12, 13], F32), [9, 9], [1, 1], [4, 4], False, True, None]),  # 81 positions: tiles
+        (ADAPTIVE_POOL, [tensor([2, 3, 9, 11], F32), [4, 3]]),
+        (ADAPTIVE_POOL, [tensor([2, 6, 9, 11], BF16, channels_last([2, 6, 9, 11])), [4, 5]]),
+        (ADAPTIVE_POOL, [tensor([2, 3, 13, 10], F16), [1, 1]]),  # a global average pool: 130 positions
     ],
 }

@@ -13,7 +13,6 @@ from __future__ import annotations
 import pytest
 import test_family_elementwise
 import test_family_norms
-import test_family_pool
 import test_family_reduce
 import test_propose
 from family_check import family_for, make_task, valid_points
@@ -23,7 +22,7 @@ from kernforge.backends.native import compile_library
 from kernforge.evaluate.scan import scan_source
 from kernforge.tasks import KernelTask
 
-MODULES = (test_family_norms, test_family_pool, test_family_reduce, test_propose)
+MODULES = (test_family_norms, test_family_reduce, test_propose)
 
 
 def tasks() -> dict[str, KernelTask]:

@@ -1,28 +1,31 @@
 """The pool family: avg_pool2d and _adaptive_avg_pool2d, contiguous and channels-last.
 
-What it matches (and why not), ATen's output-size rule, every valid point renders to its
-own source, every C variant is correct on small odd shapes, every Triton variant class is
-correct under the interpreter, and the proposer starts at the initial point and never
-repeats itself. A 1x1 adaptive pool is the reduce family's mean over H, W.
+What it matches (and why not), ATen's output-size rule, every buildable point renders its
+own source that passes the scan, the starting rules on realistic shapes, every C point is
+correct on small odd shapes, each Triton variant is correct under the interpreter, the CUDA
+template builds for every dtype and pack width, and the proposer starts at the starting
+point and never repeats itself. (tests/test_conformance.py samples every variant too.)
 """
 
 from __future__ import annotations
 
 import importlib.util
-import itertools
+import shutil
 
 import family_check
 import pytest
 import torch
-from family_check import channels_last, check_source, make_task, tensor
+from family_check import channels_last, check_source, make_task, tensor, valid_points
 
 from kernforge.backends import cpu
 from kernforge.evaluate.scan import scan_source
-from family_check import all_points as _all_points
-from kernforge.propose.templates import pool
+from kernforge.propose.builtin import Hardware
+from kernforge.propose.families import pool
 
 AVG, ADAPTIVE = pool.AVG, pool.ADAPTIVE
 HAVE_TRITON = importlib.util.find_spec("triton") is not None
+HW = Hardware()
+LANGUAGE = {"cpu": "c", "triton": "triton", "cuda": "cuda"}
 
 
 def avg(shape, kernel, stride=(), padding=0, ceil_mode=False, include_pad=True, divisor=None,
@@ -37,8 +40,18 @@ def adaptive(shape, out, dtype="torch.float32", cl=False):
     return make_task(ADAPTIVE, [x, list(out)])
 
 
-def valid_points(facts, backend):
-    return [p for p in _all_points(pool.space(facts, backend)) if pool.valid(facts, backend, p)]
+def facts_of(task):
+    facts = pool.match(task)
+    assert not isinstance(facts, str), facts
+    return facts
+
+
+def space_of(task, backend):
+    return pool.space(facts_of(task), backend, HW)
+
+
+def start_of(task, backend):
+    return pool.start(facts_of(task), backend, HW)
 
 
 # ---------------------------------------------------------------- what is supported
@@ -58,22 +71,13 @@ def test_output_size_follows_aten(size, kernel, stride, pad, ceil_mode):
     (avg((2, 5, 9, 11), (3, 2), (2, 3), (1, 1), cl=True), "nhwc", (3, 2)),
     (adaptive((2, 3, 9, 11), (4, 3)), "nchw", (3, 5)),  # largest windows: rows [2, 5), columns [3, 8)
     (adaptive((2, 5, 10, 10), (5, 5), cl=True), "nhwc", (2, 2)),
+    (adaptive((2, 5, 7, 7), (1, 1)), "nchw", (7, 7)),  # a global average pool: the whole plane
 ])
 def test_supported_cases(task, layout, window):
-    facts = pool.match(task)
-    assert not isinstance(facts, str), facts
+    facts = facts_of(task)
     assert facts["layout"] == layout and (facts["kh"], facts["kw"]) == window
-    for backend in ("cpu", "triton"):
-        assert pool.space(facts, backend)
-
-
-@pytest.mark.parametrize("cl", [False, True])
-def test_a_one_by_one_adaptive_pool_is_a_mean_over_hw(cl):
-    facts = pool.match(adaptive((2, 5, 7, 7), (1, 1), cl=cl))
-    # contiguous: 10 rows of 49; channels-last: 2 images of 49 positions x 5 channels
-    expected = (2, 49, 5) if cl else (10, 49, 1)
-    assert (facts["reduce"]["outer"], facts["reduce"]["r"], facts["reduce"]["inner"]) == expected
-    assert facts["reduce"]["kind"] == "mean"
+    for backend in ("cpu", "triton", "cuda"):
+        assert pool.space(facts, backend, HW) is not None
 
 
 @pytest.mark.parametrize("task, words", [
@@ -95,42 +99,86 @@ def test_keyword_arguments_are_refused():
     assert "keyword arguments" in pool.match(task)
 
 
+def test_the_pool_family_takes_both_ops():
+    for task in (avg((2, 3, 8, 8), (2, 2)), adaptive((2, 3, 8, 8), (3, 3))):
+        assert family_check.family_for(task)[0].name == "pool"
+
+
 # ---------------------------------------------------------------- the spaces
 
-SPACE_TASKS = [avg((32, 256, 56, 56), (3, 3), (2, 2), 1), avg((32, 256, 56, 56), (3, 3), (2, 2), 1, cl=True),
+RESNET_STEM = avg((32, 256, 56, 56), (3, 3), (2, 2), 1)
+SPACE_TASKS = [RESNET_STEM, avg((32, 256, 56, 56), (3, 3), (2, 2), 1, cl=True),
                adaptive((32, 512, 14, 14), (7, 7)), avg((4, 8, 64, 64), (9, 9), (1, 1), 4),
-               adaptive((256, 2048, 7, 7), (1, 1))]
+               adaptive((256, 2048, 7, 7), (1, 1), dtype="torch.bfloat16", cl=True)]
+SPACE_IDS = ["nchw", "nhwc", "adaptive", "big-window", "global-nhwc-bf16"]
 
 
-@pytest.mark.parametrize("task", SPACE_TASKS, ids=["nchw", "nhwc", "adaptive", "big-window", "one-by-one"])
-@pytest.mark.parametrize("backend", ["cpu", "triton"])
-def test_every_valid_point_renders_its_own_source(task, backend):
-    facts = pool.match(task)
-    points = valid_points(facts, backend)
-    assert 1 < len(points) <= 300
+@pytest.mark.parametrize("task", SPACE_TASKS, ids=SPACE_IDS)
+@pytest.mark.parametrize("backend", ["cpu", "triton", "cuda"])
+def test_every_buildable_point_renders_its_own_source(task, backend):
+    facts = facts_of(task)
+    points = valid_points(task, backend)
+    assert 1 < len(points) <= 400
     sources = [pool.render(facts, backend, p) for p in points]
     assert len(set(sources)) == len(sources)
-    assert pool.initial(facts, backend) in points
-    language = "c" if backend == "cpu" else "triton"
+    assert pool.start(facts, backend, HW) in points
     for source in sources[::5]:
         assert f"kf-op: {task.op}" in source
-        assert scan_source(source, language, "torch.float32") == []
+        assert scan_source(source, LANGUAGE[backend], facts["dtype"]) == []
 
 
-def test_big_windows_loop_instead_of_unrolling():
-    facts = pool.match(SPACE_TASKS[3])  # 81 window positions
-    assert {p["window_loop"] for p in valid_points(facts, "triton")} == {"loop"}
+def test_big_windows_loop_instead_of_unrolling_and_start_on_tiles():
+    task = SPACE_TASKS[3]  # 81 window positions
+    per_output = [p for p in valid_points(task, "triton") if p["variant"] == "per_output"]
+    assert per_output and {p["unroll"] for p in per_output} == {False}
+    assert start_of(task, "triton")["variant"] == "window_tile"
+
+
+def test_the_channels_last_cuda_packs_divide_the_channels():
+    assert space_of(avg((2, 6, 9, 9), (3, 3), cl=True), "cuda").variants[""].param("vec").values == (1, 2)
+    assert space_of(avg((2, 16, 9, 9), (3, 3), dtype="torch.float16", cl=True),
+                    "cuda").variants[""].param("vec").values == (1, 2, 4, 8)
+    assert space_of(avg((2, 16, 9, 9), (3, 3)), "cuda").variants[""].param("vec").values == (1,)
 
 
 def test_every_move_has_a_reason():
-    for backend in ("cpu", "triton"):
-        for name, values in pool.space(pool.match(SPACE_TASKS[0]), backend).items():
-            for old, new in itertools.pairwise(values):
-                assert pool.explain(name, old, new) != "try a neighbouring value", name
-                assert pool.explain(name, new, old) != "try a neighbouring value", name
+    for task in SPACE_TASKS:
+        for backend in ("cpu", "triton", "cuda"):
+            space = space_of(task, backend)
+            for point in valid_points(task, backend)[:50]:
+                for name, new, _ in space.neighbours(point):
+                    assert pool.explain(name, point.get(name), new) != "try a neighbouring value", (name, new)
 
 
-# ---------------------------------------------------------------- every C variant is correct
+# ---------------------------------------------------------------- the starting rules
+
+def test_a_large_pool_starts_with_the_measured_blocks():
+    # 6.4M outputs: thousands of programs per SM whatever the block.
+    assert start_of(RESNET_STEM, "triton") == {"variant": "per_output", "block": 256, "num_warps": 8, "unroll": True}
+    assert start_of(SPACE_TASKS[1], "triton") == {"variant": "per_output", "block": 1024, "num_warps": 8,
+                                                  "unroll": True}
+
+
+def test_a_small_pool_starts_with_smaller_blocks_to_fill_the_sms():
+    # 2 x 64 x 7 x 7 = 6272 outputs: blocks of 64 give 98 programs, still short of 4 per SM
+    task = avg((2, 64, 14, 14), (2, 2))
+    assert start_of(task, "triton")["block"] == 64
+    assert start_of(task, "cuda")["threads"] == 64
+    assert pool.start(facts_of(task), "cuda", Hardware(sms=4))["threads"] == 256  # a small GPU is filled
+
+
+def test_the_cuda_start_reads_a_full_pack_of_channels():
+    task = avg((8, 256, 28, 28), (3, 3), (2, 2), 1, dtype="torch.float16", cl=True)
+    assert start_of(task, "cuda")["vec"] == 8  # 16 bytes: 8 halves
+    assert start_of(RESNET_STEM, "cuda")["vec"] == 1  # NCHW: one output per thread
+
+
+def test_the_cpu_start_shares_rows_only_when_planes_are_few():
+    assert start_of(RESNET_STEM, "cpu")["parallel"] == "planes"  # 8192 planes
+    assert start_of(avg((1, 64, 112, 112), (3, 3), (2, 2), 1, cl=True), "cpu")["parallel"] == "rows"  # 1 image
+
+
+# ---------------------------------------------------------------- every C point is correct
 
 def small_cases(dtype):
     return [
@@ -141,46 +189,58 @@ def small_cases(dtype):
         avg((2, 5, 9, 11), (3, 3), (2, 2), 1, True, dtype=dtype, cl=True),
         adaptive((2, 3, 9, 11), (4, 3), dtype=dtype),
         adaptive((2, 5, 9, 11), (4, 5), dtype=dtype, cl=True),
+        adaptive((2, 3, 13, 10), (1, 1), dtype=dtype),  # global: 130 window positions
     ]
 
 
 def c_variants():
     for dtype in ("torch.float32", "torch.bfloat16"):
         for k, task in enumerate(small_cases(dtype)):
-            facts = pool.match(task)
-            for p in valid_points(facts, "cpu"):
+            for p in valid_points(task, "cpu"):
                 yield pytest.param(task, p, id=f"{dtype}-case{k}-" + "-".join(str(v) for v in p.values()))
     task = avg((2, 3, 9, 11), (3, 3), (2, 2), 1, dtype="torch.float16")
-    yield pytest.param(task, pool.initial(pool.match(task), "cpu"), id="float16-initial")
+    yield pytest.param(task, start_of(task, "cpu"), id="float16-start")
+    # more channels than one channel block of the channels-last loop (256)
+    task = avg((1, 300, 5, 4), (2, 2), (2, 1), 1, cl=True)
+    yield pytest.param(task, start_of(task, "cpu"), id="float32-channel-blocks")
 
 
+@pytest.mark.workers
 @pytest.mark.skipif(cpu.unavailable_reason() is not None, reason="gcc is not installed")
 @pytest.mark.parametrize("task, params", list(c_variants()))
-def test_every_c_variant_is_correct(task, params, tmp_path):
-    source = pool.render(pool.match(task), "cpu", params)
+def test_every_c_point_is_correct(task, params, tmp_path):
+    source = pool.render(facts_of(task), "cpu", params)
     assert check_source(source, "cpu", task, tmp_path) is None
 
 
 # ---------------------------------------------------------------- Triton, under the interpreter
 
-TRITON_PARAMS = [{"block": 64, "window_loop": "unrolled", "num_warps": 1},
-                 {"block": 128, "window_loop": "loop", "num_warps": 2}]
+TRITON_POINTS = [{"variant": "per_output", "block": 64, "num_warps": 1, "unroll": True},
+                 {"variant": "per_output", "block": 128, "num_warps": 2, "unroll": False},
+                 {"variant": "window_tile", "block": 16, "window_block": 16, "num_warps": 1}]
 
 
 def triton_variants() -> list[dict]:
-    variants = []
-    for dtype in ("torch.float32", "torch.bfloat16"):
+    variants = {}
+    for dtype in ("torch.float32", "torch.bfloat16", "torch.float16"):
         for k, task in enumerate(small_cases(dtype)):
-            for params in TRITON_PARAMS:
-                variants.append({"id": f"{dtype}-case{k}-{params['window_loop']}", "op": task.op,
-                                 "args": task.args, "params": params})
-    return variants
+            if dtype == "torch.float16" and k % 2:
+                continue  # fp16 shares bf16's code path; half the cases are enough
+            space = space_of(task, "triton")
+            for point in map(space.fit, TRITON_POINTS):  # unroll False where the window is too big
+                if space.contains(point):
+                    key = f"{dtype}-case{k}-{point['variant']}-{point.get('unroll', '')}"
+                    variants[key] = {"id": key, "op": task.op, "args": task.args, "params": point}
+    return list(variants.values())
 
 
-def test_triton_sample_points_are_valid():
+def test_triton_sample_points_are_buildable_and_reach_every_variant():
+    seen = set()
     for v in triton_variants():
-        facts = pool.match(make_task(v["op"], v["args"]))
-        assert pool.valid(facts, "triton", v["params"]), v["id"]
+        task = make_task(v["op"], v["args"])
+        assert space_of(task, "triton").contains(v["params"]), v["id"]
+        seen.add((v["params"]["variant"], v["params"].get("unroll")))
+    assert seen == {("per_output", True), ("per_output", False), ("window_tile", None)}
 
 
 @pytest.fixture(scope="module")
@@ -194,15 +254,32 @@ def test_triton_variant_is_correct_under_the_interpreter(variant_id, triton_resu
     assert triton_results[variant_id] is None, triton_results[variant_id]
 
 
+# ---------------------------------------------------------------- CUDA: built by nvcc
+
+@pytest.mark.workers
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+@pytest.mark.parametrize("task", [avg((2, 16, 9, 11), (3, 3), (2, 2), 1, True, False, dtype="torch.float16", cl=True),
+                                  adaptive((2, 8, 9, 11), (4, 3), dtype="torch.bfloat16", cl=True),
+                                  avg((2, 3, 10, 10), (3, 3), (2, 2), (1, 0), True, True, 5)],
+                         ids=["fp16-nhwc-vec8", "bf16-adaptive-nhwc", "fp32-nchw-divisor"])
+def test_the_cuda_start_builds(task, tmp_path):
+    from kernforge.backends.cuda import DEFAULT_ARCH, NVCC_FLAGS
+    from kernforge.backends.native import compile_library
+
+    source = tmp_path / "candidate.cu"
+    source.write_text(pool.render(facts_of(task), "cuda", start_of(task, "cuda")))
+    assert compile_library(source, tmp_path / "build", ["nvcc", f"-arch={DEFAULT_ARCH}", *NVCC_FLAGS],
+                           "test").exists()
+
+
 # ---------------------------------------------------------------- the proposer, end to end
 
-@pytest.mark.parametrize("task", SPACE_TASKS[:3] + SPACE_TASKS[4:], ids=["nchw", "nhwc", "adaptive", "one-by-one"])
-@pytest.mark.parametrize("backend", ["cpu", "triton"])
-def test_proposer_starts_at_the_initial_point_and_never_repeats(task, backend):
-    facts = pool.match(task)
+@pytest.mark.parametrize("task", SPACE_TASKS, ids=SPACE_IDS)
+@pytest.mark.parametrize("backend", ["cpu", "triton", "cuda"])
+def test_proposer_starts_at_the_starting_point_and_never_repeats(task, backend):
     tried = family_check.proposal_chain(task, backend, steps=30, seed=4)
-    first = tried[0]
-    assert first.params == pool.initial(facts, backend)
+    assert tried[0].params == start_of(task, backend)
     assert len({p.source for p in tried}) == len(tried)  # never the same kernel twice
-    assert all(pool.valid(facts, backend, p.params) for p in tried[1:])
-    assert len(tried) == min(31, len(valid_points(facts, backend)))
+    space = space_of(task, backend)
+    assert all(space.contains(p.params) for p in tried)
+    assert len(tried) == min(31, len(valid_points(task, backend)))

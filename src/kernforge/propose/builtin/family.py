@@ -52,8 +52,8 @@ class Family:
 # The families in the order they are asked; a task goes to the first that matches it.
 # New-style families are packages under propose/families/; the others are modules under
 # propose/templates/ still on a flat space, until they move.
-FAMILY_PACKAGES = ("softmax",)
-LEGACY_MODULES = ("norms", "reduce", "pool", "elementwise")
+FAMILY_PACKAGES = ("softmax", "pool")
+LEGACY_MODULES = ("norms", "reduce", "elementwise")
 
 
 def families() -> list[Family]:
