@@ -14,6 +14,25 @@ SOFTMAX, LOG_SOFTMAX = "aten::_softmax.default", "aten::_log_softmax.default"
 AVG_POOL, ADAPTIVE_POOL = "aten::avg_pool2d.default", "aten::_adaptive_avg_pool2d.default"
 
 CASES: dict[str, list[tuple[str, list]]] = {
+    # max.dim / min.dim (input, dim, keepdim) and argmax / argmin (input, dim or None, keepdim)
+    "indexed_reduce": [
+        ("aten::max.dim", [tensor([5, 37], F32), 1]),  # short rows: packed
+        ("aten::min.dim", [tensor([5, 3, 11], F16), -1, True]),  # keepdim, rows of 11
+        ("aten::argmax.default", [tensor([3, 7], BF16)]),  # dim None: the flattened tensor, one row
+        ("aten::argmin.default", [tensor([4, 37], BF16), 1]),
+        ("aten::max.dim", [tensor([2, 1100], BF16), -1]),  # few long rows: the loop and the split
+        ("aten::argmax.default", [tensor([2, 3, 700], F16)]),  # one row of 4200: the CPU's split
+        ("aten::min.dim", [tensor([3, 9, 5], F32), 1, True]),  # a middle dim: columns
+        ("aten::argmin.default", [tensor([4, 17, 33], BF16), 0, True]),  # the first dim: columns of 561
+    ],
+    # cumsum (input, dim)
+    "cumsum": [
+        *[("aten::cumsum.default", [tensor([7, 37], dtype), 1]) for dtype in DTYPES],  # short rows: row_scan
+        ("aten::cumsum.default", [tensor([2, 1100], F32), -1]),  # few long rows: blocked and split scans
+        ("aten::cumsum.default", [tensor([2, 5000], BF16), -1]),  # error grows with the row: the CPU's split
+        ("aten::cumsum.default", [tensor([3, 9, 5], F16), 1]),  # a middle dim: columns
+        ("aten::cumsum.default", [tensor([4, 17, 33], F32), 0]),  # the first dim: columns of 561
+    ],
     "softmax": [
         *[(op, [tensor([7, 37], dtype), -1, False]) for op in (SOFTMAX, LOG_SOFTMAX) for dtype in DTYPES],
         (SOFTMAX, [tensor([3, 5, 300], F32), -1, False]),  # rows longer than a loop block: two or more

@@ -111,7 +111,28 @@ def input_sets(op: str, args: list[Any]) -> list[tuple[str, list[Any]]]:
         if x.shape[0] > 1:
             x[1, :] = -float("inf")  # a fully masked row: NaN, as eager gives
         sets.append(("masked", masked))
+    if op in INDEXED_OPS:
+        ties = materialise(args, gen, 1.0)
+        _ties_and_nan(ties[0])
+        sets.append(("ties_nan", ties))
     return sets
+
+
+INDEXED_OPS = ("aten::max.dim", "aten::min.dim", "aten::argmax.default", "aten::argmin.default")
+
+
+def _ties_and_nan(x: torch.Tensor) -> None:
+    """In place (x contiguous): values rounded to a few integers (the extreme repeats: the first
+    index must win), two NaNs in the first last-dim row (the first one's index must win), -inf
+    filling the second row and +inf the third."""
+    x.copy_(x.round().clamp_(-2, 2))
+    flat = x.view(-1)
+    row = x.shape[-1] if x.dim() else 1
+    flat[min(row // 2, flat.numel() - 1)] = float("nan")
+    flat[min(row - 1, flat.numel() - 1)] = float("nan")
+    if flat.numel() >= 3 * row:
+        flat[row:2 * row] = -float("inf")
+        flat[2 * row:3 * row] = float("inf")
 
 
 def check_kernel(kernel: Any, task: KernelTask, sets: tuple[str, ...] | None = None) -> str | None:
@@ -132,7 +153,7 @@ def check_kernel(kernel: Any, task: KernelTask, sets: tuple[str, ...] | None = N
             outs = outputs_list(kernel(*args, **kwargs))
         except Exception as e:  # noqa: BLE001 - reported as the variant's failure
             return f"{label}: {type(e).__name__}: {e}"[:2000]
-        if any(not torch.equal(b, a) for b, a in zip(before, tensors)):
+        if any(not _unchanged(b, a) for b, a in zip(before, tensors)):
             return f"{label}: the kernel changed an input"
         layout = _strides_differ(outs, eager)
         if layout:
@@ -141,6 +162,13 @@ def check_kernel(kernel: Any, task: KernelTask, sets: tuple[str, ...] | None = N
         if why:
             return f"{label}: {why}"
     return None
+
+
+def _unchanged(before: torch.Tensor, after: torch.Tensor) -> bool:
+    """Equal element for element, a NaN equal to a NaN (torch.equal says NaN != NaN)."""
+    if before.is_floating_point():
+        return torch.equal(before.isnan(), after.isnan()) and torch.equal(before.nan_to_num(0.0), after.nan_to_num(0.0))
+    return torch.equal(before, after)
 
 
 def _strides_differ(outs: list[torch.Tensor], eager: list[torch.Tensor]) -> str | None:

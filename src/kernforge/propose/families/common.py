@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any
 
 # The SMs of an H100/H200, the GPUs kernforge is tuned on; used where no GPU is visible
@@ -156,3 +157,16 @@ def output_descs(task: Any) -> list[dict[str, Any]]:
     statistics differ between devices (CPU layer norm keeps bf16 ones, CUDA's are float32)."""
     return [{"shape": list(o["shape"]), "stride": list(o["stride"]), "dtype": short_dtype(o["dtype"])}
             for o in task.outputs]
+
+
+def is_row_major(shape: list[int], stride: list[int]) -> bool:
+    """Whether a tensor is contiguous, judged on its dims larger than 1 (a size-1 dim's stride
+    is never read, and capture records whatever a view left there)."""
+    expected = contiguous_strides(shape)
+    return all(n <= 1 or s == e for n, s, e in zip(shape, stride, expected))
+
+
+def outer_r_inner(shape: list[int], dim: int) -> tuple[int, int, int]:
+    """A row-major tensor seen as [outer, R, inner] around `dim` (normalised): the dims before
+    it, its own size, the dims after it (inner = 1: rows of R; else columns, inner contiguous)."""
+    return math.prod(shape[:dim]), shape[dim], math.prod(shape[dim + 1:])
