@@ -12,8 +12,76 @@ DTYPES = (F32, F16, BF16)
 
 SOFTMAX, LOG_SOFTMAX = "aten::_softmax.default", "aten::_log_softmax.default"
 AVG_POOL, ADAPTIVE_POOL = "aten::avg_pool2d.default", "aten::_adaptive_avg_pool2d.default"
+MAX_POOL = "aten::max_pool2d_with_indices.default"
+LAYER_NORM, RMS_NORM = "aten::native_layer_norm.default", "aten::_fused_rms_norm.default"
+
+BATCH_NORM, BN_NO_TRAINING = "aten::native_batch_norm.default", "aten::_native_batch_norm_legit_no_training.default"
+BN_NO_STATS = "aten::_native_batch_norm_legit.no_stats"
+
+
+def bn_args(shape, dtype, layout="nchw", training=False, affine=True, stats=None, weights=None):
+    """native_batch_norm's arguments: running statistics only in inference (of dtype `stats`,
+    default the input's), weight and bias of dtype `weights` (default the input's)."""
+    c = shape[1]
+    x = tensor(shape, dtype, channels_last(shape) if layout == "nhwc" else None)
+    w, s = weights or dtype, stats or dtype
+    affine_args = [tensor([c], w), tensor([c], w)] if affine else [None, None]
+    running = [None, None] if training else [tensor([c], s), tensor([c], s, positive=True)]
+    return [x, *affine_args, *running, training, 0.1, 1e-5]
+
 
 CASES: dict[str, list[tuple[str, list]]] = {
+    # batch norm (input, weight, bias, running_mean, running_var, training, momentum, eps): inference
+    # with running statistics; batch statistics with none (training, track_running_stats=False); instance
+    # norm, which torch runs as batch statistics on [1, N*C, H, W]
+    "batch_norm": [
+        *[(BATCH_NORM, bn_args([2, 3, 5, 7], dtype)) for dtype in DTYPES],  # planes of 35: flat and plane
+        *[(BN_NO_TRAINING, bn_args([2, 5, 3, 7], dtype, "nhwc")[:5] + [0.1, 1e-5]) for dtype in DTYPES],  # tile
+        (BATCH_NORM, bn_args([1, 2, 32, 33], BF16, stats=F32, weights=F32)),  # planes of 1056: plane; fp32 params
+        (BATCH_NORM, bn_args([3, 4, 9], F16, affine=False)),  # 3-D, no affine; HW odd: packs of one
+        *[(BATCH_NORM, bn_args([3, 5, 4, 7], dtype, training=True)) for dtype in DTYPES],  # 84 positions a channel
+        *[(BATCH_NORM, bn_args([2, 6, 3, 5], dtype, "nhwc", training=True)) for dtype in DTYPES],
+        (BATCH_NORM, bn_args([1, 6, 5, 7], BF16, training=True, affine=False)),  # instance norm, 3 x 2 planes
+        (BATCH_NORM, bn_args([2, 3, 40, 41], F32, training=True)),  # 3280 positions, 3 channels: split
+        (BN_NO_STATS, bn_args([6, 5], F16, training=True, weights=F32)[:3] + [True, 0.1, 1e-5]),  # [N, C]: HW 1
+    ],
+    # group norm (input, weight, bias, N, C, HxW, groups, eps)
+    "group_norm": [
+        *[("aten::native_group_norm.default", [tensor([2, 6, 5, 7], dtype), tensor([6], dtype), tensor([6], dtype),
+                                               2, 6, 35, 3, 1e-5]) for dtype in DTYPES],  # groups of 70: one program
+        ("aten::native_group_norm.default", [tensor([3, 8, 9], F32), None, None, 3, 8, 9, 2, 1e-5]),  # 3-D, no affine
+        # groups of 2700: every variant, chunks straddling channels, a short last chunk; 16-bit pairs
+        ("aten::native_group_norm.default", [tensor([1, 6, 30, 30], BF16), tensor([6], BF16), tensor([6], BF16),
+                                             1, 6, 900, 2, 1e-5]),
+        # 8 groups of 2048 (waves), chunks inside a channel; a float32 weight, no bias
+        ("aten::native_group_norm.default", [tensor([2, 8, 32, 32], F16), tensor([8], F32), None, 2, 8, 1024, 4,
+                                             1e-6]),
+        ("aten::native_group_norm.default", [tensor([1, 4, 16, 16], F32), tensor([4], F32), tensor([4], F32),
+                                             1, 4, 256, 1, 1e-5]),  # one group: nothing loads ahead
+        # HxW odd: 16-bit values held one a register
+        ("aten::native_group_norm.default", [tensor([1, 4, 15, 17], BF16), tensor([4], BF16), tensor([4], BF16),
+                                             1, 4, 255, 2, 1e-5]),
+    ],
+    # layer norm (input, normalized_shape, weight, bias, eps); rms norm (input, normalized_shape, weight, eps)
+    "layer_norm": [
+        *[(LAYER_NORM, [tensor([5, 3, 37], dtype), [3, 37], tensor([3, 37], dtype), tensor([3, 37], dtype), 1e-5])
+          for dtype in DTYPES],  # rows of 111 over two dims: one tile, packs of one
+        (LAYER_NORM, [tensor([7, 300], F32), [300], None, None, 1e-5]),  # no affine; a loop of two blocks
+        (LAYER_NORM, [tensor([3, 1100], BF16), [1100], tensor([1100], F32), tensor([1100], F32), 1e-5]),
+        (LAYER_NORM, [tensor([9, 40], F16), [40], tensor([40], F16), None, 1e-6]),  # a weight, no bias
+    ],
+    "rms_norm": [
+        *[(RMS_NORM, [tensor([7, 300], dtype), [300], tensor([300], dtype), 1e-6]) for dtype in DTYPES],
+        (RMS_NORM, [tensor([3, 2, 37], BF16), [37], None, None]),  # eps=None: float32's epsilon
+        (RMS_NORM, [tensor([3, 1100], F16), [1100], tensor([1100], F32), 1e-5]),  # a float32 weight
+    ],
+    "softmax": [
+        *[(op, [tensor([7, 37], dtype), -1, False]) for op in (SOFTMAX, LOG_SOFTMAX) for dtype in DTYPES],
+        (SOFTMAX, [tensor([3, 5, 300], F32), -1, False]),  # rows longer than a loop block: two or more
+        (SOFTMAX, [tensor([2, 1000], BF16), -1, False]),  # few rows: the split variant
+        (LOG_SOFTMAX, [tensor([3, 9000], F32), -1, False]),  # few long rows: cuda's split over chunks
+        (LOG_SOFTMAX, [tensor([3, 2, 64], F16), 2, False]),  # dim given as its index; a pack of 8 halves
+    ],
     # max.dim / min.dim (input, dim, keepdim) and argmax / argmin (input, dim or None, keepdim)
     "indexed_reduce": [
         ("aten::max.dim", [tensor([5, 37], F32), 1]),  # short rows: packed
@@ -33,12 +101,6 @@ CASES: dict[str, list[tuple[str, list]]] = {
         ("aten::cumsum.default", [tensor([3, 9, 5], F16), 1]),  # a middle dim: columns
         ("aten::cumsum.default", [tensor([4, 17, 33], F32), 0]),  # the first dim: columns of 561
     ],
-    "softmax": [
-        *[(op, [tensor([7, 37], dtype), -1, False]) for op in (SOFTMAX, LOG_SOFTMAX) for dtype in DTYPES],
-        (SOFTMAX, [tensor([3, 5, 300], F32), -1, False]),  # rows longer than a loop block: two or more
-        (SOFTMAX, [tensor([2, 1000], BF16), -1, False]),  # few rows: the split variant
-        (LOG_SOFTMAX, [tensor([3, 2, 64], F16), 2, False]),  # dim given as its index; a pack of 8 halves
-    ],
     "pool": [
         *[(AVG_POOL, [tensor([2, 3, 9, 11], dtype), [3, 3], [2, 2], [1, 1], False, True, None]) for dtype in DTYPES],
         (AVG_POOL, [tensor([2, 3, 9, 11], F32), [3, 2], [2, 3], [1, 1], True, False, None]),  # ceil, pads not counted
@@ -52,5 +114,32 @@ CASES: dict[str, list[tuple[str, list]]] = {
         (ADAPTIVE_POOL, [tensor([2, 3, 9, 11], F32), [4, 3]]),
         (ADAPTIVE_POOL, [tensor([2, 6, 9, 11], BF16, channels_last([2, 6, 9, 11])), [4, 5]]),
         (ADAPTIVE_POOL, [tensor([2, 3, 13, 10], F16), [1, 1]]),  # a global average pool: 130 positions
+        *[(MAX_POOL, [tensor([2, 3, 9, 11], dtype), [3, 3], [2, 2], [1, 1], [2, 1], True]) for dtype in DTYPES],
+        (MAX_POOL, [tensor([2, 8, 9, 11], BF16, channels_last([2, 8, 9, 11])), [3, 2], [1, 2], [1, 1], [1, 1],
+                    False]),  # channels-last: packs of 8
+        (MAX_POOL, [tensor([1, 2, 12, 13], F32), [9, 9], [1, 1], [4, 4], [1, 1], False]),  # 81 positions: a loop
+    ],
+    "reduce": [
+        ("aten::sum.dim_IntList", [tensor([6, 5, 7], F32), [-1], False]),  # short rows, packed
+        ("aten::mean.dim", [tensor([3, 5, 7, 7], BF16), [-1, -2], True]),  # rows of 49
+        ("aten::amax.default", [tensor([7, 300], F16), [1], False]),  # rows longer than a block; split
+        ("aten::amin.default", [tensor([2, 1000], F32), [-1], True]),  # few long rows: split_rows
+        ("aten::sum.dim_IntList", [tensor([37, 29], BF16), [0], False]),  # the first dim: columns
+        ("aten::mean.dim", [tensor([3, 50, 37], F16), [1], False]),  # a middle dim; split_columns
+        ("aten::amax.default", [tensor([2, 37, 3, 5], F32, channels_last([2, 37, 3, 5])), [2, 3], True]),
+        ("aten::amin.default", [tensor([4, 100, 19], BF16), [1], True]),  # a middle dim, 100 long
+        ("aten::sum.dim_IntList", [tensor([4, 5, 6], F32), [0, 2], False]),  # two blocks, inner 1
+        ("aten::mean.dim", [tensor([3, 4, 5, 6], BF16), [1, 3], True]),  # two blocks after an outer dim
+        ("aten::amax.default", [tensor([3, 4, 5, 6], F16), [0, 2], False]),  # two blocks, inner 6
+        ("aten::sum.dim_IntList", [tensor([37, 29], F32), [], False]),  # every dim: one row
+    ],
+    "elementwise": [
+        ("aten::silu.default", [tensor([5, 37], F32)]),  # unary, one merged dim: flat only; exp's math
+        ("aten::add.Tensor", [tensor([6, 37], BF16), tensor([37], BF16), {"kwargs": {"alpha": 2}}]),  # rows
+        ("aten::mul.Tensor", [tensor([2, 6, 5, 7], F16, channels_last([2, 6, 5, 7])), tensor([6, 1, 1], F16)]),
+        ("aten::div.Tensor", [tensor([7, 33], BF16), tensor([], "torch.float64", positive=True)]),  # 0-dim
+        ("aten::softplus.default", [tensor([3, 300], F16), 2.0, 10.0]),  # numbers baked into op()
+        ("aten::hardtanh.default", [tensor([6, 40], F32, [80, 2]), -0.5, 2.0]),  # a strided view
+        ("aten::rsub.Scalar", [tensor([1001], BF16), 2.0]),  # a number operand; a tail after whole packs
     ],
 }

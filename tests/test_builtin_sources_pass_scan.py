@@ -11,9 +11,6 @@ dtype, the first and the last valid cpu point (~40 builds)."""
 from __future__ import annotations
 
 import pytest
-import test_family_elementwise
-import test_family_norms
-import test_family_reduce
 import test_propose
 from family_check import family_for, make_task, valid_points
 
@@ -22,7 +19,7 @@ from kernforge.backends.native import compile_library
 from kernforge.evaluate.scan import scan_source
 from kernforge.tasks import KernelTask
 
-MODULES = (test_family_norms, test_family_reduce, test_propose)
+MODULES = (test_propose,)
 
 
 def tasks() -> dict[str, KernelTask]:
@@ -31,10 +28,6 @@ def tasks() -> dict[str, KernelTask]:
     for module in MODULES:
         for v in module.triton_variants():
             seen.setdefault(f"{v['op']} {v['args']!r}", make_task(v["op"], v["args"]))
-    for case_id in test_family_elementwise.CASE_IDS:
-        for dtype in test_family_elementwise.DTYPES:
-            task = test_family_elementwise.case_task(case_id, dtype)[0]
-            seen.setdefault(f"{task.op} {task.args!r}", task)
     return seen
 
 

@@ -52,8 +52,9 @@ class Family:
 # The families in the order they are asked; a task goes to the first that matches it.
 # New-style families are packages under propose/families/; the others are modules under
 # propose/templates/ still on a flat space, until they move.
-FAMILY_PACKAGES = ("softmax", "indexed_reduce", "cumsum", "pool")
-LEGACY_MODULES = ("norms", "reduce", "elementwise")
+FAMILY_PACKAGES = ("softmax", "row_norm", "group_norm", "batch_norm", "indexed_reduce", "cumsum", "reduce", "pool",
+                   "elementwise")
+LEGACY_MODULES: tuple[str, ...] = ()
 
 
 def families() -> list[Family]:
