@@ -1,18 +1,19 @@
-"""The element-wise family: which ops and cases it takes, its spaces, and its kernels checked against
-the ATen op (C in this process; Triton under the interpreter, in one subprocess).
+"""The element-wise family: which ops and cases it takes, its spaces and starting rules, and its
+kernels checked against the ATen op (C in this process; Triton under the interpreter, in one
+subprocess; CUDA is built by test_conformance.py, with nvcc).
 
 gelu's `approximate` and add's `alpha` are keyword-only: the tasks carry them as capture does, in
 a last {"kwargs": ...} argument, which family_check passes to the op and the kernel as the worker
 does. Run as a script, this file is the interpreter's subprocess:
 
-    TRITON_INTERPRET=1 python tests/test_family_elementwise.py triton < variants.json
+    TRITON_INTERPRET=1 python tests/test_family_elementwise.py < variants.json
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import subprocess
+import random
+import shutil
 import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
@@ -24,26 +25,26 @@ import pytest
 from family_check import channels_last, check_source, make_task, tensor
 
 from kernforge.evaluate.scan import scan_source
-from family_check import all_points as _all_points
-from kernforge.propose.builtin import BuiltinProposer
-from kernforge.propose.templates import elementwise as ew
+from kernforge.propose.builtin import BuiltinProposer, Hardware
+from kernforge.propose.families import elementwise as ew
 from kernforge.tasks import KernelTask
 
-HAVE_TRITON = importlib.util.find_spec("triton") is not None
-HAVE_GCC = subprocess.run(["which", "gcc"], capture_output=True, check=False).returncode == 0
 ALL_SETS = ("normal", "large", "mixed")
+BACKENDS = ("cpu", "triton", "cuda")
+LANGUAGE = {"cpu": "c", "triton": "triton", "cuda": "cuda"}
+HW = Hardware()
 
 
 # ---------------------------------------------------------------- tasks and checks with kwargs
 
-def check_variant(task: KernelTask, backend_name: str, params: dict[str, Any], work_dir: Path,
+def check_variant(task: KernelTask, backend_name: str, point: dict[str, Any], work_dir: Path,
                   sets: tuple[str, ...] = ALL_SETS, int64: bool = False) -> str | None:
     """`int64` forces 64-bit offsets, which only tensors past 2^31 elements get by themselves."""
     facts = ew.match(task)
     assert not isinstance(facts, str), facts
     facts["int64"] = facts["int64"] or int64
-    source = ew.render(facts, backend_name, params)
-    findings = scan_source(source, "triton" if backend_name == "triton" else "c", task.outputs[0]["dtype"])
+    source = ew.render(facts, backend_name, point)
+    findings = scan_source(source, LANGUAGE[backend_name], task.outputs[0]["dtype"])
     if findings:
         return f"scan: {findings[0]}"
     return check_source(source, backend_name, task, work_dir, sets)
@@ -136,17 +137,27 @@ def case_task(case_id: str, dtype: str) -> tuple[KernelTask, tuple[str, ...]]:
     return make_task(op, args(dtype)), sets
 
 
-def valid_points(facts: dict[str, Any], backend: str) -> list[dict[str, Any]]:
-    return [p for p in _all_points(ew.space(facts, backend)) if ew.valid(facts, backend, p)]
+def facts_of(case_id: str, dtype: str = "float32") -> dict[str, Any]:
+    return ew.match(case_task(case_id, dtype)[0])
+
+
+def space_of(facts: dict[str, Any], backend: str):
+    return ew.space(facts, backend, HW)
+
+
+def all_points(facts: dict[str, Any], backend: str) -> list[dict[str, Any]]:
+    """Every buildable point (the spaces are small: a few hundred points at most)."""
+    return space_of(facts, backend).sample(random.Random(0), 10_000)
 
 
 # ---------------------------------------------------------------- what is supported
 
 @pytest.mark.parametrize("case_id", CASE_IDS)
-def test_every_case_is_supported_on_both_backends(case_id):
+def test_every_case_is_supported_on_every_backend(case_id):
     task, _ = case_task(case_id, "bfloat16")
-    for backend in ("cpu", "triton"):
-        assert BuiltinProposer().why_unsupported(task, backend) is None
+    for backend in BACKENDS:
+        assert BuiltinProposer().why_unsupported(task, backend) is None, backend
+        assert BuiltinProposer()._family_for(task)[0].name == "elementwise"
 
 
 def raw_task(op: str, args: list[Any], out: dict[str, Any]) -> KernelTask:
@@ -210,159 +221,243 @@ def test_dims_are_coalesced_in_the_outputs_memory_order():
     assert facts("gelu_tanh")["expr"] == "gelu_tanh" and facts("gelu")["expr"] == "gelu"
 
 
-def test_triton_launcher_refuses_a_layout_it_was_not_built_for():
-    facts = ew.match(case_task("relu_strided", "float32")[0])
-    source = ew.render(facts, "triton", ew.initial(facts, "triton"))
-    assert "_expect(x, (6, 40), (80, 2))" in source  # raises instead of reading at the wrong strides
-    zero_dim = ew.match(case_task("div_0dim", "float32")[0])
-    assert "_expect(other" not in ew.render(zero_dim, "triton", ew.initial(zero_dim, "triton"))
+def test_dims_are_coalesced_in_the_outputs_memory_order():
+    same = facts_of("add")
+    assert same["sizes"] == [185] and [o["kind"] for o in same["operands"]] == ["same", "same"]
+    nchw = facts_of("mul_nchw")  # (C,1,1): [N, C, H*W], the channel operand steps along C only
+    assert nchw["sizes"] == [2, 6, 35] and nchw["operands"][1]["strides"] == [0, 1, 0]
+    cl = facts_of("mul_nchw_channels_last")  # channels-last output: [N*H*W, C], walked as stored
+    assert cl["sizes"] == [70, 6] and cl["operands"][1]["strides"] == [0, 1]
+    assert cl["out_stride"] == CL_STRIDE
+    rows = facts_of("add_rows")
+    assert rows["sizes"] == [6, 37] and rows["operands"][1]["strides"] == [0, 1]
+    assert rows["consts"] == {"alpha": 2.0}
+    assert [o["kind"] for o in facts_of("div_0dim")["operands"]] == ["same", "scalar"]
+    assert [o["kind"] for o in facts_of("mul_number")["operands"]] == ["same", "const"]
+    assert facts_of("gelu_tanh")["expr"] == "gelu_tanh" and facts_of("gelu")["expr"] == "gelu"
+
+
+def test_the_op_and_its_numbers_are_the_snippet_and_the_layout_the_constants():
+    facts = facts_of("add_rows")  # alpha 2 baked into op()
+    triton = ew.render(facts, "triton", ew.start(facts, "triton", HW))
+    assert "def op(a, b):\n    return a + 2.0 * b\n" in triton
+    assert "SIZES = (1, 1, 6, 37)" in triton and "B_KIND = 'strided'" in triton
+    assert "B_STRIDES = (0, 0, 0, 1)" in triton
+    c = ew.render(facts, "cpu", ew.start(facts, "cpu", HW))
+    assert "static inline float op(float a, float b) { return a + 2.0f * b; }" in c
+    assert "#define B_STRIDES 0, 1" in c and "#define B_KIND STRIDED" in c
+    number = facts_of("mul_number")  # a number operand is bound inside op(); B reads nothing
+    assert "b = 2.5  # the op's number operand" in ew.render(number, "triton", ew.start(number, "triton", HW))
+    cuda = ew.render(number, "cuda", ew.start(number, "cuda", HW))
+    assert "b = 2.5f;" in cuda and "#define B_KIND NONE" in cuda
+    # every op shares the rest of the file: two ops' renders differ only in the constants block
+    other = facts_of("add")
+    tail = lambda s: s.split("kf-constants: end")[1]  # noqa: E731
+    assert tail(ew.render(other, "cpu", {"variant": "flat", "inner_loop": "simd"})) == \
+        tail(ew.render(facts, "cpu", {"variant": "flat", "inner_loop": "simd"}))
+
+
+def test_launchers_are_built_for_one_layout():
+    facts = facts_of("relu_strided")
+    source = ew.render(facts, "triton", ew.start(facts, "triton", HW))
+    # kf_forward's _expect raises instead of reading at the wrong strides
+    assert "A_SHAPE = (6, 40)" in source and "A_STRIDE = (80, 2)" in source
+    c = ew.render(facts, "cpu", ew.start(facts, "cpu", HW))
+    assert "#define A_SHAPE 6, 40" in c and "#define A_STRIDE 80, 2" in c  # kf_layout fails the call
+    zero_dim = facts_of("div_0dim")
+    assert "B_SHAPE = ()" in ew.render(zero_dim, "triton", ew.start(zero_dim, "triton", HW))
 
 
 def test_large_tensors_index_in_int64():
     big = t((3, 2**30), "bfloat16")
     facts = ew.match(raw_task("aten::silu.default", [big], big))
     assert facts["int64"]
-    source = ew.render(facts, "triton", ew.initial(facts, "triton"))
-    assert "tl.cast(tile, tl.int64)" in source
+    assert "INT64 = True" in ew.render(facts, "triton", ew.start(facts, "triton", HW))
+    assert "#define INDEX_T int64_t" in ew.render(facts, "cuda", ew.start(facts, "cuda", HW))
     small = t((2**20,), "bfloat16")
-    assert "int64" not in ew.render(*_facts_initial(raw_task("aten::silu.default", [small], small)))
+    facts = ew.match(raw_task("aten::silu.default", [small], small))
+    assert "INT64 = False" in ew.render(facts, "triton", ew.start(facts, "triton", HW))
+    assert "#define INDEX_T int32_t" in ew.render(facts, "cuda", ew.start(facts, "cuda", HW))
 
 
-def _facts_initial(task):
-    facts = ew.match(task)
-    return facts, "triton", ew.initial(facts, "triton")
+def _start(task: KernelTask, backend: str, hw: Hardware = HW) -> dict[str, Any]:
+    return ew.start(ew.match(task), backend, hw)
 
 
 def test_triton_starting_point_moves_near_copy_bandwidth_on_large_tensors():
     # 64M bf16 elements: 16 KB tiles (8192 elements, 32 a thread with 8 warps), 8192 programs
     x = t((8192, 8192), "bfloat16")
-    params = _facts_initial(raw_task("aten::silu.default", [x], x))[2]
-    assert params == {"indexing": "flat", "grid": "one_per_block", "programs_per_sm": 4, "block": 8192,
-                      "num_warps": 8}
+    assert _start(raw_task("aten::silu.default", [x], x), "triton") == \
+        {"variant": "flat", "block": 8192, "num_warps": 8, "programs_per_sm": 0}
     x32 = t((8192, 8192))
-    assert _facts_initial(raw_task("aten::silu.default", [x32], x32))[2]["block"] == 4096
+    assert _start(raw_task("aten::silu.default", [x32], x32), "triton")["block"] == 4096
     # a small tensor still spreads over the SMs: 2 x 132 programs at least, down to 1024 elements
     small = t((64, 1024), "bfloat16")
-    assert _facts_initial(raw_task("aten::silu.default", [small], small))[2]["block"] == 1024
-    # a row broadcast starts on [rows, cols] tiles
+    assert _start(raw_task("aten::silu.default", [small], small), "triton")["block"] == 1024
+    # ... over the SMs of the machine it runs on: 8 SMs take 32 blocks of 2048
+    assert _start(raw_task("aten::silu.default", [small], small), "triton", Hardware(sms=8))["block"] == 2048
+    # a row broadcast starts on [rows, cols] tiles, on the CPU on rows
     rows = raw_task("aten::add.Tensor", [t((4096, 4096), "bfloat16"), t((4096,), "bfloat16")],
                     t((4096, 4096), "bfloat16"))
-    assert _facts_initial(rows)[2]["indexing"] == "tile2d"
+    assert _start(rows, "triton")["variant"] == "tile2d"
+    assert _start(rows, "cpu") == {"variant": "rows", "inner_loop": "simd"}
+    tiny_rows = raw_task("aten::add.Tensor", [t((4096, 8)), t((8,))], t((4096, 8)))
+    assert _start(tiny_rows, "triton")["variant"] == "flat"  # rows of 8: a division per element is cheaper
+
+
+def test_cuda_starting_point_takes_16_byte_packs_and_fills_the_sms():
+    x = t((8192, 8192), "bfloat16")  # 16 KB a block: 256 threads, 4 packs of 8 a thread
+    assert _start(raw_task("aten::silu.default", [x], x), "cuda") == {"vec": 8, "threads": 256, "packs": 4}
+    x32 = t((8192, 8192))
+    assert _start(raw_task("aten::silu.default", [x32], x32), "cuda")["vec"] == 4
+    small = t((64, 1024), "bfloat16")  # 65K elements: one pack a thread for 4 blocks per SM or more
+    assert _start(raw_task("aten::silu.default", [small], small), "cuda")["packs"] == 1
+    tiny = t((3, 5))  # smaller than one block of the fewest threads
+    point = _start(raw_task("aten::silu.default", [tiny], tiny), "cuda")
+    assert space_of(ew.match(raw_task("aten::silu.default", [tiny], tiny)), "cuda").contains(point)
+
+
+def test_five_merged_dims_have_no_triton_kernel_and_the_c_kernel_reads_them(tmp_path):
+    # broadcast along every other dim: nothing merges, five dims where Triton's kernels take four
+    task = make_task("aten::add.Tensor", [t((2, 3, 4, 5, 6)), t((2, 1, 4, 1, 6))])
+    facts = ew.match(task)
+    assert len(facts["sizes"]) == 5
+    assert space_of(facts, "triton") is None
+    assert BuiltinProposer().why_unsupported(task, "triton") == "no triton template for elementwise"
+    assert BuiltinProposer().why_unsupported(task, "cuda") is None
+    for point in all_points(facts, "cpu"):
+        assert check_variant(task, "cpu", point, tmp_path / point["variant"] / point["inner_loop"]) is None, point
 
 
 # ---------------------------------------------------------------- spaces
 
-@pytest.mark.parametrize("case_id", ["silu", "add_rows", "mul_nchw_channels_last", "div_0dim"])
-@pytest.mark.parametrize("backend", ["cpu", "triton"])
-def test_every_valid_point_renders_a_distinct_source(case_id, backend):
-    facts = ew.match(case_task(case_id, "bfloat16")[0])
-    points = valid_points(facts, backend)
-    assert ew.initial(facts, backend) in points
+@pytest.mark.parametrize("case_id", ["silu", "add_rows", "mul_nchw_channels_last", "div_0dim", "mul_0dim_self"])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_every_point_renders_a_distinct_source(case_id, backend):
+    facts = facts_of(case_id, "bfloat16")
+    points = all_points(facts, backend)
+    assert space_of(facts, backend).contains(ew.start(facts, backend, HW))
     assert 2 <= len(points) <= 400
     assert len({ew.render(facts, backend, p) for p in points}) == len(points)
 
 
 def test_spaces_offer_the_structural_moves():
-    rows = ew.match(case_task("add_rows", "float32")[0])
-    assert ew.space(rows, "triton")["indexing"] == ["flat", "tile2d"]
-    assert ew.space(rows, "cpu")["indexing"] == ["flat", "rows"]
-    flat = ew.match(case_task("relu", "float32")[0])
-    assert ew.space(flat, "triton")["indexing"] == ["flat"]  # one coalesced dim: nothing to tile
-    assert "math" in ew.space(ew.match(case_task("silu", "float32")[0]), "cpu")
-    assert "math" not in ew.space(flat, "cpu")
-    assert ew.space(flat, "metal") == {}
-    for name, old, new in [("block", 1024, 2048), ("grid", "one_per_block", "persistent"),
-                           ("indexing", "flat", "tile2d"), ("inner_loop", "simd", "unroll8")]:
+    rows = facts_of("add_rows")
+    assert list(space_of(rows, "triton").variants) == ["flat", "tile2d"]
+    assert list(space_of(rows, "cpu").variants) == ["flat", "rows"]
+    flat = facts_of("relu")
+    assert list(space_of(flat, "triton").variants) == ["flat"]  # one coalesced dim: nothing to tile
+    assert space_of(facts_of("silu"), "cpu").variants["flat"].param("math") is not None
+    assert space_of(flat, "cpu").variants["flat"].param("math") is None
+    assert space_of(flat, "metal") is None
+    # a 16-byte pack is 4 fp32 or 8 bf16 elements
+    assert space_of(facts_of("silu"), "cuda").variants[""].param("vec").values == (1, 2, 4)
+    assert space_of(facts_of("silu", "bfloat16"), "cuda").variants[""].param("vec").values == (1, 2, 4, 8)
+    for name, old, new in [("block", 1024, 2048), ("programs_per_sm", 0, 4), ("variant", "flat", "tile2d"),
+                           ("inner_loop", "simd", "unroll8"), ("vec", 4, 8), ("packs", 1, 2)]:
         assert ew.explain(name, old, new) != "try a neighbouring value"
 
 
-def test_sources_name_the_op_and_pass_the_scan():
-    for dtype in ("float32", "bfloat16", "float16"):
-        for case_id in CASE_IDS:
-            task = case_task(case_id, dtype)[0]
-            facts = ew.match(task)
-            for backend, language in (("cpu", "c"), ("triton", "triton")):
-                source = ew.render(facts, backend, ew.initial(facts, backend))
-                assert f"kf-op: {task.op}" in source
-                assert scan_source(source, language, task.outputs[0]["dtype"]) == [], (case_id, dtype, backend)
+def test_blocks_never_exceed_the_tensor_and_threads_hold_at_most_32_values():
+    facts = facts_of("add")  # 185 elements: one block of 256 at most
+    assert space_of(facts, "triton").variants["flat"].param("block").values == (256,)
+    for p in all_points(facts, "triton"):
+        assert 1 <= p["block"] // (32 * p["num_warps"]) <= 32
+    for p in all_points(facts, "cuda"):
+        assert p["threads"] * p["packs"] * p["vec"] <= max(256, 64 * p["vec"])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+def test_sources_name_the_op_and_pass_the_scan(dtype):
+    for case_id in CASE_IDS:
+        task = case_task(case_id, dtype)[0]
+        facts = ew.match(task)
+        for backend in BACKENDS:
+            source = ew.render(facts, backend, ew.start(facts, backend, HW))
+            assert f"kf-op: {task.op}" in source
+            assert scan_source(source, LANGUAGE[backend], task.outputs[0]["dtype"]) == [], (case_id, backend)
 
 
 # ---------------------------------------------------------------- the proposer end to end
 
-@pytest.mark.parametrize("backend", ["cpu", "triton"])
-def test_proposals_start_at_the_initial_point_and_never_repeat(backend):
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_proposals_start_at_the_starting_point_and_never_repeat(backend):
     task = case_task("add_rows", "bfloat16")[0]
     facts = ew.match(task)
     tried = family_check.proposal_chain(task, backend, steps=40, seed=5)
     first = tried[0]
-    assert first.params == ew.initial(facts, backend) and first.rationale.startswith("starting point: ")
+    assert first.params == ew.start(facts, backend, HW) and first.rationale.startswith("starting point: ")
     assert len({p.source for p in tried}) == len(tried)  # never the same kernel twice
-    assert all(ew.valid(facts, backend, p.params) for p in tried[1:])
-    assert len(tried) >= min(41, len(valid_points(facts, backend)))
+    assert all(space_of(facts, backend).contains(p.params) for p in tried)
+    assert len(tried) >= min(41, len(all_points(facts, backend)))
 
 
-# ---------------------------------------------------------------- every C variant is correct
+# ---------------------------------------------------------------- every C point is correct
 
 DTYPES = ("float32", "bfloat16")
 
 
 def c_variants() -> list[tuple[str, str, dict[str, Any]]]:
-    """Every valid point of every case, fp32 and bf16; fp16 at the starting point (one load/store
+    """Every point of every case, fp32 and bf16; fp16 at the starting point (one load/store
     path more, the same loops)."""
     variants = []
     for case_id in CASE_IDS:
         for dtype in (*DTYPES, "float16"):
-            facts = ew.match(case_task(case_id, dtype)[0])
-            points = valid_points(facts, "cpu") if dtype != "float16" else [ew.initial(facts, "cpu")]
+            facts = facts_of(case_id, dtype)
+            points = all_points(facts, "cpu") if dtype != "float16" else [ew.start(facts, "cpu", HW)]
             variants += [(case_id, dtype, p) for p in points]
     return variants
 
 
-def _variant_id(case_id: str, dtype: str, params: dict[str, Any]) -> str:
-    return f"{case_id}-{dtype}-" + "-".join(str(v) for v in params.values())
+def _variant_id(case_id: str, dtype: str, point: dict[str, Any]) -> str:
+    return f"{case_id}-{dtype}-" + "-".join(str(v) for v in point.values())
 
 
 @pytest.fixture(scope="module")
 def c_results(tmp_path_factory) -> dict[str, str | None]:
-    """Every C variant built and checked; two at a time (gcc runs outside the GIL)."""
+    """Every C point built and checked; two at a time (gcc runs outside the GIL)."""
     root = tmp_path_factory.mktemp("ew-c")
 
     def run(variant):
-        case_id, dtype, params = variant
+        case_id, dtype, point = variant
         task, sets = case_task(case_id, dtype)
-        vid = _variant_id(case_id, dtype, params)
-        return vid, check_variant(task, "cpu", params, root / vid, sets)
+        vid = _variant_id(case_id, dtype, point)
+        return vid, check_variant(task, "cpu", point, root / vid, sets)
 
     with ThreadPoolExecutor(max_workers=2) as pool:
         return dict(pool.map(run, c_variants()))
 
 
-@pytest.mark.skipif(not HAVE_GCC, reason="gcc is not installed")
-def test_every_c_variant_compiles_and_is_correct(c_results):
+@pytest.mark.workers
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is not installed")
+def test_every_c_point_compiles_and_is_correct(c_results):
     failures = {k: v for k, v in c_results.items() if v is not None}
     assert not failures, json.dumps(failures, indent=1)[:6000]
     assert len(c_results) > 200
+    assert {k.split("-")[2] for k in c_results} == {"flat", "rows"}
 
 
 # ---------------------------------------------------------------- Triton under the interpreter
 
 def triton_variants() -> list[dict[str, Any]]:
-    """Every structural variant (indexing x grid) of every case, fp32 and bf16, at the starting
-    point's block and warps (a block shrunk to fit where the starting point's does not)."""
+    """Every variant of every case, one program per block and a persistent grid, fp32 and bf16, at
+    the starting point's block and warps (a small block for tiles: a few rows per tile, several
+    tiles per tensor); and 64-bit offsets forced on two cases."""
     variants = []
     for case_id in CASE_IDS:
         for dtype in DTYPES:
             task, sets = case_task(case_id, dtype)
             facts = ew.match(task)
-            space = ew.space(facts, "triton")
-            for indexing in space["indexing"]:
-                for grid in space["grid"]:
-                    params = {**ew.initial(facts, "triton"), "indexing": indexing, "grid": grid}
-                    if indexing == "tile2d":  # a few rows per tile, several tiles per tensor
-                        params.update(block=256, num_warps=2)
-                    assert ew.valid(facts, "triton", params), params
-                    variants.append({"id": _variant_id(case_id, dtype, params), "case": case_id,
-                                     "dtype": dtype, "params": params, "sets": list(sets)})
+            space = space_of(facts, "triton")
+            start = ew.start(facts, "triton", HW)
+            for variant in space.variants:
+                for programs in (0, 4):
+                    point = {**start, "variant": variant, "programs_per_sm": programs}
+                    if variant == "tile2d":
+                        point.update(block=256, num_warps=2)
+                    assert space.contains(point), point
+                    variants.append({"id": _variant_id(case_id, dtype, point), "case": case_id,
+                                     "dtype": dtype, "params": point, "sets": list(sets)})
     for v in [v for v in variants if v["case"] in ("silu", "add_rows_wide") and v["dtype"] == "bfloat16"]:
         variants.append({**v, "id": v["id"] + "-int64", "int64": True})
     return variants
@@ -383,14 +478,13 @@ def triton_results() -> dict[str, str | None]:
     return family_check.run_under_interpreter(triton_variants(), script=Path(__file__))
 
 
-@pytest.mark.skipif(not HAVE_TRITON, reason="triton is not installed")
-def test_every_triton_structural_variant_is_correct_under_the_interpreter(triton_results):
+def test_every_triton_variant_is_correct_under_the_interpreter(triton_results):
     failures = {k: v for k, v in triton_results.items() if v is not None}
     assert not failures, json.dumps(failures, indent=1)[:6000]
     variants = triton_variants()
     assert len(triton_results) == len(variants)
-    kinds = {(v["params"]["indexing"], v["params"]["grid"]) for v in variants}
-    assert kinds == {(i, g) for i in ("flat", "tile2d") for g in ("one_per_block", "persistent")}
+    kinds = {(v["params"]["variant"], v["params"]["programs_per_sm"] > 0) for v in variants}
+    assert kinds == {(i, g) for i in ("flat", "tile2d") for g in (False, True)}
 
 
 if __name__ == "__main__":

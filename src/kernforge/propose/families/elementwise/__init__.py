@@ -11,6 +11,10 @@ Memory-bound: the floor is one read of each full-size operand and one write of y
 element for a bf16 binary op, 4.2 TB/s on the H200: 64M elements in 96 us). Values are
 computed in fp32 and rounded once at the store, as ATen's opmath does.
 
+One kernel file per backend and variant serves every op: the op is the function `op(a, b)`
+in the file's constants block (a kernel_file.Snippet), with the op's numbers (alpha, a slope,
+clamp bounds, a number operand) baked into it; the rest of the block is the layout.
+
 Indexing. The output is walked in its own memory order (a channels-last output is written
 contiguously), and dims that every operand can merge are merged (TensorIterator's
 coalescing), so (N,C,H,W) * (C,1,1) becomes [N, C, H*W] and (rows, cols) + (cols,) becomes
@@ -18,9 +22,9 @@ coalescing), so (N,C,H,W) * (C,1,1) becomes [N, C, H*W] and (rows, cols) + (cols
     same     laid out like the output: its offset is the output's, a vectorised flat load
     strided  broadcast or laid out otherwise: offset from the output index, strides baked in
     scalar   a 0-dim (or fully broadcast) tensor: one load per program
-    const    a Python number: baked into the expression
+    none     a Python number (baked into op) or no second operand
 Adding an op is one line in UNARY or BINARY: an expression over the fp32 values a and b,
-once for Triton and once for C.
+once for Triton and once for C (which CUDA shares).
 """
 
 from __future__ import annotations
@@ -29,14 +33,13 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from kernforge.backends.native import C_PRELUDE
-from kernforge.propose.builtin.family import LegacyFamily as Family
+from kernforge.propose.builtin import kernel_file
+from kernforge.propose.builtin.family import Family, Hardware
+from kernforge.propose.builtin.space import Param, Space, Variant
 from kernforge.propose.families.common import (
-    C_LOAD_STORE,
-    C_TYPES,
     ITEMSIZE,
-    TRITON_SM_COUNT,
-    gpu_sms,
+    c_element,
+    cuda_element,
     is_tensor,
     next_pow2,
     split_kwargs,
@@ -344,98 +347,243 @@ def _coalesce(per_dim: list[tuple[int, list[int]]]) -> tuple[list[int], list[lis
     return sizes, strides
 
 
-# ---------------------------------------------------------------- parameter space
+# ---------------------------------------------------------------- spaces
 
-BLOCKS = [256, 512, 1024, 2048, 4096, 8192, 16384]
+BLOCKS = (256, 512, 1024, 2048, 4096, 8192, 16384)
+WARPS = (2, 4, 8, 16)
+PROGRAMS_PER_SM = (0, 1, 2, 4, 8)  # 0: one program per block; else a persistent grid of this many per SM
+TRITON_DIMS = 4  # the Triton kernels take the merged dims as four constexprs (outer ones of size 1)
+CUDA_THREADS = (64, 128, 256, 512, 1024)
+CUDA_PACKS = (1, 2, 4, 8)  # packs per thread: loads in flight per thread
 
 
-def space(facts: dict[str, Any], backend: str) -> dict[str, list[Any]]:
-    two_d = len(facts["sizes"]) >= 2
+def space(facts: dict[str, Any], backend: str, hw: Hardware) -> Space | None:
     if backend == "cpu":
-        params: dict[str, list[Any]] = {"indexing": ["flat", "rows"] if two_d else ["flat"],
-                                        "inner_loop": ["plain", "unroll4", "unroll8", "simd"]}
-        if _expr(facts).uses_exp:
-            params["math"] = ["libm", "poly"]
-        return params
+        return _cpu_space(facts)
     if backend == "triton":
-        return {"indexing": ["flat", "tile2d"] if two_d else ["flat"],
-                "grid": ["one_per_block", "persistent"],
-                "programs_per_sm": [1, 2, 4, 8],
-                "block": BLOCKS,
-                "num_warps": [2, 4, 8, 16]}
-    return {}
+        return _triton_space(facts) if len(facts["sizes"]) <= TRITON_DIMS else None
+    if backend == "cuda":
+        return _cuda_space(facts)
+    return None
 
 
-def initial(facts: dict[str, Any], backend: str) -> dict[str, Any]:
+def _two_d(facts: dict[str, Any]) -> bool:
+    return len(facts["sizes"]) >= 2
+
+
+def _cpu_space(facts: dict[str, Any]) -> Space:
+    # the polynomial exp only where the op calls exp
+    math_param = (Param("math", ("libm", "poly")),) if _expr(facts).uses_exp else ()
+    # gcc accepts no `#pragma GCC unroll` after `omp parallel for`: the flat loop is plain or simd.
+    variants = [Variant("flat", (Param("inner_loop", ("plain", "simd")), *math_param))]
+    if _two_d(facts):
+        variants.append(Variant("rows", (Param("inner_loop", ("plain", "unroll4", "unroll8", "simd")),
+                                         *math_param)))
+    return Space(variants)
+
+
+def _triton_space(facts: dict[str, Any]) -> Space:
+    blocks = tuple(b for b in BLOCKS if b <= max(256, next_pow2(facts["numel"])))  # larger: lanes masked off
+
+    def valid(point: dict[str, Any]) -> bool:
+        per_thread = point["block"] // (32 * point["num_warps"])
+        return 1 <= per_thread <= 32  # past 32 values a thread (x3 operands in fp32) registers spill
+
+    params = (Param("block", blocks), Param("num_warps", WARPS), Param("programs_per_sm", PROGRAMS_PER_SM))
+    variants = [Variant("flat", params, valid)]
+    if _two_d(facts):
+        variants.append(Variant("tile2d", params, valid))
+    return Space(variants)
+
+
+def _cuda_vecs(facts: dict[str, Any]) -> tuple[int, ...]:
+    """Pack widths: one load of at most 16 bytes, no wider than the tensor."""
+    item = ITEMSIZE[facts["dtype"]]
+    return tuple(v for v in (1, 2, 4, 8) if v * item <= 16 and (v == 1 or v <= facts["numel"]))
+
+
+def _cuda_space(facts: dict[str, Any]) -> Space:
+    def valid(point: dict[str, Any]) -> bool:
+        # a block's tile no larger than the tensor (a block of the fewest threads at least)
+        tile = point["threads"] * point["packs"] * point["vec"]
+        return tile <= max(next_pow2(facts["numel"]), CUDA_THREADS[0] * point["vec"])
+
+    return Space.single([Param("vec", _cuda_vecs(facts)), Param("threads", CUDA_THREADS),
+                         Param("packs", CUDA_PACKS)], valid)
+
+
+# ---------------------------------------------------------------- starting rules
+
+def start(facts: dict[str, Any], backend: str, hw: Hardware) -> dict[str, Any]:
     if backend == "cpu":
-        params = {"indexing": "rows" if _rows_pay(facts) else "flat", "inner_loop": "simd"}
+        point = {"variant": "rows" if _rows_pay(facts) else "flat", "inner_loop": "simd"}
         if _expr(facts).uses_exp:
-            params["math"] = "poly"
-        return params
+            point["math"] = "poly"
+        return point
+    if backend == "cuda":
+        return _cuda_start(facts, hw)
+    return _triton_start(facts, hw)
+
+
+def _triton_start(facts: dict[str, Any], hw: Hardware) -> dict[str, Any]:
     # 16 KB of output per program (4096 fp32 / 8192 bf16 elements, 16 or 32 per thread with 8 warps:
     # 128-bit accesses, several in flight), halved until there are four programs per SM. Measured on
     # the H200 (triton 3.6): silu bf16 64M elements 0.070 ms, 90% of copy bandwidth (eager 0.073);
     # (8192,8192) * (8192,1) bf16 0.071 ms against eager's 0.164; at 4M elements 4096 beat 8192.
     # (Timed by hand while the family was written; not kept in bench/results.)
     block = 16384 // ITEMSIZE[facts["dtype"]]
-    while block > 1024 and math.ceil(facts["numel"] / block) < 4 * gpu_sms():
+    while block > 1024 and math.ceil(facts["numel"] / block) < 4 * hw.sms:
         block //= 2
     block = max(256, min(block, next_pow2(facts["numel"])))
-    params = {"indexing": "tile2d" if _rows_pay(facts) else "flat", "grid": "one_per_block",
-              "programs_per_sm": 4, "block": block, "num_warps": 8 if block >= 2048 else 4 if block >= 512 else 2}
-    return params
+    return {"variant": "tile2d" if _rows_pay(facts) else "flat", "block": block,
+            "num_warps": 8 if block >= 2048 else 4 if block >= 512 else 2, "programs_per_sm": 0}
+
+
+def _cuda_start(facts: dict[str, Any], hw: Hardware) -> dict[str, Any]:
+    # 16-byte packs, 256 threads, and 16 KB of output per block (four packs a thread) as Triton's
+    # rule; fewer packs a thread until there are four blocks per SM.
+    vec = max(_cuda_vecs(facts))
+    point = {"vec": vec, "threads": 256, "packs": 4}
+    while point["packs"] > 1 and math.ceil(facts["numel"] / (256 * point["packs"] * vec)) < 4 * hw.sms:
+        point["packs"] //= 2
+    while not _cuda_space(facts).contains(point) and point["threads"] > CUDA_THREADS[0]:
+        point["threads"] //= 2  # a tensor smaller than one block
+    return point
 
 
 def _rows_pay(facts: dict[str, Any]) -> bool:
     """A [rows, cols] walk pays off when a broadcast operand is there and rows are not tiny:
     it replaces a division per element by one per row and loads the broadcast operand once."""
     strided = any(o.get("kind") == "strided" for o in facts["operands"])
-    return strided and len(facts["sizes"]) >= 2 and facts["sizes"][-1] >= 16
+    return strided and _two_d(facts) and facts["sizes"][-1] >= 16
 
 
-def valid(facts: dict[str, Any], backend: str, params: dict[str, Any]) -> bool:
-    if backend == "cpu":
-        # gcc accepts no `#pragma GCC unroll` after `omp parallel for`: the flat loop is plain or simd.
-        return params["indexing"] == "rows" or params["inner_loop"] in ("plain", "simd")
-    per_thread = params["block"] // (32 * params["num_warps"])
-    if not 1 <= per_thread <= 32:  # past 32 values a thread (x3 operands in fp32) registers spill
-        return False
-    if params["block"] > max(256, next_pow2(facts["numel"])):
-        return False  # a block bigger than the tensor only masks lanes off
-    # One program per block ignores programs_per_sm: one value of it stands for the rest.
-    return params["grid"] == "persistent" or params["programs_per_sm"] == 4
+# ---------------------------------------------------------------- render
+
+def render(facts: dict[str, Any], backend: str, point: dict[str, Any]) -> str:
+    if backend == "triton":
+        name = f"triton_{point['variant']}.py"
+        constants = {"op": kernel_file.Snippet(_triton_op(facts)), **_triton_layout(facts),
+                     "INT64": facts["int64"], "BLOCK": point["block"], "NUM_WARPS": point["num_warps"],
+                     "PROGRAMS_PER_SM": point["programs_per_sm"]}
+    elif backend == "cuda":
+        name = "cuda.cu"
+        constants = {"op": kernel_file.Snippet(_c_op(facts, "static __device__ __forceinline__ float")),
+                     **_c_layout(facts), **cuda_element(facts["dtype"]),
+                     "INDEX_T": "int64_t" if facts["int64"] else "int32_t",
+                     "VEC": point["vec"], "THREADS": point["threads"], "PACKS": point["packs"]}
+    else:
+        name = f"cpu_{point['variant']}.c"
+        constants = {"op": kernel_file.Snippet(_c_op(facts, "static inline float")), **_c_layout(facts),
+                     **c_element(facts["dtype"]), "POLY_EXP": point.get("math") == "poly",
+                     "INNER_LOOP": point["inner_loop"].upper()}
+    text = kernel_file.read(__name__, name)
+    return kernel_file.render(text, facts["op"], constants, kernel_file.style_of(name))
+
+
+def _number_operand(facts: dict[str, Any]) -> float | None:
+    return next((o["value"] for o in facts["operands"] if o["kind"] == "const"), None)
+
+
+def _triton_op(facts: dict[str, Any]) -> str:
+    lines = ["@triton.jit", "def op(a, b):"]
+    number = _number_operand(facts)
+    if number is not None:
+        lines.append(f"    b = {_lit_triton(number)}  # the op's number operand")
+    lines.append(f"    return {_filled(_expr(facts).triton, facts, _lit_triton)}")
+    return "\n".join(lines) + "\n\n"
+
+
+def _c_op(facts: dict[str, Any], declaration: str) -> str:
+    number = _number_operand(facts)
+    setup = f"b = {_lit_c(number)}; /* the op's number operand */ " if number is not None else ""
+    return f"{declaration} op(float a, float b) {{ {setup}return {_filled(_expr(facts).c, facts, _lit_c)}; }}"
+
+
+def _operand(facts: dict[str, Any], role: str) -> dict[str, Any] | None:
+    """The tensor operand `role` (a: self, b: other), None where it is a number or absent."""
+    return next((o for o in facts["operands"] if o["role"] == role and o["kind"] != "const"), None)
+
+
+def _triton_layout(facts: dict[str, Any]) -> dict[str, Any]:
+    pad = TRITON_DIMS - len(facts["sizes"])
+    constants: dict[str, Any] = {"NUMEL": facts["numel"], "SIZES": (1,) * pad + tuple(facts["sizes"]),
+                                 "OUT_SHAPE": tuple(facts["out_shape"]), "OUT_STRIDE": tuple(facts["out_stride"])}
+    for role in "ab":
+        o = _operand(facts, role)
+        prefix = role.upper()
+        constants |= {f"{prefix}_KIND": o["kind"] if o else "none",
+                      f"{prefix}_STRIDES": (0,) * pad + tuple(o["strides"]) if o else (0,) * TRITON_DIMS,
+                      f"{prefix}_SHAPE": tuple(o["shape"]) if o else None,
+                      f"{prefix}_STRIDE": tuple(o["stride"]) if o else None}
+    return constants
+
+
+def _c_list(values: list[int]) -> str:
+    return ", ".join(map(str, values)) or "0"  # a 0-dim tensor's arrays hold one unused 0
+
+
+def _c_layout(facts: dict[str, Any]) -> dict[str, Any]:
+    ndims = len(facts["sizes"])
+    constants: dict[str, Any] = {"NUMEL": f"{facts['numel']}LL", "NDIMS": ndims, "SIZES": _c_list(facts["sizes"]),
+                                 "OUT_NDIM": len(facts["out_shape"]), "OUT_SHAPE": _c_list(facts["out_shape"]),
+                                 "OUT_STRIDE": _c_list(facts["out_stride"])}
+    for role in "ab":
+        o = _operand(facts, role)
+        prefix = role.upper()
+        constants |= {f"{prefix}_KIND": o["kind"].upper() if o else "NONE",
+                      f"{prefix}_STRIDES": _c_list(o["strides"] if o else [0] * ndims),
+                      f"{prefix}_NDIM": len(o["shape"]) if o else 0,
+                      f"{prefix}_SHAPE": _c_list(o["shape"] if o else []),
+                      f"{prefix}_STRIDE": _c_list(o["stride"] if o else [])}
+    return constants
+
+
+# ---------------------------------------------------------------- explain
+
+_REASONS: dict[str, dict[Any, str]] = {
+    "variant": {
+        "flat": "one index per element; broadcast operands at offsets from baked-in strides",
+        "rows": "a loop over rows and a contiguous inner loop: a broadcast operand's row pointer "
+                "once per row, no division per element",
+        "tile2d": "[rows, cols] tiles: a broadcast operand loaded once per tile, its offsets "
+                  "computed per row instead of per element",
+    },
+    "inner_loop": {"plain": "let gcc decide how to vectorise",
+                   "unroll4": "unroll the inner loop 4x: fewer branches on short rows",
+                   "unroll8": "unroll the inner loop 8x: more independent loads in flight",
+                   "simd": "ask for vector code explicitly (omp simd)"},
+    "math": {"libm": "the C library's expf: exact, a call per element that does not vectorise",
+             "poly": "a polynomial exp that vectorises; error near 1e-7"},
+}
 
 
 def explain(name: str, old: Any, new: Any) -> str:
-    reasons = {
-        "indexing": {
-            "flat": "one index per element; broadcast operands at offsets from baked-in strides",
-            "rows": "a loop over rows and a contiguous inner loop: a broadcast operand's row pointer "
-                    "once per row, no division per element",
-            "tile2d": "[rows, cols] tiles: a broadcast operand loaded once per tile, its offsets "
-                      "computed per row instead of per element",
-        },
-        "grid": {"one_per_block": "one program per block: no loop, the hardware schedules the blocks",
-                 "persistent": "a few programs per SM loop over the blocks: less launch and tail cost"},
-        "inner_loop": {"plain": "let gcc decide how to vectorise",
-                       "unroll4": "unroll the inner loop 4x: fewer branches on short rows",
-                       "unroll8": "unroll the inner loop 8x: more independent loads in flight",
-                       "simd": "ask for vector code explicitly (omp simd)"},
-        "math": {"libm": "the C library's expf: exact, a call per element that does not vectorise",
-                 "poly": "a polynomial exp that vectorises; error near 1e-7"},
-    }
-    text = reasons.get(name, {}).get(new)
+    text = _REASONS.get(name, {}).get(new)
     if text:
         return text
+    if name == "programs_per_sm":
+        if new == 0:
+            return "one program per block: no loop, the hardware schedules the blocks"
+        if old == 0:
+            return "a few programs per SM loop over the blocks: less launch and tail cost"
+        return "more programs per SM hide latency better" if new > old else \
+            "fewer programs per SM: longer loops, less scheduling"
     if name == "block":
         return "larger blocks: more bytes in flight per program, fewer programs" if new > old else \
             "smaller blocks: more programs to spread over the SMs, fewer registers"
     if name == "num_warps":
         return "more warps: fewer elements per thread, more loads in flight per SM" if new > old else \
             "fewer warps: more elements per thread, wider vector accesses"
-    if name == "programs_per_sm":
-        return "more programs per SM hide latency better" if new > old else \
-            "fewer programs per SM: longer loops, less scheduling"
+    if name == "vec":
+        return "wider packs: fewer load instructions per byte" if new > old else \
+            "narrower packs: more threads for a small tensor"
+    if name == "threads":
+        return "more threads a block: fewer blocks to schedule" if new > old else \
+            "fewer threads a block: more blocks resident per SM"
+    if name == "packs":
+        return "more packs a thread: more loads in flight, fewer blocks" if new > old else \
+            "fewer packs a thread: more blocks to spread over the SMs"
     return "try a neighbouring value"
 
 
@@ -486,339 +634,5 @@ def _lit_c(v: float) -> str:
     return f"{v!r}f"
 
 
-def _offset(sizes: list[int], strides: list[int], idx: str, div: str = "//") -> str:
-    """sum over dims of ((idx // inner) % size) * stride, for `idx` counting output elements in
-    memory order; broadcast dims (stride 0) drop out, the outermost needs no modulo."""
-    terms, inner = [], 1
-    for d in reversed(range(len(sizes))):
-        if strides[d]:
-            q = idx if inner == 1 else f"({idx} {div} {inner})"
-            q = f"({q} % {sizes[d]})" if d > 0 else q
-            terms.append(q if strides[d] == 1 else f"{q} * {strides[d]}")
-        inner *= sizes[d]
-    return " + ".join(reversed(terms)) or "0"
 
-
-def _tensor_operands(facts: dict[str, Any]) -> list[dict[str, Any]]:
-    return [o for o in facts["operands"] if o["kind"] != "const"]
-
-
-def _header_params(params: dict[str, Any]) -> str:
-    return " ".join(f"{k}={v}" for k, v in params.items())
-
-
-def _title(facts: dict[str, Any]) -> str:
-    shapes = " and ".join("x".join(map(str, o["shape"])) or "0-dim" for o in _tensor_operands(facts))
-    return f"element-wise {facts['name']} of {shapes} into {'x'.join(map(str, facts['out_shape']))}, {facts['dtype']}"
-
-
-# ---------------------------------------------------------------- Triton
-
-_TRITON_TANH = '''
-@triton.jit
-def kf_tanh(x):
-    # triton has no tl.tanh in 3.6: (1 - e^-2|x|) / (1 + e^-2|x|), never overflowing
-    t = tl.exp(-2.0 * tl.abs(x))
-    r = (1.0 - t) / (1.0 + t)
-    return tl.where(x < 0.0, -r, r)
-'''
-
-
-def render_triton(facts: dict[str, Any], params: dict[str, Any]) -> str:
-    expr = _expr(facts)
-    tile2d = params["indexing"] == "tile2d"
-    ptrs = [o["role"].upper() for o in _tensor_operands(facts)]
-    body, tiles = (_tile2d_body if tile2d else _flat_body)(facts, params)
-    prologue = [f"{o['role']} = tl.load({o['role'].upper()}).to(tl.float32)" for o in facts["operands"]
-                if o["kind"] == "scalar"]
-    prologue += [f"{o['role']} = {_lit_triton(o['value'])}" for o in facts["operands"] if o["kind"] == "const"]
-    body += [f"y = {_filled(expr.triton, facts, _lit_triton)}"] + _store_line(facts, params)
-    if params["grid"] == "persistent":
-        loop = [f"for tile in range(tl.program_id(0), {tiles}, tl.num_programs(0)):"] + ["    " + b for b in body]
-        grid = f"(min({tiles}, sm_count(y.device) * PROGRAMS_PER_SM),)"
-    else:
-        loop = ["tile = tl.program_id(0)"] + body
-        grid = f"({tiles},)"
-    kernel_lines = "\n".join("    " + line for line in prologue + loop)
-    constexprs = ", BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr" if tile2d else ", BLOCK: tl.constexpr"
-    launch_blocks = "BLOCK_R=BLOCK_R, BLOCK_C=BLOCK_C" if tile2d else "BLOCK=BLOCK"
-    block_lines = (f"BLOCK_C = {_block_c(facts, params)}\nBLOCK_R = BLOCK // BLOCK_C\n" if tile2d else "")
-    args = "x, other, *rest, **kwargs" if len(facts["operands"]) == 2 else "x, *rest, **kwargs"
-    names = {"a": "x", "b": "other"}
-    launch_args = ", ".join([names[o["role"]] for o in _tensor_operands(facts)] + ["y"])
-    checks = "".join(f"    _expect({names[o['role']]}, {tuple(o['shape'])}, {tuple(o['stride'])})\n"
-                     for o in _tensor_operands(facts) if o["shape"])
-    return f'''"""kernforge builtin: {_title(facts)}.
-
-kf-op: {facts['op']}
-{_header_params(params)}
-Keyword-only arguments (alpha, approximate) are baked into the kernel.
-"""
-import torch
-import triton
-import triton.language as tl
-
-BLOCK = {params['block']}
-NUM_WARPS = {params['num_warps']}
-PROGRAMS_PER_SM = {params['programs_per_sm']}
-{block_lines}{_TRITON_TANH if "kf_tanh" in expr.triton else ""}
-
-@triton.jit
-def elementwise_kernel({", ".join(ptrs + ["Y"])}{constexprs}):
-{kernel_lines}
-
-
-{TRITON_SM_COUNT}
-
-def _expect(t, shape, stride):
-    # Shapes and strides are baked into the kernel: another layout would be read wrongly.
-    if tuple(t.shape) != shape or t.stride() != stride:
-        raise ValueError(f"built for shape {{shape}} and strides {{stride}}, got {{tuple(t.shape)}} and {{t.stride()}}")
-
-
-def kf_forward({args}):
-{checks}    y = torch.empty_strided({tuple(facts['out_shape'])}, {tuple(facts['out_stride'])}, dtype=torch.{facts['dtype']},
-                            device=x.device)
-    elementwise_kernel[{grid}]({launch_args}, {launch_blocks}, num_warps=NUM_WARPS)
-    return y
-'''
-
-
-def _flat_body(facts: dict[str, Any], params: dict[str, Any]) -> tuple[list[str], int]:
-    """Output elements [tile * BLOCK, (tile + 1) * BLOCK) in memory order."""
-    block, numel = params["block"], facts["numel"]
-    tile = "tl.cast(tile, tl.int64)" if facts["int64"] else "tile"  # the interpreter's loop gives a Python int
-    lines = [f"idx = {tile} * BLOCK + tl.arange(0, BLOCK)"]
-    masked = numel % block != 0  # a whole number of blocks needs no mask: unpredicated vector accesses
-    mask = ", mask=mask" if masked else ""
-    if masked:
-        lines.append(f"mask = idx < {numel}")
-    for o in _tensor_operands(facts):
-        if o["kind"] == "scalar":
-            continue
-        offset = "idx" if o["kind"] == "same" else _offset(facts["sizes"], o["strides"], "idx")
-        lines.append(f"{o['role']} = tl.load({o['role'].upper()} + {offset}{mask}).to(tl.float32)")
-    return lines, math.ceil(numel / block)
-
-
-def _block_c(facts: dict[str, Any], params: dict[str, Any]) -> int:
-    return min(next_pow2(facts["sizes"][-1]), params["block"])
-
-
-def _tile2d_body(facts: dict[str, Any], params: dict[str, Any]) -> tuple[list[str], int]:
-    """The output as [R, C], C its innermost coalesced dim; a tile is [BLOCK_R, BLOCK_C]. An operand
-    constant along C is loaded as a [BLOCK_R] column, one constant along R as a [BLOCK_C] row."""
-    sizes = facts["sizes"]
-    cols, rows = sizes[-1], facts["numel"] // sizes[-1]
-    block_c = _block_c(facts, params)
-    block_r = params["block"] // block_c
-    col_tiles, row_tiles = math.ceil(cols / block_c), math.ceil(rows / block_r)
-    tile = "tl.cast(tile, tl.int64)" if facts["int64"] else "tile"  # the interpreter's loop gives a Python int
-    if col_tiles == 1:
-        lines = [f"r = {tile} * BLOCK_R + tl.arange(0, BLOCK_R)", "c = tl.arange(0, BLOCK_C)"]
-    else:
-        lines = [f"r = ({tile} // {col_tiles}) * BLOCK_R + tl.arange(0, BLOCK_R)",
-                 f"c = ({tile} % {col_tiles}) * BLOCK_C + tl.arange(0, BLOCK_C)"]
-    # Masks only where the tiles overhang the tensor: whole tiles get unpredicated accesses.
-    rmask, cmask = _tile_masks(rows, cols, block_r, block_c)
-    if rmask:
-        lines.append(f"rmask = r < {rows}")
-    if cmask:
-        lines.append(f"cmask = c < {cols}")
-    full = " & ".join(m for m in ("rmask[:, None]" if rmask else "", "cmask[None, :]" if cmask else "") if m)
-    if full:
-        lines.append(f"mask = {full}")
-    for o in _tensor_operands(facts):
-        if o["kind"] == "scalar":
-            continue
-        st = o["strides"]
-        row = "r * " + str(cols) if o["kind"] == "same" else _offset(sizes[:-1], st[:-1], "r")
-        col = "c" if st[-1] == 1 else f"c * {st[-1]}"
-        ptr = o["role"].upper()
-        if st[-1] == 0:
-            load = f"tl.load({ptr} + {row}{', mask=rmask' if rmask else ''})[:, None]"
-        elif row == "0":
-            load = f"tl.load({ptr} + {col}{', mask=cmask' if cmask else ''})[None, :]"
-        else:
-            load = f"tl.load({ptr} + ({row})[:, None] + ({col})[None, :]{', mask=mask' if full else ''})"
-        lines.append(f"{o['role']} = {load}.to(tl.float32)")
-    return lines, row_tiles * col_tiles
-
-
-def _tile_masks(rows: int, cols: int, block_r: int, block_c: int) -> tuple[bool, bool]:
-    return rows % block_r != 0, cols % block_c != 0
-
-
-def _store_line(facts: dict[str, Any], params: dict[str, Any]) -> list[str]:
-    value = "y.to(Y.dtype.element_ty)"
-    if params["indexing"] == "tile2d":
-        cols = facts["sizes"][-1]
-        block_c = _block_c(facts, params)
-        masked = any(_tile_masks(facts["numel"] // cols, cols, params["block"] // block_c, block_c))
-        return [f"tl.store(Y + (r * {cols})[:, None] + c[None, :], {value}{', mask=mask' if masked else ''})"]
-    masked = facts["numel"] % params["block"] != 0
-    return [f"tl.store(Y + idx, {value}{', mask=mask' if masked else ''})"]
-
-
-# ---------------------------------------------------------------- C (cpu backend)
-
-_C_EXP = {
-    "libm": "static inline float kf_exp(float x) { return expf(x); }\n",
-    # Cephes-style expf (as in the softmax template), over the whole float range: x = n ln2 + r,
-    # a degree-6 polynomial for e^r, 2^n put into the exponent bits. n stops at 127 (past
-    # 88.03 r grows to 0.7 and the error to ~1e-5); past 88.72 the result is inf, like expf's.
-    "poly": """static inline float kf_exp(float x) {
-    float xc = x < -87.3f ? -87.3f : (x > 88.72f ? 88.72f : x);
-    float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-    n = n > 127.0f ? 127.0f : n;
-    float r = xc - n * 0.693359375f + n * 2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    union { int32_t i; float f; } scale;
-    scale.i = ((int32_t)n + 127) << 23;
-    return x > 88.7228391f ? INFINITY : p * scale.f;
-}
-""",
-}
-
-_C_TANH = """static inline float kf_tanh(float x) {
-    float t = kf_exp(-2.0f * fabsf(x));
-    float r = (1.0f - t) / (1.0f + t);
-    return x < 0.0f ? -r : r;
-}
-"""
-
-# A 0-dim operand is read once, whatever its dtype (it does not take part in type promotion).
-_C_SCALAR_LOAD = {
-    "float32": ("KF_F32", "return *(const float *)t->data;"),
-    "float64": ("KF_F64", "return (float)*(const double *)t->data;"),
-    "int32": ("KF_I32", "return (float)*(const int32_t *)t->data;"),
-    "int64": ("KF_I64", "return (float)*(const int64_t *)t->data;"),
-    "bfloat16": ("KF_BF16", ("uint32_t u = (uint32_t)*(const uint16_t *)t->data << 16; float f; "
-                            "memcpy(&f, &u, 4); return f;")),
-    # IEEE half by its bits: a float32 task may not name the half type (lower-precision rule).
-    "float16": ("KF_F16", ("uint32_t h = *(const uint16_t *)t->data, e = (h >> 10) & 31u, m = h & 1023u; "
-                          "float v = e == 0 ? ldexpf((float)m, -24) : e == 31 ? (m ? NAN : INFINITY) "
-                          ": ldexpf((float)(m | 1024u), (int)e - 25); return (h & 0x8000u) ? -v : v;")),
-}
-
-
-def render_c(facts: dict[str, Any], params: dict[str, Any]) -> str:
-    ctype, code = C_TYPES[facts["dtype"]]
-    expr = _expr(facts)
-    math_kind = params.get("math", "libm")
-    helpers = _C_EXP[math_kind] if expr.uses_exp else ""
-    helpers += _C_TANH if "kf_tanh" in expr.c else ""
-    helpers += "".join(_c_scalar_loader(o) for o in facts["operands"] if o["kind"] == "scalar")
-    checks, setup = _c_setup(facts, code)
-    loop = (_c_rows if params["indexing"] == "rows" else _c_flat)(facts, params, _filled(expr.c, facts, _lit_c))
-    n_tensors = len(_tensor_operands(facts))
-    return f"""/* kernforge builtin: {_title(facts)}
- * kf-op: {facts['op']}
- * {_header_params(params)}
- */
-#include <math.h>
-#include <string.h>
-{C_PRELUDE}
-typedef {ctype} elem_t;
-#define KF_CLAMP(v, lo, hi) ((v) < (lo) ? (lo) : (v) > (hi) ? (hi) : (v))
-{C_LOAD_STORE[facts['dtype']]}
-/* The layout the kernel was built for: any other fails the call instead of reading wrongly. */
-static int kf_layout(const kf_tensor *t, int64_t ndim, const int64_t *sizes, const int64_t *strides) {{
-    if (t->ndim != ndim) return 0;
-    for (int64_t d = 0; d < ndim; ++d)
-        if (t->sizes[d] != sizes[d] || (t->sizes[d] > 1 && t->strides[d] != strides[d])) return 0;
-    return 1;
-}}
-{helpers}
-int kf_forward(const kf_tensor *in, int n_in, kf_tensor *out, int n_out) {{
-    if (n_in != {n_tensors} || n_out != 1) return 1;
-    if (out[0].dtype != {code} || !kf_layout(&out[0], {_c_dims(facts['out_shape'], facts['out_stride'])})) return 2;
-{checks}{setup}    elem_t *restrict Y = (elem_t *)out[0].data;
-{loop}    return 0;
-}}
-"""
-
-
-def _c_dims(shape: list[int], stride: list[int]) -> str:
-    sizes = ", ".join(map(str, shape)) or "0"
-    strides = ", ".join(map(str, stride)) or "0"
-    return f"{len(shape)}, (const int64_t[]){{{sizes}}}, (const int64_t[]){{{strides}}}"
-
-
-def _c_scalar_loader(o: dict[str, Any]) -> str:
-    _, body = _C_SCALAR_LOAD[o["dtype"]]
-    return f"static inline float kf_scalar_{o['role']}(const kf_tensor *t) {{ {body} }}\n"
-
-
-def _c_setup(facts: dict[str, Any], code: str) -> tuple[str, str]:
-    checks, setup = "", ""
-    for o in facts["operands"]:
-        role = o["role"]
-        if o["kind"] == "const":
-            setup += f"    const float {role} = {_lit_c(o['value'])};\n"
-            continue
-        t = f"in[{o['input']}]"
-        if o["kind"] == "scalar" and not o["shape"]:
-            checks += f"    if ({t}.dtype != {_C_SCALAR_LOAD[o['dtype']][0]} || {t}.ndim != 0) return 3;\n"
-            setup += f"    const float {role} = kf_scalar_{role}(&{t});\n"
-            continue
-        checks += f"    if ({t}.dtype != {code} || !kf_layout(&{t}, {_c_dims(o['shape'], o['stride'])})) return 3;\n"
-        if o["kind"] == "scalar":
-            setup += f"    const float {role} = ld((const elem_t *){t}.data, 0);\n"
-        else:
-            setup += f"    const elem_t *restrict {role.upper()} = (const elem_t *){t}.data;\n"
-    return checks, setup
-
-
-def _c_flat(facts: dict[str, Any], params: dict[str, Any], value: str) -> str:
-    simd = " simd" if params["inner_loop"] == "simd" else ""
-    loads = "".join(f"        const float {o['role']} = ld({o['role'].upper()}, "
-                    f"{'i' if o['kind'] == 'same' else _offset(facts['sizes'], o['strides'], 'i', '/')});\n"
-                    for o in _tensor_operands(facts) if o["kind"] != "scalar")
-    return f"""    #pragma omp parallel for{simd} schedule(static)
-    for (int64_t i = 0; i < {facts['numel']}LL; ++i) {{
-{loads}        st(Y, i, {value});
-    }}
-"""
-
-
-def _c_rows(facts: dict[str, Any], params: dict[str, Any], value: str) -> str:
-    """Rows over the outer coalesced dims in parallel; the innermost dim as a contiguous loop."""
-    sizes = facts["sizes"]
-    cols, rows = sizes[-1], facts["numel"] // sizes[-1]
-    row_setup, loads = "", ""
-    for o in _tensor_operands(facts):
-        if o["kind"] == "scalar":
-            continue
-        role, st = o["role"], o["strides"]
-        base = f"r * {cols}" if o["kind"] == "same" else _offset(sizes[:-1], st[:-1], "r", "/")
-        row_setup += f"        const elem_t *restrict {role.upper()}r = {role.upper()} + {base};\n"
-        if st[-1] == 0:  # constant along the row: read once per row
-            row_setup += f"        const float {role} = ld({role.upper()}r, 0);\n"
-        else:
-            loads += f"            const float {role} = ld({role.upper()}r, {'c' if st[-1] == 1 else f'c * {st[-1]}'});\n"
-    pragma = {"plain": "", "unroll4": "        #pragma GCC unroll 4\n", "unroll8": "        #pragma GCC unroll 8\n",
-              "simd": "        #pragma omp simd\n"}[params["inner_loop"]]
-    return f"""    #pragma omp parallel for schedule(static)
-    for (int64_t r = 0; r < {rows}LL; ++r) {{
-{row_setup}        elem_t *restrict Yr = Y + r * {cols}LL;
-{pragma}        for (int64_t c = 0; c < {cols}LL; ++c) {{
-{loads}            st(Yr, c, {value});
-        }}
-    }}
-"""
-
-
-def render(facts: dict[str, Any], backend: str, params: dict[str, Any]) -> str:
-    return render_c(facts, params) if backend == "cpu" else render_triton(facts, params)
-
-
-FAMILY = Family(name="elementwise", match=match, space=space, initial=initial, render=render,
-                valid=valid, explain=explain)
-FAMILIES = [FAMILY]
+FAMILIES = [Family(name="elementwise", match=match, space=space, start=start, render=render, explain=explain)]
