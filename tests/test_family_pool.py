@@ -1,4 +1,5 @@
-"""The pool family: avg_pool2d and _adaptive_avg_pool2d, contiguous and channels-last.
+"""The pool family: avg_pool2d, _adaptive_avg_pool2d and max_pool2d_with_indices, contiguous
+and channels-last.
 
 What it matches (and why not), ATen's output-size rule, every buildable point renders its
 own source that passes the scan, the starting rules on realistic shapes, every C point is
@@ -22,7 +23,7 @@ from kernforge.evaluate.scan import scan_source
 from kernforge.propose.builtin import Hardware
 from kernforge.propose.families import pool
 
-AVG, ADAPTIVE = pool.AVG, pool.ADAPTIVE
+AVG, ADAPTIVE, MAX = pool.AVG, pool.ADAPTIVE, pool.MAX
 HAVE_TRITON = importlib.util.find_spec("triton") is not None
 HW = Hardware()
 LANGUAGE = {"cpu": "c", "triton": "triton", "cuda": "cuda"}
@@ -33,6 +34,12 @@ def avg(shape, kernel, stride=(), padding=0, ceil_mode=False, include_pad=True, 
     x = tensor(list(shape), dtype, channels_last(list(shape)) if cl else None)
     return make_task(AVG, [x, list(kernel), list(stride), padding if isinstance(padding, int) else list(padding),
                            ceil_mode, include_pad, divisor])
+
+
+def max_pool(shape, kernel, stride=(), padding=0, dilation=1, ceil_mode=False, dtype="torch.float32", cl=False):
+    x = tensor(list(shape), dtype, channels_last(list(shape)) if cl else None)
+    return make_task(MAX, [x, list(kernel), list(stride), padding if isinstance(padding, int) else list(padding),
+                           dilation if isinstance(dilation, int) else list(dilation), ceil_mode])
 
 
 def adaptive(shape, out, dtype="torch.float32", cl=False):
@@ -65,6 +72,14 @@ def test_output_size_follows_aten(size, kernel, stride, pad, ceil_mode):
     assert pool.output_size(size, kernel, stride, pad, ceil_mode) == y.shape[-1]
 
 
+@pytest.mark.parametrize("size, kernel, stride, pad, dilation, ceil_mode", [
+    (9, 3, 2, 1, 2, False), (9, 3, 2, 1, 2, True), (10, 2, 3, 1, 3, True), (11, 3, 1, 0, 4, False),
+])
+def test_dilated_output_size_follows_aten(size, kernel, stride, pad, dilation, ceil_mode):
+    y = torch.nn.functional.max_pool2d(torch.zeros(1, 1, size, size), kernel, stride, pad, dilation, ceil_mode)
+    assert pool.output_size(size, kernel, stride, pad, ceil_mode, dilation) == y.shape[-1]
+
+
 @pytest.mark.parametrize("task, layout, window", [
     (avg((2, 3, 9, 11), (3, 3), (2, 2), 1), "nchw", (3, 3)),
     (avg((3, 8, 8), (2, 2)), "nchw", (2, 2)),  # 3-D input: one image
@@ -72,6 +87,8 @@ def test_output_size_follows_aten(size, kernel, stride, pad, ceil_mode):
     (adaptive((2, 3, 9, 11), (4, 3)), "nchw", (3, 5)),  # largest windows: rows [2, 5), columns [3, 8)
     (adaptive((2, 5, 10, 10), (5, 5), cl=True), "nhwc", (2, 2)),
     (adaptive((2, 5, 7, 7), (1, 1)), "nchw", (7, 7)),  # a global average pool: the whole plane
+    (max_pool((2, 3, 9, 11), (3, 3), (2, 2), 1, 2), "nchw", (3, 3)),
+    (max_pool((2, 5, 9, 11), (2, 3), cl=True), "nhwc", (2, 3)),
 ])
 def test_supported_cases(task, layout, window):
     facts = facts_of(task)
@@ -85,8 +102,9 @@ def test_supported_cases(task, layout, window):
      "avg_pool2d on torch.float64"),
     (make_task(AVG, [tensor([2, 3, 8, 8], stride=[192, 1, 3, 24]), [2, 2], [], 0, False, True, None]),
      "neither contiguous nor channels-last"),
-    (make_task("aten::max_pool2d_with_indices.default", [tensor([2, 3, 8, 8]), [2, 2]]),
-     "no built-in template for aten::max_pool2d_with_indices.default"),
+    (make_task("aten::max_pool3d_with_indices.default", [tensor([2, 3, 4, 8, 8]), [2, 2, 2]]),
+     "no built-in template for aten::max_pool3d_with_indices.default"),
+    (make_task(MAX, [tensor([2, 3, 8, 8], "torch.float64"), [2, 2]]), "max_pool2d_with_indices on torch.float64"),
 ])
 def test_unsupported_cases_say_why(task, words):
     reason = pool.match(task)
@@ -100,7 +118,7 @@ def test_keyword_arguments_are_refused():
 
 
 def test_the_pool_family_takes_both_ops():
-    for task in (avg((2, 3, 8, 8), (2, 2)), adaptive((2, 3, 8, 8), (3, 3))):
+    for task in (avg((2, 3, 8, 8), (2, 2)), adaptive((2, 3, 8, 8), (3, 3)), max_pool((2, 3, 8, 8), (2, 2))):
         assert family_check.family_for(task)[0].name == "pool"
 
 
@@ -109,8 +127,9 @@ def test_the_pool_family_takes_both_ops():
 RESNET_STEM = avg((32, 256, 56, 56), (3, 3), (2, 2), 1)
 SPACE_TASKS = [RESNET_STEM, avg((32, 256, 56, 56), (3, 3), (2, 2), 1, cl=True),
                adaptive((32, 512, 14, 14), (7, 7)), avg((4, 8, 64, 64), (9, 9), (1, 1), 4),
-               adaptive((256, 2048, 7, 7), (1, 1), dtype="torch.bfloat16", cl=True)]
-SPACE_IDS = ["nchw", "nhwc", "adaptive", "big-window", "global-nhwc-bf16"]
+               adaptive((256, 2048, 7, 7), (1, 1), dtype="torch.bfloat16", cl=True),
+               max_pool((32, 64, 112, 112), (3, 3), (2, 2), 1)]  # ResNet's stem max pool
+SPACE_IDS = ["nchw", "nhwc", "adaptive", "big-window", "global-nhwc-bf16", "max"]
 
 
 @pytest.mark.parametrize("task", SPACE_TASKS, ids=SPACE_IDS)
@@ -132,6 +151,12 @@ def test_big_windows_loop_instead_of_unrolling_and_start_on_tiles():
     per_output = [p for p in valid_points(task, "triton") if p["variant"] == "per_output"]
     assert per_output and {p["unroll"] for p in per_output} == {False}
     assert start_of(task, "triton")["variant"] == "window_tile"
+
+
+def test_max_pooling_scans_windows_in_order_one_output_per_lane():
+    # the first of equal maxima wins: a tile reduction would need its own tie rule
+    assert set(space_of(SPACE_TASKS[5], "triton").variants) == {"per_output"}
+    assert "simd" not in start_of(SPACE_TASKS[5], "cpu")
 
 
 def test_the_channels_last_cuda_packs_divide_the_channels():
@@ -190,6 +215,9 @@ def small_cases(dtype):
         adaptive((2, 3, 9, 11), (4, 3), dtype=dtype),
         adaptive((2, 5, 9, 11), (4, 5), dtype=dtype, cl=True),
         adaptive((2, 3, 13, 10), (1, 1), dtype=dtype),  # global: 130 window positions
+        max_pool((2, 3, 9, 11), (3, 3), (2, 2), 1, (2, 1), True, dtype=dtype),  # dilated, ceil
+        max_pool((2, 5, 9, 11), (3, 2), (1, 2), (1, 1), (1, 2), dtype=dtype, cl=True),
+        max_pool((3, 8, 7), (2, 2), dtype=dtype),  # 3-D
     ]
 
 
@@ -203,6 +231,8 @@ def c_variants():
     # more channels than one channel block of the channels-last loop (256)
     task = avg((1, 300, 5, 4), (2, 2), (2, 1), 1, cl=True)
     yield pytest.param(task, start_of(task, "cpu"), id="float32-channel-blocks")
+    task = max_pool((1, 300, 5, 4), (2, 2), (2, 1), 1, cl=True)
+    yield pytest.param(task, start_of(task, "cpu"), id="float32-max-channel-blocks")
 
 
 @pytest.mark.workers
@@ -224,10 +254,11 @@ def triton_variants() -> list[dict]:
     variants = {}
     for dtype in ("torch.float32", "torch.bfloat16", "torch.float16"):
         for k, task in enumerate(small_cases(dtype)):
-            if dtype == "torch.float16" and k % 2:
+            if dtype == "torch.float16" and k % 2 and k < 8:
                 continue  # fp16 shares bf16's code path; half the cases are enough
             space = space_of(task, "triton")
-            for point in map(space.fit, TRITON_POINTS):  # unroll False where the window is too big
+            # unroll False where the window is too big; max pooling has no window tiles
+            for point in (space.fit(p) for p in TRITON_POINTS if p["variant"] in space.variants):
                 if space.contains(point):
                     key = f"{dtype}-case{k}-{point['variant']}-{point.get('unroll', '')}"
                     variants[key] = {"id": key, "op": task.op, "args": task.args, "params": point}
@@ -260,8 +291,11 @@ def test_triton_variant_is_correct_under_the_interpreter(variant_id, triton_resu
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
 @pytest.mark.parametrize("task", [avg((2, 16, 9, 11), (3, 3), (2, 2), 1, True, False, dtype="torch.float16", cl=True),
                                   adaptive((2, 8, 9, 11), (4, 3), dtype="torch.bfloat16", cl=True),
-                                  avg((2, 3, 10, 10), (3, 3), (2, 2), (1, 0), True, True, 5)],
-                         ids=["fp16-nhwc-vec8", "bf16-adaptive-nhwc", "fp32-nchw-divisor"])
+                                  avg((2, 3, 10, 10), (3, 3), (2, 2), (1, 0), True, True, 5),
+                                  max_pool((2, 16, 9, 11), (3, 3), (2, 2), 1, 2, dtype="torch.bfloat16", cl=True),
+                                  max_pool((2, 3, 9, 11), (3, 3), (2, 2), 1)],
+                         ids=["fp16-nhwc-vec8", "bf16-adaptive-nhwc", "fp32-nchw-divisor", "bf16-max-nhwc",
+                              "fp32-max-nchw"])
 def test_the_cuda_start_builds(task, tmp_path):
     from kernforge.backends.cuda import DEFAULT_ARCH, NVCC_FLAGS
     from kernforge.backends.native import compile_library

@@ -1,11 +1,15 @@
-"""2-D average pooling: avg_pool2d and _adaptive_avg_pool2d over (N, C, H, W) or (C, H, W).
+"""2-D pooling: avg_pool2d, _adaptive_avg_pool2d and max_pool2d_with_indices over (N, C, H, W)
+or (C, H, W).
 
-    y[n, c, oh, ow] = sum of x[n, c, ih, iw] over the window of (oh, ow) / divisor
+    avg: y[n, c, oh, ow] = sum of x[n, c, ih, iw] over the window of (oh, ow) / divisor
+    max: y[n, c, oh, ow] = max of x[n, c, ih, iw] over the window, i[n, c, oh, ow] = its ih * W + iw
 
 avg_pool2d: the window starts at oh * stride - padding, spans the kernel, clipped to the
 input; the divisor is the kernel area clipped to the padded input (count_include_pad), the
 clipped area (not count_include_pad) or divisor_override. _adaptive_avg_pool2d: rows
 [floor(oh * H / OH), ceil((oh + 1) * H / OH)), the same for columns, over the area.
+max_pool2d_with_indices: the window's positions are dilation apart, padding acts as -inf, and
+eager's rules pick the element (the first of equal maxima, any NaN).
 
 Memory-bound: x read once (windows overlap only when stride < kernel; the overlap hits in
 cache), y written once. Contiguous (NCHW) and channels-last (NHWC) inputs. The variants
@@ -35,6 +39,8 @@ from kernforge.propose.families.common import (
 from kernforge.tasks import KernelTask
 
 AVG, ADAPTIVE = "aten::avg_pool2d.default", "aten::_adaptive_avg_pool2d.default"
+MAX = "aten::max_pool2d_with_indices.default"
+NAMES = {AVG: "avg_pool2d", ADAPTIVE: "adaptive_avg_pool2d", MAX: "max_pool2d_with_indices"}
 MAX_UNROLLED = 64  # per_output: window positions unrolled with tl.static_range; larger windows loop
 MAX_TILE = 8192  # window_tile: fp32 values in one [outputs, window positions] tile
 
@@ -42,9 +48,9 @@ MAX_TILE = 8192  # window_tile: fp32 values in one [outputs, window positions] t
 # ---------------------------------------------------------------- what is supported
 
 def match(task: KernelTask) -> dict[str, Any] | str:
-    if task.op not in (AVG, ADAPTIVE):
+    if task.op not in NAMES:
         return f"no built-in template for {task.op}"
-    name = "avg_pool2d" if task.op == AVG else "adaptive_avg_pool2d"
+    name = NAMES[task.op]
     args, kwargs = split_kwargs(task.args)
     if kwargs:
         return f"{name} with keyword arguments has no built-in template yet"
@@ -61,20 +67,20 @@ def match(task: KernelTask) -> dict[str, Any] | str:
         return f"{name} on an input that is neither contiguous nor channels-last has no built-in template yet"
     out = task.outputs[0]
     out_shape = _as_4d(out["shape"])
-    if not _dense(out_shape, _as_4d(out["stride"], 0), layout):
+    if any(not _dense(out_shape, _as_4d(o["stride"], 0), layout) for o in task.outputs):
         return f"{name} whose output layout differs from its input's has no built-in template yet"
     n, c, h, w = shape
     facts = {"op": task.op, "dtype": x["dtype"].replace("torch.", ""), "layout": layout,
              "n": n, "c": c, "h": h, "w": w, "oh": out_shape[2], "ow": out_shape[3],
              "out_shape": list(out["shape"]), "out_stride": list(out["stride"])}
-    window = _avg_window(args) if task.op == AVG else _adaptive_window(facts)
+    window = {AVG: _avg_window, ADAPTIVE: lambda args: _adaptive_window(facts), MAX: _max_window}[task.op](args)
     if isinstance(window, str):
         return window
     facts |= window
-    if facts["kind"] == "avg" and (facts["oh"], facts["ow"]) != (
-            output_size(h, facts["kh"], facts["sh"], facts["ph"], facts["ceil_mode"]),
-            output_size(w, facts["kw"], facts["sw"], facts["pw"], facts["ceil_mode"])):
-        return "avg_pool2d whose output size differs from ATen's rule (a new ATen rule?)"
+    if facts["kind"] != "adaptive" and (facts["oh"], facts["ow"]) != (
+            output_size(h, facts["kh"], facts["sh"], facts["ph"], facts["ceil_mode"], facts["dh"]),
+            output_size(w, facts["kw"], facts["sw"], facts["pw"], facts["ceil_mode"], facts["dw"])):
+        return f"{name} whose output size differs from ATen's rule (a new ATen rule?)"
     return facts
 
 
@@ -114,8 +120,20 @@ def _avg_window(args: list[Any]) -> dict[str, Any] | str:
     if divisor is not None and divisor == 0:
         return "avg_pool2d with divisor_override=0"
     return {"kind": "avg", "kh": kernel[0], "kw": kernel[1], "sh": stride[0], "sw": stride[1],
-            "ph": padding[0], "pw": padding[1], "ceil_mode": ceil_mode, "include_pad": include_pad,
-            "divisor": divisor}
+            "ph": padding[0], "pw": padding[1], "dh": 1, "dw": 1, "ceil_mode": ceil_mode,
+            "include_pad": include_pad, "divisor": divisor}
+
+
+def _max_window(args: list[Any]) -> dict[str, Any] | str:
+    if len(args) < 2:
+        return "max_pool2d_with_indices without a kernel size"
+    kernel = _pair(args[1])
+    stride = _pair(args[2] if len(args) > 2 else None, kernel)
+    padding = _pair(args[3] if len(args) > 3 else 0)
+    dilation = _pair(args[4] if len(args) > 4 else 1)
+    ceil_mode = bool(args[5]) if len(args) > 5 else False
+    return {"kind": "max", "kh": kernel[0], "kw": kernel[1], "sh": stride[0], "sw": stride[1],
+            "ph": padding[0], "pw": padding[1], "dh": dilation[0], "dw": dilation[1], "ceil_mode": ceil_mode}
 
 
 def _adaptive_window(facts: dict[str, Any]) -> dict[str, Any]:
@@ -124,14 +142,14 @@ def _adaptive_window(facts: dict[str, Any]) -> dict[str, Any]:
     kh = max(math.ceil((i + 1) * h / oh) - (i * h) // oh for i in range(oh))
     kw = max(math.ceil((j + 1) * w / ow) - (j * w) // ow for j in range(ow))
     # Stride and padding are avg_pool2d's; adaptive windows come from the output index alone.
-    return {"kind": "adaptive", "kh": kh, "kw": kw, "sh": 1, "sw": 1, "ph": 0, "pw": 0,
+    return {"kind": "adaptive", "kh": kh, "kw": kw, "sh": 1, "sw": 1, "ph": 0, "pw": 0, "dh": 1, "dw": 1,
             "ceil_mode": False, "include_pad": True, "divisor": None}
 
 
-def output_size(size: int, kernel: int, stride: int, pad: int, ceil_mode: bool) -> int:
+def output_size(size: int, kernel: int, stride: int, pad: int, ceil_mode: bool, dilation: int = 1) -> int:
     """ATen's pooling output size: with ceil_mode the last window must start inside the
     input or its left padding."""
-    out = (size + 2 * pad - kernel + (stride - 1 if ceil_mode else 0)) // stride + 1
+    out = (size + 2 * pad - dilation * (kernel - 1) - 1 + (stride - 1 if ceil_mode else 0)) // stride + 1
     if ceil_mode and (out - 1) * stride >= size + pad:
         out -= 1
     return out
@@ -163,8 +181,10 @@ def space(facts: dict[str, Any], backend: str, hw: Hardware) -> Space | None:
 def _cpu_space(facts: dict[str, Any]) -> Space:
     # Sharing (image, output row) pairs differs from sharing images only when there are rows.
     parallel = ("planes", "rows") if facts["oh"] > 1 else ("planes",)
-    return Space.single([Param("parallel", parallel), Param("simd", (False, True)),
-                         Param("schedule", ("static", "dynamic"))])
+    schedule = Param("schedule", ("static", "dynamic"))
+    if facts["kind"] == "max":  # a running argmax with eager's NaN rule: no vector loop to ask for
+        return Space.single([Param("parallel", parallel), schedule])
+    return Space.single([Param("parallel", parallel), Param("simd", (False, True)), schedule])
 
 
 def _triton_space(facts: dict[str, Any]) -> Space:
@@ -180,13 +200,16 @@ def _triton_space(facts: dict[str, Any]) -> Space:
         tile = point["block"] * point["window_block"]
         return 32 * point["num_warps"] <= tile <= min(MAX_TILE, 64 * 32 * point["num_warps"])
 
+    per_output = Variant("per_output", (
+        Param("block", tuple(b for b in (64, 128, 256, 512, 1024, 2048) if b <= max(64, whole))),
+        Param("num_warps", WARPS), Param("unroll", unroll)), lanes_busy)
+    if facts["kind"] == "max":  # the first of equal maxima: a scan in window order, one lane per output
+        return Space([per_output])
     window_blocks = tuple(b for b in (16, 32, 64, 128, 256, 512, 1024) if b < 2 * max(16, _window(facts)))
-    return Space([
-        Variant("per_output", (Param("block", tuple(b for b in (64, 128, 256, 512, 1024, 2048) if b <= max(64, whole))),
-                               Param("num_warps", WARPS), Param("unroll", unroll)), lanes_busy),
-        Variant("window_tile", (Param("block", tuple(b for b in (16, 32, 64, 128, 256) if b <= whole)),
-                                Param("window_block", window_blocks), Param("num_warps", WARPS)), tile_fits),
-    ])
+    return Space([per_output,
+                  Variant("window_tile", (Param("block", tuple(b for b in (16, 32, 64, 128, 256) if b <= whole)),
+                                          Param("window_block", window_blocks), Param("num_warps", WARPS)),
+                          tile_fits)])
 
 
 def _cuda_vecs(facts: dict[str, Any]) -> tuple[int, ...]:
@@ -224,12 +247,15 @@ def _cpu_start(facts: dict[str, Any]) -> dict[str, Any]:
     # With fewer than 4 per core the cores idle unevenly; share output rows instead.
     outer = facts["n"] * facts["c"] if facts["layout"] == "nchw" else facts["n"]
     rows = facts["oh"] > 1 and outer < 4 * (os.cpu_count() or 1)
-    return {"parallel": "rows" if rows else "planes", "simd": True, "schedule": "static"}
+    point = {"parallel": "rows" if rows else "planes", "simd": True, "schedule": "static"}
+    if facts["kind"] == "max":
+        del point["simd"]
+    return point
 
 
 def _triton_start(facts: dict[str, Any], hw: Hardware) -> dict[str, Any]:
     total, window = _outputs(facts), _window(facts)
-    if window > MAX_UNROLLED:
+    if window > MAX_UNROLLED and facts["kind"] != "max":
         # A large window: steps of up to 256 window positions (a 16x16 window at once), tiles
         # of 4096 values, 16 per thread of 8 warps; fewer outputs per program while the SMs
         # lack 4 programs each.
@@ -245,7 +271,8 @@ def _triton_start(facts: dict[str, Any], hw: Hardware) -> dict[str, Any]:
     block = 256 if facts["layout"] == "nchw" else 1024
     while block > 64 and math.ceil(total / block) < 4 * hw.sms:
         block //= 2
-    return {"variant": "per_output", "block": block, "num_warps": min(8, block // 32), "unroll": True}
+    return {"variant": "per_output", "block": block, "num_warps": min(8, block // 32),
+            "unroll": window <= MAX_UNROLLED}
 
 
 def _cuda_start(facts: dict[str, Any], hw: Hardware) -> dict[str, Any]:
@@ -264,18 +291,20 @@ def _cuda_start(facts: dict[str, Any], hw: Hardware) -> dict[str, Any]:
 # ---------------------------------------------------------------- render
 
 def render(facts: dict[str, Any], backend: str, point: dict[str, Any]) -> str:
+    op = "max" if facts["kind"] == "max" else "avg"
     if backend == "cpu":
-        name, constants = "cpu.c", {
+        name, constants = f"cpu_{op}.c", {
             **_geometry(facts, "LL"), **c_element(facts["dtype"]),
-            "PARALLEL_LOOPS": 2 if point["parallel"] == "rows" else 1,
-            "SCHEDULE": point["schedule"], "SIMD_LOOPS": point["simd"]}
+            "PARALLEL_LOOPS": 2 if point["parallel"] == "rows" else 1, "SCHEDULE": point["schedule"]}
+        if op == "avg":
+            constants["SIMD_LOOPS"] = point["simd"]
     elif backend == "cuda":
-        name, constants = "cuda_outputs.cu", {
+        name, constants = f"cuda_{op}.cu", {
             **_geometry(facts, "LL"), **cuda_element(facts["dtype"]),
             "THREADS": point["threads"], "ITEMS": point["items"], "VEC": point["vec"]}
     else:
         variant = point["variant"]
-        name = f"triton_{variant}.py"
+        name = f"triton_{variant}.py" if op == "avg" else f"triton_max_{variant}.py"
         constants = {**_geometry(facts, ""), "OUT_SHAPE": facts["out_shape"], "OUT_STRIDE": facts["out_stride"],
                      "INDEX_64": _needs_int64(facts), "BLOCK": point["block"]}
         if variant == "window_tile":
@@ -289,10 +318,12 @@ def render(facts: dict[str, Any], backend: str, point: dict[str, Any]) -> str:
 
 def _geometry(facts: dict[str, Any], suffix: str) -> dict[str, Any]:
     """The shape and the window, the same names in every kernel file (C sizes as long long)."""
-    sizes = {name.upper(): facts[name] for name in ("n", "c", "h", "w", "oh", "ow", "kh", "kw",
-                                                     "sh", "sw", "ph", "pw")}
-    if suffix:
-        sizes = {name: f"{value}{suffix}" for name, value in sizes.items()}
+    names = ["n", "c", "h", "w", "oh", "ow", "kh", "kw", "sh", "sw", "ph", "pw"]
+    if facts["kind"] == "max":
+        names += ["dh", "dw"]
+    sizes = {name.upper(): f"{facts[name]}{suffix}" if suffix else facts[name] for name in names}
+    if facts["kind"] == "max":
+        return {**sizes, "CHANNELS_LAST": facts["layout"] == "nhwc"}
     return {**sizes, "ADAPTIVE": facts["kind"] == "adaptive", "COUNT_PAD": facts["include_pad"],
             "DIVISOR": facts["divisor"] or 0, "CHANNELS_LAST": facts["layout"] == "nhwc"}
 
