@@ -238,7 +238,9 @@ def _aligned_block(facts: dict[str, Any]) -> int:
 
 def _columns_space(facts: dict[str, Any], hw: Hardware) -> Space:
     r, inner = facts["r"], facts["inner"]
-    tiles_of = lambda p: facts["outer"] * math.ceil(inner / p["block_c"])  # noqa: E731
+
+    def tiles_of(p: dict[str, Any]) -> int:
+        return facts["outer"] * math.ceil(inner / p["block_c"])
 
     def columns_valid(p: dict[str, Any], split: int = 1) -> bool:
         loops = _loops(r, split, p["block_r"])
