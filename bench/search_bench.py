@@ -47,7 +47,7 @@ def copy_bandwidth() -> float:
 
 def run_row(name: str, args: argparse.Namespace, runs_dir: Path, gpu: int | None = None) -> dict:
     started = time.perf_counter()
-    cmd = [sys.executable, "-m", "kernforge", "optimize", f"bench.seed_ops:{name}", "--backend", "triton",
+    cmd = [sys.executable, "-m", "kernforge", "optimize", f"bench.seed_ops:{name}", "--backend", args.backend,
            "--iterations", str(args.iterations), "--top-k", "1", "--strategy", args.strategy,
            "--compile", args.compile, "--runs-dir", str(runs_dir), "--json", "--timeout", "120"]
     if args.parallel:
@@ -70,17 +70,29 @@ def run_row(name: str, args: argparse.Namespace, runs_dir: Path, gpu: int | None
     compiled = {mode: (entry.get("timing") or {}).get("p50_ms") for mode, entry in baseline["compiled"].items()}
     with open(run_dir / "results.tsv", newline="") as f:
         rows = list(csv.DictReader(f, delimiter="\t"))
-    keep_flat(run_dir, task["task"], args.out / f"{args.strategy}_{name}")
-    return {"row": name, "op": task["op"], "shape": task["shape"], "dtype": task["dtype"],
+    keep_flat(run_dir, task["task"], args.out / f"{args.strategy}_{args.backend}_{name}")
+    start = rows[0] if rows else {}
+    return {"row": name, "backend": args.backend, "op": task["op"], "shape": task["shape"], "dtype": task["dtype"],
             "eager_ms": task["eager_p50_ms"], "best_ms": task["best_p50_ms"],
             "speedup_vs_eager": task["best_speedup_vs_eager"], "verdict": task["verdict"],
             "compile_ms": compiled.get("default"),
             "max_autotune_ms": compiled.get("max-autotune-no-cudagraphs"),
             "compile_errors": {m: e.get("error") for m, e in baseline["compiled"].items() if e.get("error")},
             "candidates": task["candidates"], "status_counts": task["status_counts"],
+            # The starting point's own speedup (its first timing, not a finalist's): best / start is
+            # what the search added to the rule's choice.
+            "start_status": start.get("status"), "start_ms": _float(start.get("p50_ms")),
+            "start_speedup_vs_eager": _float(start.get("speedup_vs_eager")) if start.get("status") == "ok" else None,
             "iterations_to_95": iterations_to_95(rows), "finalists": task.get("finalists"), "eval_s": [float(r["eval_s"]) for r in rows if r["eval_s"]],
             "search_wall_s": data["wall_s"], "wall_s": wall, "best_node": task["best_node"],
             "run_dir": str(run_dir)}
+
+
+def _float(text: str | None) -> float | None:
+    try:
+        return float(text) if text else None
+    except ValueError:
+        return None
 
 
 def keep_flat(run_dir: Path, task_id: str, dest: Path) -> None:
@@ -120,21 +132,23 @@ def floor_ms(name: str, bandwidth: float) -> float:
 
 
 def table(results: list[dict], bandwidth: float) -> str:
-    lines = [("| op and shape | floor | eager | compile | max-autotune | kernforge | vs eager | vs best compile "
-              "| vs floor | > L2 | iters to 95% | candidates (ok) | search s |"),
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [("| op and shape | backend | floor | eager | compile | max-autotune | start | kernforge | vs eager "
+              "| vs best compile | vs floor | gain over start | > L2 | iters to 95% | candidates (ok) | search s |"),
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         label = ROWS[r["row"]][0]
         if r.get("error"):
-            lines.append(f"| {label} | | | | | error: {r['error']} | | | | | | | |")
+            lines.append(f"| {label} | {r.get('backend', '')} | | | | | | error: {r['error']} | | | | | | | | |")
             continue
         floor = floor_ms(r["row"], bandwidth)
         best = r["best_ms"]
         compiles = [c for c in (r["compile_ms"], r["max_autotune_ms"]) if c]
+        start = r.get("start_ms") if r.get("start_status") == "ok" else None
         lines.append("| " + " | ".join([
-            label, f"{floor:.4f}", _ms(r["eager_ms"]), _ms(r["compile_ms"]), _ms(r["max_autotune_ms"]),
+            label, r.get("backend", "triton"), f"{floor:.4f}", _ms(r["eager_ms"]), _ms(r["compile_ms"]),
+            _ms(r["max_autotune_ms"]), _ms(start) if start else (r.get("start_status") or "-"),
             _ms(best), _x(r["eager_ms"], best), _x(min(compiles), best) if compiles else "-",
-            f"{best / floor:.2f}x" if best else "-", "yes" if ROWS[r["row"]][1] > L2_BYTES else "no",
+            f"{best / floor:.2f}x" if best else "-", _x(start, best) if start and best else "-", "yes" if ROWS[r["row"]][1] > L2_BYTES else "no",
             str(r["iterations_to_95"] or "-"), f"{r['candidates']} ({r['status_counts'].get('ok', 0)})",
             f"{r['search_wall_s']:.0f}"]) + " |")
     return "\n".join(lines)
@@ -153,6 +167,7 @@ def main() -> int:
     parser.add_argument("--strategy", default="mcts")
     parser.add_argument("--iterations", type=int, default=50)
     parser.add_argument("--compile", default="max-autotune")
+    parser.add_argument("--backend", default="triton", choices=["triton", "cuda"])
     parser.add_argument("--parallel", type=int, default=0)
     parser.add_argument("--rows", default=",".join(ROWS))
     parser.add_argument("--budget-s", type=float, default=1e9, help="stop starting rows after this long")
@@ -174,7 +189,8 @@ def main() -> int:
               "compile": args.compile, "copy_bandwidth_tb_s": bandwidth / 1e12, "rows": []}
     path = args.out / f"search_{args.strategy}.json"
     if args.append and path.is_file():  # rows run again replace their old entry
-        report["rows"] = [r for r in json.loads(path.read_text())["rows"] if r["row"] not in args.rows.split(",")]
+        report["rows"] = [r for r in json.loads(path.read_text())["rows"]
+                          if (r["row"], r.get("backend", "triton")) not in {(n, args.backend) for n in args.rows.split(",")}]
     names = args.rows.split(",")
     previous = list(report["rows"])  # kept rows of an --append, first in the report
     done: dict[str, dict] = {}

@@ -115,18 +115,29 @@ def _cuda_items(facts: dict[str, Any], point: dict[str, Any]) -> int:
 
 
 def _cuda_space(facts: dict[str, Any]) -> Space:
-    def valid(point: dict[str, Any]) -> bool:
+    cols = facts["cols"]
+
+    def rows_valid(point: dict[str, Any]) -> bool:
         if point["threads_per_row"] * point["rows_per_block"] > 1024:
             return False
         # No more threads per row than the row has packs (a warp at least): the rest would idle.
-        if point["threads_per_row"] > max(32, next_pow2(math.ceil(facts["cols"] / point["vec"]))):
+        if point["threads_per_row"] > max(32, next_pow2(math.ceil(cols / point["vec"]))):
             return False
         return not point["cache_row"] or _cuda_items(facts, point) * point["vec"] <= CUDA_MAX_CACHED
 
-    return Space.single([Param("threads_per_row", (32, 64, 128, 256, 512, 1024)),
-                         Param("rows_per_block", (1, 2, 4, 8, 16)),
-                         Param("vec", _cuda_vecs(facts)),
-                         Param("cache_row", (False, True))], valid)
+    def split_valid(point: dict[str, Any]) -> bool:
+        # Each thread has a pack of the chunk at least; a grid's y dimension holds 65535 rows.
+        return point["threads"] * point["vec"] <= point["chunk"] and facts["rows"] <= 65535
+
+    vecs = _cuda_vecs(facts)
+    variants = [Variant("rows", (Param("threads_per_row", (32, 64, 128, 256, 512, 1024)),
+                                 Param("rows_per_block", (1, 2, 4, 8, 16)), Param("vec", vecs),
+                                 Param("cache_row", (False, True))), rows_valid)]
+    chunks = tuple(c for c in (1024, 2048, 4096, 8192, 16384) if cols > c and math.ceil(cols / c) <= MAX_CHUNKS)
+    if chunks:
+        variants.append(Variant("split_row", (Param("threads", (128, 256, 512, 1024)), Param("vec", vecs),
+                                              Param("chunk", chunks)), split_valid))
+    return Space(variants)
 
 
 # ---------------------------------------------------------------- starting rules
@@ -159,6 +170,9 @@ def _triton_start(facts: dict[str, Any], hw: Hardware) -> dict[str, Any]:
 
 def _cuda_start(facts: dict[str, Any], hw: Hardware) -> dict[str, Any]:
     vec = max(_cuda_vecs(facts))
+    if facts["rows"] < 2 * hw.sms and facts["cols"] >= 8192:
+        # Too few rows to fill the SMs: chunks of 4096 elements, a block each (as for Triton).
+        return {"variant": "split_row", "threads": 256, "vec": vec, "chunk": 4096}
     packs = math.ceil(facts["cols"] / vec)
     # About four packs per thread (loads in flight), a warp per row at least, a block per row
     # at most; short rows share a block up to 256 threads, keeping four blocks per SM.
@@ -166,7 +180,8 @@ def _cuda_start(facts: dict[str, Any], hw: Hardware) -> dict[str, Any]:
     rows_per_block = max(1, 256 // threads)
     while rows_per_block > 1 and facts["rows"] / rows_per_block < 4 * hw.sms:
         rows_per_block //= 2
-    point = {"threads_per_row": threads, "rows_per_block": rows_per_block, "vec": vec, "cache_row": True}
+    point = {"variant": "rows", "threads_per_row": threads, "rows_per_block": rows_per_block, "vec": vec,
+             "cache_row": True}
     point["cache_row"] = _cuda_items(facts, point) * vec <= CUDA_MAX_CACHED // 2
     return point
 
@@ -180,10 +195,14 @@ def render(facts: dict[str, Any], backend: str, point: dict[str, Any]) -> str:
             "LOG": facts["log"], "ALGORITHM": point["algorithm"].upper(), "POLY_EXP": point["exp"] == "poly",
             "SCHEDULE": point["schedule"], "SIMD_LOOPS": point["simd"]}
     elif backend == "cuda":
-        name, constants = "cuda_rows.cu", {
-            "ROWS": f"{facts['rows']}LL", "COLS": f"{facts['cols']}LL", **cuda_element(facts["dtype"]),
-            "LOG": facts["log"], "THREADS_PER_ROW": point["threads_per_row"],
-            "ROWS_PER_BLOCK": point["rows_per_block"], "VEC": point["vec"], "CACHE_ROW": point["cache_row"]}
+        name = f"cuda_{point['variant']}.cu"
+        constants = {"ROWS": f"{facts['rows']}LL", "COLS": f"{facts['cols']}LL", **cuda_element(facts["dtype"]),
+                     "LOG": facts["log"]}
+        if point["variant"] == "rows":
+            constants |= {"THREADS_PER_ROW": point["threads_per_row"], "ROWS_PER_BLOCK": point["rows_per_block"],
+                          "VEC": point["vec"], "CACHE_ROW": point["cache_row"]}
+        else:
+            constants |= {"THREADS": point["threads"], "VEC": point["vec"], "CHUNK": point["chunk"]}
     else:
         variant = point["variant"]
         name = f"triton_{variant}.py"

@@ -83,11 +83,21 @@ static __device__ __forceinline__ void row_reduce(float &m, float &s) {
 #endif
 }
 
-static __device__ __forceinline__ float output(float x, float m, float s) {
+// y from x and the row's max m; `scale` is computed once per row by row_constant: 1/sum for
+// softmax (a multiply per element instead of a division), m + log(sum) for log-softmax.
+static __device__ __forceinline__ float row_constant(float m, float s) {
 #if LOG
-    return x - m - logf(s);
+    return m + logf(s);
 #else
-    return fast_exp(x - m) / s;
+    return 1.0f / s;
+#endif
+}
+
+static __device__ __forceinline__ float output(float x, float m, float scale) {
+#if LOG
+    return x - scale;
+#else
+    return fast_exp(x - m) * scale;
 #endif
 }
 
@@ -127,13 +137,14 @@ __global__ void __launch_bounds__(BLOCK_THREADS) softmax_rows(const elem_t *__re
     }
     row_reduce(m, s);
     if (!live) return;
+    const float scale = row_constant(m, s);
 #pragma unroll
     for (int i = 0; i < ITEMS; ++i) {
         const int64_t c = ((int64_t)i * THREADS_PER_ROW + t) * VEC;
         if (c < COLS) {
             pack_t p;
 #pragma unroll
-            for (int k = 0; k < VEC; ++k) p.v[k] = from_float(output(v[i][k], m, s));
+            for (int k = 0; k < VEC; ++k) p.v[k] = from_float(output(v[i][k], m, scale));
             *reinterpret_cast<pack_t *>(yr + c) = p;
         }
     }
@@ -153,11 +164,12 @@ __global__ void __launch_bounds__(BLOCK_THREADS) softmax_rows(const elem_t *__re
     }
     row_reduce(m, s);
     if (!live) return;
+    const float scale = row_constant(m, s);
     for (int64_t c = (int64_t)t * VEC; c < COLS; c += THREADS_PER_ROW * VEC) {
         const pack_t p = *reinterpret_cast<const pack_t *>(xr + c);
         pack_t q;
 #pragma unroll
-        for (int k = 0; k < VEC; ++k) q.v[k] = from_float(output(to_float(p.v[k]), m, s));
+        for (int k = 0; k < VEC; ++k) q.v[k] = from_float(output(to_float(p.v[k]), m, scale));
         *reinterpret_cast<pack_t *>(yr + c) = q;
     }
 #endif
