@@ -118,21 +118,25 @@ def input_sets(op: str, args: list[Any]) -> list[tuple[str, list[Any]]]:
     return sets
 
 
-INDEXED_OPS = ("aten::max.dim", "aten::min.dim", "aten::argmax.default", "aten::argmin.default")
+INDEXED_OPS = ("aten::max.dim", "aten::min.dim", "aten::argmax.default", "aten::argmin.default",
+               "aten::max_pool2d_with_indices.default")
 
 
 def _ties_and_nan(x: torch.Tensor) -> None:
-    """In place (x contiguous): values rounded to a few integers (the extreme repeats: the first
+    """In place: values rounded to a few integers (the extreme repeats: the first
     index must win), two NaNs in the first last-dim row (the first one's index must win), -inf
     filling the second row and +inf the third."""
-    x.copy_(x.round().clamp_(-2, 2))
-    flat = x.view(-1)
-    row = x.shape[-1] if x.dim() else 1
+    work = x.contiguous()  # x itself when contiguous; a channels-last input is written back
+    work.copy_(work.round().clamp_(-2, 2))
+    flat = work.view(-1)
+    row = work.shape[-1] if work.dim() else 1
     flat[min(row // 2, flat.numel() - 1)] = float("nan")
     flat[min(row - 1, flat.numel() - 1)] = float("nan")
     if flat.numel() >= 3 * row:
         flat[row:2 * row] = -float("inf")
         flat[2 * row:3 * row] = float("inf")
+    if work is not x:
+        x.copy_(work)
 
 
 def check_kernel(kernel: Any, task: KernelTask, sets: tuple[str, ...] | None = None) -> str | None:
