@@ -18,10 +18,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from family_check import make_task, tensor
+from family_check import tensor
 
 from kernforge.importing import import_path
-from kernforge.propose.templates import norms
+from kernforge.propose.builtin import Hardware
+from kernforge.propose.families import group_norm as gn
+from kernforge.tasks import KernelTask
 
 triton = pytest.importorskip("triton")
 
@@ -31,9 +33,13 @@ POINTERS = ("X", "W", "B", "Y", "PART", "ARRIVED", "MEAN", "RSTD")
 
 
 def group_norm(shape: list[int], dtype: str = BF16) -> dict:
+    """The facts of a group norm of 32 groups as CUDA lists it (fp32 statistics), without running it."""
     c = shape[1]
     args = [tensor(shape, dtype), tensor([c], dtype), tensor([c], dtype), shape[0], c, shape[2] * shape[3], 32, 1e-5]
-    return norms.match_group_norm(make_task(GN, args))
+    stats = tensor([shape[0], 32], "torch.float32")
+    return gn.match(KernelTask(task_id="t0", op=GN, signature="s", args=args, outputs=[tensor(shape, dtype), stats,
+                                                                                        dict(stats)],
+                               samples=[], share=0.5, gain_if_2x=1.33, time_us=10.0, device="cuda"))
 
 
 def large_group_norm() -> dict:
@@ -49,18 +55,21 @@ def compile_for_hopper(tmp_path: Path, params: dict, pairs: bool = True, facts: 
 
     facts = facts or large_group_norm()
     element = {"bfloat16": "*bf16", "float32": "*fp32"}[facts["dtype"]]
-    assert norms.valid_group_norm(facts, "triton", params)
+    assert gn.space(facts, "triton", Hardware()).contains(params)
     path = tmp_path / "gn.py"
-    path.write_text(norms.render_group_norm(facts, "triton", params))
+    path.write_text(gn.render(facts, "triton", params))
     module = import_path(path, "gn_waiting")
     variant = params["variant"]
     kernel = getattr(module, f"gn_{variant}")
     chunks = facts["group_size"] // params["chunk"]  # chunks that divide the group: nothing masked
-    # the kernel's constants as its launcher gives them on a GPU (PHASE 0: the waiting form)
-    values = {"CHUNK": params["chunk"], "BLOCK": params["block"], "UNROLL": params["unroll"], "CHUNKS": chunks,
-              "CHUNKS_P2": chunks, "PHASE": 0, "PIPELINE": params["pipeline"], "EVEN": True, "ROWS": params["unroll"],
-              "THREADS": 32 * params["num_warps"], "PREFETCH": True, "GROUPS": 32, "CG": 8, "IN_CHANNEL": True,
-              "HAS_W": True, "HAS_B": True, "PAIRS": pairs, "CVT": PACK_BF16 if pairs else ""}
+    # the kernel's constants as its launcher gives them on a GPU (PHASE 0: the waiting form), the
+    # held prefetch as its launcher writes it for 16-byte aligned bf16
+    values = {"CHUNK": params["chunk"], "BLOCK": params.get("block"), "UNROLL": params["unroll"], "CHUNKS": chunks,
+              "CHUNKS_P2": chunks, "PHASE": 0, "PIPELINE": params.get("pipeline"), "EVEN": True, "ROWS": params["unroll"],
+              "THREADS": 32 * params["num_warps"], "EARLY": 2 if params.get("pipeline") else 1,
+              "LEAD": params.get("lead"), "PREFETCH": module.l2_prefetch(2) if variant == "held" else "",
+              "GROUPS": 32, "CG": 8, "IN_CHANNEL": True, "HAS_W": True, "HAS_B": True, "PAIRS": pairs,
+              "BF16": facts["dtype"] == "bfloat16", "CVT": PACK_BF16 if pairs else ""}
     # held has no counters: its partials' bits are their own flags
     kinds = {"X": element, "W": element, "B": element, "Y": element, "PART": "*i32" if variant == "held" else "*fp32",
              "ARRIVED": "*i32", "MEAN": element, "RSTD": element}
@@ -93,9 +102,8 @@ def compile_or_skip(tmp_path: Path, params: dict, pairs: bool = True, facts: dic
 @pytest.mark.parametrize("pipeline, per_sm", [(False, 1), (True, 1), (True, 2)])
 def test_waiting_form_compiles_for_hopper(tmp_path, monkeypatch, pipeline, per_sm):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)  # triton.jit must give a compilable kernel
-    params = {**norms.initial_group_norm(large_group_norm(), "triton"), "variant": "resident", "chunk": 32768,
-              "block": 8192, "num_warps": 16, "reverse": False, "wave_groups": 0, "unroll": 2, "pipeline": pipeline,
-              "per_sm": per_sm, "lead": 2}
+    params = {"variant": "resident", "chunk": 32768, "block": 8192, "num_warps": 16, "unroll": 2, "pipeline": pipeline,
+              "per_sm": per_sm}
     ptx = compile_or_skip(tmp_path, params)
     # the wait is there (release on arrival, acquire while spinning), and x moves in 16-byte vectors
     assert re.search(r"atom\.global\.gpu\.release\.add", ptx) or re.search(r"red\.release\.gpu", ptx)
@@ -108,9 +116,8 @@ def test_waiting_form_compiles_for_hopper(tmp_path, monkeypatch, pipeline, per_s
 @pytest.mark.parametrize("unroll, per_sm", [(1, 4), (2, 2)])
 def test_queue_compiles_for_hopper(tmp_path, monkeypatch, unroll, per_sm):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    params = {**norms.initial_group_norm(large_group_norm(), "triton"), "variant": "queue", "chunk": 32768,
-              "block": 4096, "num_warps": 8, "reverse": False, "wave_groups": 0, "unroll": unroll, "pipeline": False,
-              "per_sm": per_sm, "lead": 4}
+    params = {"variant": "queue", "chunk": 32768, "block": 4096, "num_warps": 8, "unroll": unroll, "per_sm": per_sm,
+              "lead": 4}
     ptx = compile_or_skip(tmp_path, params)
     # tickets from one counter, the same release/acquire wait, x kept in L2 by pass 1 for pass 2
     assert re.search(r"atom\.global\S*\.add", ptx)
@@ -153,9 +160,9 @@ print(json.dumps(out))
 
 
 def schedules(tmp_path: Path, cases: list[tuple[int, int]]) -> list[tuple[list[int], list[int]]]:
-    params = {**norms.initial_group_norm(large_group_norm(), "triton"), "variant": "queue"}
+    params = {"variant": "queue", "chunk": 8192, "block": 4096, "num_warps": 4, "unroll": 1, "per_sm": 8, "lead": 4}
     source = tmp_path / "gn_queue_source.py"
-    source.write_text(norms.render_group_norm(large_group_norm(), "triton", params))
+    source.write_text(gn.render(large_group_norm(), "triton", params))
     script = tmp_path / "schedule.py"
     script.write_text(SCHEDULE)
     env = {**os.environ, "TRITON_INTERPRET": "1"}
@@ -195,9 +202,8 @@ def test_queue_tickets_take_pass_2_only_after_its_whole_group_s_pass_1(tmp_path)
     (8192, 4, 2, 3, 2, True, True), (8192, 4, 2, 4, 1, False, True)])
 def test_held_compiles_for_hopper(tmp_path, monkeypatch, chunk, warps, per_sm, lead, rows, pairs, pipeline):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    params = {**norms.initial_group_norm(large_group_norm(), "triton"), "variant": "held", "chunk": chunk,
-              "block": 4096, "num_warps": warps, "reverse": False, "wave_groups": 0, "unroll": rows,
-              "pipeline": pipeline, "per_sm": per_sm, "lead": lead}
+    params = {"variant": "held", "chunk": chunk, "num_warps": warps, "unroll": rows, "pipeline": pipeline,
+              "per_sm": per_sm, "lead": lead}
     ptx = compile_or_skip(tmp_path, params, pairs)
     # 16-bit values held as pairs: y packed by the launcher's cvt, one a pair, inline
     assert bool(re.search(r"cvt\.rn\.bf16x2\.f32[^\n]*\s+// end inline asm", ptx)) == pairs
@@ -213,12 +219,11 @@ def test_held_compiles_for_hopper(tmp_path, monkeypatch, chunk, warps, per_sm, l
 
 
 def test_held_float32_compiles_without_pairs(tmp_path, monkeypatch):
-    """A float32 source has no pair helpers at all; its kernel names them only in branches its
-    constants leave out, which triton must not compile."""
+    """A float32 source holds no pairs (PAIR_CVT None); its kernel reaches the pair helpers only in
+    branches its constants leave out, which triton must not compile."""
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     facts = group_norm([1, 64, 256, 256], "torch.float32")  # groups of 128K: 32 chunks of 4K
-    params = {"variant": "held", "chunk": 4096, "block": 4096, "num_warps": 4, "reverse": False, "wave_groups": 0,
-              "unroll": 1, "pipeline": True, "per_sm": 2, "lead": 4}
-    assert "def unpack" not in norms.render_group_norm(facts, "triton", params)
+    params = {"variant": "held", "chunk": 4096, "num_warps": 4, "unroll": 1, "pipeline": True, "per_sm": 2, "lead": 4}
+    assert "PAIR_CVT = None" in gn.render(facts, "triton", params)
     ptx = compile_or_skip(tmp_path, params, pairs=False, facts=facts)
     assert "ld.volatile.global" in ptx and not re.search(r"cvt\.rn\.bf16x2\.f32[^\n]*\s+// end inline asm", ptx)

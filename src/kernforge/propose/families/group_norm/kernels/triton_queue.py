@@ -1,0 +1,223 @@
+"""kernforge builtin: group norm, programs taking both passes of chunks from one ticket queue.
+
+kf-op: aten::native_group_norm.default
+
+    y = (x - mean_g) * rsqrt(var_g + eps) * w[c] + b[c]   over each (sample, group of CG channels)
+
+Every program takes tickets from one counter until none is left, each ticket one pass over one
+chunk: pass 1 (statistics to PART) of chunk k, or pass 2 (normalise) of a chunk LEAD groups
+behind. A pass 2 waits only for passes 1 whose tickets were taken before its own, by programs
+that are running and never wait in pass 1: no wave barrier, no deadlock whether or not every
+program is resident, and SMs read one group while they write another. Pass 1 asks L2 to keep
+its lines for pass 2, so x crosses DRAM about once (the queue is bound by L2: ncu measured
+87-89% L2 throughput on the H200).
+"""
+import torch
+import triton
+import triton.language as tl
+
+# kf-constants: begin
+N_GROUPS = 8
+GROUPS = 4
+CG = 2
+HW = 1024
+GROUP_SIZE = 2048
+EPS = 1e-05
+HAS_W = True
+HAS_B = True
+STATS_FP32 = True
+CHUNK = 512
+BLOCK = 256
+UNROLL = 1
+NUM_WARPS = 2
+PER_SM = 8
+LEAD = 4
+# kf-constants: end
+
+
+@triton.jit
+def affine(W, B, c, ok, mean, rstd, IN_CHANNEL: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr):
+    # y = x * scale + shift, with w and b folded into the group's statistics
+    scale = rstd
+    shift = 0.0
+    if HAS_W:
+        scale = rstd * tl.load(W + c, mask=ok if not IN_CHANNEL else None).to(tl.float32)
+    if HAS_B:
+        shift = tl.load(B + c, mask=ok if not IN_CHANNEL else None).to(tl.float32)
+    return scale, shift - mean * scale
+
+
+@triton.jit
+def chunk_stats(X, PART, g, i, group_size, CHUNK: tl.constexpr, BLOCK: tl.constexpr, UNROLL: tl.constexpr,
+                CHUNKS: tl.constexpr, EVICT: tl.constexpr):
+    # Pass 1 of chunk i of group g: (mean, M2) to PART. Sums per lane, reduced across the program
+    # once at the end: a block's loads never wait on a reduction, which one program per SM cannot
+    # afford. The mean from the sum of x; M2 from the squares of x minus the chunk's first value,
+    # so that a large mean does not swamp the variance (the mean as that shift plus the shifted
+    # sum's mean would carry the shift's rounding: 1e-7 on a mean of 2e-3, in float32).
+    base = g.to(tl.int64) * group_size
+    shift = tl.load(X + base + i * CHUNK).to(tl.float32)
+    s = tl.zeros([BLOCK], tl.float32)
+    ss = tl.zeros([BLOCK], tl.float32)
+    for off in range(0, CHUNK, BLOCK * UNROLL):
+        # UNROLL blocks a trip, loaded as one tile: more bytes in flight per SM, which one
+        # program per SM needs; the sum over the tile's rows stays in each thread
+        if UNROLL == 1:
+            idx = i * CHUNK + off + tl.arange(0, BLOCK)
+        else:
+            idx = i * CHUNK + off + tl.arange(0, UNROLL)[:, None] * BLOCK + tl.arange(0, BLOCK)[None, :]
+        ok = idx < group_size
+        x = tl.load(X + base + idx, mask=ok, other=0.0, eviction_policy=EVICT).to(tl.float32)
+        d = tl.where(ok, x - shift, 0.0)
+        if UNROLL == 1:
+            s += x
+            ss += d * d
+        else:
+            s += tl.sum(x, axis=0)
+            ss += tl.sum(d * d, axis=0)
+    n = tl.minimum(group_size - i * CHUNK, CHUNK).to(tl.float32)
+    mean = tl.sum(s, axis=0) / n
+    m2 = tl.maximum(tl.sum(ss, axis=0) - n * (mean - shift) * (mean - shift), 0.0)
+    tl.store(PART + 2 * (g * CHUNKS + i), mean)
+    tl.store(PART + 2 * (g * CHUNKS + i) + 1, m2)
+
+
+@triton.jit
+def arrive(ARRIVED, g):
+    tl.debug_barrier()  # the whole program's stores precede its arrival
+    tl.atomic_add(ARRIVED + g, 1, sem="release", scope="gpu")
+
+
+@triton.jit
+def wait_for_group(ARRIVED, g, CHUNKS: tl.constexpr):
+    arrived = tl.atomic_add(ARRIVED + g, 0, sem="acquire", scope="gpu")
+    while arrived < CHUNKS:
+        arrived = tl.atomic_add(ARRIVED + g, 0, sem="acquire", scope="gpu")
+
+
+@triton.jit
+def group_stats(PART, g, group_size, eps, CHUNK: tl.constexpr, CHUNKS: tl.constexpr, CHUNKS_P2: tl.constexpr,
+                FROM_L2: tl.constexpr):
+    # Group g's mean and rstd from its chunks' (mean, M2) partials in PART (Chan's formula).
+    j = tl.arange(0, CHUNKS_P2)
+    ok = j < CHUNKS
+    part = PART + 2 * (g * CHUNKS + j)
+    if FROM_L2:  # written by other SMs in this same launch: from L2, never from a stale L1 line
+        means = tl.load(part, mask=ok, other=0.0, cache_modifier=".cg")
+        m2s = tl.load(part + 1, mask=ok, other=0.0, cache_modifier=".cg")
+    else:
+        means = tl.load(part, mask=ok, other=0.0)
+        m2s = tl.load(part + 1, mask=ok, other=0.0)
+    counts = tl.where(ok, tl.minimum(tl.maximum(group_size - j * CHUNK, 0), CHUNK), 0).to(tl.float32)
+    mean = tl.sum(counts * means, axis=0) / group_size
+    dev = means - mean
+    return mean, tl.rsqrt(tl.sum(m2s + counts * dev * dev, axis=0) / group_size + eps)
+
+
+@triton.jit
+def chunk_apply(X, W, B, Y, PART, MEAN, RSTD, g, i, group_size, hw, eps, CHUNK: tl.constexpr,
+                BLOCK: tl.constexpr, UNROLL: tl.constexpr, CHUNKS: tl.constexpr, CHUNKS_P2: tl.constexpr,
+                FROM_L2: tl.constexpr, GROUPS: tl.constexpr, CG: tl.constexpr, IN_CHANNEL: tl.constexpr,
+                HAS_W: tl.constexpr, HAS_B: tl.constexpr, EVICT: tl.constexpr):
+    # Pass 2 of chunk i of group g: the group's statistics from its chunks' partials (every
+    # program of the group does the same small sum: cheaper than a launch of its own), then
+    # normalise the chunk, UNROLL blocks a trip as one [UNROLL, BLOCK] tile, all loaded before
+    # any is used.
+    mean, rstd = group_stats(PART, g, group_size, eps, CHUNK, CHUNKS, CHUNKS_P2, FROM_L2)
+    tl.store(MEAN + g, mean.to(MEAN.dtype.element_ty), mask=i == 0)
+    tl.store(RSTD + g, rstd.to(RSTD.dtype.element_ty), mask=i == 0)
+    base = g.to(tl.int64) * group_size
+    c0 = (g % GROUPS) * CG
+    for off in range(0, CHUNK, BLOCK * UNROLL):
+        start = i * CHUNK + off
+        if UNROLL == 1:
+            idx = start + tl.arange(0, BLOCK)
+        else:
+            idx = start + tl.arange(0, UNROLL)[:, None] * BLOCK + tl.arange(0, BLOCK)[None, :]
+        ok = idx < group_size
+        x = tl.load(X + base + idx, mask=ok, other=0.0, eviction_policy=EVICT).to(tl.float32)
+        # HxW a multiple of the tile: a tile lies inside one channel, so w and b are scalars
+        c = c0 + start // hw if IN_CHANNEL else c0 + idx // hw
+        scale, shift = affine(W, B, c, ok, mean, rstd, IN_CHANNEL, HAS_W, HAS_B)
+        tl.store(Y + base + idx, (x * scale + shift).to(Y.dtype.element_ty), mask=ok)
+
+
+@triton.jit
+def fill(PTR, n, value, BLOCK: tl.constexpr):
+    # The counters start each call at 0, in a launch of their own: the waiting kernel cannot
+    # clear them itself without a second wait.
+    idx = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(PTR + idx, tl.zeros([BLOCK], tl.int32) + value, mask=idx < n)
+
+
+@triton.jit
+def ticket_work(t, n_work, lead):
+    # Ticket t -> (pass 1?, work item k), item k being chunk k % CHUNKS of group k // CHUNKS. The
+    # first `lead` tickets are pass 1 of items 0..lead-1; then pass 2 of item a and pass 1 of item
+    # lead + a alternate; then the last passes 2. Pass 2 of item a comes after pass 1 of every
+    # item below lead + a, so of its whole group when lead >= CHUNKS.
+    paired = 2 * (n_work - lead)
+    u = t - lead
+    first = (t < lead) | ((u < paired) & (u % 2 == 1))
+    k = tl.where(t < lead, t, tl.where(u < paired, tl.where(u % 2 == 1, lead + u // 2, u // 2),
+                                       n_work - lead + (u - paired)))
+    return first, k
+
+
+@triton.jit
+def gn_queue(X, W, B, Y, PART, ARRIVED, MEAN, RSTD, n_groups, n_work, lead, group_size, hw, eps,
+             CHUNK: tl.constexpr, BLOCK: tl.constexpr, UNROLL: tl.constexpr, CHUNKS: tl.constexpr,
+             CHUNKS_P2: tl.constexpr, GROUPS: tl.constexpr, CG: tl.constexpr, IN_CHANNEL: tl.constexpr,
+             HAS_W: tl.constexpr, HAS_B: tl.constexpr):
+    # The ticket counter is ARRIVED[n_groups], after the groups' arrival counts. Each pass 2 sums
+    # the group's partials itself: a form in which the group's last pass 1 did it once, for all,
+    # was slower on the H200 (0.1062 ms against 0.0995, bench/results/h200/probe/probe8.log).
+    ticket = ARRIVED + n_groups
+    t = tl.atomic_add(ticket, 1, sem="relaxed")
+    while t < 2 * n_work:
+        first, k = ticket_work(t, n_work, lead)
+        g = k // CHUNKS
+        i = k % CHUNKS
+        if first:
+            chunk_stats(X, PART, g, i, group_size, CHUNK, BLOCK, UNROLL, CHUNKS, "evict_last")
+            arrive(ARRIVED, g)
+        else:
+            wait_for_group(ARRIVED, g, CHUNKS)
+            chunk_apply(X, W, B, Y, PART, MEAN, RSTD, g, i, group_size, hw, eps, CHUNK, BLOCK, UNROLL,
+                        CHUNKS, CHUNKS_P2, True, GROUPS, CG, IN_CHANNEL, HAS_W, HAS_B, "evict_first")
+        t = tl.atomic_add(ticket, 1, sem="relaxed")
+
+
+_SMS = {}
+
+
+def sm_count(device):
+    # the interpreter runs on the CPU: a few programs, so that persistent loops run more than once
+    if device not in _SMS:
+        _SMS[device] = (torch.cuda.get_device_properties(device).multi_processor_count
+                        if device.type == "cuda" else 4)
+    return _SMS[device]
+
+
+def launch(x, w, b, y, mean, rstd):
+    chunks = triton.cdiv(GROUP_SIZE, CHUNK)
+    n_work = N_GROUPS * chunks
+    part = torch.empty((2 * n_work,), dtype=torch.float32, device=x.device)
+    counters = torch.empty((N_GROUPS + 1,), dtype=torch.int32, device=x.device)  # arrivals, then the ticket
+    fill[(triton.cdiv(N_GROUPS + 1, 1024),)](counters, N_GROUPS + 1, 0, BLOCK=1024)
+    programs = min(n_work, PER_SM * sm_count(x.device))
+    gn_queue[(programs,)](x, w, b, y, part, counters, mean, rstd, N_GROUPS, n_work, min(LEAD * chunks, n_work),
+                          GROUP_SIZE, HW, EPS, CHUNK=CHUNK, BLOCK=BLOCK, UNROLL=UNROLL, CHUNKS=chunks,
+                          CHUNKS_P2=triton.next_power_of_2(chunks), GROUPS=GROUPS, CG=CG,
+                          IN_CHANNEL=HW % (BLOCK * UNROLL) == 0, HAS_W=HAS_W, HAS_B=HAS_B, num_warps=NUM_WARPS)
+
+
+def kf_forward(input, weight, bias, N, C, HxW, group, eps):
+    x = input
+    y = torch.empty_like(x)
+    # statistics of shape (N, G): float32 beside a 16-bit input on CUDA, the input's type on a CPU
+    mean = torch.empty((N_GROUPS // GROUPS, GROUPS), dtype=torch.float32 if STATS_FP32 else x.dtype,
+                       device=x.device)
+    rstd = torch.empty_like(mean)
+    launch(x, weight if HAS_W else x, bias if HAS_B else x, y, mean, rstd)
+    return y, mean, rstd
