@@ -240,29 +240,6 @@ def family_for(task: KernelTask):
     return BuiltinProposer()._family_for(task)
 
 
-def legacy_family_for(task: KernelTask):
-    """(LegacyFamily, facts) of a family still under propose/templates/: its flat space, valid()
-    and initial() as they are, for its tests until it moves to propose/families/."""
-    import importlib
-
-    from kernforge.propose.builtin.family import LEGACY_MODULES
-
-    for name in LEGACY_MODULES:
-        for family in importlib.import_module(f"kernforge.propose.templates.{name}").FAMILIES:
-            facts = family.match(task)
-            if not isinstance(facts, str):
-                return family, facts
-    raise ValueError(f"no legacy family matches {task.op}")
-
-
-def all_points(flat: dict[str, list[Any]]) -> list[dict[str, Any]]:
-    """Every point of a flat {parameter: values} space (a family of propose/templates/)."""
-    import itertools
-
-    names = list(flat)
-    return [dict(zip(names, values)) for values in itertools.product(*(flat[n] for n in names))]
-
-
 def valid_points(task: KernelTask, backend: str, per_variant: int = 2_000_000, seed: int = 0) -> list[dict[str, Any]]:
     """The buildable points of the task's family's space: every one of each variant up to
     `per_variant` points, a random sample of a larger variant."""

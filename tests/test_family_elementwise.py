@@ -203,25 +203,6 @@ def test_out_variants_and_gapped_outputs_are_refused():
 
 
 def test_dims_are_coalesced_in_the_outputs_memory_order():
-    def facts(case_id):
-        return ew.match(case_task(case_id, "float32")[0])
-
-    same = facts("add")
-    assert same["sizes"] == [185] and [o["kind"] for o in same["operands"]] == ["same", "same"]
-    nchw = facts("mul_nchw")  # (C,1,1): [N, C, H*W], the channel operand steps along C only
-    assert nchw["sizes"] == [2, 6, 35] and nchw["operands"][1]["strides"] == [0, 1, 0]
-    cl = facts("mul_nchw_channels_last")  # channels-last output: [N*H*W, C], walked as stored
-    assert cl["sizes"] == [70, 6] and cl["operands"][1]["strides"] == [0, 1]
-    assert cl["out_stride"] == CL_STRIDE
-    rows = facts("add_rows")
-    assert rows["sizes"] == [6, 37] and rows["operands"][1]["strides"] == [0, 1]
-    assert rows["consts"] == {"alpha": 2.0}
-    assert [o["kind"] for o in facts("div_0dim")["operands"]] == ["same", "scalar"]
-    assert [o["kind"] for o in facts("mul_number")["operands"]] == ["same", "const"]
-    assert facts("gelu_tanh")["expr"] == "gelu_tanh" and facts("gelu")["expr"] == "gelu"
-
-
-def test_dims_are_coalesced_in_the_outputs_memory_order():
     same = facts_of("add")
     assert same["sizes"] == [185] and [o["kind"] for o in same["operands"]] == ["same", "same"]
     nchw = facts_of("mul_nchw")  # (C,1,1): [N, C, H*W], the channel operand steps along C only

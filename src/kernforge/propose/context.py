@@ -20,7 +20,6 @@ from kernforge.propose import Failure, Proposal
 from kernforge.tasks import KernelTask
 
 
-
 @dataclass
 class TaskFacts:
     op: str

@@ -35,6 +35,7 @@ class BuiltinProposer:
 
     def __init__(self, seed: int = 0):
         self.rng = random.Random(seed)
+        self._spaces: dict[tuple, Space | None] = {}
 
     def check(self) -> None:
         """Nothing to check: the templates need only the machine."""
@@ -73,7 +74,7 @@ class BuiltinProposer:
         `tried` holds every proposal so far; `failures` the ones that failed, and why."""
         hw = hardware or Hardware()
         family, facts = self._family_for(task)
-        space = family.space(facts, backend, hw)
+        space = self._space(family, facts, backend, hw)
         if space is None:
             return None
         failed_moves = {(name, _key(value)): f.status for f in failures
@@ -116,6 +117,13 @@ class BuiltinProposer:
             return None
         return self._proposal(family, facts, backend, jump, parent_point,
                               "every neighbour tried; jump to the nearest untried point: " + _describe(jump))
+
+    def _space(self, family: Family, facts: dict[str, Any], backend: str, hw: Hardware) -> Space | None:
+        """The family's space for these facts, built once per proposer (it keeps what its walks found)."""
+        key = (family.name, backend, repr(sorted(facts.items())), hw)
+        if key not in self._spaces:
+            self._spaces[key] = family.space(facts, backend, hw)
+        return self._spaces[key]
 
     def _family_for(self, task: KernelTask) -> tuple[Family, dict[str, Any]]:
         for family in families():

@@ -49,12 +49,10 @@ class Family:
     explain: Callable[[str, Any, Any], str]
 
 
-# The families in the order they are asked; a task goes to the first that matches it.
-# New-style families are packages under propose/families/; the others are modules under
-# propose/templates/ still on a flat space, until they move.
+# The families in the order they are asked (packages under propose/families/); a task goes to
+# the first that matches it.
 FAMILY_PACKAGES = ("softmax", "row_norm", "group_norm", "batch_norm", "indexed_reduce", "cumsum", "reduce", "pool",
                    "elementwise")
-LEGACY_MODULES: tuple[str, ...] = ()
 
 
 def families() -> list[Family]:
@@ -63,29 +61,4 @@ def families() -> list[Family]:
     found: list[Family] = []
     for name in FAMILY_PACKAGES:
         found += importlib.import_module(f"kernforge.propose.families.{name}").FAMILIES
-    for name in LEGACY_MODULES:
-        found += [legacy(f) for f in importlib.import_module(f"kernforge.propose.templates.{name}").FAMILIES]
     return found
-
-
-@dataclass(frozen=True)
-class LegacyFamily:
-    """A family of propose/templates/: a flat {parameter: values} space and a valid() check."""
-
-    name: str
-    match: Callable[[KernelTask], dict[str, Any] | str]
-    space: Callable[[dict[str, Any], str], dict[str, list[Any]]]
-    initial: Callable[[dict[str, Any], str], dict[str, Any]]
-    render: Callable[[dict[str, Any], str, dict[str, Any]], str]
-    valid: Callable[[dict[str, Any], str, dict[str, Any]], bool]
-    explain: Callable[[str, Any, Any], str]
-
-
-def legacy(old: LegacyFamily) -> Family:
-    def space(facts: dict[str, Any], backend: str, hw: Hardware) -> Space | None:
-        flat = old.space(facts, backend)
-        return Space.single(flat, lambda p: old.valid(facts, backend, p)) if flat else None
-
-    return Family(name=old.name, match=old.match, space=space,
-                  start=lambda facts, backend, hw: old.initial(facts, backend),
-                  render=old.render, explain=old.explain)

@@ -28,6 +28,9 @@ VARIANT = "variant"
 # The most points one walk looks at. The walks of every family's space on the shapes of
 # tests/test_space.py stay under a few thousand points; this bounds a pathological space.
 MAX_VISITS = 20_000
+# A variant switch that lands on a point the variant cannot build looks this far for one it can:
+# a variant with no buildable point near the parent's values is not a move from there.
+SWITCH_VISITS = 500
 
 
 def _always(point: dict[str, Any]) -> bool:
@@ -103,6 +106,9 @@ class Space:
             raise ValueError("two variants share a name")
         # One unnamed variant: points carry no "variant" key.
         self.named = not (len(variants) == 1 and variants[0].name == "")
+        # Where a switch into each (variant, projected point) lands: the walk is the costly part of
+        # a move, and a search asks for the same switches again and again.
+        self._landings: dict[tuple, dict[str, Any] | None] = {}
 
     @classmethod
     def single(cls, params: dict[str, list[Any]] | list[Param],
@@ -179,7 +185,10 @@ class Space:
             if self.contains(moved):
                 found.append((name, value, moved))
             elif self.named and name == VARIANT:
-                near = self.nearest(moved, lambda p: True, within=value)
+                k = self.key(moved)
+                if k not in self._landings:
+                    self._landings[k] = self.nearest(moved, lambda p: True, within=value, limit=SWITCH_VISITS)
+                near = self._landings[k]
                 if near is not None:
                     found.append((name, value, near))
         return found

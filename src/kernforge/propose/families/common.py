@@ -1,38 +1,9 @@
-"""What the built-in templates share: C element types and conversions, shape arithmetic."""
+"""What the families share: task checks, C and CUDA element types, shape arithmetic."""
 
 from __future__ import annotations
 
-import functools
 import math
 from typing import Any
-
-# The SMs of an H100/H200, the GPUs kernforge is tuned on; used where no GPU is visible
-# (the Triton interpreter, tests). The starting points aim to give each SM several programs.
-H200_SMS = 132
-
-
-@functools.cache
-def gpu_sms() -> int:
-    """The streaming multiprocessors of the GPU the search runs on (its first visible one)."""
-    import torch
-
-    if torch.cuda.is_available():
-        return torch.cuda.get_device_properties(0).multi_processor_count
-    return H200_SMS
-
-# The generated module's own SM count, read once per device: launch() runs inside the timed
-# call, where a device-properties query each time would cost microseconds.
-TRITON_SM_COUNT = '''
-_SMS = {}
-
-
-def sm_count(device):
-    # the interpreter runs on the CPU: a few programs, so that persistent loops run more than once
-    if device not in _SMS:
-        _SMS[device] = (torch.cuda.get_device_properties(device).multi_processor_count
-                        if device.type == "cuda" else 4)
-    return _SMS[device]
-'''
 
 SUPPORTED_DTYPES = ("torch.float32", "torch.float16", "torch.bfloat16")
 ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}  # bytes per element of the dtypes above
@@ -69,39 +40,6 @@ def cuda_element(dtype: str) -> dict[str, Any]:
 
 C_TYPES = {"float32": ("float", "KF_F32"), "float16": ("_Float16", "KF_F16"),
            "bfloat16": ("uint16_t", "KF_BF16")}
-
-C_LOAD_STORE = {
-    "float32": "static inline float ld(const elem_t *p, int64_t i) { return p[i]; }\n"
-               "static inline void st(elem_t *p, int64_t i, float v) { p[i] = v; }\n",
-    "float16": "static inline float ld(const elem_t *p, int64_t i) { return (float)p[i]; }\n"
-               "static inline void st(elem_t *p, int64_t i, float v) { p[i] = (_Float16)v; }\n",
-    "bfloat16": "static inline float ld(const elem_t *p, int64_t i) {\n"
-                "    uint32_t u = (uint32_t)p[i] << 16; float f; memcpy(&f, &u, 4); return f;\n}\n"
-                "static inline void st(elem_t *p, int64_t i, float v) {\n"
-                "    uint32_t u; memcpy(&u, &v, 4); u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest even */\n"
-                "    p[i] = (uint16_t)(u >> 16);\n}\n",
-}
-
-
-def c_simd_macro(on: bool) -> str:
-    """SIMD(clause) in the C templates: `#pragma omp simd clause` when on, nothing when off."""
-    if on:
-        return "#define KF_STR(s) #s\n#define SIMD(clause) _Pragma(KF_STR(omp simd clause))\n"
-    return "#define SIMD(clause)\n"
-
-
-def c_one_in_one_out(code: str, body: str) -> str:
-    """kf_forward for an op with one input and one output of element type elem_t (dtype `code`):
-    checks the call, names them x and y, runs `body`."""
-    return f"""int kf_forward(const kf_tensor *in, int n_in, kf_tensor *out, int n_out) {{
-    if (n_in != 1 || n_out != 1) return 1;
-    if (in[0].dtype != {code} || out[0].dtype != {code}) return 2;
-    const elem_t *x = (const elem_t *)in[0].data;
-    elem_t *y = (elem_t *)out[0].data;
-{body}    return 0;
-}}
-"""
-
 
 def next_pow2(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())

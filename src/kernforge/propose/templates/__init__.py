@@ -1,1 +1,0 @@
-"""Kernel templates of the built-in proposer, one module per op family."""
