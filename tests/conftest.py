@@ -109,22 +109,52 @@ def evaluate_source(softmax_reference, tmp_path: Path):
     return run
 
 
-# What starts a worker process, called by a test or by one of its fixtures.
+# What starts a worker process, a compiler or a browser, called by a test, by one of its
+# fixtures, or by a helper function of the tests' own that they call (two calls deep).
 _WORKER_CALLS = re.compile(r"\b(run_cli|search_task|evaluate_candidate|evaluate_baseline|evaluate_source|optimize|"
                            r"run_optimize|resume|apply_run|add_candidate|run_job|evaluate_file|export_run|"
-                           r"softmax_reference|run_under_interpreter|subprocess\.run|subprocess\.Popen)\(")
+                           r"softmax_reference|run_under_interpreter|subprocess\.run|subprocess\.Popen|"
+                           r"check_params|check_source|compile_library|sync_playwright|capture_model)\(")
+_CALLED = re.compile(r"\b([A-Za-z_]\w*)\(")
+TESTS = Path(__file__).resolve().parent
+
+
+def _sources(function: Callable, depth: int = 2) -> list[str]:
+    """The function's source, and those of the tests' own helpers it calls, `depth` calls deep."""
+    try:
+        source = inspect.getsource(function)
+    except (OSError, TypeError):
+        return []
+    found = [source]
+    if depth:
+        scope = getattr(function, "__globals__", {})
+        for name in set(_CALLED.findall(source)):
+            helper = scope.get(name)
+            if inspect.isfunction(helper) and helper is not function and _in_tests(helper):
+                found += _sources(helper, depth - 1)
+    return found
+
+
+def _in_tests(function: Callable) -> bool:
+    try:
+        return TESTS in Path(inspect.getfile(function)).resolve().parents
+    except (OSError, TypeError):
+        return False
 
 
 def _starts_workers(item: pytest.Item) -> bool:
     functions = [getattr(item, "function", None)]
     functions += [d.func for defs in item._fixtureinfo.name2fixturedefs.values() for d in defs]
     for function in functions:
-        try:
-            source = inspect.getsource(function) if function else ""
-        except (OSError, TypeError):
+        if function is None:
             continue
-        if _WORKER_CALLS.search(source) or "softmax_reference" in inspect.signature(function).parameters:
+        if any(_WORKER_CALLS.search(source) for source in _sources(function)):
             return True
+        try:
+            if "softmax_reference" in inspect.signature(function).parameters:
+                return True
+        except (TypeError, ValueError):
+            continue
     return False
 
 

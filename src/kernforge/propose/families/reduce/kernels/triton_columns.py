@@ -51,6 +51,20 @@ def combine(a, b, OP: tl.constexpr):
 
 
 @triton.jit
+def accumulate(acc, lost, x, OP: tl.constexpr):
+    # A sum keeps what each add rounds off in `lost` and feeds it back (Kahan): a long loop then
+    # errs like a pairwise sum. A plain float32 running sum over R = 4096 rows failed eager's
+    # bound on the H200 (bench/results/h200/issue19/README.md).
+    if OP == "amax" or OP == "amin":
+        return combine(acc, x, OP), lost
+    else:
+        y = x - lost
+        t = acc + y
+        lost = (t - acc) - y
+        return t, tl.where(lost == lost, lost, 0.0)  # past an inf there is nothing to feed back
+
+
+@triton.jit
 def reduce_tile(acc, axis: tl.constexpr, OP: tl.constexpr):
     if OP == "amax":
         return tl.reduce(acc, axis, nan_max)
@@ -82,11 +96,15 @@ def reduce_columns(X, OUT, N_RED: tl.constexpr, INNER: tl.constexpr, BLOCK_R: tl
     base = X + o * (N_RED * INNER) + cols[None, :]
     r = tl.arange(0, BLOCK_R)[:, None]
     acc = tl.full([BLOCK_R, BLOCK_C], INIT, tl.float32)
+    lost = tl.zeros([BLOCK_R, BLOCK_C], tl.float32)
     for start in tl.range(part * CHUNK, (part + 1) * CHUNK, BLOCK_R, num_stages=NUM_STAGES):
         rows = (start + r).to(tl.int64)
         x = tl.load(base + rows * INNER, mask=(rows < N_RED) & col_ok[None, :], other=INIT)
-        acc = combine(acc, x.to(tl.float32), OP)
-    total = reduce_tile(acc, 0, OP)
+        acc, lost = accumulate(acc, lost, x.to(tl.float32), OP)
+    if OP == "amax" or OP == "amin":
+        total = reduce_tile(acc, 0, OP)
+    else:
+        total = reduce_tile(acc - lost, 0, OP)
     if SPLIT == 1:
         tl.store(OUT + o * INNER + cols, finish(total, N_RED, OP).to(OUT.dtype.element_ty), mask=col_ok)
     else:

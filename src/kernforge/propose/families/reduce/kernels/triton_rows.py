@@ -47,6 +47,20 @@ def combine(a, b, OP: tl.constexpr):
 
 
 @triton.jit
+def accumulate(acc, lost, x, OP: tl.constexpr):
+    # A sum keeps what each add rounds off in `lost` and feeds it back (Kahan): a long loop then
+    # errs like a pairwise sum. A plain float32 running sum over R = 4096 rows failed eager's
+    # bound on the H200 (bench/results/h200/issue19/README.md).
+    if OP == "amax" or OP == "amin":
+        return combine(acc, x, OP), lost
+    else:
+        y = x - lost
+        t = acc + y
+        lost = (t - acc) - y
+        return t, tl.where(lost == lost, lost, 0.0)  # past an inf there is nothing to feed back
+
+
+@triton.jit
 def reduce_tile(acc, axis: tl.constexpr, OP: tl.constexpr):
     if OP == "amax":
         return tl.reduce(acc, axis, nan_max)
@@ -74,11 +88,15 @@ def reduce_rows(X, OUT, N_ROWS: tl.constexpr, N_RED: tl.constexpr, ROWS: tl.cons
     base = X + rows.to(tl.int64)[:, None] * N_RED
     cols = tl.arange(0, BLOCK_R)[None, :]
     acc = tl.full([ROWS, BLOCK_R], INIT, tl.float32)
+    lost = tl.zeros([ROWS, BLOCK_R], tl.float32)
     for start in range(part * CHUNK, (part + 1) * CHUNK, BLOCK_R):
         c = start + cols
         x = tl.load(base + c, mask=row_ok[:, None] & (c < N_RED), other=INIT)
-        acc = combine(acc, x.to(tl.float32), OP)
-    total = reduce_tile(acc, 1, OP)
+        acc, lost = accumulate(acc, lost, x.to(tl.float32), OP)
+    if OP == "amax" or OP == "amin":
+        total = reduce_tile(acc, 1, OP)
+    else:
+        total = reduce_tile(acc - lost, 1, OP)
     if SPLIT == 1:
         tl.store(OUT + rows, finish(total, N_RED, OP).to(OUT.dtype.element_ty), mask=row_ok)
     else:

@@ -48,6 +48,20 @@ def combine(a, b, OP: tl.constexpr):
 
 
 @triton.jit
+def accumulate(acc, lost, x, OP: tl.constexpr):
+    # A sum keeps what each add rounds off in `lost` and feeds it back (Kahan): a long loop then
+    # errs like a pairwise sum. A plain float32 running sum over R = 4096 rows failed eager's
+    # bound on the H200 (bench/results/h200/issue19/README.md).
+    if OP == "amax" or OP == "amin":
+        return combine(acc, x, OP), lost
+    else:
+        y = x - lost
+        t = acc + y
+        lost = (t - acc) - y
+        return t, tl.where(lost == lost, lost, 0.0)  # past an inf there is nothing to feed back
+
+
+@triton.jit
 def reduce_tile(acc, axis: tl.constexpr, OP: tl.constexpr):
     if OP == "amax":
         return tl.reduce(acc, axis, nan_max)
@@ -78,12 +92,16 @@ def reduce_two_blocks(X, Y, R1: tl.constexpr, MID: tl.constexpr, R2: tl.constexp
     base = X + o * (R1 * MID * R2 * INNER) + m * (R2 * INNER) + cols[None, :]
     r = tl.arange(0, BLOCK_R)[:, None]
     acc = tl.full([BLOCK_R, BLOCK_C], INIT, tl.float32)
+    lost = tl.zeros([BLOCK_R, BLOCK_C], tl.float32)
     for start in range(0, R1 * R2, BLOCK_R):
         flat = (start + r).to(tl.int64)
         offs = (flat // R2) * (MID * R2 * INNER) + (flat % R2) * INNER
         x = tl.load(base + offs, mask=(flat < R1 * R2) & col_ok[None, :], other=INIT)
-        acc = combine(acc, x.to(tl.float32), OP)
-    total = reduce_tile(acc, 0, OP)
+        acc, lost = accumulate(acc, lost, x.to(tl.float32), OP)
+    if OP == "amax" or OP == "amin":
+        total = reduce_tile(acc, 0, OP)
+    else:
+        total = reduce_tile(acc - lost, 0, OP)
     tl.store(Y + om * INNER + cols, finish(total, R1 * R2, OP).to(Y.dtype.element_ty), mask=col_ok)
 
 
