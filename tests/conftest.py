@@ -11,6 +11,7 @@ the rest runs while you work in a fifth of the time (10 of about 50 min on a 2-c
 
 from __future__ import annotations
 
+import functools
 import inspect
 import re
 import textwrap
@@ -119,12 +120,13 @@ _CALLED = re.compile(r"\b([A-Za-z_]\w*)\(")
 TESTS = Path(__file__).resolve().parent
 
 
-def _sources(function: Callable, depth: int = 2) -> list[str]:
+@functools.cache  # one test module's many parametrised items share their functions
+def _sources(function: Callable, depth: int = 2) -> tuple[str, ...]:
     """The function's source, and those of the tests' own helpers it calls, `depth` calls deep."""
     try:
         source = inspect.getsource(function)
     except (OSError, TypeError):
-        return []
+        return ()
     found = [source]
     if depth:
         scope = getattr(function, "__globals__", {})
@@ -132,7 +134,7 @@ def _sources(function: Callable, depth: int = 2) -> list[str]:
             helper = scope.get(name)
             if inspect.isfunction(helper) and helper is not function and _in_tests(helper):
                 found += _sources(helper, depth - 1)
-    return found
+    return tuple(found)
 
 
 def _in_tests(function: Callable) -> bool:

@@ -20,6 +20,7 @@ from typing import Any
 from kernforge.propose.builtin import kernel_file
 from kernforge.propose.builtin.family import Family, Hardware
 from kernforge.propose.builtin.space import Param, Space, Variant
+from kernforge.propose.families import rows_columns
 from kernforge.propose.families.common import (
     SUPPORTED_DTYPES,
     c_element,
@@ -67,41 +68,23 @@ def match(task: KernelTask) -> dict[str, Any] | str:
 # ---------------------------------------------------------------- spaces
 
 POW2_BLOCKS = (256, 512, 1024, 2048, 4096)
-WARPS = (1, 2, 4, 8, 16)
+# cpu: a row split across threads reads it twice (sums, then the scan): worth it only for parts
+# of a few KB.
+CPU_MIN_PART = 1024
 
 
 def space(facts: dict[str, Any], backend: str, hw: Hardware) -> Space | None:
     if backend == "cpu":
-        return _cpu_space(facts)
+        return rows_columns.cpu_space(facts, min_part=CPU_MIN_PART)
     if backend == "triton":
         return _triton_space(facts)
     return None
 
 
-def _cpu_space(facts: dict[str, Any]) -> Space:
-    schedule = Param("schedule", ("static", "dynamic"))
-    if facts["inner"] > 1:
-        blocks = tuple(b for b in (16, 64, 256, 1024) if b <= max(16, next_pow2(facts["inner"])))
-        return Space([Variant("columns", (Param("block_c", blocks), schedule))])
-    variants = [Variant("rows", (schedule,))]
-    # A row split across threads reads it twice (sums, then the scan): worth it only for
-    # rows long enough that each part is a few KB.
-    parts = tuple(p for p in (4, 16, 64) if facts["r"] >= 1024 * p)
-    if parts:
-        variants.append(Variant("split_row", (Param("parts", parts),)))
-    return Space(variants)
-
-
 def _triton_space(facts: dict[str, Any]) -> Space:
-    r, warps = facts["r"], Param("num_warps", WARPS)
+    r, warps = facts["r"], Param("num_warps", rows_columns.WARPS)
     if facts["inner"] > 1:
-        def fits(point: dict[str, Any]) -> bool:
-            return point["block_r"] * point["block_c"] <= MAX_TILE
-
-        return Space([Variant("columns", (
-            Param("block_r", tuple(b for b in (1, 2, 4, 8, 16, 32, 64) if b <= next_pow2(r))),
-            Param("block_c", tuple(b for b in (16, 32, 64, 128, 256) if b <= max(16, next_pow2(facts["inner"])))),
-            warps), fits)])
+        return rows_columns.triton_columns_space(facts, MAX_TILE)
     variants = []
     whole = _whole_row(r)
     packs = tuple(n for n in (1, 2, 4, 8, 16, 32) if n * whole <= MAX_TILE and n <= next_pow2(facts["outer"]))
@@ -124,28 +107,14 @@ def _whole_row(r: int) -> int:
 
 def start(facts: dict[str, Any], backend: str, hw: Hardware) -> dict[str, Any]:
     if backend == "cpu":
-        return _cpu_start(facts)
+        return rows_columns.cpu_start(facts, min_part=CPU_MIN_PART)
     return _triton_start(facts, hw)
-
-
-def _cpu_start(facts: dict[str, Any]) -> dict[str, Any]:
-    if facts["inner"] > 1:
-        return {"variant": "columns", "block_c": min(256, max(16, next_pow2(facts["inner"]))), "schedule": "static"}
-    # A row per thread once there are a few rows per core; fewer long rows are split.
-    if facts["outer"] < 16 and facts["r"] >= 1024 * 16:
-        return {"variant": "split_row", "parts": 16 if facts["r"] < 1024 * 64 else 64}
-    return {"variant": "rows", "schedule": "static"}
 
 
 def _triton_start(facts: dict[str, Any], hw: Hardware) -> dict[str, Any]:
     outer, r, inner = facts["outer"], facts["r"], facts["inner"]
     if inner > 1:
-        block_c = min(64, max(16, next_pow2(inner)))
-        if outer * math.ceil(inner / block_c) < 4 * hw.sms:
-            block_c = max(16, block_c // 2)  # narrower column blocks: more programs
-        block_r = min(16, next_pow2(r))
-        return {"variant": "columns", "block_r": block_r, "block_c": block_c,
-                "num_warps": max(1, min(4, block_r * block_c // 256))}
+        return rows_columns.triton_columns_start(facts, hw, rows_per_step=16, values_per_warp=256)
     if outer < 2 * hw.sms and r >= 16384:
         # Too few rows to fill the SMs, one program each: split the rows into blocks of 2048
         # (the three passes read x twice, paid back once the split fills the GPU).
