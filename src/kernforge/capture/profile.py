@@ -13,6 +13,7 @@ from typing import Any
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from kernforge.capture.chains import Chain, ChainSampler, find_chains, first_reads
 from kernforge.capture.recorder import (
     RANGE_PREFIX,
     Call,
@@ -30,7 +31,8 @@ from kernforge.models import LoadedModel, run_forward
 DEFAULT_SAMPLES_PER_SIGNATURE = 2
 DEFAULT_SAMPLE_CAP_BYTES = 256 << 20  # one sample's input tensors
 DEFAULT_TOTAL_CAP_BYTES = 2 << 30  # all samples of one capture
-KINDS = ("compute", "view", "copy", "alloc", "random")
+# "chain": a fused chain of cheap ops (capture/chains.py), ranked beside the single ops
+KINDS = ("compute", "chain", "view", "copy", "alloc", "random")
 
 
 @dataclass
@@ -53,6 +55,9 @@ class OpProfile:
     # over the sample caps, are saved as placeholders (Placeholder.to_json), listed here.
     real_inputs: str = "all"
     placeholders: list[dict[str, Any]] = field(default_factory=list)
+    # kind "chain": its steps, outputs and instances (chains.Chain.to_json); op names the steps,
+    # args and outputs are the chain's external inputs and kept values
+    chain: dict[str, Any] | None = None
 
     @property
     def shape_text(self) -> str:
@@ -126,9 +131,57 @@ def capture_model(
         captured_ms = (time.perf_counter() - start) * 1e3
         recorders.append(recorder)
     capture = _summarise(loaded, recorders, times, forward_ms, captured_ms, measured_us)
+    chains = find_chains(recorders[0].calls, recorders[0].returned_ids)
+    capture.profiles += [_chain_profile(ch, recorders[0].calls, times, capture.total_time_us) for ch in chains]
+    capture.profiles.sort(key=lambda p: p.time_us, reverse=True)
     if out_dir is not None:
         _save(capture, recorders[0], times[0], out_dir)
+        _save_chain_samples(loaded, capture, chains, recorders[0].calls, out_dir, samples_per_signature,
+                            sample_cap_bytes, total_cap_bytes)
     return capture
+
+
+def _chain_profile(chain: Chain, calls: list[Call], times: list[dict[int, float]], total: float) -> OpProfile:
+    """A chain as a ranked row: its time per pass is its instances' calls summed (median over the
+    passes), the time its steps take today."""
+    members = [m for instance in chain.instances for m in instance.members]
+    us = _median([sum(t.get(m, 0.0) for m in members) for t in times])
+    share = us / total if total > 0 else 0.0
+    first = calls[chain.instances[0].members[0]]
+    return OpProfile(signature=chain.signature, op=chain.op, kind="chain", args=chain.input_metas,
+                     outputs=chain.output_metas, calls=len(chain.instances), time_us=us, share=share,
+                     gain_if_2x=1.0 / (1.0 - share / 2.0), schema=chain.op,
+                     module=first.module, chain=chain.to_json())
+
+
+def _save_chain_samples(loaded: LoadedModel, capture: Capture, chains: list[Chain], calls: list[Call],
+                        out_dir: Path, per_chain: int, sample_cap_bytes: int, total_cap_bytes: int) -> None:
+    """One more pass that copies the inputs of the first instances of each chain (ChainSampler)."""
+    if not chains or per_chain <= 0:
+        return
+    by_index = {c.index: c for c in calls}
+    wanted = [(ch.signature, inst, first_reads(inst, by_index)) for ch in chains for inst in ch.instances[:per_chain]]
+    saved = sum(_dir_bytes(out_dir / "samples"))
+    sampler = ChainSampler(wanted, {c.index: qualified_name(c.func) for c in calls}, sample_cap_bytes,
+                           max(0, total_cap_bytes - saved))
+    with sampler, torch.no_grad():
+        loaded.module(*loaded.inputs)
+    by_sig = {p.signature: p for p in capture.profiles}
+    counts: dict[str, int] = {}
+    for sample in sampler.finished():
+        profile = by_sig[sample["signature"]]
+        k = counts.get(profile.signature, 0)
+        counts[profile.signature] = k + 1
+        rel = f"samples/{profile.signature}/{k}.pt"
+        save_sample(sample["inputs"], {}, sample["outputs"], out_dir / rel)
+        profile.samples.append(rel)
+        profile.real_inputs = sample["real"]
+        profile.placeholders += [p.to_json() for p in placeholders_of(sample["inputs"])]
+    (out_dir / "profile.json").write_text(json.dumps(asdict(capture), indent=1))
+
+
+def _dir_bytes(folder: Path) -> list[int]:
+    return [f.stat().st_size for f in folder.rglob("*.pt")] if folder.is_dir() else []
 
 
 def load_capture(out_dir: Path) -> Capture:
@@ -141,11 +194,11 @@ def _recorded_forward(loaded: LoadedModel, recorder: Recorder, on_gpu: bool) -> 
     """One recorded pass; the time of each call by index (us)."""
     if not on_gpu:
         with ModuleTracker(loaded.module, recorder), recorder, torch.no_grad():
-            loaded.module(*loaded.inputs)
+            recorder.mark_returned(loaded.module(*loaded.inputs))
         return {c.index: c.cpu_us for c in recorder.calls}
     with _quiet_native_stderr(), profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         with ModuleTracker(loaded.module, recorder), recorder, torch.no_grad():
-            loaded.module(*loaded.inputs)
+            recorder.mark_returned(loaded.module(*loaded.inputs))
         torch.cuda.synchronize(loaded.device)
     return _range_device_us(prof.events())
 

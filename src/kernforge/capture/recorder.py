@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -53,6 +53,12 @@ class Call:
     producers: list[int | None]  # per tensor input, in flattened order: the call that made it
     module: str  # the innermost nn.Module running, by its qualified name ("" for the top)
     cpu_us: float = 0.0
+    # Which tensor objects it read, wrote and made (ids numbered per pass as tensors are first
+    # seen): two inputs that are the same parameter, or which output of a call an input is, are
+    # told apart only by these (capture/chains.py wires fused chains by them).
+    input_ids: list[int] = field(default_factory=list)
+    output_ids: list[int] = field(default_factory=list)
+    written_ids: list[int] = field(default_factory=list)
 
 
 class Recorder(TorchDispatchMode):
@@ -76,6 +82,9 @@ class Recorder(TorchDispatchMode):
         # through a view (x[:, :2].add_(1)) changes the base too, which the per-tensor
         # map cannot see.
         self._last_write: dict[int, int] = {}
+        self._ids = WeakIdKeyDictionary()  # tensor -> its id in this pass (Call.input_ids)
+        self._next_id = 0
+        self.returned_ids: set[int] = set()  # the tensors the forward returned (mark_returned)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -84,6 +93,7 @@ class Recorder(TorchDispatchMode):
         kind = op_kind(func)
         inputs = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
         producers = [self._producer_of(t) for t in inputs]
+        input_ids = [self.tensor_id(t) for t in inputs]
         sample = self._maybe_keep_sample(sig, inputs, args, kwargs) if kind == "compute" else None
         start = time.perf_counter()
         if self.profiler_ranges:
@@ -98,15 +108,29 @@ class Recorder(TorchDispatchMode):
             self.bytes_left -= sum(saved_bytes(t) for t in outputs)
         for t in outputs:
             self._producer[t] = index  # an in-place op makes its call the producer of the tensor
-        for t in written_tensors(func, args, kwargs):
+        written = written_tensors(func, args, kwargs)
+        for t in written:
             self._last_write[_storage_key(t)] = index
         self.calls.append(Call(index=index, func=func, signature=sig, kind=kind,
                                args=describe_args(list(args)), kwargs=describe_args(kwargs),
                                outputs=[tensor_meta(t) for t in outputs],
                                producers=producers,
                                module=self.module_stack[-1] if self.module_stack else "",
-                               cpu_us=cpu_us))
+                               cpu_us=cpu_us, input_ids=input_ids,
+                               output_ids=[self.tensor_id(t) for t in outputs],
+                               written_ids=[self.tensor_id(t) for t in written]))
         return out
+
+    def tensor_id(self, t: torch.Tensor) -> int:
+        if t not in self._ids:  # a counter, not len(): entries leave as tensors die
+            self._ids[t] = self._next_id
+            self._next_id += 1
+        return self._ids[t]
+
+    def mark_returned(self, out: Any) -> None:
+        """Note the tensors the forward returned: a chain's last value may be the model's output,
+        used by no later call."""
+        self.returned_ids = {self.tensor_id(t) for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)}
 
     def _producer_of(self, t: torch.Tensor) -> int | None:
         made, written = self._producer.get(t), self._last_write.get(_storage_key(t))

@@ -56,11 +56,11 @@ def run_baseline(job: dict[str, Any]) -> dict[str, Any]:
     from kernforge.capture import encode_value, load_sample
     from kernforge.evaluate.hardware import measure_hardware
     from kernforge.evaluate.inputs import digest, drawn_set, make_sets, mutated_inputs, tensors_of
-    from kernforge.tasks import load_task, resolve_op
+    from kernforge.tasks import load_task, reference_of
 
     task = load_task(Path(job["task_path"]))
     device = torch.device(job["device"])
-    op = resolve_op(task.op)
+    op = reference_of(task)  # an ATen op, or a chain's replay
     seed = job.get("seed", 0)
     # Tensors the capture kept as placeholders are drawn here, from a stream of their own (make_sets'
     # generator, seeded alike, would repeat these values in its fresh sets).
@@ -71,7 +71,7 @@ def run_baseline(job: dict[str, Any]) -> dict[str, Any]:
     why = _why_drawn_sets_fail(op, sets, labels, task.outputs, device) if drawn else None
     if why:
         return {"status": "error", "reason": f"the inputs over the sample cap cannot be drawn: {why}"}
-    mutated = mutated_inputs(op._schema)
+    mutated = op.mutated if task.chain else mutated_inputs(op._schema)
     dtypes = [str(t.dtype) for t in _eager(op, sets[0], device)]
     # Two files: the inputs, which candidates' workers read, and the oracle, which the search
     # process loads and deletes as soon as this worker is gone (runner.load_oracle). The inputs
@@ -194,6 +194,7 @@ def _time_compiled(harness: Any, op: Any, dev_sets: list[Any], timing_sets: list
 
 
 def _oracle(op: Any, args: Any, kwargs: Any, upcast: Any) -> Any:
+    op = op.in_float64() if hasattr(op, "in_float64") else op  # a chain: its casts to float64 too
     try:
         return op(*upcast(args), **upcast(kwargs))
     except (RuntimeError, NotImplementedError):
@@ -208,7 +209,7 @@ def run_candidate(job: dict[str, Any]) -> dict[str, Any]:
     judged), time eager again; the judged calls' outputs go to a file for the search process."""
     from kernforge.backends import BuildError, RejectedBuild, get_backend
     from kernforge.evaluate.session import Plan, judged_timed_for, output_metas, reps_for
-    from kernforge.tasks import load_task, resolve_op
+    from kernforge.tasks import load_task, reference_of
 
     device = torch.device(job["device"])
     mark_fd = int(os.environ["KF_MARK_FD"]) if os.environ.get("KF_MARK_FD") else None
@@ -219,7 +220,7 @@ def run_candidate(job: dict[str, Any]) -> dict[str, Any]:
     # a GPU worker's copies go to the GPU.
     ref = mapped_reference(Path(job["reference_path"]))
     sets = [on_device(s, device) for s in ref.pop("input_sets")]
-    op = resolve_op(task.op)
+    op = reference_of(task)
     phases = Phases()
     lock = DeviceLock(job.get("device_lock"), checks_exclusive=device.type == "cpu")
     eager_fn = _calls(op)

@@ -72,7 +72,7 @@ class ProposalContext:
 
 
 def task_facts(task: KernelTask, eager_p50_ms: float | None, compile_p50_ms: float | None) -> TaskFacts:
-    from kernforge.tasks import resolve_op
+    from kernforge.tasks import chain_program, resolve_op
 
     inputs, scalars = [], []
     for position, arg in enumerate(task.args):
@@ -83,7 +83,7 @@ def task_facts(task: KernelTask, eager_p50_ms: float | None, compile_p50_ms: flo
     outputs = [{k: o[k] for k in ("shape", "dtype", "stride") if k in o} for o in task.outputs]
     moved = sum(_bytes(t) for t in inputs) + sum(_bytes(o) for o in outputs)
     try:
-        schema = str(resolve_op(task.op)._schema)
+        schema = chain_program(task.chain) if task.chain else str(resolve_op(task.op)._schema)
     except (AttributeError, RuntimeError, ValueError):
         schema = task.op
     return TaskFacts(op=task.op, schema=schema, inputs=inputs, scalars=scalars, outputs=outputs,

@@ -29,6 +29,9 @@ class KernelTask:
     # some or all were over the capture's sample caps and are drawn fresh, in the captured
     # layout, by the baseline (evaluate.inputs.drawn_set). task.json files from before say nothing: all.
     real_inputs: str = "all"
+    # A fused chain (capture/chains.py): its steps and outputs; op is its name ("chain:mul+add+
+    # _softmax"), args its external inputs, outputs the values it keeps. None for a single op.
+    chain: dict[str, Any] | None = None
 
     @property
     def inputs_note(self) -> str:
@@ -65,21 +68,63 @@ def make_tasks(
     capture_dir: Path,
     top_k: int,
     why_unsupported: Callable[[KernelTask], str | None],
+    fuse: bool = True,
 ) -> tuple[list[KernelTask], list[tuple[OpProfile, str]]]:
-    """The top_k hottest compute signatures that can be worked on, and the hotter ones skipped (with why)."""
+    """The top_k hottest compute signatures and fused chains that can be worked on, and the hotter
+    ones skipped (with why).
+
+    A chain and its own pieces are never both searched as if their gains added up: once a chain
+    is chosen, a single op whose every call runs inside chosen chains leaves the list (it frees
+    its place), and one with some calls inside them keeps only the share of its other calls."""
     tasks: list[KernelTask] = []
     skipped: list[tuple[OpProfile, str]] = []
-    for profile in capture.ranked():
+    chosen: dict[str, OpProfile] = {}  # task id -> its profile
+    covered: dict[str, tuple[int, str]] = {}  # op signature -> (calls inside chosen chains, a chain's signature)
+    for profile in capture.ranked(("compute", "chain") if fuse else ("compute",)):
         if len(tasks) >= top_k:
             break
+        if profile.kind == "compute" and covered.get(profile.signature, (0, ""))[0] >= profile.calls:
+            skipped.append((profile, f"its calls run inside the fused chain {covered[profile.signature][1]}"))
+            continue
         task = _task_from_profile(profile, capture_dir, capture.device, len(tasks))
         reason = "no input sample was saved" if not task.samples else why_not_drawable(profile)
         reason = reason or why_unsupported(task)
         if reason:
             skipped.append((profile, reason))
+            continue
+        tasks.append(task)
+        chosen[task.task_id] = profile
+        if profile.chain:
+            for signature, count in profile.chain["covers"].items():
+                covered[signature] = (covered.get(signature, (0, ""))[0] + count, profile.signature)
+            tasks = _without_covered(tasks, chosen, covered, skipped)
+    for task in tasks:  # the share left to a single op some of whose calls a chain took
+        inside = covered.get(task.signature, (0, ""))[0] if not task.chain else 0
+        if inside:
+            calls = chosen[task.task_id].calls
+            task.time_us *= (calls - inside) / calls
+            task.share *= (calls - inside) / calls
+            task.gain_if_2x = 1.0 / (1.0 - task.share / 2.0)
+    return _renumbered(tasks), skipped
+
+
+def _without_covered(tasks: list[KernelTask], chosen: dict[str, OpProfile], covered: dict[str, tuple[int, str]],
+                     skipped: list[tuple[OpProfile, str]]) -> list[KernelTask]:
+    kept = []
+    for task in tasks:
+        inside, chain = covered.get(task.signature, (0, ""))
+        if not task.chain and inside >= chosen[task.task_id].calls:
+            skipped.append((chosen[task.task_id], f"its calls run inside the fused chain {chain}"))
         else:
-            tasks.append(task)
-    return tasks, skipped
+            kept.append(task)
+    return kept
+
+
+def _renumbered(tasks: list[KernelTask]) -> list[KernelTask]:
+    """Task ids by final rank (t0, t1, ...), as the list reads after chains took their pieces' places."""
+    for rank, task in enumerate(tasks):
+        task.task_id = f"t{rank}-{task.signature}"
+    return tasks
 
 
 # Ops whose output shapes (or results on the host) follow their input values: integer or bool
@@ -91,7 +136,8 @@ def why_not_drawable(profile: OpProfile) -> str | None:
     """Why the inputs over the sample caps cannot be drawn, if they cannot. Floating ones can
     (N(0, 1)); an integer or bool one within its captured range (an index stays in bounds), on an
     op whose output shape does not follow the values."""
-    value_shaped = bool(profile.placeholders) and any(t in resolve_op(profile.op).tags for t in _VALUE_SHAPED)
+    value_shaped = bool(profile.placeholders) and not profile.chain and \
+        any(t in resolve_op(profile.op).tags for t in _VALUE_SHAPED)
     for meta in profile.placeholders:
         dtype = getattr(torch, meta["dtype"].replace("torch.", ""))
         if dtype.is_floating_point:
@@ -120,6 +166,7 @@ def _task_from_profile(profile: OpProfile, capture_dir: Path, device: str, rank:
         time_us=profile.time_us,
         device=device,
         real_inputs=profile.real_inputs,
+        chain=profile.chain,
     )
 
 

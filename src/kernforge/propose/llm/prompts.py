@@ -146,8 +146,13 @@ def _instruction(ctx: ProposalContext) -> str:
 
 
 def _task_section(facts: TaskFacts, args: list[Any]) -> str:
-    lines = [f"## The op\n`{facts.op}`, schema: `{facts.schema}`",
-             f"The reference: `torch.ops.{facts.op.replace('::', '.')}({_call_args(facts, args)})`"]
+    if facts.op.startswith("chain:"):  # a fused chain: its replay is the reference, kf_forward(in0, in1, ...)
+        lines = [f"## The chain\nFuse these ATen calls into one kernel; `kf_forward` takes the chain's inputs "
+                 f"in order and returns the tuple it returns (intermediates are not outputs):\n```python\n"
+                 f"{facts.schema}\n```"]
+    else:
+        lines = [f"## The op\n`{facts.op}`, schema: `{facts.schema}`",
+                 f"The reference: `torch.ops.{facts.op.replace('::', '.')}({_call_args(facts, args)})`"]
     lines += ["Inputs (every call has exactly these):"]
     lines += [f"- argument {t['position']}: shape {t['shape']}, {t.get('dtype', '?').replace('torch.', '')}, "
               f"stride {t.get('stride')}" for t in facts.inputs]

@@ -1,0 +1,424 @@
+"""Fusible chains: connected runs of cheap ops in the recorded pass that one kernel could do.
+
+Memory-bound ops cost what they move; a hand-written RMSNorm (pow, mean, add, rsqrt, mul,
+mul) moves the activation six times where one kernel moves it twice. A chain is found from
+the recorded producer links (Call.input_ids / output_ids), in call order: a fusible call joins
+the chains of the calls that made its inputs when the result still has one domain and no cycle.
+
+Fusible steps:
+    pointwise   ATen's `pointwise` tag (add, mul, gelu, where...), floating outputs, not in place
+    cast        _to_copy to another floating dtype, nothing else changed (x.float(), .type_as)
+    row         reductions over the last dim with keepdim (sum, mean, amax, amin), and the row
+                ops softmax, log_softmax, layer_norm and rms_norm over the last dim
+    norm        native_group_norm: a head that element-wise steps may follow (group norm, SiLU)
+
+Domain: every tensor a chain reads or keeps broadcasts to one shape, and its row steps reduce
+that shape's last dim. Outputs: a value the chain makes that a call outside it reads (views
+included) or that the forward returns; a chain must remove at least one intermediate, since
+intermediates used elsewhere stay outputs, not removed. Several instances with the same steps
+and signatures (each layer's norm) are one chain signature.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+from kernforge.capture.recorder import Call, qualified_name
+from kernforge.capture.serialize import Placeholder, layout_copy, saved_bytes, strided_copy
+
+ROW_REDUCTIONS = ("aten::sum.dim_IntList", "aten::mean.dim", "aten::amax.default", "aten::amin.default")
+ROW_OPS = ("aten::_softmax.default", "aten::_log_softmax.default", "aten::native_layer_norm.default",
+           "aten::_fused_rms_norm.default")
+NORM_HEADS = ("aten::native_group_norm.default",)
+CAST_KWARGS = {"dtype", "layout", "device"}  # a _to_copy that only changes the dtype
+
+
+@dataclass
+class ChainInstance:
+    """One occurrence of a chain in the recorded pass."""
+
+    members: list[int]  # call indices, in order
+    inputs: list[int]  # tensor ids read from outside, in the order the steps first read them
+    outputs: list[tuple[int, int]]  # (member position, output position) kept past the chain
+
+
+@dataclass
+class Chain:
+    """A chain signature: its steps with their wiring, and every instance of it."""
+
+    signature: str
+    steps: list[dict[str, Any]]  # {"op", "signature", "args", "kwargs"}; tensors as refs (step_refs)
+    outputs: list[list[int]]  # [step, output position] per chain output
+    input_metas: list[dict[str, Any]]
+    output_metas: list[dict[str, Any]]
+    instances: list[ChainInstance] = field(default_factory=list)
+
+    @property
+    def op(self) -> str:
+        """A name for tables and the `kf-op:` line: 'chain:pow+mean+add+rsqrt+mul'."""
+        return "chain:" + "+".join(_short(s["op"]) for s in self.steps)
+
+    def covers(self) -> dict[str, int]:
+        """How many calls of each step signature its instances hold, per pass."""
+        counts: dict[str, int] = {}
+        for step in self.steps:
+            counts[step["signature"]] = counts.get(step["signature"], 0) + len(self.instances)
+        return counts
+
+    def to_json(self) -> dict[str, Any]:
+        """What a task and the profile keep: the steps, the outputs, the calls each signature
+        has inside it, and the first instance's call indices (to find it again)."""
+        return {"steps": self.steps, "outputs": self.outputs, "covers": self.covers(),
+                "instances": [i.members for i in self.instances]}
+
+
+def _short(op: str) -> str:
+    return op.split("::", 1)[-1].split(".")[0]
+
+
+def step_role(call: Call) -> str | None:
+    """pointwise, cast, row, norm, or None: not fusible."""
+    func = call.func
+    op = qualified_name(func)
+    if func._schema.is_mutable or not call.outputs or any(_nested_tensor(a) for a in call.args):
+        return None
+    floating = all(_floating(o) for o in call.outputs)
+    if op in NORM_HEADS:
+        return "norm" if floating else None
+    if op in ROW_OPS:
+        return "row" if floating and _last_dim_row_op(op, call) else None
+    if op in ROW_REDUCTIONS:
+        return "row" if floating and _last_dim_reduction(call) else None
+    if op == "aten::_to_copy.default":
+        x = call.args[0] if call.args else None
+        return "cast" if floating and _is_tensor(x) and _floating(x) and set(call.kwargs) <= CAST_KWARGS \
+            and call.outputs[0]["stride"] == x["stride"] else None
+    if call.kind == "compute" and torch.Tag.pointwise in func.tags and floating and len(call.outputs) == 1:
+        return "pointwise"
+    return None
+
+
+def _is_tensor(value: Any) -> bool:
+    return isinstance(value, dict) and "shape" in value and "dtype" in value
+
+
+def _floating(meta: dict[str, Any]) -> bool:
+    return meta.get("dtype") in ("torch.float32", "torch.float16", "torch.bfloat16", "torch.float64")
+
+
+def _nested_tensor(value: Any) -> bool:
+    return isinstance(value, (list, tuple)) and any(_is_tensor(v) or _nested_tensor(v) for v in value)
+
+
+def _is_last(dim: Any, ndim: int) -> bool:
+    return isinstance(dim, int) and ndim > 0 and dim in (-1, ndim - 1)
+
+
+def _last_dim_reduction(call: Call) -> bool:
+    x = call.args[0]
+    ndim = len(x["shape"])
+    dims = call.args[1] if len(call.args) > 1 else call.kwargs.get("dim")
+    keepdim = call.args[2] if len(call.args) > 2 else call.kwargs.get("keepdim", False)
+    dtype = call.kwargs.get("dtype")
+    return (isinstance(dims, list) and len(dims) == 1 and _is_last(dims[0], ndim) and keepdim is True
+            and dtype is None)
+
+
+def _last_dim_row_op(op: str, call: Call) -> bool:
+    x = call.args[0]
+    if not _is_tensor(x) or not x["shape"]:
+        return False
+    if op in ("aten::_softmax.default", "aten::_log_softmax.default"):
+        return len(call.args) > 1 and _is_last(call.args[1], len(x["shape"]))
+    shape = call.args[1] if len(call.args) > 1 else None
+    return isinstance(shape, list) and shape == x["shape"][-1:]
+
+
+# ---------------------------------------------------------------- finding
+
+def find_chains(calls: list[Call], returned_ids: Iterable[int]) -> list[Chain]:
+    """The chains of one recorded pass, grouped by signature, most instances first."""
+    roles = {c.index: step_role(c) for c in calls}
+    by_index = {c.index: c for c in calls}
+    maker = {tid: (c.index, k) for c in calls for k, tid in enumerate(c.output_ids)}
+    readers: dict[int, list[int]] = {}
+    for c in calls:
+        for tid in set(c.input_ids) | set(c.written_ids):
+            readers.setdefault(tid, []).append(c.index)
+    ancestors = _ancestors(calls, maker)
+    group_of: dict[int, int] = {}  # call index -> its group's first call
+    groups: dict[int, list[int]] = {}
+    for c in calls:
+        if roles[c.index] is None:
+            continue
+        # The producers' groups, the latest first (the data flowing in, before a mask made long
+        # ago): each is joined if the group stays fusible with it.
+        joined = sorted({group_of[maker[t][0]] for t in c.input_ids if t in maker and maker[t][0] in group_of},
+                        key=lambda g: -groups[g][-1])
+        merged = [c.index]
+        for g in joined:
+            trial = sorted(set(merged) | set(groups[g]))
+            if _fusible(trial, by_index, roles, maker, ancestors):
+                merged = trial
+                del groups[g]
+        groups[merged[0]] = merged
+        for m in merged:
+            group_of[m] = merged[0]
+    returned = set(returned_ids)
+    found: dict[str, Chain] = {}
+    for members in groups.values():
+        members = _peeled(members, by_index, maker, readers, returned)
+        instance = _instance(members, by_index, maker, readers, returned)
+        if instance is None:
+            continue
+        chain = _chain_of(instance, by_index, maker)
+        found.setdefault(chain.signature, chain).instances.append(instance)
+    return sorted(found.values(), key=lambda ch: -len(ch.instances))
+
+
+def _ancestors(calls: list[Call], maker: dict[int, tuple[int, int]]) -> dict[int, int]:
+    """Per call, a bit mask of every call its inputs depend on (for the cycle check)."""
+    masks: dict[int, int] = {}
+    for c in calls:
+        mask = 0
+        for t in c.input_ids:
+            if t in maker:
+                p = maker[t][0]
+                mask |= masks.get(p, 0) | (1 << p)
+        masks[c.index] = mask
+    return masks
+
+
+def _fusible(members: list[int], by_index: dict[int, Call], roles: dict[int, str | None],
+             maker: dict[int, tuple[int, int]], ancestors: dict[int, int]) -> bool:
+    """One domain, at most one group norm (and then no row step), and no input of the group made
+    from one of its own values by a call outside it (that call would have to run mid-kernel)."""
+    inside = set(members)
+    mask = sum(1 << m for m in members)
+    for m in members:
+        for t in by_index[m].input_ids:
+            if t in maker and maker[t][0] not in inside and ancestors[maker[t][0]] & mask:
+                return False
+    kinds = [roles[m] for m in members]
+    if kinds.count("norm") > 1 or ("norm" in kinds and "row" in kinds):
+        return False
+    return _domain(members, by_index, roles) is not None
+
+
+def _domain(members: list[int], by_index: dict[int, Call], roles: dict[int, str | None]) -> list[int] | None:
+    """The shape every tensor of the group broadcasts to, if there is one its row steps can
+    reduce the last dim of; None otherwise."""
+    shapes: list[list[int]] = []
+    for m in members:
+        call = by_index[m]
+        if roles[m] == "norm":  # x and y; its weight and bias are per channel, its statistics [N, groups]
+            shapes += [call.args[0]["shape"], call.outputs[0]["shape"]]
+            continue
+        shapes += [a["shape"] for a in call.args if _is_tensor(a)]
+        shapes += [o["shape"] for o in call.outputs]
+    try:
+        domain = list(torch.broadcast_shapes(*[torch.Size(s) for s in shapes]))
+    except RuntimeError:
+        return None
+    if not domain:
+        return None
+    for m in members:
+        call = by_index[m]
+        if roles[m] == "row" and call.args[0]["shape"][-1:] != domain[-1:]:
+            return None
+        if roles[m] == "norm" and call.args[0]["shape"] != domain:
+            return None
+    return domain
+
+
+def _peeled(members: list[int], by_index: dict[int, Call], maker: dict[int, tuple[int, int]],
+            readers: dict[int, list[int]], returned: set[int]) -> list[int]:
+    """The group without the steps that start it and whose values are all kept anyway (a mask
+    made once and read by every layer): fusing them removes nothing, and leaving them out lets
+    the same chain repeat across layers."""
+    kept = list(members)
+    changed = True
+    while changed:
+        changed = False
+        inside = set(kept)
+        for m in kept:
+            call = by_index[m]
+            source = not any(t in maker and maker[t][0] in inside for t in call.input_ids)
+            all_kept = all(t in returned or any(r not in inside for r in readers.get(t, []))
+                           for t in call.output_ids)
+            if source and all_kept:
+                kept.remove(m)
+                changed = True
+                break
+    return kept
+
+
+def _instance(members: list[int], by_index: dict[int, Call], maker: dict[int, tuple[int, int]],
+              readers: dict[int, list[int]], returned: set[int]) -> ChainInstance | None:
+    """The group as a chain instance, or None when it is no chain: one step, nothing removed,
+    nothing kept, or a value of it written in place by a call outside it."""
+    if len(members) < 2:
+        return None
+    inside = set(members)
+    inputs: list[int] = []
+    for m in members:
+        for t in by_index[m].input_ids:
+            if (t not in maker or maker[t][0] not in inside) and t not in inputs:
+                inputs.append(t)
+    outputs, removed = [], 0
+    for pos, m in enumerate(members):
+        for k, t in enumerate(by_index[m].output_ids):
+            outside = [r for r in readers.get(t, []) if r not in inside]
+            if any(t in by_index[r].written_ids for r in outside):
+                return None  # changed in place by another call: the chain's copy would go stale
+            if outside or t in returned:
+                outputs.append((pos, k))
+            elif any(r in inside for r in readers.get(t, [])):
+                removed += 1
+    if not outputs or not removed:
+        return None
+    return ChainInstance(members=list(members), inputs=inputs, outputs=outputs)
+
+
+def _chain_of(instance: ChainInstance, by_index: dict[int, Call], maker: dict[int, tuple[int, int]]) -> Chain:
+    position = {m: pos for pos, m in enumerate(instance.members)}
+    steps = []
+    for m in instance.members:
+        call = by_index[m]
+        refs = iter(_tensor_ref(t, instance, position, maker) for t in call.input_ids)
+        steps.append({"op": qualified_name(call.func), "signature": call.signature,
+                      "args": step_refs(call.args, refs), "kwargs": step_refs(call.kwargs, refs)})
+    input_metas = _input_metas(instance, by_index)
+    output_metas = [by_index[instance.members[p]].outputs[k] for p, k in instance.outputs]
+    outputs = [[p, k] for p, k in instance.outputs]
+    key = json.dumps([steps, outputs, input_metas], sort_keys=True)
+    signature = f"chain-{hashlib.sha1(key.encode()).hexdigest()[:8]}"
+    return Chain(signature=signature, steps=steps, outputs=outputs, input_metas=input_metas,
+                 output_metas=output_metas)
+
+
+def _tensor_ref(tid: int, instance: ChainInstance, position: dict[int, int],
+                maker: dict[int, tuple[int, int]]) -> dict[str, int]:
+    if tid in maker and maker[tid][0] in position:
+        call, k = maker[tid]
+        return {"step": position[call], "output": k}
+    return {"input": instance.inputs.index(tid)}
+
+
+def step_refs(value: Any, refs: Any) -> Any:
+    """A call's described arguments with each tensor (in flattened order) replaced by its ref."""
+    if _is_tensor(value):
+        return next(refs)
+    if isinstance(value, list):
+        return [step_refs(v, refs) for v in value]
+    if isinstance(value, dict):
+        return {k: step_refs(v, refs) for k, v in value.items()}
+    return value
+
+
+def _input_metas(instance: ChainInstance, by_index: dict[int, Call]) -> list[dict[str, Any]]:
+    metas: dict[int, dict[str, Any]] = {}
+    for m in instance.members:
+        call = by_index[m]
+        tensors = [a for a in _flat(call.args) + _flat(call.kwargs) if _is_tensor(a)]
+        for t, meta in zip(call.input_ids, tensors):
+            metas.setdefault(t, meta)
+    return [metas[t] for t in instance.inputs]
+
+
+def _flat(value: Any) -> list[Any]:
+    if isinstance(value, list):
+        return [x for v in value for x in _flat(v)]
+    if isinstance(value, dict) and not _is_tensor(value):
+        return [x for v in value.values() for x in _flat(v)]
+    return [value]
+
+
+def first_reads(instance: ChainInstance, by_index: dict[int, Call]) -> dict[int, tuple[int, int]]:
+    """Per chain input k: (the call that reads it first, its position among that call's tensor
+    inputs), where the sampling pass copies it."""
+    where: dict[int, tuple[int, int]] = {}
+    for m in instance.members:
+        for pos, t in enumerate(by_index[m].input_ids):
+            if t in instance.inputs:
+                where.setdefault(instance.inputs.index(t), (m, pos))
+    return where
+
+
+# ---------------------------------------------------------------- samples
+
+class ChainSampler(TorchDispatchMode):
+    """A second recorded pass that copies the real inputs and outputs of chain instances.
+
+    Calls are numbered as the Recorder numbers them; a model whose pass makes the same calls
+    in the same order (any model without data-dependent control flow) meets each instance at the
+    same indices. Where the op at an index differs, that sample is dropped (`mismatched`)."""
+
+    def __init__(self, wanted: list[tuple[str, ChainInstance, dict[int, tuple[int, int]]]],
+                 ops: dict[int, str], sample_cap_bytes: int, total_cap_bytes: int):
+        super().__init__()
+        self.index = 0
+        self.ops = ops
+        self.bytes_left = total_cap_bytes
+        self.sample_cap = sample_cap_bytes
+        self.samples: list[dict[str, Any]] = []
+        self.mismatched: set[int] = set()
+        self._inputs_at: dict[int, list[tuple[int, int, int]]] = {}  # call -> (sample, k, position)
+        self._outputs_at: dict[int, list[tuple[int, int, int]]] = {}  # call -> (sample, slot, position)
+        for s, (signature, instance, reads) in enumerate(wanted):
+            self.samples.append({"signature": signature, "inputs": [None] * len(instance.inputs),
+                                 "outputs": [None] * len(instance.outputs), "budget": sample_cap_bytes})
+            for k, (call, pos) in reads.items():
+                self._inputs_at.setdefault(call, []).append((s, k, pos))
+            for slot, (member, out) in enumerate(instance.outputs):
+                self._outputs_at.setdefault(instance.members[member], []).append((s, slot, out))
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        index = self.index
+        self.index += 1
+        watched = index in self._inputs_at or index in self._outputs_at
+        if watched and self.ops.get(index) != qualified_name(func):
+            self.mismatched.update(s for s, _, _ in self._inputs_at.get(index, []) + self._outputs_at.get(index, []))
+            watched = False
+        if watched:
+            inputs = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
+            for s, k, pos in self._inputs_at.get(index, []):
+                self.samples[s]["inputs"][k] = self._keep(s, inputs[pos])
+        out = func(*args, **kwargs)
+        if watched:
+            outputs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+            for s, slot, pos in self._outputs_at.get(index, []):
+                self.samples[s]["outputs"][slot] = strided_copy(outputs[pos])
+        return out
+
+    def _keep(self, s: int, t: torch.Tensor) -> Any:
+        """A copy within the caps, else a Placeholder (its values are drawn by the evaluator)."""
+        size = saved_bytes(t)
+        sample = self.samples[s]
+        if size <= min(sample["budget"], self.bytes_left):
+            sample["budget"] -= size
+            self.bytes_left -= size
+            return layout_copy(t)
+        return Placeholder.of(t)
+
+    def finished(self) -> list[dict[str, Any]]:
+        """The complete samples: inputs (copies or placeholders) and, where every input is real,
+        the outputs the model gave."""
+        done = []
+        for s, sample in enumerate(self.samples):
+            if s in self.mismatched or any(x is None for x in sample["inputs"]):
+                continue
+            placeholders = [x for x in sample["inputs"] if isinstance(x, Placeholder)]
+            real = "all" if not placeholders else "none" if len(placeholders) == len(sample["inputs"]) else "partial"
+            outputs = sample["outputs"] if real == "all" and all(o is not None for o in sample["outputs"]) else []
+            done.append({**sample, "real": real, "outputs": outputs})
+        return done
