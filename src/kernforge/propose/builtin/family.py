@@ -51,7 +51,7 @@ class Family:
 
 # The families in the order they are asked (packages under propose/families/); a task goes to
 # the first that matches it.
-FAMILY_PACKAGES = ("softmax", "row_norm", "group_norm", "batch_norm", "indexed_reduce", "cumsum", "reduce", "pool",
+FAMILY_PACKAGES = ("chain", "softmax", "row_norm", "group_norm", "batch_norm", "indexed_reduce", "cumsum", "reduce", "pool",
                    "elementwise")
 
 

@@ -635,4 +635,22 @@ def _lit_c(v: float) -> str:
 
 
 
+def formula(op: str, args: list[Any], kwargs: dict[str, Any]) -> tuple[str, str, float | None] | str:
+    """An element-wise op of this family as expressions over fp32 `a` (self) and `b` (other), for
+    Triton and for C, with its number operand (put in `b`) if it has one; or why not. The fused
+    chains (families/chain) build their kernels from these."""
+    name, overload = _split_op(op)
+    reason = _op_reason(op, name, overload)
+    if reason:
+        return reason
+    expr = _expression(name, args, kwargs)
+    if isinstance(expr, str):
+        return expr
+    key, consts = expr
+    facts = {"expr": key, "consts": consts}
+    binary = SUPPORTED[(name, overload)] == 2
+    number = float(args[1]) if binary and len(args) > 1 and _number(args[1]) else None
+    return _filled(_expr(facts).triton, facts, _lit_triton), _filled(_expr(facts).c, facts, _lit_c), number
+
+
 FAMILIES = [Family(name="elementwise", match=match, space=space, start=start, render=render, explain=explain)]
