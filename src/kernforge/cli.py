@@ -132,6 +132,9 @@ def optimize(
     finalists: int = typer.Option(3, min=0, help="when a task's budget is spent, evaluate its best N "
                                                  "candidates again, one at a time, and let only those "
                                                  "results count (0: keep the search's own)"),
+    fuse: bool = typer.Option(True, "--fuse/--no-fuse", help="rank fused chains of cheap ops (a hand-written "
+                                                            "norm, mask then softmax, an activation after "
+                                                            "a norm) beside single ops and search them"),
     apply: bool = typer.Option(True, "--apply/--no-apply", help="at the end, install the winners into the "
                                                                 "model, check it end to end and time it four "
                                                                 "ways (eager, patched, compile, patched compile)"),
@@ -156,7 +159,7 @@ def optimize(
                                iterations=iterations, top_k=top_k, runs_dir=runs_dir,
                                candidate_timeout_s=timeout, compile=compile_peer, parallel=parallel,
                                executor=executor, gpus=gpus, ray_address=ray_address, finalists=finalists,
-                               apply=apply,
+                               apply=apply, fuse=fuse,
                                model=_model_options(batch_size, seq_len, resolution, dtype, scale, attention),
                                llm=ProposerOptions(llm=llm, llm_model=llm_model, max_tokens=llm_max_tokens,
                                                    max_usd=llm_max_usd, prices=str(llm_prices or ""),
@@ -212,8 +215,9 @@ def profile(
     dtype: str | None = DTYPE,
     scale: str = SCALE,
     attention: str = ATTENTION,
-    include: str = typer.Option("compute", help="kinds of op to rank, comma-separated: compute, view, "
-                                                "copy, alloc, random"),
+    include: str = typer.Option("compute,chain", help="kinds of op to rank, comma-separated: compute, "
+                                                      "chain (fused chains of cheap ops), view, copy, "
+                                                      "alloc, random"),
     limit: int = typer.Option(25, min=1, help="rows to show"),
     save: Path | None = SAVE,
     as_json: bool = typer.Option(False, "--json", help="print the ranked ops as JSON"),

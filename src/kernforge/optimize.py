@@ -51,6 +51,7 @@ class OptimizeOptions:
     ray_address: str = "local"  # ray executor: a cluster address, or "local" to start one here
     finalists: int = FINALISTS  # the best candidates evaluated again, one at a time, at a task's end
     apply: bool = True  # at the end, install the winners into the model and measure it end to end
+    fuse: bool = True  # rank fused chains (capture/chains.py) beside single ops
     llm: ProposerOptions = field(default_factory=ProposerOptions)  # --proposer llm | mixed
 
 
@@ -139,7 +140,7 @@ def optimize(opts: OptimizeOptions, on_event: OnEvent = lambda event: None) -> O
     prep = prepare(opts.spec, opts.backend, opts.model, opts.runs_dir, _options(opts), on_event)
     backend, device, store, capture = prep.backend, prep.device, prep.store, prep.capture
     tasks, skipped = make_tasks(capture, store.capture_dir, opts.top_k,
-                                lambda t: proposer.why_unsupported(t, backend.name))
+                                lambda t: proposer.why_unsupported(t, backend.name), fuse=opts.fuse)
     store.write_json("skipped.json", [{"op": p.op, "signature": p.signature, "share": p.share, "reason": why}
                                       for p, why in skipped])
     store.db.add_tasks([(t.task_id, asdict(t)) for t in tasks])
