@@ -1,0 +1,185 @@
+"""Fused chains: found from the recorded producer links, replayed as the model ran them, ranked
+beside single ops, and generated into one Triton kernel that the evaluator accepts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from kernforge.capture import load_sample, load_sample_outputs
+from kernforge.capture.chains import find_chains
+from kernforge.capture.recorder import ModuleTracker, Recorder
+from kernforge.models.loader import LoadedModel, load_model
+from kernforge.models.options import ModelOptions
+from kernforge.tasks import ChainReference, chain_program, make_tasks, save_task
+
+
+class HandWritten(nn.Module):
+    """The chains of the issue, written out: RMSNorm, Swish, tanh GELU, an L1 norm, scale and mask
+    then softmax, and a mm between two of them (a chain never spans it)."""
+
+    def __init__(self, n: int = 48):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(n))
+        self.proj = nn.Parameter(torch.randn(n, n) / n**0.5)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        rms = x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.weight
+        swish = rms * torch.sigmoid(rms)
+        h = swish @ self.proj
+        gelu = 0.5 * h * (1.0 + torch.tanh(0.7978845608 * (h + 0.044715 * h.pow(3))))
+        l1 = gelu / gelu.abs().sum(-1, keepdim=True)
+        scores = torch.softmax(l1 * 0.125 + mask, dim=-1)
+        return scores, rms
+
+
+def _recorded(module: nn.Module, *inputs: torch.Tensor) -> Recorder:
+    recorder = Recorder()
+    with ModuleTracker(module, recorder), recorder, torch.no_grad():
+        recorder.mark_returned(module(*inputs))
+    return recorder
+
+
+def _inputs() -> tuple[torch.Tensor, torch.Tensor]:
+    torch.manual_seed(0)
+    return torch.randn(4, 16, 48), torch.randn(16, 48)
+
+
+def test_hand_written_chains_are_found_and_a_matmul_splits_them():
+    recorder = _recorded(HandWritten(), *_inputs())
+    ops = {c.op for c in find_chains(recorder.calls, recorder.returned_ids)}
+    # RMSNorm then Swish: one chain up to the mm; rms is returned, so it is kept as an output
+    assert "chain:pow+mean+add+sqrt+div+mul+sigmoid+mul" in ops
+    # tanh GELU written out, the L1 norm, scale and mask then softmax: one chain after the mm
+    after = [op for op in ops if "tanh" in op]
+    assert after == ["chain:mul+pow+mul+add+mul+tanh+add+mul+abs+sum+div+mul+add+_softmax"]
+    assert not any("mm" in op for op in ops)
+
+
+def test_an_intermediate_used_elsewhere_is_an_output_and_the_replay_matches_the_model():
+    module, inputs = HandWritten(), _inputs()
+    recorder = _recorded(module, *inputs)
+    chain = next(c for c in find_chains(recorder.calls, recorder.returned_ids) if "sigmoid" in c.op)
+    assert len(chain.outputs) == 2  # swish (read by the mm) and rms (returned)
+    with torch.no_grad():
+        scores, rms = module(*inputs)
+        x = inputs[0]
+        got = ChainReference(chain.to_json())(x, module.weight)
+    assert torch.equal(got[0] if got[0].shape == rms.shape and torch.equal(got[0], rms) else got[1], rms)
+    assert "torch.ops.aten.pow.Tensor_Scalar(in0, 2)" in chain_program(chain.to_json())
+
+
+def test_the_oracle_replay_computes_in_float64():
+    module, inputs = HandWritten(), _inputs()
+    recorder = _recorded(module, *inputs)
+    chain = next(c for c in find_chains(recorder.calls, recorder.returned_ids) if "_softmax" in c.op).to_json()
+    ref = ChainReference(chain)
+    args = [torch.randn(4, 16, 48), torch.randn(16, 48)]
+    out32 = ref(*args)
+    out64 = ref.in_float64()(*[a.double() for a in args])
+    assert out64[0].dtype == torch.float64
+    assert (out32[0].double() - out64[0]).abs().max() < 1e-5
+
+
+def test_gemma_chains_are_captured_sampled_and_replay_bit_exactly(tmp_path: Path):
+    from kernforge.capture import capture_model
+
+    loaded = load_model("example:gemma_decoder", torch.device("cpu"), ModelOptions(scale="small", dtype="bf16"))
+    capture = capture_model(loaded, tmp_path, repeats=1)
+    chains = capture.ranked(("chain",))
+    ops = {p.op for p in chains}
+    assert any(op.startswith("chain:_to_copy+pow+mean+add+rsqrt+mul") for op in ops)  # RMSNorm, bf16 in f32
+    assert "chain:mul+add+_to_copy+_softmax+_to_copy" in ops  # scale and mask then softmax
+    assert "chain:gelu+mul" in ops  # the gated MLP
+    for profile in chains:
+        assert profile.samples, profile.op
+        ref = ChainReference(profile.chain)
+        for sample in profile.samples:
+            args, _ = load_sample(tmp_path / sample)
+            for got, want in zip(ref(*args), load_sample_outputs(tmp_path / sample), strict=True):
+                assert got.stride() == want.stride() and torch.equal(got, want), profile.op
+    # a chosen chain takes its pieces' places: no task is a single op all of whose calls it holds
+    tasks, skipped = make_tasks(capture, tmp_path, 8, lambda t: None)
+    covered: dict[str, int] = {}
+    for task in tasks:
+        for signature, count in (task.chain or {}).get("covers", {}).items():
+            covered[signature] = covered.get(signature, 0) + count
+    assert any(t.chain for t in tasks)
+    for task in tasks:
+        if not task.chain:
+            profile = next(p for p in capture.profiles if p.signature == task.signature)
+            assert covered.get(task.signature, 0) < profile.calls, task.op
+            if covered.get(task.signature):  # only the share of its calls outside the chains is left
+                assert task.share < profile.share
+    for profile, why in skipped:
+        if why.startswith("its calls run inside the fused chain"):
+            assert covered.get(profile.signature, 0) >= profile.calls
+
+
+def test_vae_group_norm_then_silu_is_a_chain():
+    loaded = load_model("example:sd35_vae_decoder", torch.device("cpu"), ModelOptions(scale="small"))
+    recorder = _recorded(loaded.module, *loaded.inputs)
+    ops = {c.op for c in find_chains(recorder.calls, recorder.returned_ids)}
+    assert "chain:native_group_norm+silu" in ops
+
+
+def test_the_builtin_family_says_why_it_cannot_fuse_a_group_norm_chain():
+    from kernforge.propose.families.chain import match
+
+    recorder = _recorded(*_group_norm_silu())
+    chain = find_chains(recorder.calls, recorder.returned_ids)[0]
+    task = _task_of(chain)
+    assert "group norm" in match(task)
+
+
+def _group_norm_silu() -> tuple[nn.Module, torch.Tensor]:
+    return nn.Sequential(nn.GroupNorm(4, 16), nn.SiLU()), torch.randn(2, 16, 8, 8)
+
+
+def _task_of(chain):
+    from kernforge.tasks import KernelTask
+
+    return KernelTask(task_id="t0", op=chain.op, signature=chain.signature, args=chain.input_metas,
+                      outputs=chain.output_metas, samples=[], share=0.5, gain_if_2x=1.3, time_us=1.0,
+                      device="cpu", chain=chain.to_json())
+
+
+@pytest.mark.skipif(__import__("importlib").util.find_spec("triton") is None, reason="triton is not installed")
+def test_generated_kernels_pass_the_evaluator_under_the_interpreter(tmp_path: Path):
+    """Every chain of the hand-written model, tile and looped, through the real evaluator."""
+    from kernforge.capture import capture_model
+    from kernforge.evaluate import evaluate_baseline, evaluate_candidate
+    from kernforge.evaluate.runner import discard_reference
+    from kernforge.propose.builtin import Hardware
+    from kernforge.propose.families import chain as family
+
+    module = HandWritten(n=300)  # a row of 300: masked lanes, and chunks of 128 in the looped kernel
+    loaded = LoadedModel(module=module, inputs=(torch.randn(2, 5, 300), torch.randn(5, 300)),
+                         device=torch.device("cpu"), name="handwritten", spec="test")
+    capture = capture_model(loaded, tmp_path / "capture", repeats=1)
+    tasks, _ = make_tasks(capture, tmp_path / "capture", 10, lambda t: None if t.chain else "single op")
+    assert len(tasks) == 2
+    for task in tasks:
+        facts = family.match(task)
+        assert not isinstance(facts, str), facts
+        space = family.space(facts, "triton", Hardware())
+        points = [space.fit(family.start(facts, "triton", Hardware())),
+                  {"variant": "loop", "block_n": 128, "block_r": 2, "num_warps": 2}]
+        task_dir = tmp_path / task.task_id
+        task_dir.mkdir()
+        save_task(task, task_dir / "task.json")
+        reference = task_dir / "reference.pt"
+        evaluate_baseline(task_dir / "task.json", reference, "cpu", task_dir / "baseline", 600.0, ())
+        try:
+            for i, point in enumerate(points):
+                assert space.contains(point), point
+                source = task_dir / f"c{i}.py"
+                source.write_text(family.render(facts, "triton", point))
+                result = evaluate_candidate(task_dir / "task.json", reference, source, "triton", "cpu",
+                                            task_dir / f"n{i}", 300.0)
+                assert result.status == "ok", (task.op, point, result.reason)
+        finally:
+            discard_reference(reference)
