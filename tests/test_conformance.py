@@ -67,7 +67,7 @@ def test_every_family_package_has_cases():
     # keyed by family name: a package may hold several (row_norm: layer_norm and rms_norm)
     names = {f.name for package in FAMILY_PACKAGES
              for f in importlib.import_module(f"kernforge.propose.families.{package}").FAMILIES}
-    assert names <= set(CASES)
+    assert names - set(CASES) == {"chain"}  # its tasks are captured chains, not (op, args): test_chains.py
 
 
 @pytest.mark.parametrize("name, index", case_ids(), ids=[label(*c) for c in case_ids()])
@@ -171,7 +171,7 @@ def test_every_kernel_file_is_well_formed_and_rendered_by_some_point():
         op, args = CASES[name][index]
         family, facts = family_for(make_task(op, args))
         renders += [family.render(facts, backend, p) for backend in BACKENDS for p in points(name, index, backend)]
-    for package in FAMILY_PACKAGES:
+    for package in set(FAMILY_PACKAGES) - {"chain"}:  # test_chains.py renders and runs the chain kernel file
         folder = resources.files(f"kernforge.propose.families.{package}").joinpath("kernels")
         files = [f for f in folder.iterdir() if f.is_file()]
         assert files, package
