@@ -145,7 +145,9 @@ def _chain_profile(chain: Chain, calls: list[Call], times: list[dict[int, float]
     """A chain as a ranked row: its time per pass is its instances' calls summed (median over the
     passes), the time its steps take today."""
     members = [m for instance in chain.instances for m in instance.members]
-    us = _median([sum(t.get(m, 0.0) for m in members) for t in times])
+    # Each call's median over the passes, summed; at most all the captured time (a chain that is
+    # the whole model, measured in noisy passes, could otherwise come out above its total).
+    us = min(total, sum(_median([t.get(m, 0.0) for t in times]) for m in members))
     share = us / total if total > 0 else 0.0
     first = calls[chain.instances[0].members[0]]
     return OpProfile(signature=chain.signature, op=chain.op, kind="chain", args=chain.input_metas,
