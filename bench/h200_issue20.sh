@@ -23,10 +23,9 @@ if [ "$(ls "$runs" | wc -l)" -gt "$before" ]; then
   cp "$run/summary.json" "$out/$mode.json" 2>/dev/null
   cp "$run/results.tsv" "$out/$mode-results.tsv" 2>/dev/null
   cp "$run/capture/profile.json" "$out/$mode-profile.json" 2>/dev/null
-  for t in "$run"/tasks/*/; do  # the winners' sources, to read and re-run by hand
-    b=$(python3 -c "import json,sys; d=json.load(open('$run/summary.json')); print(' '.join(r['task']+':'+(r['best_node'] or '') for r in d['tasks']))")
-  done
-  for pair in $b; do
+  # the winners' sources, to read and re-run by hand
+  best=$(python3 -c "import json; d=json.load(open('$run/summary.json')); print(' '.join(r['task']+':'+(r['best_node'] or '') for r in d['tasks']))" 2>/dev/null)
+  for pair in $best; do
     task=${pair%%:*}; node=${pair#*:}
     [ -n "$node" ] && cp "$run/tasks/$task/nodes/$node/"candidate.* "$out/$mode-$task-$node.py" 2>/dev/null
   done

@@ -74,10 +74,9 @@ class Chain:
         return counts
 
     def to_json(self) -> dict[str, Any]:
-        """What a task and the profile keep: the steps, the outputs, the calls each signature
-        has inside it, and the first instance's call indices (to find it again)."""
-        return {"steps": self.steps, "outputs": self.outputs, "covers": self.covers(),
-                "instances": [i.members for i in self.instances]}
+        """What a task and the profile keep: the steps, the outputs, and the calls of each step
+        signature its instances hold (make_tasks keeps a chain and its pieces from both counting)."""
+        return {"steps": self.steps, "outputs": self.outputs, "covers": self.covers()}
 
 
 def _short(op: str) -> str:

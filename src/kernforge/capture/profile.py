@@ -136,8 +136,10 @@ def capture_model(
     capture.profiles.sort(key=lambda p: p.time_us, reverse=True)
     if out_dir is not None:
         _save(capture, recorders[0], times[0], out_dir)
+        # what the op samples left of the total cap (recorders[0].bytes_left) goes to the chains
         _save_chain_samples(loaded, capture, chains, recorders[0].calls, out_dir, samples_per_signature,
-                            sample_cap_bytes, total_cap_bytes)
+                            sample_cap_bytes, max(0, recorders[0].bytes_left))
+        (out_dir / "profile.json").write_text(json.dumps(asdict(capture), indent=1))
     return capture
 
 
@@ -157,15 +159,13 @@ def _chain_profile(chain: Chain, calls: list[Call], times: list[dict[int, float]
 
 
 def _save_chain_samples(loaded: LoadedModel, capture: Capture, chains: list[Chain], calls: list[Call],
-                        out_dir: Path, per_chain: int, sample_cap_bytes: int, total_cap_bytes: int) -> None:
+                        out_dir: Path, per_chain: int, sample_cap_bytes: int, bytes_left: int) -> None:
     """One more pass that copies the inputs of the first instances of each chain (ChainSampler)."""
     if not chains or per_chain <= 0:
         return
     by_index = {c.index: c for c in calls}
     wanted = [(ch.signature, inst, first_reads(inst, by_index)) for ch in chains for inst in ch.instances[:per_chain]]
-    saved = sum(_dir_bytes(out_dir / "samples"))
-    sampler = ChainSampler(wanted, {c.index: qualified_name(c.func) for c in calls}, sample_cap_bytes,
-                           max(0, total_cap_bytes - saved))
+    sampler = ChainSampler(wanted, {c.index: qualified_name(c.func) for c in calls}, sample_cap_bytes, bytes_left)
     with sampler, torch.no_grad():
         loaded.module(*loaded.inputs)
     by_sig = {p.signature: p for p in capture.profiles}
@@ -179,11 +179,6 @@ def _save_chain_samples(loaded: LoadedModel, capture: Capture, chains: list[Chai
         profile.samples.append(rel)
         profile.real_inputs = sample["real"]
         profile.placeholders += [p.to_json() for p in placeholders_of(sample["inputs"])]
-    (out_dir / "profile.json").write_text(json.dumps(asdict(capture), indent=1))
-
-
-def _dir_bytes(folder: Path) -> list[int]:
-    return [f.stat().st_size for f in folder.rglob("*.pt")] if folder.is_dir() else []
 
 
 def load_capture(out_dir: Path) -> Capture:
@@ -314,7 +309,8 @@ def _profile(call: Call, calls: int, us: float, total: float) -> OpProfile:
 
 
 def _save(capture: Capture, recorder: Recorder, times: dict[int, float], out_dir: Path) -> None:
-    """profile.json, calls.jsonl (every call of the first pass, with its producers) and the samples."""
+    """calls.jsonl (every call of the first pass, with its producers) and the ops' samples; the
+    caller writes profile.json once the chains' samples are in it too."""
     out_dir.mkdir(parents=True, exist_ok=True)
     by_sig = {p.signature: p for p in capture.profiles}
     for sig, kept in recorder.samples.items():
@@ -328,4 +324,3 @@ def _save(capture: Capture, recorder: Recorder, times: dict[int, float], out_dir
                          "kind": c.kind, "module": c.module, "producers": c.producers,
                          "time_us": times.get(c.index, 0.0)}) for c in recorder.calls]
     (out_dir / "calls.jsonl").write_text("\n".join(lines) + "\n")
-    (out_dir / "profile.json").write_text(json.dumps(asdict(capture), indent=1))

@@ -25,6 +25,7 @@ class ChainReference:
     """Callable as the chain: `ref(*inputs)` gives the tuple of its outputs."""
 
     def __init__(self, chain: dict[str, Any], float64: bool = False):
+        self.chain = chain
         self.steps = [(resolve_op(s["op"]), s["args"], s["kwargs"]) for s in chain["steps"]]
         self.outputs = [tuple(o) for o in chain["outputs"]]
         self.float64 = float64
@@ -32,9 +33,7 @@ class ChainReference:
 
     def in_float64(self) -> ChainReference:
         """The same chain for the oracle: the steps' floating dtypes become float64."""
-        twin = ChainReference.__new__(ChainReference)
-        twin.steps, twin.outputs, twin.mutated, twin.float64 = self.steps, self.outputs, [], True
-        return twin
+        return ChainReference(self.chain, float64=True)
 
     def __call__(self, *inputs: Any) -> tuple[Any, ...]:
         device = next((t.device for t in inputs if isinstance(t, torch.Tensor)), torch.device("cpu"))

@@ -13,11 +13,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from kernforge.propose.families.elementwise import formula
+from kernforge.propose.families.elementwise import INT32_LIMIT, OUTPUT_DTYPES, formula
 
-OUTPUT_DTYPES = {"torch.float32": "float32", "torch.bfloat16": "bfloat16", "torch.float16": "float16"}
-INPUT_DTYPES = (*OUTPUT_DTYPES, "torch.bool")
-INT32_LIMIT = 2**31 - 1
+INPUT_DTYPES = (*OUTPUT_DTYPES, "torch.bool")  # a mask is read as 0.0 / 1.0
 
 # Triton and C spellings of the functions the expansions below need beyond the family's formulas.
 _WHERE = ("tl.where(c != 0.0, a, b)", "(c != 0.0f ? a : b)")

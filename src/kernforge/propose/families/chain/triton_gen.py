@@ -9,14 +9,10 @@ once per reduction level, plus once to store).
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from kernforge.propose.families.chain.lower import Program
-
-
-def lit(v: float) -> str:
-    return repr(float(v)) if math.isfinite(v) else f'float("{v}")'
+from kernforge.propose.families.elementwise import lit_triton as lit
 
 
 def kernel_source(program: Program, tile: bool, block_r: int, block_n: int) -> str:

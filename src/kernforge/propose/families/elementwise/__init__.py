@@ -489,15 +489,15 @@ def _triton_op(facts: dict[str, Any]) -> str:
     lines = ["@triton.jit", "def op(a, b):"]
     number = _number_operand(facts)
     if number is not None:
-        lines.append(f"    b = {_lit_triton(number)}  # the op's number operand")
-    lines.append(f"    return {_filled(_expr(facts).triton, facts, _lit_triton)}")
+        lines.append(f"    b = {lit_triton(number)}  # the op's number operand")
+    lines.append(f"    return {_filled(_expr(facts).triton, facts, lit_triton)}")
     return "\n".join(lines) + "\n\n"
 
 
 def _c_op(facts: dict[str, Any], declaration: str) -> str:
     number = _number_operand(facts)
-    setup = f"b = {_lit_c(number)}; /* the op's number operand */ " if number is not None else ""
-    return f"{declaration} op(float a, float b) {{ {setup}return {_filled(_expr(facts).c, facts, _lit_c)}; }}"
+    setup = f"b = {lit_c(number)}; /* the op's number operand */ " if number is not None else ""
+    return f"{declaration} op(float a, float b) {{ {setup}return {_filled(_expr(facts).c, facts, lit_c)}; }}"
 
 
 def _operand(facts: dict[str, Any], role: str) -> dict[str, Any] | None:
@@ -604,13 +604,13 @@ def _pow_expr(e: float) -> Expr:
             -1.0: Expr("1.0 / a", "1.0f / a"), -2.0: Expr("1.0 / (a * a)", "1.0f / (a * a)")}
     if e in fast:
         return fast[e]
-    lit_t, lit_c = _lit_triton(e), _lit_c(e)
+    text_t, text_c = lit_triton(e), lit_c(e)
     if e.is_integer():  # negative bases are allowed: the magnitude by exp/log, the sign by parity
-        magnitude = f"tl.exp({lit_t} * tl.log(tl.abs(a)))"
+        magnitude = f"tl.exp({text_t} * tl.log(tl.abs(a)))"
         if int(e) % 2:
-            return Expr(f"tl.where(a < 0.0, -{magnitude}, {magnitude})", f"powf(a, {lit_c})")
-        return Expr(magnitude, f"powf(a, {lit_c})")
-    return Expr(f"tl.exp({lit_t} * tl.log(a))", f"powf(a, {lit_c})")  # NaN below 0, as torch
+            return Expr(f"tl.where(a < 0.0, -{magnitude}, {magnitude})", f"powf(a, {text_c})")
+        return Expr(magnitude, f"powf(a, {text_c})")
+    return Expr(f"tl.exp({text_t} * tl.log(a))", f"powf(a, {text_c})")  # NaN below 0, as torch
 
 
 def _filled(template: str, facts: dict[str, Any], lit: Any) -> str:
@@ -622,11 +622,11 @@ def _filled(template: str, facts: dict[str, Any], lit: Any) -> str:
     return template.format(**values)
 
 
-def _lit_triton(v: float) -> str:
+def lit_triton(v: float) -> str:
     return repr(v) if math.isfinite(v) else f'float("{v}")'
 
 
-def _lit_c(v: float) -> str:
+def lit_c(v: float) -> str:
     if math.isnan(v):
         return "NAN"
     if math.isinf(v):
@@ -650,7 +650,7 @@ def formula(op: str, args: list[Any], kwargs: dict[str, Any]) -> tuple[str, str,
     facts = {"expr": key, "consts": consts}
     binary = SUPPORTED[(name, overload)] == 2
     number = float(args[1]) if binary and len(args) > 1 and _number(args[1]) else None
-    return _filled(_expr(facts).triton, facts, _lit_triton), _filled(_expr(facts).c, facts, _lit_c), number
+    return _filled(_expr(facts).triton, facts, lit_triton), _filled(_expr(facts).c, facts, lit_c), number
 
 
 FAMILIES = [Family(name="elementwise", match=match, space=space, start=start, render=render, explain=explain)]
