@@ -3,6 +3,8 @@
 # chain and torch.compile of the same chain, and the single-op search of the same model.
 #   bash bench/h200_issue20.sh fused    optimize with chains ranked beside single ops (--fuse)
 #   bash bench/h200_issue20.sh single   the same model and budget with --no-fuse: the pieces alone
+#   bash bench/h200_issue20.sh vae      the SD3.5 VAE decoder (bf16, 128x128 latents): group norm then
+#                                       SiLU fused (carry .whl with diffusers' wheel: the GPU has none)
 # Per mode: $OUT/<mode>.json (summary.json), <mode>.log, <mode>-results.tsv, <mode>-profile.json.
 set -uo pipefail
 export PYTHONPATH=src PYTHONUNBUFFERED=1
@@ -13,8 +15,14 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee -a "$out/
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$out/gpu.txt"
 mode=${1:-fused}
 flag=$([ "$mode" = single ] && echo --no-fuse || echo --fuse)
+model=example:gemma_decoder
+if [ "$mode" = vae ]; then
+  model=example:sd35_vae_decoder
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
+  export PYTHONPATH=src:/tmp/site
+fi
 before=$(ls "$runs" | wc -l)
-timeout "${LIMIT:-540}" python3 -m kernforge optimize example:gemma_decoder --dtype bf16 --backend triton \
+timeout "${LIMIT:-540}" python3 -m kernforge optimize "$model" --dtype bf16 --backend triton \
   --top-k "${TOP_K:-5}" --iterations "${ITERATIONS:-8}" --finalists 2 --no-apply --runs-dir "$runs" $flag \
   > "$out/$mode.log" 2>&1
 echo "$mode: exit $?" | tee -a "$out/gpu.txt"

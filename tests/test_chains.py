@@ -125,7 +125,7 @@ def test_vae_group_norm_then_silu_is_a_chain():
     assert "chain:native_group_norm+silu" in ops
 
 
-def test_the_builtin_family_says_why_it_cannot_fuse_a_group_norm_chain():
+def test_the_chain_family_leaves_a_group_norm_chain_to_the_group_norm_family():
     from kernforge.propose.families.chain import match
 
     recorder = _recorded(*_group_norm_silu())
@@ -182,3 +182,58 @@ def test_generated_kernels_pass_the_evaluator_under_the_interpreter(tmp_path: Pa
                 assert result.status == "ok", (task.op, point, result.reason)
         finally:
             discard_reference(reference)
+
+
+class GroupNormGelu(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.norm = nn.GroupNorm(4, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.gelu(self.norm(x)) * 0.5
+
+
+def test_group_norm_then_activations_become_the_group_norm_kernels_epilogue():
+    from kernforge.propose.families.group_norm import match
+
+    recorder = _recorded(GroupNormGelu(), torch.randn(2, 16, 9, 10))
+    chain = find_chains(recorder.calls, recorder.returned_ids)[0]
+    facts = match(_task_of(chain))
+    assert facts["chain"] and facts["op"] == "chain:native_group_norm+gelu+mul"
+    assert "a = 0.5 * a * (1.0 + tl.erf(a * 0.7071067811865476))" in facts["epilogue"]
+    assert "    b = 0.5\n    a = a * b\n" in facts["epilogue"]
+
+
+@pytest.mark.skipif(__import__("importlib").util.find_spec("triton") is None, reason="triton is not installed")
+def test_group_norm_silu_kernels_pass_the_evaluator_under_the_interpreter(tmp_path: Path):
+    """The per-group and split kernels with SiLU as their epilogue, through the real evaluator."""
+    from kernforge.capture import capture_model
+    from kernforge.evaluate import evaluate_baseline, evaluate_candidate
+    from kernforge.evaluate.runner import discard_reference
+    from kernforge.propose.builtin import BuiltinProposer, Hardware
+    from kernforge.propose.families import group_norm as family
+
+    module, x = _group_norm_silu()
+    loaded = LoadedModel(module=module, inputs=(x,), device=torch.device("cpu"), name="gn", spec="test")
+    capture = capture_model(loaded, tmp_path / "capture", repeats=1)
+    proposer = BuiltinProposer()
+    tasks, _ = make_tasks(capture, tmp_path / "capture", 4, lambda t: proposer.why_unsupported(t, "triton"))
+    task = next(t for t in tasks if t.chain)
+    assert "no cpu template" in proposer.why_unsupported(task, "cpu")
+    facts = family.match(task)
+    task_dir = tmp_path / "task"
+    task_dir.mkdir()
+    save_task(task, task_dir / "task.json")
+    reference = task_dir / "reference.pt"
+    evaluate_baseline(task_dir / "task.json", reference, "cpu", task_dir / "baseline", 600.0, ())
+    points = [family.start(facts, "triton", Hardware()),
+              {"variant": "split", "chunk": 256, "block": 128, "num_warps": 2, "reverse": True, "wave_groups": 0}]
+    try:
+        for i, point in enumerate(points):
+            source = task_dir / f"c{i}.py"
+            source.write_text(family.render(facts, "triton", point))
+            result = evaluate_candidate(task_dir / "task.json", reference, source, "triton", "cpu", task_dir / f"n{i}",
+                                        300.0)
+            assert result.status == "ok", (point, result.reason)
+    finally:
+        discard_reference(reference)

@@ -30,11 +30,13 @@ does not swamp the spread.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 from kernforge.propose.builtin import kernel_file
 from kernforge.propose.builtin.family import Family, Hardware
 from kernforge.propose.builtin.space import Param, Space, Variant
+from kernforge.propose.families.elementwise import formula, lit_triton
 from kernforge.propose.families.common import (
     ITEMSIZE,
     aux_dtype_reason,
@@ -58,6 +60,8 @@ SM_WARPS = 64  # warps an SM holds
 # ---------------------------------------------------------------- match
 
 def match(task: KernelTask) -> dict[str, Any] | str:
+    if task.chain:
+        return _match_chain(task)
     if task.op != OP:
         return f"no built-in template for {task.op}"
     x = norm_input(task, "group norm")
@@ -89,6 +93,55 @@ def match(task: KernelTask) -> dict[str, Any] | str:
             "stats_fp32": stats == {"float32"}}
 
 
+def _match_chain(task: KernelTask) -> dict[str, Any] | str:
+    """Group norm then element-wise steps on its y (SiLU, GELU, a scale): the Triton kernels with
+    the steps as their epilogue, y never written before them. The chain's inputs must be group
+    norm's x, weight and bias in that order, and its one output the last step's value."""
+    steps = task.chain["steps"]
+    if steps[0]["op"] != OP:
+        return f"no built-in template for {task.op}"
+    x_ref, w_ref, b_ref = steps[0]["args"][:3]
+    if x_ref != {"input": 0} or w_ref not in (None, {"input": 1}) or b_ref not in (None, {"input": 2}):
+        return "a group norm chain whose inputs are not (x, weight, bias) in order has no built-in template"
+    if task.chain["outputs"] != [[len(steps) - 1, 0]]:
+        return "a group norm chain that keeps more than its last value has no built-in template"
+    epilogue, why = _epilogue(steps[1:])
+    if epilogue is None:
+        return why
+    x, out = task.args[0], task.outputs[0]
+    if (out["shape"], out["stride"], out["dtype"]) != (x["shape"], x["stride"], x["dtype"]):
+        return "a group norm chain whose output is not laid out as its input has no built-in template"
+    args = [x, task.args[1] if w_ref else None, task.args[2] if b_ref else None, *steps[0]["args"][3:8]]
+    stats = {"dtype": "torch.float32"}  # not outputs of the chain: kept in float32 inside the kernel
+    facts = match(replace(task, op=OP, args=args, outputs=[out, stats, stats], chain=None))
+    if isinstance(facts, str):
+        return facts
+    return {**facts, "op": task.op, "epilogue": epilogue, "chain": True}
+
+
+def _epilogue(steps: list[dict[str, Any]]) -> tuple[str | None, str]:
+    """(the element-wise steps after group norm as one fp32 Triton function of y, "") or (None, why
+    they cannot be)."""
+    lines = ["@triton.jit", "def epilogue(a):"]
+    for j, step in enumerate(steps, start=1):
+        tensors = [a for a in step["args"] if isinstance(a, dict)]
+        if tensors != [{"step": j - 1, "output": 0}] or any(isinstance(v, dict) for v in step["kwargs"].values()):
+            return None, "a group norm chain whose later steps read other tensors has no built-in template"
+        if step["op"] == "aten::_to_copy.default":
+            continue  # computed in fp32 throughout, rounded once at the store
+        made = formula(step["op"], step["args"], step["kwargs"])
+        if isinstance(made, str):
+            return None, f"after group norm: {made}"
+        triton, _c, number = made
+        if number is not None:
+            lines.append(f"    b = {lit_triton(number)}")
+        lines.append(f"    a = {triton}")
+    return "\n".join(lines + ["    return a", ""]) + "\n", ""
+
+
+IDENTITY = "@triton.jit\ndef epilogue(y):\n    return y\n\n"
+
+
 def _fp32_beside(desc: dict[str, Any] | None, dtype: str) -> bool:
     return desc is not None and desc["dtype"] == "torch.float32" and dtype != "float32"
 
@@ -101,6 +154,8 @@ CHUNKS = (256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
 
 
 def space(facts: dict[str, Any], backend: str, hw: Hardware) -> Space | None:
+    if facts.get("chain") and backend != "triton":
+        return None  # only the Triton kernels take an epilogue
     if backend == "cpu":
         return _cpu_space()
     if backend == "triton":
@@ -309,7 +364,7 @@ def render(facts: dict[str, Any], backend: str, point: dict[str, Any]) -> str:
     else:
         name, constants = f"triton_{point['variant']}.py", _triton_constants(facts, point)
     text = kernel_file.read(__name__, name)
-    return kernel_file.render(text, OP, constants, kernel_file.style_of(name))
+    return kernel_file.render(text, facts["op"], constants, kernel_file.style_of(name))
 
 
 def _shape_constants(facts: dict[str, Any], suffix: str = "") -> dict[str, Any]:
@@ -341,7 +396,8 @@ _PAIR_CVT = {"bfloat16": "cvt.rn.bf16x2.f32 $0, $2, $1;", "float16": "cvt.rn.f16
 
 def _triton_constants(facts: dict[str, Any], point: dict[str, Any]) -> dict[str, Any]:
     shape = {k: int(v) if k != "EPS" else v for k, v in _shape_constants(facts).items()}
-    common = {**shape, "HAS_W": facts["has_weight"], "HAS_B": facts["has_bias"], "STATS_FP32": facts["stats_fp32"]}
+    common = {"epilogue": kernel_file.Snippet(facts.get("epilogue", IDENTITY)), "CHAIN": facts.get("chain", False),
+              **shape, "HAS_W": facts["has_weight"], "HAS_B": facts["has_bias"], "STATS_FP32": facts["stats_fp32"]}
     variant = point["variant"]
     if variant == "per_group":
         return {**common, "BLOCK": point["block"], "NUM_WARPS": point["num_warps"]}

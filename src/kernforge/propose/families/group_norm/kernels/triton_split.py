@@ -16,6 +16,11 @@ import triton
 import triton.language as tl
 
 # kf-constants: begin
+@triton.jit
+def epilogue(y):
+    return y
+
+CHAIN = False
 N_GROUPS = 2
 GROUPS = 2
 CG = 2
@@ -115,7 +120,7 @@ def gn_apply(X, W, B, Y, PART, MEAN, RSTD, group_size, chunks, hw, eps, g0, n_pr
         # HxW a multiple of the block: a block lies inside one channel, so w and b are scalars
         c = c0 + start // hw if IN_CHANNEL else c0 + idx // hw
         scale, shift = affine(W, B, c, ok, mean, rstd, IN_CHANNEL, HAS_W, HAS_B)
-        tl.store(Y + base + idx, (x * scale + shift).to(Y.dtype.element_ty), mask=ok)
+        tl.store(Y + base + idx, epilogue(x * scale + shift).to(Y.dtype.element_ty), mask=ok)
 
 
 def launch(x, w, b, y, mean, rstd):
@@ -132,7 +137,8 @@ def launch(x, w, b, y, mean, rstd):
                               num_warps=NUM_WARPS)
 
 
-def kf_forward(input, weight, bias, N, C, HxW, group, eps):
+def kf_forward(input, weight, bias, N=None, C=None, HxW=None, group=None, eps=None):
+    # a chain of group norm then element-wise steps (CHAIN) takes (x, weight, bias) and returns (y,)
     x = input
     y = torch.empty_like(x)
     # statistics of shape (N, G): float32 beside a 16-bit input on CUDA, the input's type on a CPU
@@ -140,4 +146,4 @@ def kf_forward(input, weight, bias, N, C, HxW, group, eps):
                        device=x.device)
     rstd = torch.empty_like(mean)
     launch(x, weight if HAS_W else x, bias if HAS_B else x, y, mean, rstd)
-    return y, mean, rstd
+    return (y,) if CHAIN else (y, mean, rstd)
