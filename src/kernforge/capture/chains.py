@@ -66,6 +66,12 @@ class Chain:
         """A name for tables and the `kf-op:` line: 'chain:pow+mean+add+rsqrt+mul'."""
         return "chain:" + "+".join(_short(s["op"]) for s in self.steps)
 
+    @property
+    def schema(self) -> str:
+        """As an op's schema reads: 'chain:mul+add+_softmax(Tensor in0, Tensor in1) -> (Tensor)'."""
+        params = ", ".join(f"Tensor in{k}" for k in range(len(self.input_metas)))
+        return f"{self.op}({params}) -> ({', '.join(['Tensor'] * len(self.outputs))})"
+
     def covers(self) -> dict[str, int]:
         """How many calls of each step signature its instances hold, per pass."""
         counts: dict[str, int] = {}

@@ -32,7 +32,7 @@ DEFAULT_SAMPLES_PER_SIGNATURE = 2
 DEFAULT_SAMPLE_CAP_BYTES = 256 << 20  # one sample's input tensors
 DEFAULT_TOTAL_CAP_BYTES = 2 << 30  # all samples of one capture
 # "chain": a fused chain of cheap ops (capture/chains.py), ranked beside the single ops
-KINDS = ("compute", "chain", "view", "copy", "alloc", "random")
+KINDS = ("compute", "view", "copy", "alloc", "random", "chain")
 
 
 @dataclass
@@ -154,7 +154,7 @@ def _chain_profile(chain: Chain, calls: list[Call], times: list[dict[int, float]
     first = calls[chain.instances[0].members[0]]
     return OpProfile(signature=chain.signature, op=chain.op, kind="chain", args=chain.input_metas,
                      outputs=chain.output_metas, calls=len(chain.instances), time_us=us, share=share,
-                     gain_if_2x=1.0 / (1.0 - share / 2.0), schema=chain.op,
+                     gain_if_2x=1.0 / (1.0 - share / 2.0), schema=chain.schema,
                      module=first.module, chain=chain.to_json())
 
 
