@@ -5,12 +5,12 @@
       README.md
       PACKAGE/                   default kernforge_<model>_kernels
         __init__.py              install(model=None, force=False), uninstall()
-        loader.py runtime.py native_abi.py importing.py    kernforge's own files, verbatim
+        loader.py runtime.py fused.py native_abi.py importing.py    kernforge's own files, verbatim
         manifest.json            per kernel: op, schema, guard, outputs, speedups; the device;
                                  the versions; a sha256 of every other file of PACKAGE/
         kernels/NAME.c + NAME.so (cpu), NAME.py (triton), NAME.cu + NAME.so (cuda)
 
-The package runs kernforge's runtime, not a copy of its logic: the four files are copied as
+The package runs kernforge's runtime, not a copy of its logic: the five files are copied as
 they are, and each imports its neighbours relatively when it is not inside kernforge.
 """
 
@@ -30,12 +30,12 @@ import kernforge
 from kernforge import importing
 from kernforge.backends import BuildError, get_backend, native_abi
 from kernforge.errors import UserError
-from kernforge.integrate import loader, runtime
+from kernforge.integrate import fused, loader, runtime
 from kernforge.integrate.install import Winner, installable, placement, winners
 from kernforge.store.reader import RunRecord, read_run
 
 # Shipped verbatim: each is torch-only and imports its neighbours relatively outside kernforge.
-SHIPPED_MODULES = (runtime, loader, native_abi, importing)
+SHIPPED_MODULES = (runtime, fused, loader, native_abi, importing)
 
 
 @dataclass
@@ -174,11 +174,18 @@ def _ship_kernel(run: RunRecord, winner: Winner, pkg: Path) -> dict[str, Any]:
         shutil.copyfile(built, pkg / library)
     shutil.copyfile(winner.source, pkg / source)
     return {"name": name, "task": winner.task_id, "node": winner.node_id, "op": winner.op,
-            "signature": winner.signature, "schema": str(runtime._resolve(winner.op)._schema),
+            "signature": winner.signature, "chain": winner.chain,
+            "schema": chain_schema(winner) if winner.chain else str(runtime._resolve(winner.op)._schema),
             "guard": winner.args, "outputs": winner.outputs, "backend": winner.backend,
             "source": source, "library": library, "build": build,
             "speedup_vs_eager": winner.speedup_vs_eager, "p50_ms": winner.p50_ms,
             "eager_p50_ms": winner.eager_p50_ms, "share": winner.share}
+
+
+def chain_schema(winner: Winner) -> str:
+    """A chain's 'schema', as its task reads: its name over its inputs and outputs."""
+    params = ", ".join(f"Tensor in{k}" for k in range(len(winner.args)))
+    return f"{winner.op}({params}) -> ({', '.join(['Tensor'] * len(winner.outputs))})"
 
 
 def _cpu_library(run: RunRecord, winner: Winner) -> tuple[Path, dict[str, Any]]:

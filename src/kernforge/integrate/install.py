@@ -38,6 +38,7 @@ class Winner:
     p50_ms: float
     eager_p50_ms: float
     share: float  # of the model's op time, as captured
+    chain: dict[str, Any] | None = None  # a fused chain's steps (op is then its name), else None
 
 
 def winners(run: RunRecord) -> list[Winner]:
@@ -52,15 +53,17 @@ def winners(run: RunRecord) -> list[Winner]:
                             args=task.args, outputs=task.outputs, source=run.source_of(task.task_id, node),
                             backend=run.backend, speedup_vs_eager=final.speedup_vs_eager or 1.0,
                             p50_ms=final.timing.p50_ms if final.timing else 0.0,
-                            eager_p50_ms=final.eager.p50_ms if final.eager else 0.0, share=task.share))
+                            eager_p50_ms=final.eager.p50_ms if final.eager else 0.0, share=task.share,
+                            chain=task.chain))
     return found
 
 
 def installable(winner: Winner) -> str | None:
     """None, or why this winner cannot be installed: an op that writes its inputs or returns a
-    view of one is not a pure function, and a custom op must be one."""
-    schema = runtime._resolve(winner.op)._schema
-    if any(a.alias_info is not None for a in schema.arguments) or any(
+    view of one is not a pure function, and a custom op must be one. (A chain is pure: capture
+    leaves in-place ops out of chains.)"""
+    schema = None if winner.chain else runtime._resolve(winner.op)._schema
+    if schema is not None and any(a.alias_info is not None for a in schema.arguments) or any(
             r.alias_info is not None for r in schema.returns):
         return "writes or aliases its inputs (in-place or view op): not installable as a custom op"
     if not winner.source.is_file():
@@ -80,7 +83,7 @@ def build_spec(winner: Winner, build_dir: Path, devices: frozenset[torch.device]
     entry = runtime.load_entry(winner.backend, path, winner.outputs)
     return runtime.KernelSpec(name=runtime.kernel_name(winner.op, winner.source.read_bytes()),
                               op=winner.op, args=winner.args, outputs=winner.outputs,
-                              backend=winner.backend, entry=entry, devices=devices)
+                              backend=winner.backend, entry=entry, devices=devices, chain=winner.chain)
 
 
 def devices_for(run: RunRecord) -> frozenset[torch.device]:

@@ -1,7 +1,7 @@
 """An exported package's loader: its files checked, its kernels loaded, installed and removed.
 
 This file needs only torch (and triton for Triton kernels): `kernforge export` copies it
-verbatim into every package, beside runtime.py, native_abi.py and importing.py, and the
+verbatim into every package, beside runtime.py, fused.py, native_abi.py and importing.py, and the
 package's __init__.py is a few lines over `Package(<its folder>)`.
 
 What install() does, in order:
@@ -240,7 +240,8 @@ def load_spec(root: Path, kernel: dict[str, Any], devices: frozenset[torch.devic
     entry = runtime.load_entry(backend, path, kernel["outputs"])
     return runtime.KernelSpec(name=kernel["name"], op=kernel["op"], args=kernel["guard"],
                               outputs=kernel["outputs"], backend=backend, entry=entry, devices=devices,
-                              in_eager=kernel.get("in_eager", True), under_compile=kernel.get("under_compile", True))
+                              in_eager=kernel.get("in_eager", True), under_compile=kernel.get("under_compile", True),
+                              chain=kernel.get("chain"))
 
 
 def cpu_library(root: Path, kernel: dict[str, Any], package: str) -> Path:

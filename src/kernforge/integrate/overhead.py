@@ -18,7 +18,7 @@ import torch
 from torch.utils._pytree import tree_map
 
 from kernforge.capture.serialize import extent
-from kernforge.integrate import runtime
+from kernforge.integrate import fused, runtime
 
 BURST = 200
 REPEATS = 7
@@ -73,7 +73,7 @@ def refused_inputs(args: list[Any], kwargs: dict[str, Any]) -> tuple[list[Any], 
 def measure(spec: runtime.KernelSpec, all_specs: list[runtime.KernelSpec], device: torch.device) -> RoutingCost:
     """Each cost as the median over REPEATS rounds, each round timing every call with the routes
     out and then in, so that drift (a busy host, clocks) falls on both sides alike."""
-    op = runtime._resolve(spec.op)
+    op = call_of(spec)
     args, kwargs = proved_inputs(spec, device)
     miss_args, miss_kwargs = refused_inputs(args, kwargs)
     small = torch.randn(64, device=device)
@@ -100,6 +100,14 @@ def measure(spec: runtime.KernelSpec, all_specs: list[runtime.KernelSpec], devic
     return RoutingCost(op=spec.op, kernel=spec.name, direct_us=m["direct"], routed_hit_us=m["hit"],
                        original_us=m["original"], routed_miss_us=m["miss"], unpatched_op_us=m["add"],
                        unpatched_op_patched_us=m["add routed"])
+
+
+def call_of(spec: runtime.KernelSpec) -> Callable[..., Any]:
+    """What a model calls where the kernel goes: the ATen op, or a chain's steps one by one."""
+    if spec.chain is None:
+        return runtime._resolve(spec.op)
+    steps = fused.ChainPlan(spec).steps
+    return lambda *inputs: fused.replay(steps, list(inputs))
 
 
 def _burst_us(call: Callable[[], Any], device: torch.device) -> float:

@@ -1,7 +1,7 @@
 """Installed kernels: an ATen op routed to a proved kernel where a guard holds, else the original.
 
 This file needs only torch (and triton for Triton kernels): kernforge's `patch` uses it, and
-`kernforge export` copies it, with native_abi.py and importing.py, into every exported
+`kernforge export` copies it, with fused.py, native_abi.py and importing.py, into every exported
 package, so that a package installs the same way without kernforge.
 
 How a call is routed. For each installed op, a Python kernel is registered on the ATen op
@@ -61,6 +61,14 @@ class KernelSpec:
     devices: frozenset[torch.device] = frozenset()  # where it may run (same GPU model as proved)
     under_compile: bool = True  # False: compile's graph keeps the original op (it pays only in eager)
     in_eager: bool = True  # False: eager calls run the original (it pays only inside compiled graphs)
+    # A fused chain's steps and outputs (fused.py): op is then its name ("chain:mul+add+_softmax"),
+    # args its inputs' descriptions, outputs the values it keeps; None for a single ATen op.
+    chain: dict[str, Any] | None = None
+
+    @property
+    def routed_op(self) -> str:
+        """The ATen op whose calls the router sees: the op, or a chain's first step."""
+        return self.chain["steps"][0]["op"] if self.chain else self.op
 
 
 def load_entry(backend: str, path: Path, outputs: list[dict[str, Any]]) -> Callable[..., Any]:
@@ -84,8 +92,9 @@ def load_entry(backend: str, path: Path, outputs: list[dict[str, Any]]) -> Calla
 
 
 def kernel_name(op: str, source: bytes) -> str:
-    """`_softmax_3f2a9c1b`: the op's base name and a hash of the kernel's source."""
-    base = re.sub(r"\W", "_", op.split("::")[-1].split(".")[0]).strip("_") or "op"
+    """`_softmax_3f2a9c1b`: the op's base name and a hash of the kernel's source (a chain's
+    name, 'chain:mul+add+_softmax', as chain_mul_add__softmax, cut at 48 characters)."""
+    base = re.sub(r"\W", "_", op.split("::")[-1].split(".")[0]).strip("_")[:48] or "op"
     return f"{base}_{hashlib.sha256(source).hexdigest()[:10]}"
 
 
@@ -196,7 +205,7 @@ def _decode(desc: Any, tensors: list[torch.Tensor]) -> Any:
 
 # ---------------------------------------------------------------------------- custom ops
 
-_STATE_MODULE = "_kernforge_runtime_state_v1"  # a new version for a change of the state's shape
+_STATE_MODULE = "_kernforge_runtime_state_v2"  # a new version for a change of the state's shape
 
 
 def _process_state() -> Any:
@@ -208,6 +217,7 @@ def _process_state() -> Any:
     if state is None:
         state = types.ModuleType(_STATE_MODULE, "kernforge runtime: state shared by its copies")
         state.defined, state.current, state.saved_flags, state.cache_holds = {}, {}, {}, 0
+        state.chains, state.chain_pass, state.chain_patterns = {}, None, None  # for compile's graph pass (fused.py)
         sys.modules[_STATE_MODULE] = state
     return state
 
@@ -227,7 +237,7 @@ def _custom_op(spec: KernelSpec) -> Any:
         params = ", ".join(f"Tensor t{i}" for i in range(n_tensors))
         returns = "Tensor" if len(spec.outputs) == 1 else "(" + ", ".join(["Tensor"] * len(spec.outputs)) + ")"
         lib.define(f"{spec.name}({params}) -> {returns}")
-        rebuild, original = make_rebuild(spec.args), _resolve(spec.op)
+        rebuild, original = make_rebuild(spec.args), _original_of(spec)
         dispatch_key = "CUDA" if spec.backend in ("triton", "cuda") else "CPU"
         name, metas = spec.name, spec.outputs
 
@@ -235,8 +245,8 @@ def _custom_op(spec: KernelSpec) -> Any:
             args, kwargs = rebuild(list(tensors))
             current = _CURRENT.get(name)
             if current is None or _RUNNING[0] or not _runnable_here(current, tensors):
-                return original(*args, **kwargs)
-            return _run(current, args, kwargs)
+                return _as_declared(original(*args, **kwargs), len(metas))
+            return _as_declared(_run(current, args, kwargs), len(metas))
 
         def fake(*tensors: torch.Tensor) -> Any:
             device = tensors[0].device
@@ -248,6 +258,28 @@ def _custom_op(spec: KernelSpec) -> Any:
         torch.library.register_fake(f"{NAMESPACE}::{spec.name}", fake, lib=lib)
         _DEFINED[spec.name] = lib
     return getattr(getattr(torch.ops, NAMESPACE), spec.name).default
+
+
+def _as_declared(out: Any, n_outputs: int) -> Any:
+    """A chain's kernel returns a tuple of its outputs; a custom op of one output returns it."""
+    return out[0] if n_outputs == 1 and isinstance(out, (tuple, list)) else out
+
+
+def _original_of(spec: KernelSpec) -> Callable[..., Any]:
+    """What the custom op runs where the kernel may not: the ATen op, or the chain's steps."""
+    if spec.chain is None:
+        return _resolve(spec.op)
+    plan = _fused().ChainPlan(spec)
+    return lambda *inputs: _fused().replay_outputs(plan, list(inputs))
+
+
+def _fused() -> Any:
+    """fused.py, imported where a chain is installed (it imports this module)."""
+    if __name__.startswith("kernforge."):
+        from kernforge.integrate import fused
+    else:
+        from . import fused  # type: ignore[no-redef]
+    return fused
 
 
 def tensor_metas(desc: Any) -> list[dict[str, Any]]:
@@ -293,16 +325,21 @@ class RouteCounts:
 @dataclass
 class Installation:
     specs: list[KernelSpec]
-    counts: dict[str, RouteCounts] = field(default_factory=dict)  # per ATen op
+    counts: dict[str, RouteCounts] = field(default_factory=dict)  # per ATen op, and per chain by its name
+    routed: list[str] = field(default_factory=list)  # the ATen ops whose calls the routers see
     _libraries: list[Any] = field(default_factory=list, repr=False)
+    _plans: dict[str, Any] = field(default_factory=dict, repr=False)  # chain name -> fused.ChainPlan
 
     def remove(self) -> None:
         """Take every registration out: the dispatcher is as it was before install()."""
         for lib in self._libraries:
             lib._destroy()
         self._libraries.clear()
-        for op in self.counts:
+        for op in self.routed:
             _forget_resolution(op)
+        if self._plans:
+            _fused().release_compile_pass(list(self._plans.values()))
+            self._plans = {}
         for spec in self.specs:
             if _CURRENT.get(spec.name) is spec:
                 del _CURRENT[spec.name]
@@ -318,27 +355,36 @@ def install(specs: list[KernelSpec]) -> Installation:
     installation = Installation(specs=list(specs))
     by_op: dict[str, list[KernelSpec]] = {}
     for spec in specs:
-        by_op.setdefault(spec.op, []).append(spec)
+        by_op.setdefault(spec.routed_op, []).append(spec)
+        installation.counts.setdefault(spec.op, RouteCounts())
+    installation._plans = {s.name: _fused().ChainPlan(s) for s in specs if s.chain}
     for op, group in by_op.items():
         for spec in group:
             _custom_op(spec)
             _CURRENT[spec.name] = spec
-        installation.counts[op] = RouteCounts()
-        installation._libraries.append(_route(op, group, installation.counts[op]))
+        installation.counts.setdefault(op, RouteCounts())
+        installation._libraries.append(_route(op, group, installation))
+        installation.routed.append(op)
+    if installation._plans:
+        _fused().hold_compile_pass(list(installation._plans.values()), installation.counts)
     return installation
 
 
-def _route(op: str, specs: list[KernelSpec], counts: RouteCounts) -> Any:
+def _route(op: str, specs: list[KernelSpec], installation: Installation) -> Any:
     backend_key = "CUDA" if specs[0].backend in ("triton", "cuda") else "CPU"
     namespace, name = op.split("::", 1)
     name = name.removesuffix(".default")  # the dispatcher names a default overload without it
     lib = torch.library.Library(namespace, "IMPL")
-    for key in (f"Autograd{backend_key}", backend_key):
+    # A chain starts only on plain tensors, which reach the backend key; kept off the Autograd
+    # key, its head op's router leaves compile's tracing alone (a fallback there turns a Python
+    # number into a tensor constant, and the graph would no longer read as the chain's pattern)
+    only_chains = all(spec.chain for spec in specs)
+    for key in (backend_key,) if only_chains else (f"Autograd{backend_key}", backend_key):
         original = torch._C._dispatch_get_computed_kernel_for_dispatch_key(
             f"{namespace}::{name}", getattr(torch._C.DispatchKey, key))
         with warnings.catch_warnings():  # "Overriding a previously registered kernel": the point
             warnings.filterwarnings("ignore", message=".*[Oo]verrid.*")
-            lib.impl(name, _router(specs, original, counts), key, with_keyset=True)
+            lib.impl(name, _router(specs, original, installation), key, with_keyset=True)
     _forget_resolution(op)
     return lib
 
@@ -357,11 +403,21 @@ def _forget_resolution(op: str) -> None:
 _RUNNING = [0]
 
 
-def _router(specs: list[KernelSpec], original: Any, counts: RouteCounts) -> Callable:
-    routes = [(spec, make_guard(spec.args), _custom_op(spec)) for spec in specs]
-    rewrap = _scalar_rewrapper(_resolve(specs[0].op)._schema)
+def _router(specs: list[KernelSpec], original: Any, installation: Installation) -> Callable:
+    """The chains this op starts first (fused.start: placeholders in eager; under compile a
+    chain is found in the graph, not here), then the single ops' routes."""
+    counts = installation.counts[specs[0].routed_op]
+    routes = [(spec, make_guard(spec.args), _custom_op(spec)) for spec in specs if spec.chain is None]
+    chains = [(installation._plans[spec.name], installation.counts[spec.op]) for spec in specs
+              if spec.chain and spec.in_eager]
+    start = _fused().start if chains else None
+    rewrap = _scalar_rewrapper(_resolve(specs[0].routed_op)._schema)
 
     def route(keyset: Any, *args: Any, **kwargs: Any) -> Any:
+        for plan, chain_counts in chains if not _RUNNING[0] else ():
+            started = start(plan, args, kwargs, chain_counts)
+            if started is not None:
+                return started
         for spec, guard, custom_op in routes if not _RUNNING[0] else ():
             tensors = guard(args, kwargs)
             if tensors is None or _grad_needed(tensors):

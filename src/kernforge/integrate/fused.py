@@ -1,0 +1,454 @@
+"""Installed chains: one fused kernel in place of a chain of ATen calls, in eager and under compile.
+
+This file needs only torch (and, under torch.compile, torch's inductor): `kernforge export`
+copies it beside runtime.py into every package.
+
+A chain (capture/chains.py) is a list of steps, each an ATen overload whose tensors are refs:
+{"input": k}, the chain's k-th input, or {"step": j, "output": m}. Its kernel takes the
+inputs and returns every output the model keeps, so the intermediates are never made.
+
+Eager. The chain's first step is routed like a single op (runtime's router, on its ATen op).
+Where its call matches the proved one on plain tensors, nothing runs: the call returns
+placeholders (_Pending, tensors with the step's shape, strides and dtype and no storage) and
+a ChainRun holds the inputs bound so far. Every later call on a placeholder reaches
+_Pending.__torch_dispatch__: the chain's next step, with the same wiring and the proved
+inputs, advances the run, and the last step runs the kernel, whose outputs become the
+values of the placeholders the model keeps. Any other use (another op, another order, a
+different input) replays the steps so far with the original ops, and the call runs on real
+tensors: the model computes what it computed unpatched, only the fused path is given up.
+An input written in place between the chain's first and last step would make the kernel
+read another value than the steps did; the run checks the inputs' version counters and
+stops with an error rather than return it.
+
+Under torch.compile. Tracing never makes placeholders (fake tensors fall through to the
+original). A post-grad graph pass finds the chain in the graph inductor is about to fuse,
+with torch's pattern matcher (the chain traced through inductor's own decompositions, so
+it reads as the graph does; an intermediate used outside the match stops it), checks what
+the matcher leaves out (every constant, dtype and device; each input's shape, strides,
+dtype and alignment) and puts the custom op kernforge::<name> in the chain's place.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+if __name__.startswith("kernforge."):
+    from kernforge.integrate import runtime
+else:  # inside an exported package, where runtime.py sits beside this file
+    from . import runtime  # type: ignore[no-redef]
+
+Ref = tuple[int, int]  # (step, output position)
+
+
+def _is_ref(value: Any) -> bool:
+    return isinstance(value, dict) and (set(value) == {"input"} or set(value) == {"step", "output"})
+
+
+def _flat(value: Any) -> Iterator[Any]:
+    if isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _flat(v)
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _flat(v)
+    else:
+        yield value
+
+
+@dataclass
+class Step:
+    op: Any  # the ATen OpOverload
+    args: list[Any]
+    kwargs: dict[str, Any]
+    metas: list[dict[str, Any]] = field(default_factory=list)  # each output's shape/stride/dtype
+
+
+class ChainPlan:
+    """A chain spec made ready to run: its steps resolved, every intermediate's layout known."""
+
+    def __init__(self, spec: runtime.KernelSpec):
+        chain = spec.chain or {}
+        self.spec = spec
+        self.steps = [Step(runtime._resolve(s["op"]), s["args"], s["kwargs"]) for s in chain["steps"]]
+        self.outputs: list[Ref] = [(int(j), int(k)) for j, k in chain["outputs"]]
+        self.input_checks = [runtime._tensor_check(m) for m in spec.args]
+        self._layouts()
+
+    def _layouts(self) -> None:
+        """Each step's outputs on the meta device: the placeholders' shapes, strides and dtypes."""
+        inputs = [torch.empty_strided(m["shape"], m["stride"], dtype=runtime._dtype(m["dtype"]), device="meta")
+                  for m in self.spec.args]
+        values = replay(self.steps, inputs)
+        for step, outs in zip(self.steps, values):
+            step.metas = [{"shape": tuple(t.shape), "stride": t.stride(), "dtype": t.dtype}
+                          if isinstance(t, torch.Tensor) else {} for t in outs]
+
+    def decode(self, value: Any, inputs: list[Any], values: list[list[Any]]) -> Any:
+        return _decode(value, inputs, values)
+
+
+def _decode(value: Any, inputs: list[Any], values: list[list[Any]]) -> Any:
+    if _is_ref(value):
+        return inputs[value["input"]] if "input" in value else values[value["step"]][value["output"]]
+    if isinstance(value, list):
+        return [_decode(v, inputs, values) for v in value]
+    if isinstance(value, str) and value.startswith("device("):
+        return next(t.device for t in inputs if isinstance(t, torch.Tensor))
+    if isinstance(value, str) and value.startswith("torch."):
+        attr = getattr(torch, value[len("torch."):], None)
+        return attr if isinstance(attr, (torch.dtype, torch.layout, torch.memory_format)) else value
+    return value
+
+
+def replay(steps: list[Step], inputs: list[Any], upto: int | None = None) -> list[list[Any]]:
+    """The first `upto` steps (all by default) run as ATen calls; each step's outputs."""
+    values: list[list[Any]] = []
+    for step in steps[:upto]:
+        out = step.op(*[_decode(a, inputs, values) for a in step.args],
+                      **{k: _decode(v, inputs, values) for k, v in step.kwargs.items()})
+        values.append(list(out) if isinstance(out, (tuple, list)) else [out])
+    return values
+
+
+def replay_outputs(plan: ChainPlan, inputs: list[Any]) -> tuple[Any, ...]:
+    """The chain's outputs by its original ops (the custom op's fallback), past every route."""
+    with _original_ops():
+        values = replay(plan.steps, list(inputs))
+    return tuple(values[j][k] for j, k in plan.outputs)
+
+
+class _original_ops:  # noqa: N801 - used as a statement: `with _original_ops():`
+    """Routes off for the block: a replay must not start another chain of its own."""
+
+    def __enter__(self) -> None:
+        runtime._RUNNING[0] += 1
+
+    def __exit__(self, *exc: object) -> None:
+        runtime._RUNNING[0] -= 1
+
+
+# ---------------------------------------------------------------------------- eager
+
+
+def _version(t: torch.Tensor) -> int:
+    try:
+        return t._version
+    except RuntimeError:  # an inference tensor has no version counter
+        return -1
+
+
+class ChainRun:
+    """One occurrence of a chain in progress: the inputs bound so far and the next step."""
+
+    def __init__(self, plan: ChainPlan, counts: runtime.RouteCounts):
+        self.plan, self.counts = plan, counts
+        self.inputs: list[torch.Tensor | None] = [None] * len(plan.spec.args)
+        self.versions: list[int] = [0] * len(plan.spec.args)
+        self.next = 0  # the step the run waits for
+        self.values: list[list[Any]] | None = None  # every step's real outputs, once replayed
+        self.results: dict[Ref, torch.Tensor] = {}  # the kernel's outputs, once it ran
+        self.abandoned = False
+
+    def bind(self, step: Step, args: tuple, kwargs: dict) -> list[tuple[int, torch.Tensor]] | None:
+        """The inputs this call of `step` would bind, where it is the step as proved (wiring,
+        constants, input layouts); else None."""
+        if len(args) != len(step.args) or kwargs.keys() != step.kwargs.keys():
+            return None
+        bound: dict[int, torch.Tensor] = {}
+        pairs = list(zip(step.args, args)) + [(step.kwargs[k], kwargs[k]) for k in step.kwargs]
+        for template, value in pairs:
+            if not self._matches(template, value, bound):
+                return None
+        return list(bound.items())
+
+    def _matches(self, template: Any, value: Any, bound: dict[int, torch.Tensor]) -> bool:
+        if _is_ref(template) and "input" in template:
+            i = template["input"]
+            known = self.inputs[i] if self.inputs[i] is not None else bound.get(i)
+            if known is not None:
+                return value is known
+            if not (isinstance(value, torch.Tensor) and runtime._plain(value)
+                    and self.plan.input_checks[i](value, [])):
+                return False
+            bound[i] = value
+            return True
+        if _is_ref(template):
+            return isinstance(value, _Pending) and value._run is self and value._ref == (
+                template["step"], template["output"])
+        if isinstance(template, list):
+            return isinstance(value, (list, tuple)) and len(value) == len(template) and all(
+                self._matches(t, v, bound) for t, v in zip(template, value))
+        if isinstance(template, str) and template.startswith("device("):
+            return isinstance(value, torch.device)  # the inputs' device is checked with them
+        return runtime._check_for(template)(value, [])
+
+    def take(self, bound: list[tuple[int, torch.Tensor]]) -> None:
+        for i, t in bound:
+            self.inputs[i], self.versions[i] = t, _version(t)
+
+    def advance(self) -> Any:
+        """The step just matched is done: placeholders for its outputs, or, at the last step
+        (or once the kernel ran), the kernel's outputs."""
+        j = self.next
+        self.next += 1
+        if self.next == len(self.plan.steps) and not self.results:
+            self._finish()
+        return self._outputs_of(j)
+
+    def _ready(self) -> bool:
+        return not self.results and not self.abandoned and all(t is not None for t in self.inputs)
+
+    def _finish(self) -> None:
+        spec = self.plan.spec
+        if any(_version(t) != v for t, v in zip(self.inputs, self.versions) if t is not None):
+            raise RuntimeError(f"an input of the fused chain kernforge::{spec.name} ({spec.op}) was written "
+                               "in place between the chain's steps; the fused kernel would read the new value. "
+                               "Remove this kernel (kernforge.patch(..., only=...)) for this model")
+        out = runtime._run(spec, tuple(self.inputs), {})
+        out = tuple(out) if isinstance(out, (tuple, list)) else (out,)
+        self.results = dict(zip(self.plan.outputs, out))
+        self.counts.kernel += 1
+        self.counts.by_kernel[spec.name] = self.counts.by_kernel.get(spec.name, 0) + 1
+
+    def _outputs_of(self, j: int) -> Any:
+        step = self.plan.steps[j]
+        outs = [self.results.get((j, k)) if (j, k) in self.results else _Pending(self, (j, k), meta)
+                for k, meta in enumerate(step.metas)]
+        returns = len(step.op._schema.returns)
+        return outs[0] if returns == 1 else tuple(outs)
+
+    def value(self, ref: Ref) -> torch.Tensor:
+        """The real value of a placeholder: the kernel's output, else the steps replayed. An
+        output read before the chain's last step (a residual sum the next layer reads first)
+        runs the kernel then, once every input is bound: the later steps read only values the
+        kernel already made."""
+        if ref in self.plan.outputs and self._ready():
+            self._finish()
+        if ref in self.results:
+            return self.results[ref]
+        if self.values is None or len(self.values) <= ref[0]:
+            if not self.results and not self.abandoned:
+                self.abandoned = True
+                self.counts.fallback += 1
+            with _original_ops():
+                self.values = replay(self.plan.steps, self.inputs, upto=max(self.next, ref[0] + 1))
+        return self.values[ref[0]][ref[1]]
+
+
+class _Pending(torch.Tensor):
+    """A chain's value not made yet: the layout of a real one, no storage."""
+
+    _run: ChainRun
+    _ref: Ref
+
+    @staticmethod
+    def __new__(cls, run: ChainRun, ref: Ref, meta: dict[str, Any]) -> _Pending:
+        device = next(t.device for t in run.inputs if t is not None)
+        self = torch.Tensor._make_wrapper_subclass(cls, meta["shape"], strides=meta["stride"], dtype=meta["dtype"],
+                                                   device=device, requires_grad=False)
+        self._run, self._ref = run, ref
+        return self
+
+    def __repr__(self) -> str:  # noqa: D105 - printing one shows its value, as printing a tensor does
+        return repr(self._run.value(self._ref))
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    @classmethod
+    def __torch_dispatch__(cls, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        runs = {id(v._run): v._run for v in _flat((args, kwargs)) if isinstance(v, _Pending)}
+        if len(runs) == 1:
+            run = next(iter(runs.values()))
+            if not run.abandoned and run.next < len(run.plan.steps):
+                step = run.plan.steps[run.next]
+                bound = run.bind(step, args, kwargs) if func is step.op else None
+                if bound is not None:
+                    run.take(bound)
+                    return run.advance()
+        real_args, real_kwargs = _realised(args), {k: _realised(v) for k, v in kwargs.items()}
+        return func(*real_args, **real_kwargs)
+
+
+def _realised(value: Any) -> Any:
+    if isinstance(value, _Pending):
+        return value._run.value(value._ref)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_realised(v) for v in value)
+    return value
+
+
+def start(plan: ChainPlan, args: tuple, kwargs: dict, counts: runtime.RouteCounts) -> Any | None:
+    """The router's call of the chain's first step: placeholders where the call is the proved
+    one on plain tensors this kernel may run on, else None (the call goes on as it would)."""
+    run = ChainRun(plan, counts)
+    bound = run.bind(plan.steps[0], args, kwargs)
+    if bound is None:
+        return None
+    tensors = [t for _, t in bound]
+    if runtime._grad_needed(tensors) or not runtime._runnable_here(plan.spec, tensors):
+        return None
+    run.take(bound)
+    return run.advance()
+
+
+# ---------------------------------------------------------------------------- under torch.compile
+
+
+def chain_function(plan: ChainPlan, body: Callable[..., Any]) -> Callable[..., Any]:
+    """body(*inputs) with a signature naming them (in0, in1, ...), as the pattern matcher reads
+    its search and replacement functions' argument names."""
+    def fn(*inputs: Any) -> Any:
+        return body(*inputs)
+    fn.__signature__ = inspect.Signature([inspect.Parameter(f"in{i}", inspect.Parameter.POSITIONAL_OR_KEYWORD)
+                                          for i in range(len(plan.spec.args))])  # type: ignore[attr-defined]
+    return fn
+
+
+def _canonical(outputs: list[Any], inputs: dict[Any, str]) -> tuple[Any, ...]:
+    """A graph region as a value two regions compare by: every node by its target and its
+    arguments (constants as written, the region's inputs by name), from its outputs."""
+    memo: dict[Any, Any] = {}
+
+    def node_form(node: Any) -> Any:
+        if node in inputs:
+            return inputs[node]
+        if node not in memo:
+            memo[node] = (str(node.target), form(node.args), form(dict(sorted(node.kwargs.items()))))
+        return memo[node]
+
+    def form(value: Any) -> Any:
+        if isinstance(value, torch.fx.Node):
+            return node_form(value)
+        if isinstance(value, (list, tuple)):
+            return tuple(form(v) for v in value)
+        if isinstance(value, dict):
+            return tuple((k, form(v)) for k, v in value.items())
+        return repr(value)
+    return tuple(node_form(n) for n in outputs)
+
+
+class CompilePatterns:
+    """The installed chains' patterns for inductor's post-grad pass."""
+
+    def __init__(self, chosen: list[tuple[ChainPlan, runtime.RouteCounts]]):
+        from torch._inductor import pattern_matcher as pm
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+        self.plans = [plan for plan, _ in chosen]
+        self.passes = pm.PatternMatcherPass()
+        with unset_fake_temporarily():  # the pass runs inside compile; the patterns trace real tensors
+            for plan, counts in chosen:
+                self._register(pm, plan, counts)
+
+    def _register(self, pm: Any, plan: ChainPlan, counts: runtime.RouteCounts) -> None:
+        spec = plan.spec
+        device = min(spec.devices, key=lambda d: (d.type, d.index or 0)) if spec.devices else torch.device("cpu")
+        examples = [torch.empty_strided(m["shape"], m["stride"], dtype=runtime._dtype(m["dtype"]), device=device)
+                    .zero_() for m in spec.args]
+
+        def search(*inputs: Any) -> Any:
+            values = replay(plan.steps, list(inputs))
+            outs = [values[j][k] for j, k in plan.outputs]
+            return outs[0] if len(outs) == 1 else tuple(outs)
+
+        custom_op = runtime._custom_op(spec)
+
+        def replace(*inputs: Any) -> Any:
+            counts.custom_op += 1
+            counts.traced_by_kernel[spec.name] = counts.traced_by_kernel.get(spec.name, 0) + 1
+            return custom_op(*inputs)
+
+        search_fn = chain_function(plan, search)
+        with _original_ops():
+            searched = pm.fwd_only(search_fn, examples)
+        names = [f"in{i}" for i in range(len(spec.args))]
+        placeholders = [n for n in searched.graph.nodes if n.op == "placeholder"]
+        output = next(n for n in searched.graph.nodes if n.op == "output")
+        expected = _canonical(_leaves(output.args[0]), dict(zip(placeholders, names)))
+
+        def proved(match: Any) -> bool:
+            """What the matcher ignores: constants, dtypes and devices, and the inputs' layouts."""
+            nodes = [match.kwargs.get(name) for name in names]
+            if not all(isinstance(n, torch.fx.Node) for n in nodes):
+                return False
+            vals = [n.meta.get("val") for n in nodes]
+            if not all(isinstance(v, torch.Tensor) and check(v, []) and v.device in spec.devices
+                       for v, check in zip(vals, plan.input_checks)):
+                return False
+            return _canonical(match.output_nodes(), dict(zip(nodes, names))) == expected
+
+        with _original_ops():
+            pm.register_replacement(search_fn, chain_function(plan, replace), examples, pm.fwd_only,
+                                    [self.passes], extra_check=proved)
+
+
+def _leaves(value: Any) -> list[Any]:
+    return [v for v in _flat(value) if isinstance(v, torch.fx.Node)]
+
+
+def compile_pass_class() -> type:
+    """inductor's CustomGraphPass (its uuid keys the graph caches, which kernforge holds off)."""
+    from torch._inductor.custom_graph_pass import CustomGraphPass
+
+    class ChainGraphPass(CustomGraphPass):
+        def __init__(self, patterns: Callable[[], CompilePatterns | None], before: Any):
+            self.patterns, self.before = patterns, before
+
+        def __call__(self, graph: torch.fx.Graph) -> None:
+            current = self.patterns()
+            if current is not None:
+                current.passes.apply(graph)
+            for other in (self.before if isinstance(self.before, (list, tuple)) else [self.before]):
+                if other is not None:
+                    other(graph)
+
+        def uuid(self) -> Any:
+            return None  # no cache entry: the routes are not part of any key
+
+    return ChainGraphPass
+
+
+def hold_compile_pass(plans: list[ChainPlan], counts: dict[str, runtime.RouteCounts]) -> None:
+    """The chains join the graph pass, which inductor runs while any chain is installed (after
+    nothing, before any post-grad pre-pass the user had set)."""
+    state = runtime._STATE
+    for plan in plans:
+        state.chains[plan.spec.name] = (plan, counts[plan.spec.op])
+    if state.chain_pass is None:
+        import torch._inductor.config as config
+
+        state.chain_pass = compile_pass_class()(_current_patterns, config.post_grad_custom_pre_pass)
+        config.post_grad_custom_pre_pass = state.chain_pass
+
+
+def release_compile_pass(plans: list[ChainPlan]) -> None:
+    """The chains leave the pass; the last one out puts inductor's setting back."""
+    state = runtime._STATE
+    for plan in plans:
+        if state.chains.get(plan.spec.name, (None,))[0] is plan:
+            del state.chains[plan.spec.name]
+    if not state.chains and state.chain_pass is not None:
+        import torch._inductor.config as config
+
+        if config.post_grad_custom_pre_pass is state.chain_pass:
+            config.post_grad_custom_pre_pass = state.chain_pass.before
+        state.chain_pass, state.chain_patterns = None, None
+
+
+def _current_patterns() -> CompilePatterns | None:
+    """The patterns of the chains installed for compile's graphs now (built once per set)."""
+    state = runtime._STATE
+    chosen = [(plan, counts) for plan, counts in state.chains.values() if plan.spec.under_compile]
+    if not chosen:
+        return None
+    cached = getattr(state, "chain_patterns", None)
+    if cached is None or len(cached.plans) != len(chosen) or any(
+            a is not b for a, (b, _) in zip(cached.plans, chosen)):
+        cached = state.chain_patterns = CompilePatterns(chosen)
+    return cached

@@ -1,0 +1,289 @@
+"""A fused chain's kernel installed in place of the chain's ATen calls (integrate/fused.py), on the CPU.
+
+The chains are found in real modules by capture (find_chains); the installed "kernel" is the
+chain's float64 replay, rounded to the outputs' dtypes and counted, so that these tests see
+the routing (placeholders, fallbacks, compile's graph pass), not a kernel's speed.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from kernforge.capture.chains import find_chains
+from kernforge.capture.recorder import ModuleTracker, Recorder
+from kernforge.integrate import fused, runtime
+from kernforge.tasks import ChainReference
+
+CPU = frozenset({torch.device("cpu")})
+
+
+class ScaleMaskSoftmax(nn.Module):
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(x * 0.125 + mask, dim=-1) @ x.transpose(-1, -2)
+
+
+class ResidualRMSNorm(nn.Module):
+    """h = x + y is kept (the next layer's residual) and normalised: a chain with two outputs."""
+
+    def __init__(self, n: int = 32):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(n))
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h = x + y
+        normed = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6) * self.weight
+        return normed @ self.weight.unsqueeze(-1), h * 2
+
+
+def _chain_of(module: nn.Module, *inputs: torch.Tensor) -> dict:
+    recorder = Recorder()
+    with ModuleTracker(module, recorder), recorder, torch.no_grad():
+        recorder.mark_returned(module(*inputs))
+    (chain,) = find_chains(recorder.calls, recorder.returned_ids)
+    return chain
+
+
+def _spec(chain, name: str, calls: list[int]) -> runtime.KernelSpec:
+    oracle = ChainReference(chain.to_json()).in_float64()
+    dtypes = [runtime._dtype(m["dtype"]) for m in chain.output_metas]
+
+    def kernel(*inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        calls.append(1)
+        outs = oracle(*[t.double() if t.is_floating_point() else t for t in inputs])
+        return tuple(o.to(d) for o, d in zip(outs, dtypes))
+    return runtime.KernelSpec(name=name, op=chain.op, args=chain.input_metas, outputs=chain.output_metas,
+                              backend="cpu", entry=kernel, devices=CPU, chain=chain.to_json())
+
+
+@pytest.fixture
+def softmax_case():
+    torch.manual_seed(0)
+    x, mask = torch.randn(2, 4, 16, 16), torch.randn(16, 16)
+    module = ScaleMaskSoftmax()
+    chain = _chain_of(module, x, mask)
+    calls: list[int] = []
+    return module, (x, mask), _spec(chain, "chain_scale_mask_softmax_test", calls), calls
+
+
+def _run(module: nn.Module, inputs: tuple, specs: list[runtime.KernelSpec]) -> tuple[object, runtime.Installation]:
+    installation = runtime.install(specs)
+    try:
+        with torch.no_grad():
+            return module(*inputs), installation
+    finally:
+        installation.remove()
+
+
+def test_the_chain_runs_as_one_kernel_and_matches_the_model(softmax_case):
+    module, inputs, spec, calls = softmax_case
+    with torch.no_grad():
+        expected = module(*inputs)
+    got, installation = _run(module, inputs, [spec])
+    counts = installation.counts[spec.op]
+    assert (counts.kernel, counts.fallback, len(calls)) == (1, 0, 1)
+    assert type(got) is torch.Tensor
+    torch.testing.assert_close(got, expected)
+
+
+def test_two_outputs_the_kept_sum_is_the_kernels_and_used_after_the_chain():
+    torch.manual_seed(1)
+    module, x, y = ResidualRMSNorm(), torch.randn(8, 32), torch.randn(8, 32)
+    chain = _chain_of(module, x, y)
+    assert len(chain.outputs) == 2
+    calls: list[int] = []
+    spec = _spec(chain, "chain_residual_rms_test", calls)
+    with torch.no_grad():
+        expected = module(x, y)
+    got, installation = _run(module, (x, y), [spec])
+    assert installation.counts[spec.op].kernel == 1 and installation.counts[spec.op].fallback == 0
+    for a, b in zip(got, expected):
+        torch.testing.assert_close(a, b)
+
+
+class EscapingIntermediate(nn.Module):
+    """The same steps as ScaleMaskSoftmax, but the scaled scores are also returned: at run
+    time, an intermediate the chain would not make is used elsewhere."""
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        scaled = x * 0.125
+        total = scaled.sum()
+        return torch.softmax(scaled + mask, dim=-1), total
+
+
+class ReadAfterwards(nn.Module):
+    """The intermediate is read after the chain's last step: the kernel ran, and the value
+    read is the steps' own, replayed."""
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        scaled = x * 0.125
+        scores = torch.softmax(scaled + mask, dim=-1)
+        return scores, scaled.sum()
+
+
+class OtherOrder(nn.Module):
+    """The chain's first step, then something else on its value before the next step."""
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        scaled = x * 0.125
+        shifted = scaled - 1.0
+        return torch.softmax(scaled + mask, dim=-1) + shifted
+
+
+@pytest.mark.parametrize("other", [EscapingIntermediate, OtherOrder])
+def test_any_other_use_of_a_pending_value_replays_the_steps_and_keeps_the_models_result(softmax_case, other):
+    _module, inputs, spec, calls = softmax_case
+    module = other()
+    with torch.no_grad():
+        expected = module(*inputs)
+    got, installation = _run(module, inputs, [spec])
+    counts = installation.counts[spec.op]
+    assert (counts.kernel, counts.fallback, len(calls)) == (0, 1, 0)
+    for a, b in zip(got if isinstance(got, tuple) else (got,), expected if isinstance(expected, tuple) else (expected,)):
+        assert type(a) is torch.Tensor
+        torch.testing.assert_close(a, b, rtol=0, atol=0)  # the original ops: bit for bit
+
+
+def test_an_intermediate_read_after_the_chain_is_replayed_beside_the_kernel(softmax_case):
+    _module, inputs, spec, calls = softmax_case
+    module = ReadAfterwards()
+    with torch.no_grad():
+        scores, total = module(*inputs)
+    (got_scores, got_total), installation = _run(module, inputs, [spec])
+    assert installation.counts[spec.op].kernel == 1 and len(calls) == 1
+    torch.testing.assert_close(got_scores, scores)
+    torch.testing.assert_close(got_total, total, rtol=0, atol=0)
+
+
+def test_a_pending_value_printed_or_read_shows_the_real_one(softmax_case):
+    _module, (x, mask), spec, _calls = softmax_case
+    expected = x * 0.125
+    installation = runtime.install([spec])
+    try:
+        with torch.no_grad():
+            scaled = x * 0.125
+            assert isinstance(scaled, fused._Pending) and scaled.shape == x.shape
+            assert repr(scaled) == repr(expected)
+            assert torch.equal(scaled.clone(), expected)
+    finally:
+        installation.remove()
+
+
+def test_another_constant_shape_or_input_requiring_grad_is_not_fused(softmax_case):
+    _module, (x, mask), spec, calls = softmax_case
+    installation = runtime.install([spec])
+    try:
+        with torch.no_grad():
+            a = torch.softmax(x * 0.5 + mask, dim=-1)
+            b = torch.softmax(x[:1] * 0.125 + mask, dim=-1)
+        w = x.clone().requires_grad_(True)
+        c = torch.softmax(w * 0.125 + mask, dim=-1)
+        c.sum().backward()
+    finally:
+        installation.remove()
+    assert not calls and installation.counts[spec.op].kernel == 0
+    torch.testing.assert_close(a, torch.softmax(x * 0.5 + mask, dim=-1), rtol=0, atol=0)
+    torch.testing.assert_close(b, torch.softmax(x[:1] * 0.125 + mask, dim=-1), rtol=0, atol=0)
+    assert w.grad is not None and w.grad.shape == x.shape
+
+
+def test_an_input_written_in_place_between_the_steps_stops_with_an_error(softmax_case):
+    _module, (x, mask), spec, _calls = softmax_case
+    mask = mask.clone()
+    installation = runtime.install([spec])
+    try:
+        with torch.no_grad(), pytest.raises(RuntimeError, match="written in place between the chain's steps"):
+            scaled = x * 0.125
+            summed = scaled + mask
+            x.add_(1.0)
+            torch.softmax(summed, dim=-1)
+    finally:
+        installation.remove()
+
+
+def test_under_compile_the_chain_becomes_the_custom_op_in_the_graph(softmax_case):
+    module, inputs, spec, calls = softmax_case
+    with torch.no_grad():
+        expected = module(*inputs)
+    runtime.reset_compiled_code()
+    installation = runtime.install([spec])
+    try:
+        with torch.no_grad():
+            got = torch.compile(module)(*inputs)
+    finally:
+        installation.remove()
+        runtime.reset_compiled_code()
+    counts = installation.counts[spec.op]
+    assert counts.traced_by_kernel == {spec.name: 1} and counts.kernel == 0
+    assert len(calls) == 1  # the compiled graph ran the kernel, through the custom op
+    torch.testing.assert_close(got, expected)
+
+
+@pytest.mark.parametrize("other", [EscapingIntermediate])
+def test_under_compile_a_chain_whose_intermediate_is_used_elsewhere_is_left_to_inductor(softmax_case, other):
+    _module, inputs, spec, calls = softmax_case
+    runtime.reset_compiled_code()
+    installation = runtime.install([spec])
+    try:
+        with torch.no_grad():
+            got = torch.compile(other())(*inputs)
+    finally:
+        installation.remove()
+        runtime.reset_compiled_code()
+    assert not installation.counts[spec.op].traced_by_kernel and not calls
+    with torch.no_grad():
+        torch.testing.assert_close(got, other()(*inputs))
+
+
+def test_under_compile_another_constant_is_not_matched(softmax_case):
+    _module, (x, mask), spec, calls = softmax_case
+
+    def other_scale(x, mask):
+        return torch.softmax(x * 0.5 + mask, dim=-1)
+    runtime.reset_compiled_code()
+    installation = runtime.install([spec])
+    try:
+        with torch.no_grad():
+            got = torch.compile(other_scale)(x, mask)
+    finally:
+        installation.remove()
+        runtime.reset_compiled_code()
+    assert not installation.counts[spec.op].traced_by_kernel and not calls
+    torch.testing.assert_close(got, other_scale(x, mask))
+
+
+def test_remove_puts_the_dispatcher_and_inductors_setting_back(softmax_case):
+    import torch._inductor.config as inductor_config
+
+    _module, (x, mask), spec, calls = softmax_case
+    before = inductor_config.post_grad_custom_pre_pass
+    installation = runtime.install([spec])
+    assert inductor_config.post_grad_custom_pre_pass is not before
+    installation.remove()
+    assert inductor_config.post_grad_custom_pre_pass is before
+    with torch.no_grad():
+        out = x * 0.125
+    assert type(out) is torch.Tensor and not calls
+
+
+def test_a_chain_and_a_single_op_on_the_same_head_op_both_route(softmax_case):
+    """The head op's router tries the chain, then the single op's guard, then the original."""
+    module, (x, mask), spec, calls = softmax_case
+    other = torch.randn(3, 5)
+    single_calls: list[int] = []
+
+    def mul_kernel(a, b):
+        single_calls.append(1)
+        return torch.mul(a, b)
+    meta = {"shape": [3, 5], "stride": [5, 1], "dtype": "torch.float32", "device": "cpu"}
+    single = runtime.KernelSpec(name="mul_single_test", op="aten::mul.Tensor", args=[meta, 2.0], outputs=[meta],
+                                backend="cpu", entry=mul_kernel, devices=CPU)
+    installation = runtime.install([spec, single])
+    try:
+        with torch.no_grad():
+            module(x, mask)
+            torch.ops.aten.mul.Tensor(other, 2.0)
+    finally:
+        installation.remove()
+    assert len(calls) == 1 and len(single_calls) == 1
