@@ -63,8 +63,8 @@ def installable(winner: Winner) -> str | None:
     view of one is not a pure function, and a custom op must be one. (A chain is pure: capture
     leaves in-place ops out of chains.)"""
     schema = None if winner.chain else runtime._resolve(winner.op)._schema
-    if schema is not None and any(a.alias_info is not None for a in schema.arguments) or any(
-            r.alias_info is not None for r in schema.returns):
+    if schema is not None and (any(a.alias_info is not None for a in schema.arguments) or any(
+            r.alias_info is not None for r in schema.returns)):
         return "writes or aliases its inputs (in-place or view op): not installable as a custom op"
     if not winner.source.is_file():
         return f"its source {winner.source} is missing from the run folder"
