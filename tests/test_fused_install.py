@@ -287,3 +287,32 @@ def test_a_chain_and_a_single_op_on_the_same_head_op_both_route(softmax_case):
     finally:
         installation.remove()
     assert len(calls) == 1 and len(single_calls) == 1
+
+
+class GemmaNorm(nn.Module):
+    """Gemma's RMSNorm: the weight is cast in the middle of the chain, a step that reads only a
+    chain input, so its call reaches a router rather than a placeholder."""
+
+    def __init__(self, n: int = 32):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(n, dtype=torch.bfloat16))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)
+        return (h * (1.0 + self.weight.float())).to(x.dtype) @ self.weight.unsqueeze(-1)
+
+
+def test_a_step_that_reads_only_inputs_mid_chain_joins_the_run():
+    torch.manual_seed(2)
+    module, x = GemmaNorm(), torch.randn(8, 32, dtype=torch.bfloat16)
+    chain = _chain_of(module, x)
+    assert any(s["op"] == "aten::_to_copy.default" and s["args"] == [{"input": 1}] for s in chain.to_json()["steps"])
+    calls: list[int] = []
+    spec = _spec(chain, "chain_gemma_norm_test", calls)
+    with torch.no_grad():
+        expected = module(x)
+    got, installation = _run(module, (x,), [spec])
+    counts = installation.counts[spec.op]
+    assert (counts.kernel, counts.fallback, len(calls)) == (1, 0, 1)
+    torch.testing.assert_close(got, expected)

@@ -31,7 +31,7 @@ dtype and alignment) and puts the custom op kernforge::<name> in the chain's pla
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,15 +49,6 @@ def _is_ref(value: Any) -> bool:
     return isinstance(value, dict) and (set(value) == {"input"} or set(value) == {"step", "output"})
 
 
-def _flat(value: Any) -> Iterator[Any]:
-    if isinstance(value, (list, tuple)):
-        for v in value:
-            yield from _flat(v)
-    elif isinstance(value, dict):
-        for v in value.values():
-            yield from _flat(v)
-    else:
-        yield value
 
 
 @dataclass
@@ -66,6 +57,18 @@ class Step:
     args: list[Any]
     kwargs: dict[str, Any]
     metas: list[dict[str, Any]] = field(default_factory=list)  # each output's shape/stride/dtype
+    returns: int = 1  # how many values the op returns (a tuple where more than one)
+    source: bool = False  # reads only the chain's inputs: its call reaches a router, not a placeholder
+    # (argument position, shape, dtype) of its first input: a router's cheap first test, since
+    # every call of a common op (mul, _to_copy) reaches the router
+    quick: tuple[int, tuple[int, ...], Any] | None = None
+
+    def may_be(self, args: tuple) -> bool:
+        if self.quick is None:
+            return True
+        at, shape, dtype = self.quick
+        value = args[at] if at < len(args) else None
+        return isinstance(value, torch.Tensor) and value.dtype == dtype and value.shape == shape
 
 
 class ChainPlan:
@@ -77,6 +80,14 @@ class ChainPlan:
         self.steps = [Step(runtime._resolve(s["op"]), s["args"], s["kwargs"]) for s in chain["steps"]]
         self.outputs: list[Ref] = [(int(j), int(k)) for j, k in chain["outputs"]]
         self.input_checks = [runtime._tensor_check(m) for m in spec.args]
+        self.current: ChainRun | None = None  # the run waiting for a source step, in eager
+        for step in self.steps:
+            step.returns = len(step.op._schema.returns)
+            step.source = not runtime.reads_a_step((step.args, step.kwargs))
+            first = next((k for k, a in enumerate(step.args) if _is_ref(a) and "input" in a), None)
+            if first is not None:
+                meta = spec.args[step.args[first]["input"]]
+                step.quick = (first, tuple(meta["shape"]), runtime._dtype(meta["dtype"]))
         self._layouts()
 
     def _layouts(self) -> None:
@@ -198,6 +209,8 @@ class ChainRun:
         self.next += 1
         if self.next == len(self.plan.steps) and not self.results:
             self._finish()
+        if self.next == len(self.plan.steps) and self.plan.current is self:
+            self.plan.current = None
         return self._outputs_of(j)
 
     def _ready(self) -> bool:
@@ -219,8 +232,7 @@ class ChainRun:
         step = self.plan.steps[j]
         outs = [self.results.get((j, k)) if (j, k) in self.results else _Pending(self, (j, k), meta)
                 for k, meta in enumerate(step.metas)]
-        returns = len(step.op._schema.returns)
-        return outs[0] if returns == 1 else tuple(outs)
+        return outs[0] if step.returns == 1 else tuple(outs)
 
     def value(self, ref: Ref) -> torch.Tensor:
         """The real value of a placeholder: the kernel's output, else the steps replayed. An
@@ -235,6 +247,8 @@ class ChainRun:
             if not self.results and not self.abandoned:
                 self.abandoned = True
                 self.counts.fallback += 1
+                if self.plan.current is self:
+                    self.plan.current = None
             with _original_ops():
                 self.values = replay(self.plan.steps, self.inputs, upto=max(self.next, ref[0] + 1))
         return self.values[ref[0]][ref[1]]
@@ -262,7 +276,7 @@ class _Pending(torch.Tensor):
     @classmethod
     def __torch_dispatch__(cls, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
-        runs = {id(v._run): v._run for v in _flat((args, kwargs)) if isinstance(v, _Pending)}
+        runs = {id(v._run): v._run for v in runtime._flat((args, kwargs)) if isinstance(v, _Pending)}
         if len(runs) == 1:
             run = next(iter(runs.values()))
             if not run.abandoned and run.next < len(run.plan.steps):
@@ -283,9 +297,27 @@ def _realised(value: Any) -> Any:
     return value
 
 
+def enter(plan: ChainPlan, op: Any, args: tuple, kwargs: dict, counts: runtime.RouteCounts) -> Any | None:
+    """A router's call of one of the chain's source steps: the step the chain's current run
+    waits for (a weight's cast), or its first step (a new run); placeholders where the call is
+    the proved one, else None (the call goes on as it would)."""
+    run = plan.current
+    if run is not None and run.next < len(plan.steps):
+        step = plan.steps[run.next]
+        if step.source and step.op is op and step.may_be(args):
+            bound = run.bind(step, args, kwargs)
+            if bound is not None:
+                run.take(bound)
+                return run.advance()
+    head = plan.steps[0]
+    if head.op is op and head.may_be(args):
+        return start(plan, args, kwargs, counts)
+    return None
+
+
 def start(plan: ChainPlan, args: tuple, kwargs: dict, counts: runtime.RouteCounts) -> Any | None:
-    """The router's call of the chain's first step: placeholders where the call is the proved
-    one on plain tensors this kernel may run on, else None (the call goes on as it would)."""
+    """The chain's first step: a new run, where the call is the proved one on plain tensors
+    this kernel may run on, else None."""
     run = ChainRun(plan, counts)
     bound = run.bind(plan.steps[0], args, kwargs)
     if bound is None:
@@ -294,6 +326,7 @@ def start(plan: ChainPlan, args: tuple, kwargs: dict, counts: runtime.RouteCount
     if runtime._grad_needed(tensors) or not runtime._runnable_here(plan.spec, tensors):
         return None
     run.take(bound)
+    plan.current = run
     return run.advance()
 
 
@@ -389,7 +422,7 @@ class CompilePatterns:
 
 
 def _leaves(value: Any) -> list[Any]:
-    return [v for v in _flat(value) if isinstance(v, torch.fx.Node)]
+    return [v for v in runtime._flat(value) if isinstance(v, torch.fx.Node)]
 
 
 def compile_pass_class() -> type:
