@@ -92,6 +92,25 @@ class Program:
         return sorted(seen)
 
 
+def row_offset(sizes: list[int], strides: list[int], floordiv: str) -> str:
+    """Where row r starts in a tensor of these strides over the domain's outer dims, as an
+    expression in r (`floordiv`: the renderer's integer division, // or /)."""
+    dims = [(size, st) for size, st in zip(sizes, strides) if size > 1]
+    merged: list[list[int]] = []
+    for size, st in dims:  # an outer dim steps evenly into the next: one dim
+        if merged and merged[-1][1] == st * size:
+            merged[-1] = [merged[-1][0] * size, st]
+        else:
+            merged.append([size, st])
+    terms, inner = [], ""
+    for i, (size, st) in enumerate(reversed(merged)):
+        index = f"(r{inner})" if i == len(merged) - 1 else f"(r{inner} % {size})"
+        if st:
+            terms.append(f"{index} * {st}")
+        inner += f" {floordiv} {size}"
+    return " + ".join(terms) or "r * 0"
+
+
 def lower(chain: dict[str, Any], inputs: list[dict[str, Any]], outputs: list[dict[str, Any]]) -> Program | str:
     """The chain as a Program, or why the built-in kernels cannot do it."""
     if any(step["op"] == "aten::native_group_norm.default" for step in chain["steps"]):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kernforge.propose.families.chain.lower import Program
+from kernforge.propose.families.chain.lower import Program, row_offset
 from kernforge.propose.families.elementwise import lit_triton as lit
 
 
@@ -25,24 +25,6 @@ def kernel_source(program: Program, tile: bool, block_r: int, block_n: int) -> s
     body = _Body(program, tile, block_r, block_n)
     lines += ["    " + line for line in body.lines()]
     return "\n".join(lines) + "\n"
-
-
-def _row_offset(sizes: list[int], strides: list[int]) -> str:
-    """Where row r starts in a tensor of these strides over the domain's outer dims."""
-    dims = [(size, st) for size, st in zip(sizes, strides) if size > 1]
-    merged: list[list[int]] = []
-    for size, st in dims:  # an outer dim steps evenly into the next: one dim
-        if merged and merged[-1][1] == st * size:
-            merged[-1] = [merged[-1][0] * size, st]
-        else:
-            merged.append([size, st])
-    terms, inner = [], ""
-    for i, (size, st) in enumerate(reversed(merged)):
-        index = f"(r{inner})" if i == len(merged) - 1 else f"(r{inner} % {size})"
-        if st:
-            terms.append(f"{index} * {st}")
-        inner += f" // {size}"
-    return " + ".join(terms) or "r * 0"
 
 
 class _Body:
@@ -61,9 +43,9 @@ class _Body:
         self.out.append(f"rm = r < {p.rows}")
         for k, t in enumerate(p.inputs):
             if t["kind"] in ("full", "row"):
-                self.out.append(f"ri{k} = {_row_offset(p.domain[:-1], t['strides'][:-1])}")
+                self.out.append(f"ri{k} = {row_offset(p.domain[:-1], t['strides'][:-1], '//')}")
         for j, o in enumerate(p.outputs):
-            self.out.append(f"ro{j} = {_row_offset(p.domain[:-1], o['strides'][:-1])}")
+            self.out.append(f"ro{j} = {row_offset(p.domain[:-1], o['strides'][:-1], '//')}")
         if self.tile:
             self._tile()
         else:
