@@ -237,3 +237,17 @@ def test_group_norm_silu_kernels_pass_the_evaluator_under_the_interpreter(tmp_pa
             assert result.status == "ok", (point, result.reason)
     finally:
         discard_reference(reference)
+
+
+class TanhGelu(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return 0.5 * x * (1.0 + torch.tanh(0.7978845608 * (x + 0.044715 * x.pow(3))))
+
+
+def test_a_one_dimensional_chain_is_one_row_of_full_tensors():
+    from kernforge.propose.families.chain.lower import lower
+
+    recorder = _recorded(TanhGelu(), torch.randn(9000))
+    chain = find_chains(recorder.calls, recorder.returned_ids)[0]
+    program = lower(chain.to_json(), chain.input_metas, chain.output_metas)
+    assert program.rows == 1 and [t["kind"] for t in program.inputs + program.outputs] == ["full", "full"]

@@ -158,7 +158,9 @@ def _placed(t: dict[str, Any], domain: list[int]) -> dict[str, Any]:
     pad = len(domain) - len(t["shape"])
     strides = [0] * pad + [st if size != 1 else 0 for size, st in zip(t["shape"], t["stride"])]
     outer, inner = strides[:-1], strides[-1]
-    kind = "scalar" if not any(strides) else "row" if inner == 0 else "vec" if not any(outer) else "full"
+    one_row = math.prod(domain[:-1]) == 1  # a 1-D chain: a tensor along N is all of the domain, not a row's share
+    kind = "scalar" if not any(strides) else "row" if inner == 0 else "vec" if not any(outer) and not one_row \
+        else "full"
     return {**t, "strides": strides, "kind": kind}
 
 
