@@ -99,9 +99,6 @@ class ChainPlan:
             step.metas = [{"shape": tuple(t.shape), "stride": t.stride(), "dtype": t.dtype}
                           if isinstance(t, torch.Tensor) else {} for t in outs]
 
-    def decode(self, value: Any, inputs: list[Any], values: list[list[Any]]) -> Any:
-        return _decode(value, inputs, values)
-
 
 def _decode(value: Any, inputs: list[Any], values: list[list[Any]]) -> Any:
     if _is_ref(value):
