@@ -53,7 +53,9 @@ class TaskOutcome:
     baseline: Baseline | None
     nodes: list[Node] = field(default_factory=list)
     error: str = ""  # why the task could not be searched at all
-    stopped: str = ""  # why its search ended before the budget was spent (an LLM budget...)
+    # why its search ended, always said once it has: the budget spent, nothing new to try, a
+    # limit on failed proposals, an LLM budget, a baseline that failed (search_ended)
+    stopped: str = ""
 
     @property
     def best(self) -> Node | None:
@@ -170,6 +172,20 @@ class SearchContext:
                 self.stopped = f"{self.failed_in_a_row} proposals in a row failed, the last: {outcome.reason}"
 
 
+BUDGET_SPENT = "budget spent"  # how search_ended's reason starts when the search ran its course
+
+
+def search_ended(ctx: SearchContext, proposer: str) -> str:
+    """Why a strategy returned, in one line: its iterations spent, a stop the context recorded
+    (an LLM budget, proposals failing in a row), or a proposer with nothing new for any node."""
+    done = f"{ctx.evaluated} of {ctx.iterations} iterations"
+    if ctx.stopped:
+        return f"{ctx.stopped} ({done})"
+    if ctx.evaluated >= ctx.iterations:
+        return f"{BUDGET_SPENT} ({done})"
+    return f"nothing new to try: the {proposer} proposer had no new variant of any node ({done})"
+
+
 # Failures whose messages say what to fix; a crash or a time-out says little the generator can use.
 REPAIRABLE = ("compile_error", "runtime_error", "wrong_result", "cheat")
 
@@ -203,7 +219,9 @@ def search_task(
                                      BASELINE_TIMEOUT_S, compile_modes, executor)
     except RuntimeError as e:
         store.db.set_task_state(task.task_id, "done")
-        return TaskOutcome(task=task, baseline=None, error=str(e).splitlines()[0])
+        outcome = TaskOutcome(task=task, baseline=None, error=str(e).splitlines()[0], stopped="its baseline failed")
+        store.emit(SearchStopped(task=task.task_id, reason=outcome.stopped))
+        return outcome
     store.write_json(f"tasks/{task.task_id}/baseline.json", asdict(baseline))
     store.emit(TaskStarted(task=task.task_id, op=task.op, shape=task.shape_text, dtype=task.dtype_text,
                            share=task.share, iterations=iterations,
@@ -220,9 +238,8 @@ def search_task(
 
     try:
         strategy.run(ctx)
-        if ctx.stopped:
-            outcome.stopped = ctx.stopped
-            store.emit(SearchStopped(task=task.task_id, reason=ctx.stopped))
+        outcome.stopped = search_ended(ctx, proposer.name)
+        store.emit(SearchStopped(task=task.task_id, reason=outcome.stopped))
         for node in pick_finalists(outcome.nodes, finalists):
             if node.confirmed is None:  # a resumed task keeps the re-evaluations it finished
                 search.confirm(node)
