@@ -26,10 +26,10 @@ from kernforge.evaluate.executors import make_executor, preflight
 from kernforge.models import ModelOptions, load_model, run_forward
 from kernforge.propose import ProposerOptions, Usage, get_proposer
 from kernforge.search import Node, TaskOutcome, get_strategy, search_task
-from kernforge.search.engine import FINALISTS, row_of
+from kernforge.search.engine import BUDGET_SPENT, FINALISTS, row_of
 from kernforge.store import RUN_FORMAT, RunStore
 from kernforge.store.events import (ApplyProgress, Captured, Event, NodeStarted, ProposalFailed, Resumed,
-                                    RunEnded, RunStarted, TasksChosen)
+                                    RunEnded, RunStarted, SearchStopped, TasksChosen)
 from kernforge.tasks import make_tasks
 
 
@@ -40,7 +40,8 @@ class OptimizeOptions:
     proposer: str = "builtin"
     strategy: str = "mcts"
     iterations: int = 10
-    top_k: int = 2
+    top_k: int = 2  # 0: every op --ops names
+    ops: list[str] = field(default_factory=list)  # --ops: names, signatures or profile ranks; empty: the hottest
     runs_dir: Path = Path("runs")
     candidate_timeout_s: float = 120.0
     model: ModelOptions = field(default_factory=ModelOptions)
@@ -71,6 +72,15 @@ class OptimizeResult:
 
 # Every event the run's store writes to events.jsonl (store/events.py), as it is written.
 OnEvent = Callable[[Event], None]
+
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C once the run folder exists: every candidate that finished is in it, and the
+    interrupted task goes on from them with `optimize --resume run_dir`."""
+
+    def __init__(self, run_dir: Path) -> None:
+        super().__init__(str(run_dir))
+        self.run_dir = run_dir
+
 
 
 COMPILE_MODES = {"none": (), "default": ("default",),
@@ -139,8 +149,13 @@ def optimize(opts: OptimizeOptions, on_event: OnEvent = lambda event: None) -> O
     preflight(opts.executor, opts.ray_address)
     prep = prepare(opts.spec, opts.backend, opts.model, opts.runs_dir, _options(opts), on_event)
     backend, device, store, capture = prep.backend, prep.device, prep.store, prep.capture
-    tasks, skipped = make_tasks(capture, store.capture_dir, opts.top_k,
-                                lambda t: proposer.why_unsupported(t, backend.name), fuse=opts.fuse)
+    try:
+        only = asked_signatures(capture, opts.ops)
+    except UserError:
+        shutil.rmtree(store.root, ignore_errors=True)  # a folder with nothing chosen to search
+        raise
+    tasks, skipped = make_tasks(capture, store.capture_dir, opts.top_k or len(capture.profiles),
+                                lambda t: proposer.why_unsupported(t, backend.name), fuse=opts.fuse, only=only)
     store.write_json("skipped.json", [{"op": p.op, "signature": p.signature, "share": p.share, "reason": why}
                                       for p, why in skipped])
     store.db.add_tasks([(t.task_id, asdict(t)) for t in tasks])
@@ -149,12 +164,46 @@ def optimize(opts: OptimizeOptions, on_event: OnEvent = lambda event: None) -> O
                            skipped=[{"op": p.op, "share": p.share, "reason": why} for p, why in skipped]))
     result = OptimizeResult(run_dir=store.root, options=opts, backend=backend.name, device=device, capture=capture,
                             skipped=skipped)
-    return _search_all(opts, result, store, backend, proposer, tasks, {}, on_event, started)
+    try:
+        return _search_all(opts, result, store, backend, proposer, tasks, {}, on_event, started)
+    except KeyboardInterrupt:
+        raise RunInterrupted(store.root) from None
 
 
-def resume(run_dir: Path, on_event: OnEvent = lambda event: None) -> OptimizeResult:
+def asked_signatures(capture: Capture, asked: list[str]) -> set[str] | None:
+    """The signatures --ops names (None: no --ops). Each item is a rank as `kernforge profile`
+    prints it, a signature id, or an op with or without its namespace and overload
+    (aten::_softmax.default, aten::_softmax, _softmax: every signature of that op)."""
+    if not asked:
+        return None
+    ranked = capture.ranked(("compute", "chain"))  # the ranks `kernforge profile` prints by default
+    chosen: set[str] = set()
+    for item in asked:
+        matched = _profiles_named(ranked, item.strip())
+        if not matched:
+            names = ", ".join(dict.fromkeys(p.op for p in ranked[:12]))
+            raise UserError(f"--ops: this model runs no op '{item}'; it runs (hottest first, ranks 1-{len(ranked)}): "
+                            f"{names}; see kernforge profile")
+        chosen |= matched
+    return chosen
+
+
+def _profiles_named(ranked: list[OpProfile], item: str) -> set[str]:
+    if item.isdigit():
+        return {ranked[int(item) - 1].signature} if 1 <= int(item) <= len(ranked) else set()
+    wanted = item.split("::", 1)[-1]  # the namespace is optional
+    def named(op: str) -> bool:
+        name = op.split("::", 1)[-1]
+        return name == wanted if "." in wanted else name.split(".")[0] == wanted
+    return {p.signature for p in ranked if item in (p.signature, p.op) or named(p.op)}
+
+
+def resume(run_dir: Path, on_event: OnEvent = lambda event: None, iterations: int | None = None,
+           say: Callable[[str], None] = lambda line: None) -> OptimizeResult:
     """Continue a run that stopped (killed, crashed, interrupted): finished tasks are kept as they
-    are, an unfinished one goes on from its recorded nodes with what is left of its budget."""
+    are, an unfinished one goes on from its recorded nodes with what is left of its budget. A
+    larger `iterations` raises the budget of every task, finished ones included, whose search
+    goes on from its saved tree; `say` gets one line on what is continued, with what budget."""
     from kernforge.capture import load_capture
     from kernforge.search.engine import previous_nodes
     from kernforge.tasks import KernelTask
@@ -164,6 +213,12 @@ def resume(run_dir: Path, on_event: OnEvent = lambda event: None) -> OptimizeRes
         raise UserError(f"'{run_dir}' is not a kernforge run folder with a database (config.json, run.db)")
     store = RunStore(run_dir, listeners=[on_event])
     config = store.read_json("config.json")
+    budget = max(opts.iterations, iterations or 0)
+    if iterations and iterations < opts.iterations:
+        say(f"warning: --iterations {iterations} is below this run's {opts.iterations}: a budget only grows; "
+            f"continuing with {opts.iterations}")
+    if budget != opts.iterations:  # written first, so that a resume of this resume keeps it
+        store.write_json("config.json", {**config, "iterations": budget})
     opts = options_from_config(config)
     proposer = get_proposer(opts.proposer, opts.llm, llm_spent(store))
     proposer.check()
@@ -174,7 +229,11 @@ def resume(run_dir: Path, on_event: OnEvent = lambda event: None) -> OptimizeRes
     capture = load_capture(store.capture_dir)
     recorded = store.db.tasks()
     tasks = [KernelTask(**data) for _, _, data in recorded]
-    done = {task_id for task_id, state, _ in recorded if state == "done"}
+    # a finished task is searched again only where the budget grew past what it evaluated
+    done = {task_id for task_id, state, _ in recorded
+            if state == "done" and (budget == opts.iterations or len(previous[task_id]) >= budget)}
+    say(_resume_line(run_dir, config, tasks, previous, done, opts.iterations, budget))
+    opts.iterations = budget
     previous = {t.task_id: previous_nodes(store, t.task_id) for t in tasks}
     skipped_rows = store.read_json("skipped.json") if (run_dir / "skipped.json").is_file() else []
     profiles = {p.signature: p for p in capture.profiles}
@@ -186,9 +245,26 @@ def resume(run_dir: Path, on_event: OnEvent = lambda event: None) -> OptimizeRes
     store.emit(Resumed(done=sorted(done), recorded_nodes={k: len(v) for k, v in previous.items()}))
     for task in tasks:
         if task.task_id in done:
-            result.outcomes.append(_finished_outcome(store, task, previous[task.task_id]))
+            result.outcomes.append(_finished_outcome(store, task, previous[task.task_id], budget))
     pending = [t for t in tasks if t.task_id not in done]
-    return _search_all(opts, result, store, backend, proposer, pending, previous, on_event, started)
+    try:
+        return _search_all(opts, result, store, backend, proposer, pending, previous, on_event, started)
+    except KeyboardInterrupt:
+        raise RunInterrupted(store.root) from None
+
+
+def _resume_line(run_dir: Path, config: dict[str, Any], tasks: list[Any], previous: dict[str, list[Node]],
+                 done: set[str], recorded_budget: int, budget: int) -> str:
+    """What --resume continues and with what budget, in one line."""
+    what = f"{config.get('model_name', '?')}, {config.get('resolved_backend', '?')} backend, {config.get('strategy')}"
+    per_task = ", ".join(f"{t.task_id.split('-')[0]} {t.op} {len(previous[t.task_id])}/{budget}"
+                         + (" done" if t.task_id in done else "") for t in tasks)
+    grown = f", raised from {recorded_budget}" if budget != recorded_budget else ", the run's own"
+    if len(done) == len(tasks):
+        return (f"{run_dir} is finished ({what}; {per_task or 'no tasks'}): nothing left to search; its results "
+                f"follow (a larger --iterations than {budget} searches on)")
+    return (f"resuming {run_dir} ({what}): {budget} iterations per task{grown}; {len(tasks) - len(done)} of "
+            f"{len(tasks)} tasks to search ({per_task})")
 
 
 def _search_all(opts: OptimizeOptions, result: OptimizeResult, store: RunStore, backend: Backend,
@@ -201,7 +277,7 @@ def _search_all(opts: OptimizeOptions, result: OptimizeResult, store: RunStore, 
         for task in tasks:
             spent = proposer.budget_exhausted()
             if spent:  # the run ends cleanly: what was found stands, the rest is said
-                result.outcomes.append(TaskOutcome(task=task, baseline=None, error=spent))
+                result.outcomes.append(TaskOutcome(task=task, baseline=None, error=spent, stopped=spent))
                 continue
             outcome = search_task(task, store, backend, device, proposer, get_strategy(opts.strategy),
                                   opts.iterations, opts.candidate_timeout_s,
@@ -213,13 +289,24 @@ def _search_all(opts: OptimizeOptions, result: OptimizeResult, store: RunStore, 
         executor.close()
     result.wall_s = time.perf_counter() - started
     if opts.proposer != "builtin":
+    applied = _applied_before(store) if not tasks else None  # nothing searched: the model is as it was applied
         result.llm_usage = llm_spent(store)
     store.write_json("summary.json", summary(result))
-    if opts.apply:
+    if applied is not None:
+        result.end_to_end = applied
+        store.write_json("summary.json", summary(result))
+    elif opts.apply:
         result.end_to_end = _apply(store, device == "cuda" or opts.compile not in ("auto", "none"))
     store.emit(RunEnded(wall_s=time.perf_counter() - started, tasks=len(result.outcomes),
                         winners=sum(o.best is not None for o in result.outcomes)))
     return result
+
+def _applied_before(store: RunStore) -> dict[str, Any] | None:
+    """The end-to-end report a finished run's summary.json holds, if any."""
+    if not (store.root / "summary.json").is_file():
+        return None
+    return store.read_json("summary.json").get("end_to_end")
+
 
 
 def _apply(store: RunStore, compile_model: bool) -> dict[str, Any]:
@@ -280,11 +367,15 @@ def usage_of(events: list[Event]) -> Usage:
     return total
 
 
-def _finished_outcome(store: RunStore, task: Any, nodes: list[Node]) -> TaskOutcome:
+def _finished_outcome(store: RunStore, task: Any, nodes: list[Node], iterations: int) -> TaskOutcome:
     from kernforge.store.reader import read_baseline
 
     baseline = read_baseline(store, task.task_id)
-    return TaskOutcome(task=task, baseline=baseline, nodes=nodes,
+    ended = [e.reason for e in store.events() if isinstance(e, SearchStopped) and e.task == task.task_id]
+    # runs from before every search said why it ended recorded only early stops
+    stopped = ended[-1] if ended else (f"{BUDGET_SPENT} ({len(nodes)} of {iterations} iterations)"
+                                       if len(nodes) >= iterations else "ended before its budget; this run did not record why")
+    return TaskOutcome(task=task, baseline=baseline, nodes=nodes, stopped=stopped,
                        error="" if baseline else "its baseline failed before the run stopped")
 
 
@@ -347,7 +438,7 @@ def _verdict(outcome: TaskOutcome, best: Node | None, timed: bool) -> str:
         verdict = "correct kernel found (interpreter: not timed)"
     else:
         verdict = "no faster kernel found"
-    notes = [n for n in (outcome.task.inputs_note, f"stopped early: {outcome.stopped}" if outcome.stopped else "") if n]
+    notes = [n for n in (outcome.task.inputs_note, f"search ended: {outcome.stopped}" if outcome.stopped else "") if n]
     return "; ".join([verdict, *notes])
 
 

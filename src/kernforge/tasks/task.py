@@ -69,13 +69,15 @@ def make_tasks(
     top_k: int,
     why_unsupported: Callable[[KernelTask], str | None],
     fuse: bool = True,
+    only: set[str] | None = None,
 ) -> tuple[list[KernelTask], list[tuple[OpProfile, str]]]:
     """The top_k hottest compute signatures and fused chains that can be worked on, and the hotter
     ones skipped (with why).
 
     A chain and its own pieces are never both searched as if their gains added up: once a chain
     is chosen, a single op whose every call runs inside chosen chains leaves the list (it frees
-    its place), and one with some calls inside them keeps only the share of its other calls."""
+    its place), and one with some calls inside them keeps only the share of its other calls.
+    `only`, where given, holds the signatures a user named (optimize --ops): no other is considered."""
     tasks: list[KernelTask] = []
     skipped: list[tuple[OpProfile, str]] = []
     chosen: dict[str, OpProfile] = {}  # task id -> its profile
@@ -83,6 +85,8 @@ def make_tasks(
     for profile in capture.ranked(("compute", "chain") if fuse else ("compute",)):
         if len(tasks) >= top_k:
             break
+        if only is not None and profile.signature not in only:
+            continue
         if profile.kind == "compute" and covered.get(profile.signature, (0, ""))[0] >= profile.calls:
             skipped.append((profile, f"its calls run inside the fused chain {covered[profile.signature][1]}"))
             continue
