@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -15,29 +16,66 @@ from rich.table import Table
 
 from kernforge.errors import UserError
 
-EXAMPLES = """
-[bold]Examples[/bold]
+try:  # typer 0.2x carries its own copy of click
+    from typer._click import exceptions as click_errors
+    from typer._click.globals import get_current_context
+except ImportError:
+    from click import exceptions as click_errors
+    from click import get_current_context
 
-  kernforge optimize example:attention --backend cpu --iterations 10
+def examples(*lines: str) -> str:
+    """A help's closing examples, one command line each."""
+    return "\n\n[bold]Examples[/bold]\n\n" + "\n\n".join(f"  {line}" for line in lines) + "\n"
 
-  kernforge optimize my_model.py --backend triton --top-k 3 --json
 
-  kernforge optimize my_model.py --proposer mixed --llm anthropic:claude-sonnet-4-5 --llm-max-usd 20
-
-  kernforge optimize my_model.py --proposer llm --llm http://localhost:8000/v1 --llm-model qwen2.5-coder-32b
-
-  kernforge add runs/20261129-120000-attention t0-softmax my_softmax.py
-
-  kernforge profile mypkg.models:build_resnet
-
-  kernforge eval example:attention my_softmax.py --backend triton --op aten::_softmax.default
-
-  kernforge ls; kernforge show 20261129-120000-attention
-
-  kernforge apply runs/20261129-120000-attention
-
-  kernforge ui runs --open; kernforge report runs/20261129-120000-attention -o attention.html
-"""
+RUN = "runs/20261129-120000-attention"  # a run folder as the examples name it
+EXAMPLES = examples(  # the app's own help: one line per command
+    "kernforge profile mypkg.models:build_resnet",
+    "kernforge optimize example:attention --backend cpu --iterations 10",
+    f"kernforge optimize --resume {RUN} --iterations 20",
+    "kernforge eval example:attention my_softmax.py --backend triton --op aten::_softmax.default",
+    f"kernforge add {RUN} t0-softmax my_softmax.py",
+    "kernforge ls; kernforge show 20261129-120000-attention",
+    f"kernforge apply {RUN}; kernforge export {RUN} -o attention_kernels",
+    f"kernforge ui runs --open; kernforge report {RUN} -o attention.html",
+)
+OPTIMIZE_EXAMPLES = examples(
+    "kernforge optimize example:attention --backend cpu --iterations 10",
+    "kernforge optimize my_model.py --ops aten::_softmax,3 --iterations 20",
+    "kernforge optimize my_model.py --backend triton --top-k 3 --json",
+    "kernforge optimize my_model.py --proposer mixed --llm anthropic:claude-sonnet-4-5 --llm-max-usd 20",
+    "kernforge optimize my_model.py --proposer llm --llm http://localhost:8000/v1 --llm-model qwen2.5-coder-32b",
+    f"kernforge optimize --resume {RUN}",
+    f"kernforge optimize --resume {RUN} --iterations 20   # every task searches on to 20",
+)
+PROFILE_EXAMPLES = examples(
+    "kernforge profile mypkg.models:build_resnet",
+    "kernforge profile example:gemma_decoder --scale small --seq-len 64",
+    "kernforge profile torchvision:resnet18 --resolution 160 --include compute,chain,copy --limit 40",
+    "kernforge profile my_model.py --save capture/ --json",
+)
+EVAL_EXAMPLES = examples(
+    "kernforge eval example:attention my_softmax.py --backend triton --op aten::_softmax.default",
+    "kernforge eval my_model.py my_softmax.c --backend cpu --json",
+)
+ADD_EXAMPLES = examples(
+    f"kernforge add {RUN} t0-softmax my_softmax.py",
+    "kernforge add 20261129-120000-attention t0-softmax my_softmax.c --parent n0003 --json",
+)
+LS_EXAMPLES = examples("kernforge ls", "kernforge ls --runs-dir /data/kernforge-runs")
+APPLY_EXAMPLES = examples(
+    f"kernforge apply {RUN}",
+    f"kernforge apply {RUN} my_model.py --no-compile --json",
+)
+UI_EXAMPLES = examples("kernforge ui --open", "kernforge ui /data/kernforge-runs --port 0")
+REPORT_EXAMPLES = examples(
+    f"kernforge report {RUN}",
+    "kernforge report 20261129-120000-attention -o attention.html",
+)
+SHOW_EXAMPLES = examples(
+    "kernforge show 20261129-120000-attention",
+    f"kernforge show {RUN} --json",
+)
 
 app = typer.Typer(
     help="Make an unmodified PyTorch model faster: profile it, search faster kernels for its hot "
@@ -77,8 +115,25 @@ RUNS_DIR = typer.Option(Path("runs"), "--runs-dir", envvar="KERNFORGE_RUNS_DIR",
                         help="where run folders are kept")
 
 
-@app.command(epilog=EXAMPLES)
+def _print_version(asked: bool) -> None:
+    if asked:
+        from kernforge import __version__
+
+        print(f"kernforge {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _app_options(
+    version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                 help="print kernforge's version and exit"),
+) -> None:
+    """The options before any command."""
+
+
+@app.command(epilog=OPTIMIZE_EXAMPLES)
 def optimize(
+    ctx: typer.Context,
     spec: str | None = typer.Argument(None, help=SPEC_HELP + " (not with --resume)"),
     backend: str = typer.Option("auto", help="auto (triton on a GPU, else cpu), cpu (C + OpenMP) or "
                                              "triton (GPU; TRITON_INTERPRET=1 checks it on a CPU, untimed)"),
@@ -110,7 +165,13 @@ def optimize(
     strategy: str = typer.Option("mcts", help="search strategy: mcts (Monte Carlo Tree Search over many "
                                               "paths) or greedy (keep an improvement, revert a loss)"),
     iterations: int = typer.Option(10, min=1, help="candidates evaluated per op: the search budget"),
-    top_k: int = typer.Option(2, "--top-k", min=1, help="how many of the hottest supported ops to search"),
+    top_k: int = typer.Option(2, "--top-k", min=1, help="how many of the hottest supported ops to search "
+                                                          "(with --ops: at most this many of those it names, "
+                                                          "where given)"),
+    ops: str = typer.Option("", "--ops", help="the ops to search, comma-separated, instead of the hottest: "
+                                             "aten::_softmax.default, aten::_softmax or _softmax (every "
+                                             "signature of the op), a signature id, or a rank as "
+                                             "`kernforge profile` prints it (empty: the --top-k hottest)"),
     runs_dir: Path = RUNS_DIR,
     timeout: float = typer.Option(120.0, min=1.0, help="seconds one candidate may take: build, checks, timing"),
     batch_size: int | None = BATCH,
@@ -152,11 +213,16 @@ def optimize(
     if (spec is None) == (resume is None):
         raise UserError("give a model spec to start a run, or --resume RUN_FOLDER to continue one (not both)")
     if resume is not None:
-        with _progress(quiet=as_json) as on_event:
-            result = run_resume(resume, on_event)
+        _warn_ignored_on_resume(ctx)
+        given = _given(ctx, "iterations")
+        with _interruptible(), _progress(quiet=as_json) as on_event:  # what it continues: said even with --json
+            result = run_resume(resume, on_event, iterations=iterations if given else None,
+                                say=lambda line: err.print(line, markup=False, highlight=False, soft_wrap=True))
     else:
+        asked = [item.strip() for item in ops.split(",") if item.strip()]
         opts = OptimizeOptions(spec=spec, backend=backend, proposer=proposer, strategy=strategy,
-                               iterations=iterations, top_k=top_k, runs_dir=runs_dir,
+                               iterations=iterations, ops=asked,
+                               top_k=top_k if _given(ctx, "top_k") or not asked else 0, runs_dir=runs_dir,
                                candidate_timeout_s=timeout, compile=compile_peer, parallel=parallel,
                                executor=executor, gpus=gpus, ray_address=ray_address, finalists=finalists,
                                apply=apply, fuse=fuse,
@@ -165,7 +231,7 @@ def optimize(
                                                    max_usd=llm_max_usd, prices=str(llm_prices or ""),
                                                    repairs=llm_repairs, timeout_s=llm_timeout,
                                                    retries=llm_retries))
-        with _progress(quiet=as_json) as on_event:
+        with _interruptible(), _progress(quiet=as_json) as on_event:
             result = run_optimize(opts, on_event)
     opts = result.options
     data = summary(result)
@@ -184,6 +250,44 @@ def optimize(
     _print_llm_usage(data.get("llm"))
     _print_end_to_end(data.get("end_to_end"))
     out.print(f"run folder: {result.run_dir}")
+
+
+def _given(ctx: typer.Context, name: str) -> bool:
+    """Whether the user typed this option (not its default, nor an environment variable)."""
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name == "COMMANDLINE"
+
+
+# what --resume reads from the command line besides the run folder; the rest is the run's own
+RESUME_READS = ("resume", "iterations", "as_json", "spec", "runs_dir")
+
+
+def _warn_ignored_on_resume(ctx: typer.Context) -> None:
+    ignored = [param.opts[0] for param in ctx.command.params
+               if param.name not in RESUME_READS and _given(ctx, param.name)]
+    if ignored:
+        err.print(f"warning: --resume continues with the run's own options; ignored: {', '.join(ignored)} "
+                  "(a larger --iterations is the one it takes)", markup=False, highlight=False)
+
+
+class _interruptible:
+    """Ctrl-C during a run: one line with its folder and the command that continues it, exit 130.
+    Every candidate that finished is already in the folder (the search records each as it ends)."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type | None, error: BaseException | None, tb: object) -> None:
+        from kernforge.optimize import RunInterrupted
+
+        if isinstance(error, RunInterrupted):
+            err.print(f"interrupted: {error.run_dir} keeps every candidate that finished; continue with: "
+                      f"kernforge optimize --resume {shlex.quote(str(error.run_dir))}", markup=False,
+                      highlight=False, soft_wrap=True)
+            raise typer.Exit(130)
+        if isinstance(error, KeyboardInterrupt):
+            err.print("interrupted before the search began", markup=False, highlight=False)
+            raise typer.Exit(130)
 
 
 def _print_llm_usage(usage: dict[str, Any] | None) -> None:
@@ -205,7 +309,7 @@ def _print_end_to_end(report: dict[str, Any] | None) -> None:
         out.print(item, markup=False, highlight=False) if isinstance(item, str) else out.print(item)
 
 
-@app.command(epilog=EXAMPLES)
+@app.command(epilog=PROFILE_EXAMPLES)
 def profile(
     spec: str = typer.Argument(..., help=SPEC_HELP),
     device: str = typer.Option("auto", help="auto (the GPU when there is one), cpu or cuda"),
@@ -246,7 +350,7 @@ def profile(
     out.print(capture_summary(capture), markup=False, highlight=False)
 
 
-@app.command("eval", epilog=EXAMPLES)
+@app.command("eval", epilog=EVAL_EXAMPLES)
 def eval_command(
     spec: str = typer.Argument(..., help=SPEC_HELP),
     kernel_file: Path = KERNEL_FILE,
@@ -283,7 +387,7 @@ def eval_command(
         raise typer.Exit(1)
 
 
-@app.command("add", epilog=EXAMPLES)
+@app.command("add", epilog=ADD_EXAMPLES)
 def add_command(
     run: str = typer.Argument(..., help="a run folder, or its name under --runs-dir"),
     task: str = typer.Argument(..., help="the task's id (kernforge show RUN lists them)"),
@@ -318,7 +422,7 @@ def add_command(
         raise typer.Exit(1)
 
 
-@app.command("ls", epilog=EXAMPLES)
+@app.command("ls", epilog=LS_EXAMPLES)
 def list_runs_command(runs_dir: Path = RUNS_DIR) -> None:
     """List the run folders, newest last."""
     from kernforge.report import runs_table
@@ -331,7 +435,7 @@ def list_runs_command(runs_dir: Path = RUNS_DIR) -> None:
     out.print(runs_table(rows))
 
 
-@app.command("apply", epilog=EXAMPLES)
+@app.command("apply", epilog=APPLY_EXAMPLES)
 def apply_command(
     run: str = typer.Argument(..., help="a run folder, or its name under --runs-dir"),
     spec: str | None = typer.Argument(None, help="the model to patch (default: the run's own spec and "
@@ -369,7 +473,7 @@ def apply_command(
     out.print(f"run folder: {root}")
 
 
-@app.command("ui", epilog=EXAMPLES)
+@app.command("ui", epilog=UI_EXAMPLES)
 def ui(
     runs_dir: Path = typer.Argument(Path("runs"), envvar="KERNFORGE_RUNS_DIR",
                                     help="the folder of run folders to show (it may not exist yet)"),
@@ -410,7 +514,7 @@ def ui(
     uvicorn.run(make_app(runs_dir, hosts), host=host, port=port, log_level="warning", timeout_graceful_shutdown=2)
 
 
-@app.command("report", epilog=EXAMPLES)
+@app.command("report", epilog=REPORT_EXAMPLES)
 def report(
     run: str = typer.Argument(..., help="a run folder, or its name under --runs-dir"),
     output: Path | None = typer.Option(None, "-o", "--output", help="the HTML file to write (default: "
@@ -437,7 +541,7 @@ def report(
     out.print(f"wrote {target} and {target.with_suffix('.md')}", markup=False, highlight=False)
 
 
-@app.command(epilog=EXAMPLES)
+@app.command(epilog=SHOW_EXAMPLES)
 def show(
     run: str = typer.Argument(..., help="a run folder, or its name under --runs-dir"),
     runs_dir: Path = RUNS_DIR,
@@ -474,15 +578,11 @@ def show(
     out.print(f"run folder: {root}")
 
 
-@app.command("export", epilog="""
-[bold]Examples[/bold]
-
-  kernforge export 20261129-120000-attention -o attention_kernels
-
-  kernforge export runs/20261129-120000-attention -o dist/kernels --name attention_kernels --force
-
-  pip install ./attention_kernels   # then: import kernforge_attention_kernels as k; k.install(model)
-""")
+@app.command("export", epilog=examples(
+    "kernforge export 20261129-120000-attention -o attention_kernels",
+    f"kernforge export {RUN} -o dist/kernels --name attention_kernels --force",
+    "pip install ./attention_kernels   # then: import kernforge_attention_kernels as k; k.install(model)",
+))
 def export_command(
     run: str = typer.Argument(..., help="a run folder, or its name under --runs-dir"),
     out_dir: Path = typer.Option(..., "-o", "--out", help="the folder to write the package into: new or empty"),
@@ -514,11 +614,46 @@ def export_command(
 
 def _model_options(batch_size: int | None, seq_len: int | None, resolution: int | None,
                    dtype: str | None, scale: str, attention: str) -> Any:
-    """The model options every command takes, as the loader wants them."""
+    """The model options every command takes, as the loader wants them; those the command's spec
+    does not read are named in one warning line."""
     from kernforge.models import ModelOptions
 
+    _warn_unread_model_options(get_current_context(silent=True))
     return ModelOptions(batch_size=batch_size, seq_len=seq_len, resolution=resolution, dtype=dtype,
                         scale=scale, attention=attention)
+
+
+# The model options each kind of spec reads (models/loader.py, models/zoo.py, models/examples/);
+# dtype is read by all. A factory (pkg.module:factory) may read any, so it is not listed.
+_READS = {"file": (), "torchvision": ("batch_size", "resolution"), "timm": ("batch_size", "resolution"),
+          "hf": ("batch_size", "seq_len", "attention"), "diffusers": ("batch_size", "resolution")}
+_EXAMPLE_READS = {"resnet50": ("batch_size", "resolution"),
+                  "gemma_decoder": ("batch_size", "seq_len", "attention", "scale"),
+                  "qwen_moe": ("batch_size", "seq_len", "attention", "scale"),
+                  "sd35_vae_decoder": ("batch_size", "resolution", "scale")}
+_SPEC_OPTIONS = ("batch_size", "seq_len", "resolution", "scale", "attention")
+
+
+def _options_read(spec: str) -> tuple[str, ...] | None:
+    """The model options a spec reads; None where it cannot be told (a factory, an unknown example)."""
+    prefix, _, rest = spec.partition(":")
+    if prefix == "example":
+        return _EXAMPLE_READS.get(rest, () if rest == "attention" else None)
+    if spec.endswith(".py") or Path(spec).exists():
+        return _READS["file"]
+    return _READS.get(prefix)
+
+
+def _warn_unread_model_options(ctx: Any) -> None:
+    spec = ctx.params.get("spec") if ctx else None
+    reads = _options_read(spec) if spec else None
+    if reads is None:
+        return
+    unread = [f"--{name.replace('_', '-')}" for name in _SPEC_OPTIONS if name not in reads and _given(ctx, name)]
+    if unread:
+        err.print(f"warning: {spec} does not read {', '.join(unread)}; ignored (it reads "
+                  f"{', '.join(f'--{n.replace(chr(95), chr(45))}' for n in (*reads, 'dtype'))})",
+                  markup=False, highlight=False, soft_wrap=True)
 
 
 def _group_skipped(skipped: list[dict[str, Any]]) -> dict[str, str]:
@@ -640,11 +775,26 @@ def _set_strict(strict: bool) -> None:
 
 
 def main() -> None:
+    """Every error a user can cause is one line and exit 2: kernforge's own (UserError) and the
+    command line's (a bad value, an unknown option), which click would draw in a box."""
     try:
-        app()
+        code = app(standalone_mode=False, prog_name="kernforge")
     except UserError as e:
         err.print(f"error: {e}", markup=False, highlight=False, soft_wrap=True)
         sys.exit(2)
+    except click_errors.NoArgsIsHelpError as e:
+        out.print(e.ctx.get_help() if e.ctx else "", markup=False, highlight=False)
+        sys.exit(0)
+    except click_errors.ClickException as e:
+        where = getattr(e, "ctx", None)
+        hint = f" (see {where.command_path} --help)" if where is not None else ""
+        err.print(f"error: {' '.join(e.format_message().split())}{hint}", markup=False, highlight=False,
+                  soft_wrap=True)
+        sys.exit(e.exit_code)
+    except typer.Abort:
+        err.print("aborted", markup=False, highlight=False)
+        sys.exit(1)
     except KeyboardInterrupt:
         err.print("interrupted; the run folder keeps every candidate that finished")
         sys.exit(130)
+    sys.exit(code if isinstance(code, int) else 0)
