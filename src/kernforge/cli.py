@@ -343,7 +343,8 @@ def profile(
     capture = capture_model(loaded, out_dir=save)
     if as_json:
         data = asdict(capture)
-        data.update(coverage=capture.coverage, overhead=capture.overhead)  # every kind, each tagged
+        data.update(coverage=capture.coverage, coverage_warning=capture.coverage_warning,
+                    overhead=capture.overhead)  # every kind, each tagged
         print(json.dumps(data, indent=1))
         return
     out.print(profile_table(capture, limit=limit, include_kinds=kinds))

@@ -37,6 +37,17 @@ _ALLOC_OPS = {
 }
 _COPY_OPS = {"copy_", "_to_copy", "clone", "contiguous", "_copy_from", "copy", "lift_fresh_copy"}
 _VIEW_LIKE = {"alias", "detach", "_unsafe_view"}
+# Ops that exist to draw random numbers. ATen's nondeterministic_seeded tag is wider: it also
+# marks ops that only may draw, such as CPU attention (_scaled_dot_product_flash_attention_for_cpu,
+# for its dropout_p) and the RNNs; those are compute unless their dropout is on (_draws_dropout).
+_RANDOM_OPS = {
+    "dropout", "feature_dropout", "alpha_dropout", "feature_alpha_dropout", "native_dropout",
+    "_fused_dropout", "bernoulli", "bernoulli_", "binomial", "multinomial", "poisson", "_standard_gamma",
+    "_sample_dirichlet", "normal", "normal_", "normal_functional", "uniform", "uniform_", "random",
+    "random_", "cauchy", "cauchy_", "exponential", "exponential_", "geometric", "geometric_",
+    "log_normal", "log_normal_", "rand", "rand_like", "randn", "randn_like", "randint", "randint_like",
+    "randperm", "rrelu_with_noise", "rrelu_with_noise_", "rrelu_with_noise_functional",
+}
 
 
 @dataclass
@@ -76,6 +87,9 @@ class Recorder(TorchDispatchMode):
         # signature -> [{args, kwargs, outputs, real}]; real: "all", or "partial"/"none" where
         # some or all of the input tensors are Placeholders
         self.samples: dict[str, list[dict[str, Any]]] = {}
+        # signature -> {args, kwargs} with every tensor a Placeholder: views, copies and
+        # allocations, replayed on drawn values (their time does not depend on them), never saved
+        self.layouts: dict[str, dict[str, Any]] = {}
         self.module_stack: list[str] = []
         self._producer = WeakIdKeyDictionary()  # tensor -> index of the call that made it
         # storage address -> index of the last call that wrote into it in place. A write
@@ -90,11 +104,14 @@ class Recorder(TorchDispatchMode):
         kwargs = kwargs or {}
         index = len(self.calls)
         sig = signature_of(func, args, kwargs)
-        kind = op_kind(func)
+        kind = op_kind(func, args, kwargs)
         inputs = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
         producers = [self._producer_of(t) for t in inputs]
         input_ids = [self.tensor_id(t) for t in inputs]
         sample = self._maybe_keep_sample(sig, inputs, args, kwargs) if kind == "compute" else None
+        if kind in ("view", "copy", "alloc") and self.samples_per_signature and sig not in self.layouts:
+            layout_args, layout_kwargs = _copy_or_describe((args, kwargs), set())
+            self.layouts[sig] = {"args": layout_args, "kwargs": layout_kwargs, "outputs": [], "real": "none"}
         start = time.perf_counter()
         if self.profiler_ranges:
             with record_function(f"{RANGE_PREFIX}{index}"):
@@ -261,10 +278,12 @@ def tensor_meta(t: torch.Tensor) -> dict[str, Any]:
             "device": t.device.type}
 
 
-def op_kind(func: Any) -> str:
-    """compute, or one of the kinds left out of the ranking by default: view, copy, alloc, random."""
+def op_kind(func: Any, args: Any = (), kwargs: Any = None) -> str:
+    """compute, or one of the kinds left out of the ranking by default: view, copy, alloc, random
+    (an op that draws random numbers: _RANDOM_OPS, or a seeded op called with its dropout on)."""
     base = func._schema.name.split("::")[-1]
-    if torch.Tag.nondeterministic_seeded in func.tags:
+    if base in _RANDOM_OPS or (torch.Tag.nondeterministic_seeded in func.tags
+                               and _draws_dropout(func, args, kwargs or {})):
         return "random"
     if base in _ALLOC_OPS:
         return "alloc"
@@ -273,6 +292,16 @@ def op_kind(func: Any) -> str:
     if func.is_view or base in _VIEW_LIKE:
         return "view"
     return "compute"
+
+
+def _draws_dropout(func: Any, args: Any, kwargs: dict[str, Any]) -> bool:
+    """A seeded op's dropout argument (attention's dropout_p, an RNN's dropout) is above zero, and
+    its train flag, where it has one, is on."""
+    values = {}
+    for i, arg in enumerate(func._schema.arguments):
+        values[arg.name] = args[i] if i < len(args) else kwargs.get(arg.name, arg.default_value)
+    p = values.get("dropout_p", values.get("dropout"))
+    return isinstance(p, (int, float)) and p > 0 and values.get("train", True) is not False
 
 
 def qualified_name(func: Any) -> str:

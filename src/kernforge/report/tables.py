@@ -23,10 +23,7 @@ def profile_table(capture: Capture, limit: int = 25, include_kinds: tuple[str, .
 
 
 def capture_summary(capture: Capture) -> str:
-    what = "kernel time of a plain profiled pass" if capture.device.startswith("cuda") else \
-        "wall time of a plain forward"
-    return (f"captured op time is {capture.coverage:.1%} of the {what} "
-            f"({capture.measured_total_us / 1e3:.3f} ms); a recorded pass took {capture.captured_ms:.1f} ms, "
+    return (f"{capture.coverage_text}\na recorded pass took {capture.captured_ms:.1f} ms, "
             f"{capture.overhead:.1f}x a plain one; views, copies, allocations and random ops are "
             "left out of the ranking (--include)")
 
