@@ -73,6 +73,7 @@ class OptimizeResult:
 # Every event the run's store writes to events.jsonl (store/events.py), as it is written.
 OnEvent = Callable[[Event], None]
 
+
 class RunInterrupted(KeyboardInterrupt):
     """Ctrl-C once the run folder exists: every candidate that finished is in it, and the
     interrupted task goes on from them with `optimize --resume run_dir`."""
@@ -80,7 +81,6 @@ class RunInterrupted(KeyboardInterrupt):
     def __init__(self, run_dir: Path) -> None:
         super().__init__(str(run_dir))
         self.run_dir = run_dir
-
 
 
 COMPILE_MODES = {"none": (), "default": ("default",),
@@ -213,13 +213,14 @@ def resume(run_dir: Path, on_event: OnEvent = lambda event: None, iterations: in
         raise UserError(f"'{run_dir}' is not a kernforge run folder with a database (config.json, run.db)")
     store = RunStore(run_dir, listeners=[on_event])
     config = store.read_json("config.json")
+    opts = options_from_config(config)
     budget = max(opts.iterations, iterations or 0)
     if iterations and iterations < opts.iterations:
         say(f"warning: --iterations {iterations} is below this run's {opts.iterations}: a budget only grows; "
             f"continuing with {opts.iterations}")
     if budget != opts.iterations:  # written first, so that a resume of this resume keeps it
-        store.write_json("config.json", {**config, "iterations": budget})
-    opts = options_from_config(config)
+        config = {**config, "iterations": budget}
+        store.write_json("config.json", config)
     proposer = get_proposer(opts.proposer, opts.llm, llm_spent(store))
     proposer.check()
     backend = choose_backend(config["resolved_backend"], torch.cuda.is_available())
@@ -229,12 +230,12 @@ def resume(run_dir: Path, on_event: OnEvent = lambda event: None, iterations: in
     capture = load_capture(store.capture_dir)
     recorded = store.db.tasks()
     tasks = [KernelTask(**data) for _, _, data in recorded]
+    previous = {t.task_id: previous_nodes(store, t.task_id) for t in tasks}
     # a finished task is searched again only where the budget grew past what it evaluated
     done = {task_id for task_id, state, _ in recorded
             if state == "done" and (budget == opts.iterations or len(previous[task_id]) >= budget)}
     say(_resume_line(run_dir, config, tasks, previous, done, opts.iterations, budget))
     opts.iterations = budget
-    previous = {t.task_id: previous_nodes(store, t.task_id) for t in tasks}
     skipped_rows = store.read_json("skipped.json") if (run_dir / "skipped.json").is_file() else []
     profiles = {p.signature: p for p in capture.profiles}
     result = OptimizeResult(run_dir=store.root, options=opts, backend=backend.name, device=device, capture=capture,
@@ -289,8 +290,8 @@ def _search_all(opts: OptimizeOptions, result: OptimizeResult, store: RunStore, 
         executor.close()
     result.wall_s = time.perf_counter() - started
     if opts.proposer != "builtin":
-    applied = _applied_before(store) if not tasks else None  # nothing searched: the model is as it was applied
         result.llm_usage = llm_spent(store)
+    applied = _applied_before(store) if not tasks else None  # nothing searched: the model is as it was applied
     store.write_json("summary.json", summary(result))
     if applied is not None:
         result.end_to_end = applied
@@ -301,12 +302,12 @@ def _search_all(opts: OptimizeOptions, result: OptimizeResult, store: RunStore, 
                         winners=sum(o.best is not None for o in result.outcomes)))
     return result
 
+
 def _applied_before(store: RunStore) -> dict[str, Any] | None:
     """The end-to-end report a finished run's summary.json holds, if any."""
     if not (store.root / "summary.json").is_file():
         return None
     return store.read_json("summary.json").get("end_to_end")
-
 
 
 def _apply(store: RunStore, compile_model: bool) -> dict[str, Any]:
@@ -373,8 +374,9 @@ def _finished_outcome(store: RunStore, task: Any, nodes: list[Node], iterations:
     baseline = read_baseline(store, task.task_id)
     ended = [e.reason for e in store.events() if isinstance(e, SearchStopped) and e.task == task.task_id]
     # runs from before every search said why it ended recorded only early stops
-    stopped = ended[-1] if ended else (f"{BUDGET_SPENT} ({len(nodes)} of {iterations} iterations)"
-                                       if len(nodes) >= iterations else "ended before its budget; this run did not record why")
+    spent = len(nodes) >= iterations
+    stopped = ended[-1] if ended else (f"{BUDGET_SPENT} ({len(nodes)} of {iterations} iterations)" if spent
+                                       else "ended before its budget; this run did not record why")
     return TaskOutcome(task=task, baseline=baseline, nodes=nodes, stopped=stopped,
                        error="" if baseline else "its baseline failed before the run stopped")
 
@@ -438,7 +440,8 @@ def _verdict(outcome: TaskOutcome, best: Node | None, timed: bool) -> str:
         verdict = "correct kernel found (interpreter: not timed)"
     else:
         verdict = "no faster kernel found"
-    notes = [n for n in (outcome.task.inputs_note, f"search ended: {outcome.stopped}" if outcome.stopped else "") if n]
+    ended = "search ended" if outcome.stopped.startswith(BUDGET_SPENT) else "stopped early"
+    notes = [n for n in (outcome.task.inputs_note, f"{ended}: {outcome.stopped}" if outcome.stopped else "") if n]
     return "; ".join([verdict, *notes])
 
 
@@ -482,6 +485,7 @@ def _versions() -> dict[str, str]:
         versions["gcc"] = subprocess.run(["gcc", "-dumpfullversion"], capture_output=True,
                                          text=True, check=False).stdout.strip()
     return versions
+
 
 
 @dataclass

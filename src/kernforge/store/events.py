@@ -15,7 +15,7 @@ is an UnknownEvent with its fields, not an error.
     node            a candidate's result, with the task's standing after it
     no_proposal     a proposal that did not come (an LLM error, a reply with no code)
     confirm         a finalist evaluated again, alone
-    search_stopped  a task's search ended before its budget (an LLM budget, failed proposals)
+    search_stopped  why a task's search ended: its budget spent, nothing new to try, an LLM budget, failed proposals
     task_end        a task is done
     apply_progress  a step of installing the winners into the model
     applied         the winners installed and the model measured end to end
