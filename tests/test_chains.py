@@ -239,9 +239,71 @@ def test_group_norm_silu_kernels_pass_the_evaluator_under_the_interpreter(tmp_pa
         discard_reference(reference)
 
 
+# ---------------------------------------------------------------- the C (OpenMP) chain kernels
+
+class ScaleMaskSoftmax(nn.Module):
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(x * 0.125 + mask, dim=-1)
+
+
+class RMSNorm(nn.Module):
+    """Written out as the Llama-style models do: pow, mean, add, rsqrt, mul, mul."""
+
+    def __init__(self, n: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(n))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.weight
+
+
 class TanhGelu(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return 0.5 * x * (1.0 + torch.tanh(0.7978845608 * (x + 0.044715 * x.pow(3))))
+
+
+class ResidualRMSNorm(RMSNorm):
+    """A scaled residual add (DeepNorm's x * alpha + residual) then RMSNorm; the sum is returned
+    too (the next block adds to it): a chain of two outputs. A plain x + residual whose sum is
+    kept would start the chain and be peeled off it (capture/chains.py: it removes nothing)."""
+
+    def forward(self, x: torch.Tensor, residual: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h = x * 0.5 + residual
+        return super().forward(h), h
+
+
+def _c_chain_case(name: str) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    torch.manual_seed(0)
+    if name.startswith("softmax"):  # a row of 300: not a multiple of any vector width
+        module, inputs = ScaleMaskSoftmax(), (torch.randn(2, 3, 5, 300), torch.randn(1, 1, 5, 300))
+    elif name == "rms_norm":
+        module, inputs = RMSNorm(300), (torch.randn(2, 7, 300),)
+    elif name == "tanh_gelu":  # a 1-D tensor is one row: blocks of 4096 columns, the last one partial
+        module, inputs = TanhGelu(), (torch.randn(9000),)
+    else:
+        module, inputs = ResidualRMSNorm(300), (torch.randn(2, 7, 300), torch.randn(2, 7, 300))
+    if name.endswith("bf16"):
+        module, inputs = module.to(torch.bfloat16), tuple(t.to(torch.bfloat16) for t in inputs)
+    return module, inputs
+
+
+def test_every_c_point_of_the_hand_written_chains_renders_and_passes_the_scan():
+    from kernforge.evaluate.scan import scan_source
+    from kernforge.propose.builtin import Hardware
+    from kernforge.propose.families import chain as family
+
+    recorder = _recorded(HandWritten(), *_inputs())
+    for chain in find_chains(recorder.calls, recorder.returned_ids):
+        task = _task_of(chain)
+        facts = family.match(task)
+        space = family.space(facts, "cpu", Hardware())
+        points = space.sample(__import__("random").Random(0), 64)
+        # schedule x simd x exp (both call exp: sigmoid, tanh), and the row buffer where a later
+        # loop over the row would recompute values (the L1 norm and softmax; RMSNorm needs only x)
+        assert len(points) == (16 if "_softmax" in task.op else 8), task.op
+        for point in points:
+            source = family.render(facts, "cpu", point)
+            assert scan_source(source, "c", task.args[0]["dtype"]) == [], point
 
 
 def test_a_one_dimensional_chain_is_one_row_of_full_tensors():
@@ -251,3 +313,46 @@ def test_a_one_dimensional_chain_is_one_row_of_full_tensors():
     chain = find_chains(recorder.calls, recorder.returned_ids)[0]
     program = lower(chain.to_json(), chain.input_metas, chain.output_metas)
     assert program.rows == 1 and [t["kind"] for t in program.inputs + program.outputs] == ["full", "full"]
+
+
+@pytest.mark.parametrize("name", ["softmax", "softmax_bf16", "rms_norm", "tanh_gelu", "residual_rms_norm"])
+def test_generated_c_kernels_pass_the_evaluator(tmp_path: Path, name: str):
+    """The chain's C kernel, at its start and at the other end of its space (buffered or not where
+    the space has the choice), through the real evaluator."""
+    from kernforge.capture import capture_model
+    from kernforge.evaluate import evaluate_baseline, evaluate_candidate
+    from kernforge.evaluate.runner import discard_reference
+    from kernforge.propose.builtin import Hardware
+    from kernforge.propose.families import chain as family
+
+    module, inputs = _c_chain_case(name)
+    loaded = LoadedModel(module=module, inputs=inputs, device=torch.device("cpu"), name=name, spec="test")
+    capture = capture_model(loaded, tmp_path / "capture", repeats=1)
+    tasks, _ = make_tasks(capture, tmp_path / "capture", 10, lambda t: None if t.chain else "single op")
+    assert len(tasks) == 1, [t.op for t in tasks]
+    task = tasks[0]
+    assert len(task.outputs) == (2 if name == "residual_rms_norm" else 1), task.op
+    facts = family.match(task)
+    assert not isinstance(facts, str), facts
+    space = family.space(facts, "cpu", Hardware())
+    start = space.fit(family.start(facts, "cpu", Hardware()))
+    other = {"schedule": "dynamic", "simd": False, **({"exp": "libm"} if "exp" in start else {})}
+    if "reuse" in start:
+        other["reuse"] = "recompute" if start["reuse"] == "buffer" else "buffer"
+    assert ("exp" in start) == (name != "rms_norm" and name != "residual_rms_norm")  # only where a step calls exp
+    assert ("reuse" in start) == (name != "rms_norm" and name != "tanh_gelu")  # only where a loop would recompute
+    task_dir = tmp_path / "task"
+    task_dir.mkdir()
+    save_task(task, task_dir / "task.json")
+    reference = task_dir / "reference.pt"
+    evaluate_baseline(task_dir / "task.json", reference, "cpu", task_dir / "baseline", 600.0, ())
+    try:
+        for i, point in enumerate([start, other]):
+            assert space.contains(point), point
+            source = task_dir / f"c{i}.c"
+            source.write_text(family.render(facts, "cpu", point))
+            result = evaluate_candidate(task_dir / "task.json", reference, source, "cpu", "cpu", task_dir / f"n{i}",
+                                        300.0)
+            assert result.status == "ok", (task.op, point, result.reason)
+    finally:
+        discard_reference(reference)
