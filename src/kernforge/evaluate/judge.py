@@ -99,7 +99,8 @@ def _judge_calls(calls: list[dict[str, Any]], oracle: Oracle) -> dict[str, Any]:
     for call in calls:
         why = _structure(call, oracle)
         if why:
-            return _fail(why[0], f"on {oracle.labels[call['set']]} (call {call['position']}): {why[1]}", [], why[2])
+            return _fail(why[0], f"on {oracle.labels[call['set']]} (call {call['position']}): {why[1]}", [], why[2],
+                         _set_verdicts({}, oracle, call["set"]))
     for call in calls:
         k = call["set"]
         why_values, errs = compare(call["outputs"], oracle.data["oracles"][k], oracle.data["bounds"][k], dtypes)
@@ -112,18 +113,21 @@ def _judge_calls(calls: list[dict[str, Any]], oracle: Oracle) -> dict[str, Any]:
             p, why = failed[0]
             return _fail("cheat", f"on {oracle.labels[k]}: right on call {passed[0]}, wrong on call {p} with the "
                                   f"same input values (a result that depends on the call, not the input): {why}",
-                         _errors_list(errors, oracle), "deterministic")
+                         _errors_list(errors, oracle), "deterministic", _set_verdicts(verdicts, oracle, k))
     for call in calls:
         stale = _stale(call, calls, oracle)
         if stale:
             return _fail("cheat", f"on {oracle.labels[call['set']]} (call {call['position']}): the outputs are "
                                   f"bit-identical to those for {stale}, whose reference differs: a cached or "
-                                  "constant result", _errors_list(errors, oracle), "not_stale")
+                                  "constant result", _errors_list(errors, oracle), "not_stale",
+                         _set_verdicts(verdicts, oracle, call["set"]))
     for k, results in sorted(verdicts.items()):
         for _, why in results:
             if why is not None:
-                return _fail("wrong_result", f"on {oracle.labels[k]}: {why}", _errors_list(errors, oracle), "values")
-    return {"status": "ok", "reason": "", "errors": _errors_list(errors, oracle)}
+                return _fail("wrong_result", f"on {oracle.labels[k]}: {why}", _errors_list(errors, oracle), "values",
+                             _set_verdicts(verdicts, oracle, k))
+    return {"status": "ok", "reason": "", "errors": _errors_list(errors, oracle),
+            "set_verdicts": _set_verdicts(verdicts, oracle, None)}
 
 
 def _structure(call: dict[str, Any], oracle: Oracle) -> tuple[str, str, str] | None:
@@ -219,5 +223,20 @@ def timing_verdict(timing: Timing, eager: Timing) -> dict[str, Any]:
     return {}
 
 
-def _fail(status: str, reason: str, errors: list[list[float]], check: str) -> dict[str, Any]:
-    return {"status": status, "reason": reason, "errors": errors, "failed_check": check}
+def _set_verdicts(verdicts: dict[int, list[tuple[int, str | None]]], oracle: Oracle,
+                  rejected: int | None) -> list[str]:
+    """Each input set's line in a report: "fail" for the set the rejection names and for any set
+    whose values were wrong, "pass" for one whose every call matched the oracle, "" where its
+    values were not compared (judging stopped before them)."""
+    def verdict(k: int) -> str:
+        if k == rejected or any(why is not None for _, why in verdicts.get(k, [])):
+            return "fail"
+        return "pass" if k in verdicts else ""
+
+    return [verdict(k) for k in range(len(oracle.labels))]
+
+
+def _fail(status: str, reason: str, errors: list[list[float]], check: str,
+          set_verdicts: list[str] | None = None) -> dict[str, Any]:
+    return {"status": status, "reason": reason, "errors": errors, "failed_check": check,
+            "set_verdicts": set_verdicts or []}

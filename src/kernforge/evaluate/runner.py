@@ -48,6 +48,9 @@ class EvalResult:
     # eager's median before the candidate loaded and right after its timing; `eager` is the faster
     eager_before_after_ms: list[float] = field(default_factory=list)
     failed_check: str = ""  # the key in judge.CHECKS of the check that rejected it ("" when ok)
+    # per input set (the baseline's labels): "pass", "fail" (the set a rejection names, or wrong
+    # values on it) or "" (not compared); empty where judging never began (a build or run failure)
+    set_verdicts: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -335,7 +338,8 @@ def _verdict(result: dict[str, Any] | None, tail: str, wall: float, oracle: Orac
                      log_tail=tail, wall_s=wall,
                      phases=result.get("phases", {}),
                      eager_before_after_ms=result.get("eager_p50_ms_before_after", []),
-                     failed_check=str(result.get("failed_check", "")))
+                     failed_check=str(result.get("failed_check", "")),
+                     set_verdicts=list(result.get("set_verdicts", [])))
     if out.status != "ok" and not out.failed_check:
         out.failed_check = "run"  # the worker's own verdict: a build error, an exception, out of memory
     if timing and eager and out.status == "ok":
