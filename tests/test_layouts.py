@@ -13,7 +13,7 @@ from __future__ import annotations
 import textwrap
 
 from kernforge.backends.native import C_PRELUDE
-from kernforge.optimize import EvalOptions, evaluate_file
+from kernforge.eval_file import EvalOptions, evaluate_file
 
 # sigmoid over a 2-D input, read through its strides (the half's row stride is 2x its width)
 C_SIGMOID = C_PRELUDE + """\

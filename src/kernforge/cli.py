@@ -337,10 +337,14 @@ def profile(
     unknown = [k for k in kinds if k not in KINDS]
     if unknown:
         raise UserError(f"unknown op kind {', '.join(unknown)} in --include; choose from {', '.join(KINDS)}")
-    loaded = load_model(spec, resolve_device(device),
-                        _model_options(batch_size, seq_len, resolution, dtype, scale, attention))
+    loaded_options = _model_options(batch_size, seq_len, resolution, dtype, scale, attention)
+    loaded = load_model(spec, resolve_device(device), loaded_options)
     run_forward(loaded)
     capture = capture_model(loaded, out_dir=save)
+    if save is not None:  # `kernforge eval` takes the saved capture for this model and options
+        from kernforge.eval_file import capture_key, write_origin
+
+        write_origin(save, capture_key(spec, loaded_options, str(loaded.device)))
     if as_json:
         data = asdict(capture)
         data.update(coverage=capture.coverage, coverage_warning=capture.coverage_warning,
@@ -356,9 +360,9 @@ def eval_command(
     spec: str = typer.Argument(..., help=SPEC_HELP),
     kernel_file: Path = KERNEL_FILE,
     backend: str = typer.Option("auto", help="auto, cpu, triton or cuda; must match the file"),
-    op: str = typer.Option("", help="the op to check against, e.g. aten::_softmax.default, or a signature "
-                                    "id from `kernforge profile --json` (default: the file's `kf-op:` "
-                                    "comment line, else the hottest compute op)"),
+    op: str = typer.Option("", help="the op to check against, e.g. aten::_softmax.default (or aten::_softmax: "
+                                    "any overload), or a signature id from `kernforge profile --json` "
+                                    "(default: the file's `kf-op:` comment line)"),
     runs_dir: Path = RUNS_DIR,
     timeout: float = typer.Option(120.0, min=1.0, help="seconds the candidate may take: build, checks, timing"),
     batch_size: int | None = BATCH,
@@ -369,17 +373,25 @@ def eval_command(
     attention: str = ATTENTION,
     compile_peer: str = COMPILE,
     strict: bool = STRICT,
+    capture: Path | None = typer.Option(None, "--capture", help="a run folder or a `profile --save` folder "
+                                                                "to take the op's inputs from (default: the "
+                                                                "newest matching capture under --runs-dir, "
+                                                                "else a fresh one)"),
+    recapture: bool = typer.Option(False, "--recapture", help="profile the model again even where a saved "
+                                                              "capture matches (a model whose code is not "
+                                                              "in one file changed)"),
     as_json: bool = typer.Option(False, "--json", help="print the report as JSON"),
 ) -> None:
-    """Evaluate a hand-written kernel against an op of a model: every check, error, timing and speedup."""
-    from kernforge.optimize import EvalOptions, evaluate_file
+    """Evaluate a hand-written kernel against an op of a model: every check, error, timing and speedup.
+    The op's inputs come from a saved capture of the same model and options where there is one."""
+    from kernforge.eval_file import EvalOptions, evaluate_file
     from kernforge.report import eval_report
 
     _set_strict(strict)
     model = _model_options(batch_size, seq_len, resolution, dtype, scale, attention)
     report = evaluate_file(EvalOptions(spec=spec, kernel_file=kernel_file, backend=backend, op=op,
                                        runs_dir=runs_dir, candidate_timeout_s=timeout, model=model,
-                                       compile=compile_peer))
+                                       compile=compile_peer, capture=capture, recapture=recapture))
     if as_json:
         print(json.dumps(report, indent=1))
     else:
@@ -548,35 +560,45 @@ def show(
     runs_dir: Path = RUNS_DIR,
     as_json: bool = typer.Option(False, "--json", help="print the run's summary as JSON"),
 ) -> None:
-    """Show one run: the result per op, the model end to end, and every candidate tried."""
-    from kernforge.report import results_table
+    """Show one run: the result per op, the model end to end, every candidate tried (its time,
+    speedup, status, source and rationale) and the best kernel's path."""
+    from kernforge.report import candidate_lines, eval_report, results_table, run_json
     from kernforge.store.reader import read_run
 
     root = Path(run) if Path(run).is_dir() else runs_dir / run
     if not (root / "config.json").is_file():
         raise UserError(f"no run folder '{run}' (looked in {root}); see kernforge ls")
     record = read_run(root)
-    config = record.config
     data = record.store.read_json("summary.json") if (root / "summary.json").is_file() else None
     if as_json:
-        print(json.dumps({"config": config, "summary": data, "results": record.store.results()}, indent=1))
+        print(json.dumps(run_json(record, data), indent=1))
         return
-    if data is None:
-        out.print("this run did not finish; results.tsv holds every candidate evaluated before it stopped")
+    evaluation = _evaluation_report(record)
+    model = record.config.get("model_name") or "?"
+    title = f"{model}: {record.backend} backend on {record.device}"
+    if evaluation is not None:
+        out.print(f"{model}: evaluation of {Path(record.config.get('kernel_file', '?')).name}, "
+                  f"{record.backend} backend on {record.device}", markup=False, highlight=False)
+        out.print(eval_report(evaluation, run_folder=False), markup=False, highlight=False, soft_wrap=True)
+    elif data is None:
+        out.print(f"{title}; this run did not finish: every candidate evaluated before it stopped is below",
+                  markup=False, highlight=False)
     else:
-        out.print(results_table(data["tasks"], title=f"{config.get('model_name', '?')}: "
-                                                     f"{record.backend} backend on {record.device}"))
+        out.print(results_table(data["tasks"], title=title))
         _print_end_to_end(data.get("end_to_end"))
-    for task in record.tasks:
-        for node in sorted(task.outcome.nodes, key=lambda n: n.node_id):
-            r = node.result
-            speed = f"{r.speedup_vs_eager:.2f}x" if r.speedup_vs_eager else "-"
-            why = f"  {' '.join(r.reason.split())[:100]}" if r.reason else ""
-            out.print(f"{task.task.task_id} {node.node_id} <- {node.parent_id or '-':5} {node.proposal.origin:7} "
-                      f"{r.status:13} {speed:>7} {'kept' if node.kept else '    '}{why}", markup=False, highlight=False)
+    for line in candidate_lines(record):
+        out.print(line, markup=False, highlight=False, soft_wrap=True)
     if data and data.get("llm"):
         _print_llm_usage(data["llm"])
-    out.print(f"run folder: {root}")
+    out.print(f"run folder: {root}", markup=False, highlight=False, soft_wrap=True)
+
+
+def _evaluation_report(record: Any) -> dict[str, Any] | None:
+    """An eval's report (tasks/<task>/eval.json), where the run is an eval that finished."""
+    if record.config.get("kind") != "eval" or not record.tasks:
+        return None
+    path = record.root / "tasks" / record.tasks[0].task.task_id / "eval.json"
+    return json.loads(path.read_text()) if path.is_file() else None
 
 
 @app.command("export", epilog=examples(
@@ -676,9 +698,19 @@ def _run_overview(store: Any) -> dict[str, Any]:
                 "best_speedup": None, "state": "damaged"}
     winners = [t.winner for t in record.tasks if t.winner is not None]
     speedups = [w.final.speedup_vs_eager for w in winners if w.final.speedup_vs_eager]
+    if record.config.get("kind") == "eval":  # eval_file.EVAL_KIND, without importing torch here
+        state = _evaluation_state(record)
+    else:
+        state = "finished" if (store.root / "summary.json").is_file() else "incomplete"
     return {"run": store.root.name, "model": record.config.get("model_name", "?"), "backend": record.backend,
             "device": record.device, "tasks": len(record.tasks), "best_speedup": max(speedups) if speedups else None,
-            "state": "finished" if (store.root / "summary.json").is_file() else "incomplete"}
+            "state": state}
+
+
+def _evaluation_state(record: Any) -> str:
+    """An eval's folder in `ls`: its one candidate's status ("no result" where it stopped before)."""
+    nodes = [n for t in record.tasks for n in t.outcome.nodes]
+    return f"evaluation: {nodes[0].result.status}" if nodes else "evaluation: no result"
 
 
 class _progress:

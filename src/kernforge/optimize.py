@@ -5,7 +5,6 @@ from __future__ import annotations
 import gc
 import os
 import platform
-import re
 import shutil
 import socket
 import subprocess
@@ -485,72 +484,3 @@ def _versions() -> dict[str, str]:
         versions["gcc"] = subprocess.run(["gcc", "-dumpfullversion"], capture_output=True,
                                          text=True, check=False).stdout.strip()
     return versions
-
-
-
-@dataclass
-class EvalOptions:
-    spec: str
-    kernel_file: Path
-    backend: str = "auto"
-    # An op ("aten::_softmax.default") or a signature id; empty: the file's `kf-op:` line,
-    # else the hottest compute op.
-    op: str = ""
-    runs_dir: Path = Path("runs")
-    candidate_timeout_s: float = 120.0
-    model: ModelOptions = field(default_factory=ModelOptions)
-    compile: str = "auto"
-
-
-def evaluate_file(opts: EvalOptions) -> dict[str, Any]:
-    """Evaluate one hand-written candidate against an op of a model: every check, timing and speedup."""
-    from kernforge.evaluate import evaluate_baseline, evaluate_candidate
-    from kernforge.evaluate.runner import discard_reference
-    from kernforge.tasks import save_task
-
-    if not opts.kernel_file.is_file():
-        raise UserError(f"kernel file '{opts.kernel_file}' not found")
-    compile_modes(opts.compile, "cpu")
-    prep = prepare(opts.spec, opts.backend, opts.model, opts.runs_dir, _options(opts))
-    if opts.kernel_file.suffix != prep.backend.source_suffix:
-        raise UserError(f"the {prep.backend.name} backend takes {prep.backend.source_suffix} files, "
-                        f"not '{opts.kernel_file.name}'; pick the backend with --backend")
-    task = _pick_task(prep, opts.op or declared_op(opts.kernel_file.read_text(errors="replace")))
-    task_dir = prep.store.task_dir(task.task_id)
-    save_task(task, task_dir / "task.json")
-    source = prep.store.node_dir(task.task_id, "n0000") / f"candidate{prep.backend.source_suffix}"
-    source.write_text(opts.kernel_file.read_text())
-    reference = task_dir / "reference.pt"
-    try:
-        baseline = evaluate_baseline(task_dir / "task.json", reference, prep.device, task_dir / "baseline",
-                                     600.0, compile_modes(opts.compile, prep.device))
-        result = evaluate_candidate(task_dir / "task.json", reference, source, prep.backend.name,
-                                    prep.device, source.parent, opts.candidate_timeout_s)
-    finally:
-        discard_reference(reference)
-    report = {"run_dir": str(prep.store.root), "backend": prep.backend.name, "device": prep.device,
-              "op": task.op, "signature": task.signature, "shape": task.shape_text, "dtype": task.dtype_text,
-              "share": task.share, "input_sets": baseline.labels, "eager_errors": baseline.eager_errors,
-              "baseline_eager": asdict(baseline.eager) if baseline.eager else None,
-              "compiled": baseline.compiled, "result": result.to_json()}
-    prep.store.write_json(f"tasks/{task.task_id}/eval.json", report)
-    return report
-
-
-def declared_op(source: str) -> str:
-    """The op a candidate says it implements, in a comment line `kf-op: aten::_softmax.default`."""
-    match = re.search(r"kf-op:\s*(\S+)", source)
-    return match.group(1) if match else ""
-
-
-def _pick_task(prep: Prepared, op: str) -> Any:
-    def matches(task: Any) -> str | None:
-        if not op or op in (task.op, task.signature):
-            return None
-        return "not the asked op"
-
-    tasks, _ = make_tasks(prep.capture, prep.store.capture_dir, 1, matches)
-    if not tasks:
-        ops = sorted({p.op for p in prep.capture.ranked()})[:12]
-        raise UserError(f"the model runs no compute op '{op}' with saved inputs; try one of: {', '.join(ops)}")
-    return tasks[0]

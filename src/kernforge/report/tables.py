@@ -45,18 +45,19 @@ def results_table(rows: list[dict[str, Any]], title: str) -> Table:
     return table
 
 
-def eval_report(report: dict[str, Any]) -> str:
+def eval_report(report: dict[str, Any], run_folder: bool = True) -> str:
     """The full report of `kernforge eval`: the task, each check, the timings and the verdict."""
     r = report["result"]
     lines = [(f"{report['op']} {report['shape']} {report['dtype']} ({report['share']:.1%} of model time), "
              f"{report['backend']} backend on {report['device']}"), "checks:"]
     for i, label in enumerate(report["input_sets"]):
-        eager = report["eager_errors"][i]
+        verdict = _set_verdict(r, i)
         if i < len(r["errors"]):
             got = ", ".join(f"{e:.2e}" for e in r["errors"][i])
-            lines.append(f"  {label:14} error {got} (eager's {', '.join(f'{e:.2e}' for e in eager)}): pass")
+            eager = ", ".join(f"{e:.2e}" for e in report["eager_errors"][i])
+            lines.append(f"  {label:14} error {got} (eager's {eager}): {verdict or 'not judged'}")
         else:
-            lines.append(f"  {label:14} not reached")
+            lines.append(f"  {label:14} {verdict or 'not reached'}")
     lines.append(f"status: {r['status']}" + (f": {r['reason']}" if r["reason"] else ""))
     if r.get("timing"):
         t, e = r["timing"], r["eager"]
@@ -74,8 +75,76 @@ def eval_report(report: dict[str, Any]) -> str:
         lines.append("not timed (Triton's interpreter on a CPU checks correctness only)")
     if r["status"] != "ok" and r.get("log_tail"):
         lines += ["worker log (last lines):", *("  " + line for line in r["log_tail"].splitlines()[-12:])]
-    lines.append(f"run folder: {report['run_dir']}")
+    if run_folder:
+        lines.append(f"run folder: {report['run_dir']}")
     return "\n".join(lines)
+
+
+def _set_verdict(result: dict[str, Any], i: int) -> str:
+    """"pass", "fail" or "" (not judged) for input set i. A result written before results carried
+    per-set verdicts passes its sets only when it passed as a whole."""
+    verdicts = result.get("set_verdicts")
+    if verdicts:
+        return verdicts[i] if i < len(verdicts) else ""
+    return "pass" if result["status"] == "ok" else ""
+
+
+def candidate_lines(record: Any) -> list[str]:
+    """`kernforge show`'s list: per task its candidates, one line each (node, parent, origin,
+    status, p50 ms, speedup vs eager, kept, source path, rationale; a failure's reason after it),
+    then the best kernel and its path."""
+    lines: list[str] = []
+    for task in record.tasks:
+        t = task.task
+        lines.append(f"{t.task_id}: {t.op} {t.shape_text} {t.dtype_text}, {_count(len(task.outcome.nodes), 'candidate')}")
+        for node in sorted(task.outcome.nodes, key=lambda n: n.node_id):
+            r = node.result
+            p50 = f"{r.timing.p50_ms:.4f} ms" if r.timing else "-"
+            why = f"; {' '.join(r.reason.split())[:100]}" if r.reason else ""
+            rationale = " ".join(node.proposal.rationale.split())[:100]
+            lines.append(f"  {node.node_id} <- {node.parent_id or '-':5} {node.proposal.origin:7} {r.status:13} "
+                         f"{p50:>12} {_speedup(r.speedup_vs_eager):>7} {'kept' if node.kept else '    '}  "
+                         f"{record.source_of(t.task_id, node)}  {rationale}{why}")
+        lines.append(_best_line(record, task))
+    return lines
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'s' * (n != 1)}"
+
+
+def _best_line(record: Any, task: Any) -> str:
+    best = task.outcome.best
+    label = "best" if task.state == "done" else "best so far"
+    if best is None:
+        return f"  {label}: none beat eager beyond the noise"
+    final = best.final
+    p50 = f"{final.timing.p50_ms:.4f} ms, " if final.timing else ""
+    return (f"  {label}: {best.node_id}, {p50}{_speedup(final.speedup_vs_eager)} vs eager: "
+            f"{record.source_of(task.task.task_id, best)}")
+
+
+def run_json(record: Any, summary: dict[str, Any] | None) -> dict[str, Any]:
+    """`kernforge show --json`: the config, the summary and every candidate as a typed row
+    (numbers, booleans and nulls, results.tsv's columns plus its source path), and each task's
+    best kernel."""
+    from kernforge.search.engine import row_of
+
+    results, best = [], []
+    for task in record.tasks:
+        for node in sorted(task.outcome.nodes, key=lambda n: n.node_id):
+            row = row_of(task.task, node)
+            results.append({**row, "parent": row["parent"] or None,
+                            "source_path": str(record.source_of(task.task.task_id, node))})
+        winner = task.outcome.best
+        final = winner.final if winner else None
+        best.append({"task": task.task.task_id, "op": task.task.op, "state": task.state,
+                     "node": winner.node_id if winner else None,
+                     "p50_ms": final.timing.p50_ms if final and final.timing else None,
+                     "speedup_vs_eager": final.speedup_vs_eager if final else None,
+                     "source_path": str(record.source_of(task.task.task_id, winner)) if winner else None})
+    return {"model": record.config.get("model_name"), "kind": record.config.get("kind", "search"),
+            "config": record.config, "summary": summary, "results": results, "best": best}
 
 
 def runs_table(runs: list[dict[str, Any]]) -> Table:
