@@ -30,8 +30,9 @@ from kernforge.optimize import OptimizeOptions, optimize
 from kernforge.store.reader import read_run
 
 PACKAGE = "kernforge_tiny_softmax_kernels"
-SHIPPED = {"runtime.py": "integrate/runtime.py", "loader.py": "integrate/loader.py",
-           "native_abi.py": "backends/native_abi.py", "importing.py": "importing.py"}
+SHIPPED = {"runtime.py": "integrate/runtime.py", "fused.py": "integrate/fused.py",
+           "loader.py": "integrate/loader.py", "native_abi.py": "backends/native_abi.py",
+           "importing.py": "importing.py"}
 KERNFORGE_SRC = Path(kernforge.__file__).parent
 
 
