@@ -21,12 +21,8 @@ import torch
 from kernforge.backends import cpu
 from kernforge.backends.native import C_PRELUDE
 from kernforge.backends.native_abi import DTYPE_CODES, MAX_DIMS, KfTensor
+from kernforge.eval_file import declared_op
 from kernforge.evaluate.scan import scan_source
-
-try:  # `kernforge eval`'s own reading of the kf-op line, wherever it lives
-    from kernforge.eval_file import declared_op
-except ImportError:
-    from kernforge.optimize import declared_op
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 HEADER = resources.files("kernforge").joinpath("include", "kernforge.h")
