@@ -247,6 +247,10 @@ def optimize(
     out.print(results_table(data["tasks"], title=f"{result.backend} backend on {result.device}, "
                                                  f"{opts.strategy}, {opts.iterations} iterations per op, "
                                                  f"{result.wall_s:.0f} s"))
+    for task in data["tasks"]:  # why each search ended: its budget spent, or why sooner
+        if task["stopped"]:
+            out.print(f"{task['task'].split('-')[0]} {task['op']}: search ended, {task['stopped']}",
+                      markup=False, highlight=False)
     _print_llm_usage(data.get("llm"))
     _print_end_to_end(data.get("end_to_end"))
     out.print(f"run folder: {result.run_dir}")
@@ -641,9 +645,10 @@ def _model_options(batch_size: int | None, seq_len: int | None, resolution: int 
     does not read are named in one warning line."""
     from kernforge.models import ModelOptions
 
+    options = ModelOptions(batch_size=batch_size, seq_len=seq_len, resolution=resolution, dtype=dtype,
+                           scale=scale, attention=attention)  # a bad value is its one error line first
     _warn_unread_model_options(get_current_context(silent=True))
-    return ModelOptions(batch_size=batch_size, seq_len=seq_len, resolution=resolution, dtype=dtype,
-                        scale=scale, attention=attention)
+    return options
 
 
 # The model options each kind of spec reads (models/loader.py, models/zoo.py, models/examples/);

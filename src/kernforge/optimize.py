@@ -439,8 +439,8 @@ def _verdict(outcome: TaskOutcome, best: Node | None, timed: bool) -> str:
         verdict = "correct kernel found (interpreter: not timed)"
     else:
         verdict = "no faster kernel found"
-    ended = "search ended" if outcome.stopped.startswith(BUDGET_SPENT) else "stopped early"
-    notes = [n for n in (outcome.task.inputs_note, f"{ended}: {outcome.stopped}" if outcome.stopped else "") if n]
+    early = outcome.stopped and not outcome.stopped.startswith(BUDGET_SPENT)  # a spent budget is the row's `stopped`
+    notes = [n for n in (outcome.task.inputs_note, f"stopped early: {outcome.stopped}" if early else "") if n]
     return "; ".join([verdict, *notes])
 
 
