@@ -530,4 +530,6 @@ class Alternating(nn.Module):
 
 def test_shares_sum_to_one_when_passes_take_different_paths():
     cap = capture_model(loaded(Alternating(), torch.randn(64, 64)), out_dir=None, repeats=3)
-    assert sum(p.share for p in cap.profiles) == pytest.approx(1.0, abs=1e-6)
+    # a chain's share is its steps' again (sigmoid+exp is one when the first recorded pass takes
+    # that branch: the warm-up is timed, so which branch comes first is not fixed)
+    assert sum(p.share for p in cap.profiles if p.kind != "chain") == pytest.approx(1.0, abs=1e-6)

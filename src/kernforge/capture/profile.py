@@ -43,6 +43,12 @@ DEFAULT_TOTAL_CAP_BYTES = 2 << 30  # all samples of one capture
 # REPLAY_CALLS (5 keep a median; more than 50 add nothing to a ranking), and REPLAY_BUDGET_S for
 # the whole capture, hottest signatures first: a CPU-size ResNet-50 replays in seconds.
 REPLAY_TARGET_MS, REPLAY_CALLS, REPLAY_BUDGET_S = 100.0, (5, 50), 30.0
+# The hottest REPLAY_AGAIN signatures after one round are replayed once more, later, and keep the
+# faster of the two medians, as the worker keeps the faster of eager before and after: on this
+# shared 2-core machine, while another process held the second core, every 2-thread call waited
+# for it (a Gemma (32, 64) x (64, 128) mm replayed at 15.9 ms a call, spread 0.3%; 15 us in the
+# worker moments later), which put it on top of the ranking.
+REPLAY_AGAIN = 10
 # Warm-up, in seconds of forward passes: in a fresh process on this 2-core VM every 2-thread op
 # took ~8 ms for the first 0.55 s after the first parallel region, then 3 us (a 40 us forward
 # measured at 32 ms); the other kernforge processes see the same from their start.
@@ -254,17 +260,28 @@ def replay_signatures(recorder: Recorder, profiles: list[OpProfile], device: tor
         funcs.setdefault(call.signature, call.func)
     deadline = time.perf_counter() + budget_s
     replays: dict[str, Any] = {}
+    by_sig = {p.signature: p for p in profiles}
     for p in sorted(profiles, key=lambda p: p.time_us, reverse=True):
         if time.perf_counter() > deadline:
             break
-        layout = recorder.layouts.get(p.signature)
-        samples = recorder.samples.get(p.signature) if p.kind == "compute" else [layout] if layout else None
-        if not samples:
-            continue
-        timing = _replay(harness, funcs[p.signature], samples, p.outputs, device, _replay_calls(p))
+        timing = _replay_profile(harness, recorder, funcs, p, device)
         if timing is not None:
             replays[p.signature] = timing
+    hottest = sorted(replays, key=lambda sig: by_sig[sig].calls * replays[sig].p50_ms, reverse=True)
+    for sig in hottest[:REPLAY_AGAIN]:
+        again = _replay_profile(harness, recorder, funcs, by_sig[sig], device)
+        if again is not None and again.p50_ms < replays[sig].p50_ms:
+            replays[sig] = again
     return replays
+
+
+def _replay_profile(harness: Any, recorder: Recorder, funcs: dict[str, Any], p: OpProfile,
+                    device: torch.device) -> Any:
+    layout = recorder.layouts.get(p.signature)
+    samples = recorder.samples.get(p.signature) if p.kind == "compute" else [layout] if layout else None
+    if not samples:
+        return None
+    return _replay(harness, funcs[p.signature], samples, p.outputs, device, _replay_calls(p))
 
 
 def _replay_calls(p: OpProfile) -> int:
