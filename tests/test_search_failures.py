@@ -94,9 +94,11 @@ def test_a_search_leaves_events_and_a_commit_per_kept_improvement(softmax_captur
     outcome = search_task(task, store, get_backend("cpu"), "cpu", proposer, get_strategy("greedy"),
                           iterations=2, candidate_timeout_s=30.0)
     events = store.events()
-    # the one correct candidate is a finalist: evaluated again, alone, after the budget is spent
-    assert [e.kind for e in events] == ["task_start", "node_start", "node", "node_start", "node", "confirm",
-                                        "task_end"]
+    # why the search ended (the budget), then the one correct candidate is a finalist: evaluated
+    # again, alone, after the budget is spent
+    assert [e.kind for e in events] == ["task_start", "node_start", "node", "node_start", "node",
+                                        "search_stopped", "confirm", "task_end"]
+    assert next(e for e in events if e.kind == "search_stopped").reason.startswith("budget spent")
     assert [e.status for e in events if e.kind == "node"] == ["crash", "ok"]
     confirm = next(e for e in events if e.kind == "confirm")
     assert confirm.node == "n0001" and confirm.status == "ok"
