@@ -81,6 +81,7 @@ class ChainPlan:
         self.outputs: list[Ref] = [(int(j), int(k)) for j, k in chain["outputs"]]
         self.input_checks = [runtime._tensor_check(m) for m in spec.args]
         self.current: ChainRun | None = None  # the run waiting for a source step, in eager
+        self.constant_checks: dict[int, Callable[[Any, list], bool]] = {}  # by id of the constant
         for step in self.steps:
             step.returns = len(step.op._schema.returns)
             step.source = not runtime.reads_a_step((step.args, step.kwargs))
@@ -193,7 +194,10 @@ class ChainRun:
                 self._matches(t, v, bound) for t, v in zip(template, value))
         if isinstance(template, str) and template.startswith("device("):
             return isinstance(value, torch.device)  # the inputs' device is checked with them
-        return runtime._check_for(template)(value, [])
+        check = self.plan.constant_checks.get(id(template))
+        if check is None:  # built once per constant: every call of a routed step is matched
+            check = self.plan.constant_checks[id(template)] = runtime._check_for(template)
+        return check(value, [])
 
     def take(self, bound: list[tuple[int, torch.Tensor]]) -> None:
         for i, t in bound:
