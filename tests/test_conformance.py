@@ -15,7 +15,7 @@ import shutil
 
 import family_check
 import pytest
-from conformance_cases import CASES
+from sweep_cases import CASES
 from family_check import family_for, make_task
 
 from kernforge.evaluate.scan import scan_source

@@ -1,4 +1,4 @@
-"""The tasks the conformance suite (test_conformance.py) runs every family on: per family
+"""The tasks the sweep (test_sweep.py) runs every family on: per family
 package (builtin/family.FAMILY_PACKAGES), ops on odd shapes in each dtype the family takes.
 Small enough for the Triton interpreter and the CPU backend; shaped to reach each variant
 (a row longer than one block, rows that do not fill a program...)."""
