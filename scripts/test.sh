@@ -1,5 +1,12 @@
 #!/usr/bin/env bash
-# README command 2: set up, then run the whole test suite (CPU only; no GPU needed).
+# README command 2: set up, then run the test suite (CPU only; no GPU needed). CI runs it bare.
+#   bash scripts/test.sh              every tier but the exhaustive sweep: two pytest-xdist workers
+#                                     for the unit, integration, sweep and browser tiers, then the
+#                                     timing tier alone
+#   bash scripts/test.sh --sweep      the same, with the exhaustive sweep (hours: see tests/sweep_points.py)
+#   bash scripts/test.sh --cov        the same, with line coverage of src (worker processes included)
+#   bash scripts/test.sh ARGS...      one pytest call on two workers with your arguments,
+#                                     e.g. -m unit, or -n 0 -m timing, or tests/test_store.py -k runs
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh test
@@ -13,4 +20,25 @@ if ! command -v chromium >/dev/null 2>&1; then
     exit 2
   fi
 fi
-exec .venv/bin/python -m pytest -q "$@"
+
+extra=() args=()
+for arg in "$@"; do
+  case "$arg" in
+    --sweep) extra+=(--sweep) ;;
+    --cov) extra+=(--cov --cov-report=term) ;;
+    *) args+=("$arg") ;;
+  esac
+done
+pytest=(.venv/bin/python -m pytest -q --durations=25)
+# Two workers: the machine CI runs on has two cores, and most tests wait on a worker process or
+# a compiler (tests/conftest.py's TIERS say what each tier starts).
+if [ ${#args[@]} -gt 0 ]; then
+  exec "${pytest[@]}" -n "${KERNFORGE_TEST_WORKERS:-2}" "${extra[@]}" "${args[@]}"
+fi
+status=0
+"${pytest[@]}" -n "${KERNFORGE_TEST_WORKERS:-2}" -m "not timing" "${extra[@]}" || status=$?
+# The timing tier measures the clock: alone on the machine, after everything else.
+timing_cov=()
+[[ " ${extra[*]} " == *" --cov "* ]] && timing_cov=(--cov-append)
+"${pytest[@]}" -p no:xdist -m timing "${extra[@]}" "${timing_cov[@]}" || status=$?
+exit $status

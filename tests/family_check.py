@@ -260,7 +260,63 @@ def _contiguous(shape: list[int]) -> list[int]:
     return strides[::-1]
 
 
-def main(backend_name: str) -> int:
+class InterpreterChecker:
+    """One long-lived `python family_check.py triton --serve` process under TRITON_INTERPRET=1:
+    torch and Triton are imported once (~2 s here), then each point costs what its check costs
+    (~0.1 s on the sweep's shapes). A point that kills or hangs the process fails alone: the
+    process is started again for the next one."""
+
+    def __init__(self, build_dir: Path, timeout_s: float = 300):
+        self.build_dir, self.timeout_s = build_dir, timeout_s
+        self.proc: subprocess.Popen | None = None
+
+    def check(self, variant: dict[str, Any]) -> str | None:
+        """None if the variant ({"id", "op", "args", "params"}) is correct under the interpreter."""
+        import threading
+
+        if self.proc is None or self.proc.poll() is not None:
+            self.build_dir.mkdir(parents=True, exist_ok=True)
+            with open(self.build_dir / "interpreter.log", "a") as log:  # an unread pipe would fill and block
+                self.proc = subprocess.Popen(
+                    [sys.executable, str(Path(__file__)), "triton", "--serve", str(self.build_dir)],
+                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True,
+                    env={**os.environ, "TRITON_INTERPRET": "1"}, cwd=Path(__file__).resolve().parent.parent)
+        proc = self.proc
+        watchdog = threading.Timer(self.timeout_s, proc.kill)
+        watchdog.start()
+        try:
+            proc.stdin.write(json.dumps(variant) + "\n")
+            proc.stdin.flush()
+            line = proc.stdout.readline()
+        except (BrokenPipeError, OSError):
+            line = ""
+        finally:
+            watchdog.cancel()
+        if not line:
+            self.close()
+            return f"the interpreter process died on this point (exit {proc.returncode})"
+        return json.loads(line)
+
+    def close(self) -> None:
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                self.proc.kill()
+            self.proc.wait()
+            for stream in (self.proc.stdin, self.proc.stdout):
+                stream.close()
+            self.proc = None
+
+
+def main(backend_name: str, args: list[str]) -> int:
+    if args[:1] == ["--serve"]:  # one variant a line in, its result a line out (InterpreterChecker)
+        build_root, answers = Path(args[1]), sys.stdout
+        sys.stdout = sys.stderr  # whatever a check prints stays out of the answers
+        for line in sys.stdin:
+            v = json.loads(line)
+            task = make_task(v["op"], v["args"])
+            why = check_params(task, backend_name, v["params"], build_root / v["id"])
+            print(json.dumps(why), file=answers, flush=True)
+        return 0
     variants = json.load(sys.stdin)
     results: dict[str, str | None] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -272,4 +328,4 @@ def main(backend_name: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    sys.exit(main(sys.argv[1], sys.argv[2:]))

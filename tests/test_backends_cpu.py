@@ -13,7 +13,7 @@ from kernforge.backends import BuildError, choose_backend, cpu, get_backend
 from kernforge.backends.cpu import C_PRELUDE
 from kernforge.errors import UserError
 
-pytestmark = pytest.mark.skipif(cpu.unavailable_reason() is not None, reason="gcc is not installed")
+pytestmark = [pytest.mark.integration, pytest.mark.skipif(cpu.unavailable_reason() is not None, reason="gcc is not installed")]
 
 
 def meta(t: torch.Tensor) -> dict:

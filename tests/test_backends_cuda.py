@@ -14,7 +14,7 @@ import pytest
 from kernforge.backends import BuildError, get_backend
 from kernforge.backends.native import C_PRELUDE, compile_library
 
-pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+pytestmark = [pytest.mark.integration, pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")]
 
 SCALE = C_PRELUDE + r"""
 __global__ void scale(const float *x, float *y, int64_t n) {

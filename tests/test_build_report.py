@@ -5,8 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from kernforge.backends import build_report
 from kernforge.backends.build_report import parse_res_usage, resource_usage, short_name, summarise
+
+pytestmark = pytest.mark.unit
 
 # `cuobjdump -res-usage kf_KEY.so` of an nvcc library for sm_90 with two kernels: one clean, one
 # at the 255-register cap that spills. Its PTX entry carries no resource usage.

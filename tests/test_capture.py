@@ -22,6 +22,8 @@ from kernforge.capture import (
 from kernforge.models import load_model
 from kernforge.models.loader import LoadedModel
 
+pytestmark = pytest.mark.integration
+
 CPU = torch.device("cpu")
 
 

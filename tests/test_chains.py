@@ -16,6 +16,8 @@ from kernforge.models.loader import LoadedModel, load_model
 from kernforge.models.options import ModelOptions
 from kernforge.tasks import ChainReference, chain_program, make_tasks, save_task
 
+pytestmark = pytest.mark.integration
+
 
 class HandWritten(nn.Module):
     """The chains of the issue, written out: RMSNorm, Swish, tanh GELU, an L1 norm, scale and mask

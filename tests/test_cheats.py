@@ -32,6 +32,8 @@ from kernforge.backends.native import C_PRELUDE
 from kernforge.evaluate.checks import RTOL
 from kernforge.propose.builtin import BuiltinProposer
 
+pytestmark = pytest.mark.integration
+
 STATUSES = {"ok", "compile_error", "runtime_error", "wrong_result", "cheat", "out_of_memory",
             "crash", "timeout"}
 

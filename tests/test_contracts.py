@@ -24,6 +24,8 @@ from kernforge.backends.native_abi import DTYPE_CODES, MAX_DIMS, KfTensor
 from kernforge.eval_file import declared_op
 from kernforge.evaluate.scan import scan_source
 
+pytestmark = pytest.mark.integration
+
 README = Path(__file__).resolve().parents[1] / "README.md"
 HEADER = resources.files("kernforge").joinpath("include", "kernforge.h")
 needs_gcc = pytest.mark.skipif(cpu.unavailable_reason() is not None, reason="gcc is not installed")

@@ -6,7 +6,11 @@ import multiprocessing
 import time
 from pathlib import Path
 
+import pytest
+
 from kernforge.evaluate.device_lock import DeviceLock
+
+pytestmark = pytest.mark.timing
 
 HOLD_S = 0.2
 

@@ -25,6 +25,8 @@ from kernforge.models.loader import LoadedModel
 from kernforge.propose.builtin import BuiltinProposer
 from kernforge.tasks import make_tasks, save_task
 
+pytestmark = pytest.mark.integration
+
 LABELS = ["real0", "real0-permuted0", "real0-permuted1", *(f"fresh-{k}" for k in FRESH_KINDS)]
 
 

@@ -19,6 +19,8 @@ from kernforge.propose.builtin import BuiltinProposer, Hardware
 from kernforge.propose.families import batch_norm
 from kernforge.tasks import KernelTask
 
+pytestmark = pytest.mark.unit
+
 BN, BN_LEGIT, BN_CUDNN = batch_norm.NATIVE, batch_norm.NO_TRAINING, batch_norm.CUDNN
 F32, BF16, F16 = "torch.float32", "torch.bfloat16", "torch.float16"
 DTYPES = (F32, F16, BF16)

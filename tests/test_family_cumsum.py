@@ -18,6 +18,8 @@ from kernforge.capture.recorder import Recorder
 from kernforge.propose.builtin import Hardware
 from kernforge.propose.families import cumsum
 
+pytestmark = pytest.mark.unit
+
 OP = "aten::cumsum.default"
 DTYPES = ("torch.float32", "torch.float16", "torch.bfloat16")
 HW = Hardware()

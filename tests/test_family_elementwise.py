@@ -29,6 +29,8 @@ from kernforge.propose.builtin import BuiltinProposer, Hardware
 from kernforge.propose.families import elementwise as ew
 from kernforge.tasks import KernelTask
 
+pytestmark = pytest.mark.unit
+
 ALL_SETS = ("normal", "large", "mixed")
 BACKENDS = ("cpu", "triton", "cuda")
 LANGUAGE = {"cpu": "c", "triton": "triton", "cuda": "cuda"}

@@ -18,6 +18,8 @@ from kernforge.propose.builtin import BuiltinProposer, Hardware
 from kernforge.propose.families import group_norm as gn
 from kernforge.tasks import KernelTask
 
+pytestmark = pytest.mark.unit
+
 GN = gn.OP
 F32, BF16, F16 = "torch.float32", "torch.bfloat16", "torch.float16"
 HAVE_TRITON = importlib.util.find_spec("triton") is not None

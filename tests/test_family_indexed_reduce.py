@@ -21,6 +21,8 @@ from kernforge.capture.recorder import Recorder
 from kernforge.propose.builtin import Hardware
 from kernforge.propose.families import indexed_reduce as ir
 
+pytestmark = pytest.mark.unit
+
 MAX, MIN, ARGMAX, ARGMIN = "aten::max.dim", "aten::min.dim", "aten::argmax.default", "aten::argmin.default"
 OPS = (MAX, MIN, ARGMAX, ARGMIN)
 DTYPES = ("torch.float32", "torch.float16", "torch.bfloat16")

@@ -31,6 +31,8 @@ from kernforge.propose.builtin import Hardware
 from kernforge.propose.families import reduce
 from kernforge.tasks import KernelTask, resolve_op
 
+pytestmark = pytest.mark.unit
+
 MEAN, SUM, AMAX, AMIN = "aten::mean.dim", "aten::sum.dim_IntList", "aten::amax.default", "aten::amin.default"
 OPS = (SUM, MEAN, AMAX, AMIN)
 DTYPES = ("torch.float32", "torch.float16", "torch.bfloat16")

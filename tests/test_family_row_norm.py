@@ -19,6 +19,8 @@ from kernforge.propose.builtin import BuiltinProposer, Hardware
 from kernforge.propose.families import row_norm
 from kernforge.tasks import KernelTask
 
+pytestmark = pytest.mark.unit
+
 LN, RMS = row_norm.OPS["layer"], row_norm.OPS["rms"]
 F32, BF16, F16 = "torch.float32", "torch.bfloat16", "torch.float16"
 HAVE_TRITON = importlib.util.find_spec("triton") is not None

@@ -16,6 +16,8 @@ from kernforge.capture.recorder import ModuleTracker, Recorder
 from kernforge.integrate import fused, runtime
 from kernforge.tasks import ChainReference
 
+pytestmark = pytest.mark.integration
+
 CPU = frozenset({torch.device("cpu")})
 
 

@@ -25,6 +25,8 @@ from kernforge.propose.builtin import Hardware
 from kernforge.propose.families import group_norm as gn
 from kernforge.tasks import KernelTask
 
+pytestmark = pytest.mark.integration
+
 triton = pytest.importorskip("triton")
 
 GN = "aten::native_group_norm.default"

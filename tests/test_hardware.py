@@ -7,12 +7,15 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+import pytest
 import torch
 
 from kernforge.evaluate import hardware
 from kernforge.evaluate.hardware import measure_hardware
 from kernforge.store import RunStore
 from kernforge.store.reader import read_baseline
+
+pytestmark = pytest.mark.integration
 
 CPU = torch.device("cpu")
 

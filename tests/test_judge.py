@@ -18,6 +18,8 @@ from kernforge.evaluate.judge import Oracle, judge
 from kernforge.evaluate.runner import host_clock_disagrees
 from kernforge.evaluate.session import Plan, make_harness
 
+pytestmark = pytest.mark.unit
+
 CPU = torch.device("cpu")
 
 

@@ -6,6 +6,8 @@ import pytest
 
 from kernforge.propose.builtin.kernel_file import KernelFileError, Snippet, c_literal, render, split
 
+pytestmark = pytest.mark.unit
+
 PY = '''"""An example.
 
 kf-op: aten::relu.default

@@ -12,8 +12,12 @@ from __future__ import annotations
 
 import textwrap
 
+import pytest
+
 from kernforge.backends.native import C_PRELUDE
 from kernforge.eval_file import EvalOptions, evaluate_file
+
+pytestmark = pytest.mark.integration
 
 # sigmoid over a 2-D input, read through its strides (the half's row stride is 2x its width)
 C_SIGMOID = C_PRELUDE + """\

@@ -23,6 +23,8 @@ from kernforge.search import Node, get_strategy
 from kernforge.search.engine import MAX_FAILED_PROPOSALS
 from kernforge.tasks import KernelTask
 
+pytestmark = pytest.mark.unit
+
 X = {"shape": [64, 300], "dtype": "torch.float32", "stride": [300, 1]}
 SOFTMAX = KernelTask(task_id="t0", op="aten::_softmax.default", signature="s", args=[X, -1, False],
                      outputs=[dict(X)], samples=[], share=0.42, gain_if_2x=0.2, time_us=10.0, device="cuda")

@@ -29,6 +29,8 @@ from kernforge.propose.llm.providers import (
     parse_llm_spec,
 )
 
+pytestmark = pytest.mark.unit
+
 KEY = "sk-test-secret"
 WRONG_KEY = "sk-wrong-key-0123456789"
 ENV_VARS = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL",

@@ -6,11 +6,15 @@ landscape where one path is a trap (greedy's) and another leads further.
 
 from __future__ import annotations
 
+import pytest
+
 from helpers import scripted_context
 
 from kernforge.evaluate import EvalResult, Timing
 from kernforge.propose import Proposal
 from kernforge.search import Node, get_strategy
+
+pytestmark = pytest.mark.unit
 
 EAGER = Timing(p20_ms=0.99, p50_ms=1.0, p80_ms=1.01, runs=10, method="test")
 

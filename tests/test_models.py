@@ -11,6 +11,8 @@ from helpers import TINY_MODEL
 from kernforge.errors import UserError
 from kernforge.models import bundled_examples, load_model, resolve_device, run_forward
 
+pytestmark = pytest.mark.integration
+
 CPU = torch.device("cpu")
 
 

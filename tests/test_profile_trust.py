@@ -25,6 +25,8 @@ from kernforge.models import load_model
 from kernforge.models.loader import LoadedModel
 from kernforge.tasks import make_tasks, save_task
 
+pytestmark = pytest.mark.integration
+
 CPU = torch.device("cpu")
 TINY_MODEL = Path(__file__).parent / "models" / "tiny_softmax.py"
 SDPA_OP = "aten::_scaled_dot_product_flash_attention_for_cpu.default"

@@ -21,6 +21,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent / "redteam"))
 from catalogue import CATALOGUE, Record, check  # noqa: E402
 
+pytestmark = pytest.mark.integration
+
 CPU_CASES = [r for r in CATALOGUE if not r.gpu]
 
 

@@ -6,7 +6,11 @@ import math
 import time
 import xml.etree.ElementTree as ET
 
+import pytest
+
 from kernforge.report.svg import Series, TreePoint, line_plot_svg, tree_svg
+
+pytestmark = pytest.mark.unit
 
 NS = {"s": "http://www.w3.org/2000/svg"}
 

@@ -20,6 +20,8 @@ from kernforge.backends import BuildError, RejectedBuild, cpu, object_scan
 from kernforge.backends.native import C_PRELUDE, compile_library
 from kernforge.evaluate.scan import scan_c, scan_python, scan_source
 
+pytestmark = pytest.mark.integration
+
 
 def rules(findings) -> list[str]:
     return [f.rule for f in findings]

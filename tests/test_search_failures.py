@@ -11,12 +11,16 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
+
 from helpers import c_softmax_source
 
 from kernforge.backends import get_backend
 from kernforge.propose import NoProposal, Proposal
 from kernforge.search import get_strategy, search_task
 from kernforge.store import RunStore
+
+pytestmark = pytest.mark.integration
 
 SEGFAULT = """\
     volatile float *nowhere = 0;

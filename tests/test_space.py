@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from kernforge.propose.builtin.space import MAX_VISITS, Param, Space, Variant
+
+pytestmark = pytest.mark.unit
 
 
 def two_variants() -> Space:

@@ -5,8 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from kernforge.store import RESULT_COLUMNS, RunStore, list_runs
 from kernforge.store import run as run_module
+
+pytestmark = pytest.mark.unit
 
 
 def row(**values) -> dict:

@@ -6,12 +6,15 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
 import torch
 from helpers import SOFTMAX_OP
 
 from kernforge.capture import capture_model
 from kernforge.models.loader import LoadedModel
 from kernforge.tasks import load_task, make_tasks, resolve_op, save_task
+
+pytestmark = pytest.mark.integration
 
 
 def test_resolve_op():

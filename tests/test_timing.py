@@ -6,7 +6,11 @@ a side-stream cheat and honest kernels on the same ops.
 
 from __future__ import annotations
 
+import pytest
+
 from kernforge.evaluate.timing import Timing, confirmed_by_sync, escaped_ms, escapes_the_events
+
+pytestmark = pytest.mark.unit
 
 
 def timing(p50_ms: float, synced_ms: float | None) -> Timing:

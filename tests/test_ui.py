@@ -19,6 +19,8 @@ from kernforge.report import views  # noqa: E402
 from kernforge.store.events import NodeFinished, event_from_json  # noqa: E402
 from kernforge.ui.app import _stream, make_app  # noqa: E402
 
+pytestmark = pytest.mark.integration
+
 
 @pytest.fixture
 def client(runs_dir: Path) -> TestClient:

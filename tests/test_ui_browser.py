@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 from helpers import REPO_ROOT, TINY_MODEL
 
+pytestmark = pytest.mark.browser
+
 playwright = pytest.importorskip("playwright.sync_api")
 
 SEARCH_ITERATIONS = 10  # ~5 s a candidate on a 2-core machine: the page is open for most of them

@@ -20,6 +20,8 @@ from kernforge.errors import UserError
 from kernforge.models import ModelOptions, bundled_examples, load_model, run_forward
 from kernforge.models.zoo import CONFIGS_DIR
 
+pytestmark = pytest.mark.integration
+
 CPU = torch.device("cpu")
 SMALL = ModelOptions(scale="small")
 RMSNORM_PIECES = ("aten::pow.Tensor_Scalar", "aten::mean.dim", "aten::rsqrt.default")

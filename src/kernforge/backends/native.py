@@ -61,6 +61,10 @@ def compile_library(source: Path, build_dir: Path, command: list[str], toolchain
     library = build_dir / f"kf_{key}.so"
     if library.exists():
         return library
+    shared = _shared_cache()
+    if shared is not None and (shared / library.name).exists():
+        _place(shared / library.name, library)
+        return library
     missing = object_scan.missing_tool()
     if missing:
         raise BuildError(missing)
@@ -76,7 +80,33 @@ def compile_library(source: Path, build_dir: Path, command: list[str], toolchain
         tmp = Path(scratch) / "kf.so"
         _run([*command, "-o", str(tmp), str(obj)], log)
         tmp.replace(library)  # atomic: a half-written library is never picked up from the cache
+    if shared is not None:
+        _place(library, shared / library.name)
     return library
+
+
+def _shared_cache() -> Path | None:
+    """KERNFORGE_BUILD_CACHE: a folder of checked libraries shared by every build dir (the test
+    suite's session; several searches of the same kernels), keyed as each build dir is."""
+    folder = os.environ.get("KERNFORGE_BUILD_CACHE")
+    if not folder:
+        return None
+    path = Path(folder)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _place(library: Path, target: Path) -> None:
+    """A copy of `library` at `target`, made whole before it appears (another process may be
+    looking for it): a hard link where the two share a file system."""
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    try:
+        os.link(library, tmp)
+    except OSError:
+        import shutil
+
+        shutil.copyfile(library, tmp)
+    tmp.replace(target)
 
 
 def _compile_object(source: Path, command: list[str], scratch: Path,

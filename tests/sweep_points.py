@@ -1,0 +1,136 @@
+"""Which kernel points the sweep builds and checks, for every family on every backend.
+
+The families come from the proposer's registry (builtin/family.FAMILY_PACKAGES), their tasks from
+sweep_cases.CASES, the backends from kernforge.backends.REGISTRY. Two samples:
+
+- default (every run of the suite): each case's starting point on each backend, the point a
+  search builds first; then one point of every variant of the case's space, drawn with a seed
+  fixed by the family, backend and case. nvcc takes ~1.6 s a file on a 2-core machine against
+  ~0.15 s for a gcc build and check of a sweep case, so CUDA builds only the first case of each
+  dtype of a family (its starting point and a point of every variant).
+- exhaustive (`scripts/test.sh --sweep`, pytest's `--sweep`): every buildable point of every
+  case, up to EXHAUSTIVE_PER_VARIANT a variant (a random sample of a larger variant; the Triton
+  group norm's spaces hold thousands). Hours under the interpreter: use -k to pick a family.
+
+Points that render the same source are checked once.
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+from dataclasses import dataclass
+from typing import Any
+
+from family_check import family_for, make_task
+from sweep_cases import CASES
+
+from kernforge.backends import REGISTRY
+from kernforge.propose.builtin import Hardware
+
+BACKENDS = tuple(REGISTRY)
+LANGUAGE = {"cpu": "c", "triton": "triton", "cuda": "cuda"}
+EXHAUSTIVE_PER_VARIANT = 100_000
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    family: str
+    index: int  # the case's index in CASES[family]
+    backend: str
+    params: dict[str, Any]
+    why: str  # "start" or "variant NAME" or "exhaustive"
+
+    @property
+    def case(self) -> tuple[str, list[Any]]:
+        return CASES[self.family][self.index]
+
+    @property
+    def test_id(self) -> str:
+        values = "-".join(str(v) for v in self.params.values())
+        return f"{self.backend}-{case_label(self.family, self.index)}-{values}"
+
+    def variant(self) -> dict[str, Any]:
+        """The point in family_check's variant form (run_under_interpreter, InterpreterChecker)."""
+        op, args = self.case
+        return {"id": self.test_id, "op": op, "args": args, "params": self.params}
+
+
+def case_label(name: str, index: int) -> str:
+    op, args = CASES[name][index]
+    shape = next((a["shape"] for a in args if isinstance(a, dict) and "shape" in a), [])
+    dtype = next((a["dtype"] for a in args if isinstance(a, dict) and "dtype" in a), "")
+    return f"{name}-{index}-{op.split('::')[-1].split('.')[0]}-{'x'.join(map(str, shape))}-{dtype[6:]}"
+
+
+def case_ids() -> list[tuple[str, int]]:
+    return [(name, i) for name in sorted(CASES) for i in range(len(CASES[name]))]
+
+
+@functools.cache
+def _case(name: str, index: int):
+    """(task, family, facts) of a case; made once (each draws its example tensors)."""
+    task = make_task(*CASES[name][index])
+    family, facts = family_for(task)
+    return task, family, facts
+
+
+def task_of(name: str, index: int):
+    return _case(name, index)[0]
+
+
+def facts_of(name: str, index: int) -> dict[str, Any]:
+    return _case(name, index)[2]
+
+
+def space_and_start(name: str, index: int, backend: str):
+    """The case's space on `backend` and its starting point, or (None, None) where the family has
+    no kernels for that backend."""
+    _, family, facts = _case(name, index)
+    space = family.space(facts, backend, Hardware())
+    if space is None:
+        return None, None
+    return space, space.fit(family.start(facts, backend, Hardware()))
+
+
+def render(point: SweepPoint) -> str:
+    _, family, facts = _case(point.family, point.index)
+    return family.render(facts, point.backend, point.params)
+
+
+def _first_of_dtype(name: str, index: int) -> bool:
+    def dtype(i: int) -> str:
+        return next((a["dtype"] for a in CASES[name][i][1] if isinstance(a, dict) and "dtype" in a), "")
+
+    return index == next(i for i in range(len(CASES[name])) if dtype(i) == dtype(index))
+
+
+def case_points(name: str, index: int, backend: str, exhaustive: bool = False) -> list[SweepPoint]:
+    """The points of one case on one backend that the sweep checks (see the module's docstring)."""
+    space, start = space_and_start(name, index, backend)
+    if space is None:
+        return []
+    if exhaustive:
+        drawn = space.sample(random.Random(index), EXHAUSTIVE_PER_VARIANT)
+        return [SweepPoint(name, index, backend, p, "exhaustive") for p in drawn]
+    if backend == "cuda" and not _first_of_dtype(name, index):
+        return []
+    points = [SweepPoint(name, index, backend, start, "start")]
+    rng = random.Random(f"{name}-{backend}-{index}")
+    for p in space.sample(rng, 1):
+        if space.key(p) != space.key(start):
+            points.append(SweepPoint(name, index, backend, p, f"variant {p.get('variant', '')}".strip()))
+    return points
+
+
+def sweep_points(backend: str, exhaustive: bool = False) -> list[SweepPoint]:
+    """Every point the sweep checks on `backend`, one per distinct source."""
+    seen: set[str] = set()
+    chosen = []
+    for name, index in case_ids():
+        for point in case_points(name, index, backend, exhaustive):
+            source = render(point)
+            if source not in seen:
+                seen.add(source)
+                chosen.append(point)
+    return chosen
