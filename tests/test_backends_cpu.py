@@ -138,6 +138,39 @@ def test_rebuilding_the_same_source_is_a_cache_hit(tmp_path: Path, monkeypatch):
     assert torch.allclose(third(x), 2 * x + 3)
 
 
+def test_the_shared_build_cache_serves_every_build_dir_and_keeps_no_rejected_build(tmp_path: Path, monkeypatch):
+    from kernforge.backends import RejectedBuild
+
+    shared = tmp_path / "shared"
+    monkeypatch.setenv("KERNFORGE_BUILD_CACHE", str(shared))
+    x = torch.randn(2, 3)
+    source = AFFINE.replace("1.0f;", "5.0f;")  # a text no other test builds
+    first = cpu.build(write(tmp_path, "a.c", source), tmp_path / "node-a", [meta(x)])
+    assert [p.name for p in shared.glob("kf_*.so")] == [Path(first.library).name]
+
+    compiles = []
+    real_run = subprocess.run
+
+    def spy(cmd, *args, **kwargs):
+        if cmd and cmd[0] == "gcc" and "-c" in cmd:
+            compiles.append(cmd)
+        return real_run(cmd, *args, **kwargs)
+
+    monkeypatch.setattr(subprocess, "run", spy)
+    # another node's build dir: no compile, the library placed there, and it runs
+    second = cpu.build(write(tmp_path, "b.c", source), tmp_path / "node-b", [meta(x)])
+    assert compiles == []
+    assert Path(second.library).parent == tmp_path / "node-b"
+    assert torch.allclose(second(x), 2 * x + 5)
+    # a build the object scan rejects is rejected again in every build dir, and never cached
+    monkeypatch.setattr(subprocess, "run", real_run)
+    calls_exit = source.replace("return 0;", "exit(3); return 0;").replace("#include", "#include <stdlib.h>\n#include", 1)
+    for node in ("node-c", "node-d"):
+        with pytest.raises(RejectedBuild):
+            cpu.build(write(tmp_path, f"{node}.c", calls_exit), tmp_path / node, [meta(x)])
+    assert len(list(shared.glob("kf_*.so"))) == 1
+
+
 def test_outputs_are_poisoned_with_nan_by_default(tmp_path: Path):
     x = torch.randn(4, 6)
     kernel = cpu.build(write(tmp_path, "nothing.c", WRITES_NOTHING), tmp_path / "build", [meta(x)])

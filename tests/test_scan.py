@@ -350,6 +350,7 @@ def test_the_cache_key_includes_the_checks_version(tmp_path, monkeypatch):
 
 
 def test_missing_objdump_is_one_clear_build_error(tmp_path, monkeypatch):
+    monkeypatch.delenv("KERNFORGE_BUILD_CACHE")  # the session's cache holds this library, checked
     real_which = shutil.which
     monkeypatch.setattr(object_scan.shutil, "which",
                         lambda tool: None if tool == "objdump" else real_which(tool))
