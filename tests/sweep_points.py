@@ -7,7 +7,9 @@ sweep_cases.CASES, the backends from kernforge.backends.REGISTRY. Two samples:
   search builds first; then one point of every variant of the case's space, drawn with a seed
   fixed by the family, backend and case. nvcc takes ~1.6 s a file on a 2-core machine against
   ~0.15 s for a gcc build and check of a sweep case, so CUDA builds only the first case of each
-  dtype of a family (its starting point and a point of every variant).
+  dtype of a family (its starting point and a point of every variant); then, on every backend, a
+  point of each variant and each kernel file the sample has not reached yet, from the first case
+  that reaches it (a variant or a kernel file that only some shapes or ops take).
 - exhaustive (`scripts/test.sh --sweep`, pytest's `--sweep`): every buildable point of every
   case, up to EXHAUSTIVE_PER_VARIANT a variant (a random sample of a larger variant; the Triton
   group norm's spaces hold thousands). Hours under the interpreter: use -k to pick a family.
@@ -18,6 +20,7 @@ Points that render the same source are checked once.
 from __future__ import annotations
 
 import functools
+import importlib
 import random
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +30,7 @@ from sweep_cases import CASES
 
 from kernforge.backends import REGISTRY
 from kernforge.propose.builtin import Hardware
+from kernforge.propose.builtin.family import FAMILY_PACKAGES
 
 BACKENDS = tuple(REGISTRY)
 LANGUAGE = {"cpu": "c", "triton": "triton", "cuda": "cuda"}
@@ -123,6 +127,52 @@ def case_points(name: str, index: int, backend: str, exhaustive: bool = False) -
     return points
 
 
+def kernel_file_tails(family: str, backend: str) -> dict[str, str]:
+    """The family's kernel files for `backend` (by file name): the code after each one's constants
+    block, which a render of it ends with."""
+    from importlib import resources
+
+    from kernforge.propose.builtin import kernel_file
+
+    package = next(p for p in FAMILY_PACKAGES
+                   if family in {f.name for f in importlib.import_module(f"kernforge.propose.families.{p}").FAMILIES})
+    folder = resources.files(f"kernforge.propose.families.{package}").joinpath("kernels")
+    suffix = {"cpu": ".c", "triton": ".py", "cuda": ".cu"}[backend]
+    return {f.name: kernel_file.split(f.read_text())[2] for f in folder.iterdir()
+            if f.is_file() and f.name.endswith(suffix)}
+
+
+def _what_is_missing(backend: str, chosen: list[SweepPoint]) -> list[SweepPoint]:
+    """A point of each variant and of each kernel file that no chosen point reaches, from the first
+    case whose starting point or sampled points reach it."""
+    reached = {(p.family, p.params.get("variant", "")) for p in chosen}
+    renders: dict[str, list[str]] = {}
+    for p in chosen:
+        renders.setdefault(p.family, []).append(render(p))
+    files = {name: kernel_file_tails(name, backend) for name in CASES}
+    unrendered = {(name, file) for name, tails in files.items() for file, tail in tails.items()
+                  if not any(r.endswith(tail) for r in renders.get(name, []))}
+    added = []
+    for name, index in case_ids():
+        space, start = space_and_start(name, index, backend)
+        if space is None:
+            continue
+        for p in [start, *space.sample(random.Random(f"{name}-{backend}-{index}"), 1)]:
+            variant = p.get("variant", "")
+            source = None
+            new_files = set()
+            if any(n == name for n, _ in unrendered):
+                source = render(SweepPoint(name, index, backend, p, ""))
+                new_files = {(name, file) for n, file in unrendered if n == name and source.endswith(files[name][file])}
+            if (name, variant) in reached and not new_files:
+                continue
+            why = f"variant {variant}".strip() if (name, variant) not in reached else ""
+            added.append(SweepPoint(name, index, backend, p, why or f"kernel file {sorted(new_files)[0][1]}"))
+            reached.add((name, variant))
+            unrendered -= new_files
+    return added
+
+
 def sweep_points(backend: str, exhaustive: bool = False) -> list[SweepPoint]:
     """Every point the sweep checks on `backend`, one per distinct source."""
     seen: set[str] = set()
@@ -133,4 +183,4 @@ def sweep_points(backend: str, exhaustive: bool = False) -> list[SweepPoint]:
             if source not in seen:
                 seen.add(source)
                 chosen.append(point)
-    return chosen
+    return chosen + _what_is_missing(backend, chosen)
