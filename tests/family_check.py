@@ -113,7 +113,7 @@ def input_sets(op: str, args: list[Any]) -> list[tuple[str, list[Any]]]:
         sets.append(("masked", masked))
     if op in INDEXED_OPS:
         ties = materialise(args, gen, 1.0)
-        _ties_and_nan(ties[0])
+        _ties_and_nan(ties[0], _reduced_dim(op, args))
         sets.append(("ties_nan", ties))
     return sets
 
@@ -122,11 +122,21 @@ INDEXED_OPS = ("aten::max.dim", "aten::min.dim", "aten::argmax.default", "aten::
                "aten::max_pool2d_with_indices.default")
 
 
-def _ties_and_nan(x: torch.Tensor) -> None:
-    """In place: values rounded to a few integers (the extreme repeats: the first
-    index must win), two NaNs in the first last-dim row (the first one's index must win), -inf
-    filling the second row and +inf the third."""
-    work = x.contiguous()  # x itself when contiguous; a channels-last input is written back
+def _reduced_dim(op: str, args: list[Any]) -> int:
+    """The dim max.dim, min.dim, argmax and argmin reduce (-1 for a flattened argmax / argmin and
+    for max pooling, whose windows lie in the last two dims)."""
+    if op == "aten::max_pool2d_with_indices.default" or len(args) < 2 or not isinstance(args[1], int):
+        return -1
+    return args[1]
+
+
+def _ties_and_nan(x: torch.Tensor, dim: int = -1) -> None:
+    """In place: values rounded to a few integers (the extreme repeats: the first index must win;
+    zeros of both signs), and in lines along `dim`: two NaNs in the first (the first one's index
+    must win), -inf filling the second and +inf the third, in the fourth +inf and -inf each
+    repeated among finite values (the first of equal infinities must win)."""
+    moved = x.movedim(dim, -1) if x.dim() else x
+    work = moved.contiguous()  # the lines along `dim` in rows, written back into x at the end
     work.copy_(work.round().clamp_(-2, 2))
     flat = work.view(-1)
     row = work.shape[-1] if work.dim() else 1
@@ -135,8 +145,10 @@ def _ties_and_nan(x: torch.Tensor) -> None:
     if flat.numel() >= 3 * row:
         flat[row:2 * row] = -float("inf")
         flat[2 * row:3 * row] = float("inf")
-    if work is not x:
-        x.copy_(work)
+    if flat.numel() >= 4 * row:
+        pattern = torch.tensor([float("inf"), 1.0, float("inf"), 0.0, -float("inf"), 0.0, -float("inf")])
+        flat[3 * row:4 * row] = pattern.repeat(row // 7 + 1)[:row]
+    moved.copy_(work)
 
 
 def check_kernel(kernel: Any, task: KernelTask, sets: tuple[str, ...] | None = None) -> str | None:

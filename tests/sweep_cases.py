@@ -92,6 +92,10 @@ CASES: dict[str, list[tuple[str, list]]] = {
         ("aten::argmax.default", [tensor([2, 3, 700], F16)]),  # one row of 4200: the CPU's split
         ("aten::min.dim", [tensor([3, 9, 5], F32), 1, True]),  # a middle dim: columns
         ("aten::argmin.default", [tensor([4, 17, 33], BF16), 0, True]),  # the first dim: columns of 561
+        ("aten::min.dim", [tensor([3, 1500], F32), -1, True]),  # few long rows: min's loop and split
+        ("aten::argmin.default", [tensor([3, 1500], F16), -1, True]),  # argmin's
+        ("aten::max.dim", [tensor([3, 13, 7], F16), 1]),  # max's columns
+        ("aten::argmax.default", [tensor([3, 13, 7], F32), 1]),  # argmax's columns
     ],
     # cumsum (input, dim)
     "cumsum": [

@@ -1,22 +1,19 @@
 """The indexed-reduce family: max.dim / min.dim (values and indices) and argmax / argmin.
 
 What it takes (the forms capture records) and why not, its starting rules on realistic
-shapes, eager's semantics on ties, NaN and infinities (checked on hand-made rows with the C
-kernels; the Triton ones meet the same rows in family_check's ties_nan input set, run by
-test_conformance.py under the interpreter), every op in every dtype, a kernel that breaks
-the tie rule failing, and the proposer end to end.
+shapes, and the proposer end to end. Nothing here builds a kernel: the sweep (test_sweep.py, on
+the cases of sweep_cases.py) checks every op's kernels on every backend, eager's semantics on
+ties, NaN and infinities included (family_check's ties_nan input set, along the reduced dim);
+test_family_kernels.py that a kernel breaking the tie rule fails and that a zero keeps its sign.
 """
 
 from __future__ import annotations
 
-import random
-
 import family_check
 import pytest
 import torch
-from family_check import check_params, check_source, make_task, tensor
+from family_check import make_task, tensor
 
-from kernforge.backends import cpu
 from kernforge.capture.recorder import Recorder
 from kernforge.propose.builtin import Hardware
 from kernforge.propose.families import indexed_reduce as ir
@@ -24,8 +21,6 @@ from kernforge.propose.families import indexed_reduce as ir
 pytestmark = pytest.mark.unit
 
 MAX, MIN, ARGMAX, ARGMIN = "aten::max.dim", "aten::min.dim", "aten::argmax.default", "aten::argmin.default"
-OPS = (MAX, MIN, ARGMAX, ARGMIN)
-DTYPES = ("torch.float32", "torch.float16", "torch.bfloat16")
 HW = Hardware()
 
 
@@ -125,74 +120,6 @@ def test_the_spaces_offer_only_what_fits_the_shape():
     long = ir.space(ir.match(make_task(MAX, [tensor([3, 100000]), 1])), "triton", HW)
     assert set(long.variants) == {"row_loop", "split_row"}  # a whole row is more than one tile
     assert ir.space(ir.match(make_task(MAX, [tensor([3, 37]), 1])), "cuda", HW) is None
-
-
-# ---------------------------------------------------------------- semantics, on the C kernels
-
-NAN, INF = float("nan"), float("inf")
-# Ties (the first index wins), NaN (the first NaN wins, as the value too), rows of -inf and of
-# +inf, signed zeros (the value at the index: -0.0 stays -0.0).
-ROWS = [[1.0, 3.0, 3.0, NAN, 2.0, NAN, 3.0],
-        [-INF] * 7,
-        [INF, 1.0, INF, 0.0, -INF, 0.0, -INF],
-        [0.0, -0.0, 0.0, 1.0, -1.0, -1.0, 1.0],
-        [-0.0, 0.0, -0.0, -1.0, -1.0, -1.0, -2.0]]
-
-
-@pytest.mark.workers
-@pytest.mark.parametrize("op", OPS)
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_ties_nan_and_infinities_as_eager(op, dtype, tmp_path):
-    torch_dtype = getattr(torch, dtype[6:])
-    x = torch.tensor(ROWS, dtype=torch_dtype)
-    eager = getattr(torch, op.split("::")[1].split(".")[0])
-    for dim, view in ((1, x), (0, x.t().contiguous())):  # rows, then columns
-        task = make_task(op, [tensor(list(view.shape), dtype), dim])
-        for point in ir.space(ir.match(task), "cpu", HW).sample(random.Random(0), 4):
-            kernel = build(task, point, tmp_path)
-            got, want = kernel(view, dim), eager(view, dim)
-            for g, w in zip(_as_list(got), _as_list(want)):
-                assert torch.equal(g.isnan(), w.isnan()) and torch.equal(g.nan_to_num(), w.nan_to_num()), (point, g, w)
-                if g.is_floating_point():
-                    assert torch.equal(g.signbit(), w.signbit()), (point, g, w)
-
-
-def _as_list(out):
-    return list(out) if isinstance(out, tuple) else [out]
-
-
-def build(task, point, tmp_path):
-    family, facts = family_check.family_for(task)
-    path = tmp_path / f"k{len(list(tmp_path.glob('k*.c')))}.c"
-    path.write_text(family.render(facts, "cpu", point))
-    return cpu.build(path, tmp_path / "build", task.outputs)
-
-
-@pytest.mark.workers
-def test_a_kernel_that_breaks_ties_the_other_way_fails(tmp_path):
-    task = make_task(ARGMAX, [tensor([5, 37], "torch.bfloat16"), 1])
-    source = ir.render(ir.match(task), "cpu", {"variant": "rows", "schedule": "static"})
-    assert "((a) > (b) ||" in source
-    last_wins = source.replace("((a) > (b) ||", "((a) >= (b) ||")
-    assert check_source(source, "cpu", task, tmp_path / "right") is None
-    why = check_source(last_wins, "cpu", task, tmp_path / "wrong", sets=("ties_nan",))
-    assert why is not None and "differs from the reference" in why
-
-
-# ---------------------------------------------------------------- every op, every dtype
-
-@pytest.mark.workers
-@pytest.mark.parametrize("op", OPS)
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("args", [
-    lambda d: [tensor([5, 37], d), 1],  # rows
-    lambda d: [tensor([3, 1500], d), -1, True],  # few long rows: the split too
-    lambda d: [tensor([3, 13, 7], d), 1],  # columns
-], ids=["rows", "long_rows", "columns"])
-def test_every_op_in_every_dtype_on_the_cpu(op, dtype, args, tmp_path):
-    task = make_task(op, args(dtype))
-    for point in family_check.valid_points(task, "cpu", per_variant=2):
-        assert check_params(task, "cpu", point, tmp_path) is None, point
 
 
 # ---------------------------------------------------------------- the proposer
