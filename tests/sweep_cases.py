@@ -102,6 +102,7 @@ CASES: dict[str, list[tuple[str, list]]] = {
         *[("aten::cumsum.default", [tensor([7, 37], dtype), 1]) for dtype in DTYPES],  # short rows: row_scan
         ("aten::cumsum.default", [tensor([2, 1100], F32), -1]),  # few long rows: blocked and split scans
         ("aten::cumsum.default", [tensor([2, 5000], BF16), -1]),  # error grows with the row: the CPU's split
+        ("aten::cumsum.default", [tensor([3, 5000], F32), -1]),  # the same in float32: the split's double sums
         ("aten::cumsum.default", [tensor([3, 9, 5], F16), 1]),  # a middle dim: columns
         ("aten::cumsum.default", [tensor([4, 17, 33], F32), 0]),  # the first dim: columns of 561
     ],

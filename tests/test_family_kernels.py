@@ -77,3 +77,18 @@ def test_max_and_min_give_the_zero_at_the_index_with_its_sign(op, dtype, c_build
                                                               c_build)(view, dim), eager(view, dim)
             assert torch.equal(indices, want_indices) and torch.equal(values, want), (dim, point)
             assert torch.equal(values.signbit(), want.signbit()), (dim, point, values)
+
+
+# ---------------------------------------------------------------- cumsum
+
+@needs_gcc
+def test_a_float32_running_sum_in_float32_fails_long_rows(c_build):
+    """Eager accumulates a float32 cumsum in double: a kernel summing 5000 values in float32
+    drifts outside the tolerance."""
+    task = make_task("aten::cumsum.default", [tensor([3, 5000]), -1])
+    source = render(task, "cpu", {"variant": "rows", "schedule": "static"})
+    assert "#define ACC_T double" in source
+    assert check_source(source, "cpu", task, c_build) is None
+    narrow = source.replace("#define ACC_T double", "#define ACC_T float")
+    why = check_source(narrow, "cpu", task, c_build, sets=("normal",))
+    assert why is not None and "outside the tolerance" in why
