@@ -115,6 +115,10 @@ def input_sets(op: str, args: list[Any]) -> list[tuple[str, list[Any]]]:
         ties = materialise(args, gen, 1.0)
         _ties_and_nan(ties[0], _reduced_dim(op, args))
         sets.append(("ties_nan", ties))
+    if op in ("aten::amax.default", "aten::amin.default"):
+        nan = materialise(args, gen, 1.0)
+        _two_nans(nan[0])
+        sets.append(("nan", nan))  # a NaN wins: the reductions that meet one give NaN, as eager
     return sets
 
 
@@ -149,6 +153,12 @@ def _ties_and_nan(x: torch.Tensor, dim: int = -1) -> None:
         pattern = torch.tensor([float("inf"), 1.0, float("inf"), 0.0, -float("inf"), 0.0, -float("inf")])
         flat[3 * row:4 * row] = pattern.repeat(row // 7 + 1)[:row]
     moved.copy_(work)
+
+
+def _two_nans(x: torch.Tensor) -> None:
+    """In place: NaN at the 8th and the next-to-last element in index order."""
+    for i in {min(7, x.numel() - 1), max(0, x.numel() - 2)}:
+        x[tuple(int(k) for k in torch.unravel_index(torch.tensor(i), x.shape))] = float("nan")
 
 
 def check_kernel(kernel: Any, task: KernelTask, sets: tuple[str, ...] | None = None) -> str | None:

@@ -136,6 +136,7 @@ CASES: dict[str, list[tuple[str, list]]] = {
         ("aten::sum.dim_IntList", [tensor([4, 5, 6], F32), [0, 2], False]),  # two blocks, inner 1
         ("aten::mean.dim", [tensor([3, 4, 5, 6], BF16), [1, 3], True]),  # two blocks after an outer dim
         ("aten::amax.default", [tensor([3, 4, 5, 6], F16), [0, 2], False]),  # two blocks, inner 6
+        ("aten::amin.default", [tensor([3, 4, 5, 6], F32), [1, 3], False]),  # amin's two blocks
         ("aten::sum.dim_IntList", [tensor([37, 29], F32), [], False]),  # every dim: one row
     ],
     "elementwise": [

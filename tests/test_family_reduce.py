@@ -2,30 +2,22 @@
 
 What it matches (and why not), how the dims map onto [outer, R1, mid, R2, inner], the start
 rules on realistic shapes (the middle-dim column reduction splits R to fill the SMs), every
-sampled point renders its own source, every variant is correct on odd shapes in every dtype
-(C built here, Triton under the interpreter), amax and amin keep a NaN as eager does, and
-the proposer starts at the rule's point and never repeats itself. The conformance suite
-(test_conformance.py, CASES["reduce"]) samples every variant again on its own cases.
-
-    python test_family_reduce.py triton < variants.json   # the NaN checks, under the interpreter
+sampled point renders its own source, and the proposer starts at the rule's point and never
+repeats itself. Nothing here builds a kernel: the sweep (test_sweep.py, on the cases of
+sweep_cases.py) checks every variant on every backend, that amax and amin keep a NaN as eager
+does included (family_check's nan input set).
 """
 
 from __future__ import annotations
 
-import importlib.util
-import json
 import math
 import random
-import sys
-import tempfile
-from pathlib import Path
 
 import family_check
 import pytest
 import torch
-from family_check import channels_last, check_source, make_task, tensor
+from family_check import channels_last, make_task, tensor
 
-from kernforge.backends import cpu, get_backend
 from kernforge.evaluate.scan import scan_source
 from kernforge.propose.builtin import Hardware
 from kernforge.propose.families import reduce
@@ -34,9 +26,6 @@ from kernforge.tasks import KernelTask, resolve_op
 pytestmark = pytest.mark.unit
 
 MEAN, SUM, AMAX, AMIN = "aten::mean.dim", "aten::sum.dim_IntList", "aten::amax.default", "aten::amin.default"
-OPS = (SUM, MEAN, AMAX, AMIN)
-DTYPES = ("torch.float32", "torch.float16", "torch.bfloat16")
-HAVE_TRITON = importlib.util.find_spec("triton") is not None
 HW = Hardware()
 
 
@@ -229,136 +218,6 @@ def test_every_move_has_a_reason():
                 assert reduce.explain(name, point[name], new) != "try a neighbouring value", (name, new)
 
 
-# ---------------------------------------------------------------- every variant is correct
-
-def dims_cases(rotate: bool = False):
-    """Odd shapes reducing the first, a middle, the last, several and two separate blocks of dims;
-    per op, each shape in every dtype (`rotate`: in one, the dtypes taken in turn)."""
-    n = 0
-    for op in OPS:
-        for shape, dims, keepdim in (((3, 5, 7), [-1], op != SUM), ((13, 5, 7), [0], False),
-                                     ((3, 21, 7), [1], True), ((3, 4, 5, 6), [1, 3], op == MEAN)):
-            for dtype in [DTYPES[n % len(DTYPES)]] if rotate else DTYPES:
-                yield task_for(op, shape, dims, keepdim, dtype)
-            n += 1
-    yield task_for(SUM, (2, 3, 4, 5), [0, 2, 3], False)  # several: C and H, W apart
-    yield cl_task(MEAN, (2, 37, 3, 5), dtype="torch.bfloat16")  # channels-last over H, W
-    yield cl_task(AMAX, (2, 6, 3, 5), (1, 2), False, "torch.float16")  # channels-last over C, H
-    yield task_for(AMIN, (3, 2000), [-1])  # few long rows
-    yield task_for(SUM, (37, 29), [])  # every dim
-
-
-def case_id(task) -> str:
-    return f"{task.op.split('::')[1]}-{task.args[0]['dtype'][6:]}-{'x'.join(map(str, task.args[0]['shape']))}-" \
-           f"{task.args[1]}"
-
-
-def c_variants():
-    for task in dims_cases():
-        facts = reduce.match(task)
-        for p in sampled(facts, "cpu", count=1):
-            yield pytest.param(task, p, id=f"{case_id(task)}-{'-'.join(str(v) for v in p.values())}")
-
-
-@pytest.mark.workers
-@pytest.mark.skipif(cpu.unavailable_reason() is not None, reason="gcc is not installed")
-@pytest.mark.parametrize("task, params", list(c_variants()))
-def test_every_c_variant_is_correct(task, params, tmp_path):
-    source = reduce.render(reduce.match(task), "cpu", params)
-    assert check_source(source, "cpu", task, tmp_path) is None
-
-
-def test_c_variants_cover_every_strategy():
-    assert {p.values[1]["variant"] for p in c_variants()} == {"rows", "split_rows", "columns"}
-
-
-def triton_variants() -> list[dict]:
-    """Each shape in one dtype, the dtypes in turn (the interpreter is slow): the start and one
-    sampled point of each variant."""
-    variants = []
-    for task in dims_cases(rotate=True):
-        facts = reduce.match(task)
-        points = [reduce.start(facts, "triton", HW)] + sampled(facts, "triton", count=1, seed=len(variants))
-        for n, p in enumerate(points):
-            variants.append({"id": f"{case_id(task)}-{n}-{p['variant']}", "op": task.op, "args": task.args,
-                             "params": p})
-    return variants
-
-
-def test_triton_samples_cover_every_variant():
-    assert {v["params"]["variant"] for v in triton_variants()} == \
-        {"rows", "rows_aligned", "split_rows", "columns", "split_columns", "two_blocks"}
-
-
-@pytest.fixture(scope="module")
-def triton_results() -> dict:
-    return family_check.run_under_interpreter(triton_variants())
-
-
-@pytest.mark.skipif(not HAVE_TRITON, reason="triton is not installed")
-@pytest.mark.parametrize("variant_id", [v["id"] for v in triton_variants()])
-def test_triton_variant_is_correct_under_the_interpreter(variant_id, triton_results):
-    assert triton_results[variant_id] is None, triton_results[variant_id]
-
-
-# ---------------------------------------------------------------- NaN wins in amax and amin
-
-NAN_TASKS = [task_for(op, shape, dims, False, dtype) for op in (AMAX, AMIN)
-             for shape, dims, dtype in (((5, 300), [1], "torch.float32"), ((40, 6), [0], "torch.bfloat16"),
-                                        ((3, 4, 5), [0, 2], "torch.float16"), ((2, 3000), [1], "torch.float32"))]
-
-
-def nan_mismatch(kernel, task) -> str | None:
-    """None if the kernel gives eager's result on an input with a NaN in some reductions."""
-    positional = family_check.split_kwargs(task.args)[0]
-    args = family_check.materialise(positional, torch.Generator().manual_seed(3), 1.0)
-    flat = args[0].view(-1)
-    flat[7] = float("nan")
-    flat[-2] = float("nan")
-    expected = getattr(torch, task.op.split("::")[1].split(".")[0])(*args)
-    got = kernel(*args)
-    if not torch.equal(torch.isnan(got), torch.isnan(expected)):
-        return f"NaN at {torch.isnan(got).nonzero().tolist()}, eager's at {torch.isnan(expected).nonzero().tolist()}"
-    if not torch.equal(got.nan_to_num(), expected.nan_to_num()):
-        return "values differ"
-    return None
-
-
-def build_and_check_nan(task, backend_name: str, params: dict, work: Path) -> str | None:
-    backend = get_backend(backend_name)
-    path = work / f"nan{len(list(work.glob('nan*')))}{backend.source_suffix}"
-    path.write_text(reduce.render(reduce.match(task), backend_name, params))
-    return nan_mismatch(backend.build(path, work / "build", task.outputs), task)
-
-
-def nan_variants(backend: str) -> list[tuple]:
-    out = []
-    for task in NAN_TASKS:
-        facts = reduce.match(task)
-        for p in [reduce.start(facts, backend, HW)] + sampled(facts, backend, count=1):
-            out.append((f"{case_id(task)}-{'-'.join(str(v) for v in p.values())}", task, p))
-    return out
-
-
-@pytest.mark.workers
-@pytest.mark.skipif(cpu.unavailable_reason() is not None, reason="gcc is not installed")
-@pytest.mark.parametrize("vid, task, params", nan_variants("cpu"), ids=[v[0] for v in nan_variants("cpu")])
-def test_c_amax_amin_keep_a_nan(vid, task, params, tmp_path):
-    assert build_and_check_nan(task, "cpu", params, tmp_path) is None
-
-
-@pytest.fixture(scope="module")
-def triton_nan_results() -> dict:
-    variants = [{"id": vid, "op": task.op, "args": task.args, "params": p} for vid, task, p in nan_variants("triton")]
-    return family_check.run_under_interpreter(variants, script=Path(__file__))
-
-
-@pytest.mark.skipif(not HAVE_TRITON, reason="triton is not installed")
-@pytest.mark.parametrize("vid", [v[0] for v in nan_variants("triton")])
-def test_triton_amax_amin_keep_a_nan(vid, triton_nan_results):
-    assert triton_nan_results[vid] is None, triton_nan_results[vid]
-
-
 # ---------------------------------------------------------------- the proposer, end to end
 
 @pytest.mark.parametrize("task", [SPACE_TASKS[0], SPACE_TASKS[1], SPACE_TASKS[3], SPACE_TASKS[7], SPACE_TASKS[9]],
@@ -375,22 +234,3 @@ def test_proposer_starts_at_the_rule_and_never_repeats(task, backend):
     # It stops only when the space is spent: the cpu spaces hold a few points, Triton's hundreds.
     assert len(tried) == min(31, len(space.sample(random.Random(0), 1000)))
 
-
-def main(backend_name: str) -> int:
-    """The NaN checks of the variants on stdin (run under the interpreter for triton)."""
-    variants = json.load(sys.stdin)
-    results = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        for v in variants:
-            work = Path(tmp) / v["id"]
-            work.mkdir()
-            try:
-                results[v["id"]] = build_and_check_nan(make_task(v["op"], v["args"]), backend_name, v["params"], work)
-            except Exception as e:  # noqa: BLE001 - reported as the variant's failure
-                results[v["id"]] = f"{type(e).__name__}: {e}"[:2000]
-    json.dump(results, sys.stdout)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
