@@ -1,20 +1,18 @@
 """The batch-norm family (propose/families/batch_norm/): inference with running statistics, batch
 statistics (training without running statistics, instance norm). What it takes and refuses and
 why, what the capture records for the modules it serves, the start rules on ResNet-50's shapes,
-the CPU points and the Triton variants checked against the ATen op itself, and the proposer end
-to end. test_conformance.py runs its sampled points on every backend besides."""
+and the proposer end to end. Nothing here builds a kernel: the sweep (test_sweep.py, on the cases
+of sweep_cases.py) checks them against the ATen op on every backend; test_family_kernels.py the
+batch statistics of data of a large mean and the statistics cuDNN and CUDA save, on a task as
+CUDA lists it."""
 
 from __future__ import annotations
-
-import importlib.util
-import math
 
 import family_check
 import pytest
 import torch
-from family_check import channels_last, check_params, family_for, make_task, tensor
+from family_check import channels_last, family_for, make_task, tensor
 
-from kernforge.backends import cpu
 from kernforge.propose.builtin import BuiltinProposer, Hardware
 from kernforge.propose.families import batch_norm
 from kernforge.tasks import KernelTask
@@ -23,8 +21,6 @@ pytestmark = pytest.mark.unit
 
 BN, BN_LEGIT, BN_CUDNN = batch_norm.NATIVE, batch_norm.NO_TRAINING, batch_norm.CUDNN
 F32, BF16, F16 = "torch.float32", "torch.bfloat16", "torch.float16"
-DTYPES = (F32, F16, BF16)
-HAVE_TRITON = importlib.util.find_spec("triton") is not None
 HW = Hardware()
 
 
@@ -204,119 +200,6 @@ def test_every_valid_point_renders_a_distinct_source():
                 continue
             sources = {family.render(facts, backend, p) for p in points}
             assert len(sources) == len(points) > 1, backend
-
-
-# ---------------------------------------------------------------- correctness
-
-def cpu_points():
-    for name, layout, shape in (("nchw", "nchw", [3, 5, 4, 7]), ("nhwc", "nhwc", [2, 6, 3, 5])):
-        for dtype in DTYPES:
-            args = stats_args(shape, dtype, layout)
-            for stats in ("two_pass", "one_pass_double"):
-                for simd in (False, True):
-                    point = {"schedule": "static", "simd": simd, "stats": stats}
-                    yield pytest.param(args, point, id=f"{name}-{dtype[6:]}-{stats}-simd{int(simd)}")
-
-
-@pytest.mark.workers  # builds C
-@pytest.mark.skipif(cpu.unavailable_reason() is not None, reason="gcc is not installed")
-@pytest.mark.parametrize("args, point", list(cpu_points()))
-def test_every_batch_statistics_cpu_point_is_correct(args, point, tmp_path):
-    assert check_params(make_task(BN, args), "cpu", point, tmp_path) is None
-
-
-@pytest.mark.workers  # builds C
-@pytest.mark.skipif(cpu.unavailable_reason() is not None, reason="gcc is not installed")
-@pytest.mark.parametrize("stats", ["two_pass", "one_pass_double"])
-def test_batch_statistics_of_large_mean_data(stats, tmp_path):
-    """Values of mean 1000 and spread 1 (a cancellation of 1e6 in E[x^2] - mean^2): the variance
-    within 1e-4 of float64's."""
-    task = make_task(BN, stats_args([4, 3, 33, 9]))
-    family, facts = family_for(task)
-    path = tmp_path / "bn.c"
-    path.write_text(family.render(facts, "cpu", {"schedule": "static", "simd": True, "stats": stats}))
-    kernel = cpu.build(path, tmp_path / "build", task.outputs)
-    x = 1000 + torch.randn(4, 3, 33, 9, generator=torch.Generator().manual_seed(0))
-    w, b = torch.ones(3), torch.zeros(3)
-    y, mean, invstd = kernel(x, w, b, None, None, True, 0.1, 1e-5)
-    var = x.double().var(dim=(0, 2, 3), unbiased=False)
-    assert torch.allclose(invstd.double(), (var + 1e-5).rsqrt(), rtol=1e-4)
-    assert torch.allclose(mean.double(), x.double().mean(dim=(0, 2, 3)), rtol=1e-6)
-
-
-def cudnn_like_task(saved_shape, layout="nchw"):
-    """cudnn_batch_norm cannot run on a CPU: its outputs as CUDA lists them, built by hand."""
-    args = bn_args([2, 3, 5, 7], F32, layout)
-    out = [dict(args[0]), tensor(saved_shape), tensor(saved_shape), tensor([0], "torch.uint8")]
-    return fake_task(BN_CUDNN, args, out)
-
-
-@pytest.mark.workers  # builds C
-@pytest.mark.skipif(cpu.unavailable_reason() is not None, reason="gcc is not installed")
-@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
-@pytest.mark.parametrize("saved", [[0], [3]])
-def test_cudnn_and_cuda_saved_statistics(layout, saved, tmp_path):
-    # CUDA's native kernels return [C] saved statistics in eval mode (running_mean, 1/sqrt(var+eps));
-    # cuDNN returns empty ones and a reserve. Checked against native_batch_norm on the CPU.
-    task = cudnn_like_task(saved, layout)
-    facts = batch_norm.match(task)
-    assert facts["saved"] == math.prod(saved) and facts["reserve"]
-    path = tmp_path / "bn.c"
-    path.write_text(batch_norm.render(facts, "cpu", batch_norm.start(facts, "cpu", HW)))
-    kernel = cpu.build(path, tmp_path / "build", task.outputs)
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(2, 3, 5, 7, generator=g)
-    if layout == "nhwc":
-        x = x.contiguous(memory_format=torch.channels_last)
-    w, b, rm = (torch.randn(3, generator=g) for _ in range(3))
-    rv = torch.rand(3, generator=g) + 0.5
-    y, sm, si, _ = kernel(x, w, b, rm, rv, False, 0.1, 1e-5)
-    want = torch.ops.aten.native_batch_norm.default(x, w, b, rm, rv, False, 0.1, 1e-5)[0]
-    assert torch.allclose(y, want, atol=1e-5) and y.stride() == x.stride()
-    if saved == [3]:
-        assert torch.allclose(sm, rm) and torch.allclose(si, (rv + 1e-5).rsqrt())
-    for backend in ("triton", "cuda"):
-        source = batch_norm.render(facts, backend, batch_norm.start(facts, backend, HW))
-        assert "kf-op: aten::cudnn_batch_norm.default" in source
-    assert "RESERVE = True" in batch_norm.render(facts, "triton", batch_norm.start(facts, "triton", HW))
-
-
-def triton_variants() -> list[dict]:
-    """The batch-statistics variants where their edges are: a channel block past C, a last tile and
-    a last split shorter than the rest, splits that do not divide the positions."""
-    picks = [
-        (stats_args([2, 6, 3, 7], layout="nhwc"), [  # 42 positions: splits of 32 and 10; 6 channels
-            {"variant": "channel", "block_c": 4, "block_p": 16, "num_warps": 1},
-            {"variant": "split", "block_c": 4, "block_p": 16, "num_warps": 1, "splits": 2}]),
-        (stats_args([3, 5, 4, 7]), [  # 84 positions: splits of 32, 32 and 20
-            {"variant": "channel", "block_c": 2, "block_p": 32, "num_warps": 1},
-            {"variant": "split", "block_c": 1, "block_p": 16, "num_warps": 1, "splits": 4}]),
-        (stats_args([1, 6, 5, 7], affine=False), [  # instance norm
-            {"variant": "split", "block_c": 2, "block_p": 16, "num_warps": 1, "splits": 2}]),
-    ]
-    variants = []
-    for args, points in picks:
-        for dtype in (F32, BF16):
-            typed = [dict(a, dtype=dtype) if isinstance(a, dict) else a for a in args]
-            task = make_task(BN, typed)
-            space = batch_norm.space(family_for(task)[1], "triton", HW)
-            for p in points:
-                assert space.contains(p), p
-                name = "-".join(str(v) for v in p.values())
-                variants.append({"id": f"{dtype[6:]}-{typed[0]['shape']}-{name}", "op": BN, "args": typed,
-                                 "params": p})
-    return variants
-
-
-@pytest.fixture(scope="module")
-def triton_results() -> dict:
-    return family_check.run_under_interpreter(triton_variants())
-
-
-@pytest.mark.skipif(not HAVE_TRITON, reason="triton is not installed")
-@pytest.mark.parametrize("variant_id", [v["id"] for v in triton_variants()])
-def test_triton_batch_statistics_variants_are_correct_under_the_interpreter(variant_id, triton_results):
-    assert triton_results[variant_id] is None, triton_results[variant_id]
 
 
 # ---------------------------------------------------------------- the proposer end to end
