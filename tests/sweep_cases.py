@@ -69,11 +69,14 @@ CASES: dict[str, list[tuple[str, list]]] = {
         (LAYER_NORM, [tensor([7, 300], F32), [300], None, None, 1e-5]),  # no affine; a loop of two blocks
         (LAYER_NORM, [tensor([3, 1100], BF16), [1100], tensor([1100], F32), tensor([1100], F32), 1e-5]),
         (LAYER_NORM, [tensor([9, 40], F16), [40], tensor([40], F16), None, 1e-6]),  # a weight, no bias
+        # 37 rows: a persistent grid's programs (16 under the interpreter) walk more than one row block
+        (LAYER_NORM, [tensor([37, 50], F32), [50], tensor([50], F32), tensor([50], F32), 1e-5]),
     ],
     "rms_norm": [
         *[(RMS_NORM, [tensor([7, 300], dtype), [300], tensor([300], dtype), 1e-6]) for dtype in DTYPES],
         (RMS_NORM, [tensor([3, 2, 37], BF16), [37], None, None]),  # eps=None: float32's epsilon
         (RMS_NORM, [tensor([3, 1100], F16), [1100], tensor([1100], F32), 1e-5]),  # a float32 weight
+        (RMS_NORM, [tensor([3, 1100], F32), [1100], None, None]),  # the loop without a weight
     ],
     "softmax": [
         *[(op, [tensor([7, 37], dtype), -1, False]) for op in (SOFTMAX, LOG_SOFTMAX) for dtype in DTYPES],
