@@ -1,18 +1,16 @@
 """The group norm family: support and refusals, its spaces and start rules on the H200 targets,
-every CPU variant and a covering sample of Triton points checked against the ATen op itself,
-and the proposer end to end. (test_conformance.py samples every variant on every backend too;
-test_gn_waiting.py compiles the waiting forms for Hopper.)"""
+and the proposer end to end. Nothing here builds a kernel: the sweep (test_sweep.py, on the cases
+of sweep_cases.py) checks them against the ATen op on every backend; test_gn_waiting.py compiles
+the waiting forms for Hopper."""
 
 from __future__ import annotations
 
-import importlib.util
 import random
 
 import family_check
 import pytest
-from family_check import channels_last, check_params, family_for, make_task, tensor
+from family_check import channels_last, family_for, make_task, tensor
 
-from kernforge.backends import cpu
 from kernforge.evaluate.scan import scan_source
 from kernforge.propose.builtin import BuiltinProposer, Hardware
 from kernforge.propose.families import group_norm as gn
@@ -22,7 +20,6 @@ pytestmark = pytest.mark.unit
 
 GN = gn.OP
 F32, BF16, F16 = "torch.float32", "torch.bfloat16", "torch.float16"
-HAVE_TRITON = importlib.util.find_spec("triton") is not None
 HW = Hardware()
 
 
@@ -184,116 +181,6 @@ def test_float32_sources_never_mention_half_types():
     held = {"variant": "held", "chunk": 4096, "num_warps": 4, "unroll": 1, "pipeline": True, "per_sm": 2, "lead": 4}
     assert gn.space(large, "triton", HW).contains(held)
     assert "PAIR_CVT = None" in gn.render(large, "triton", held)
-
-
-# ---------------------------------------------------------------- every C variant is correct
-
-def c_variants():
-    for name, make in SMALL.items():
-        for dtype in (F32, BF16) + ((F16,) if name == "affine" else ()):
-            facts = gn.match(make_task(GN, make(dtype)))
-            for p in gn.space(facts, "cpu", HW).sample(random.Random(0), 100):
-                yield pytest.param(make(dtype), p, id=f"{name}-{dtype[6:]}-" + "-".join(map(str, p.values())))
-
-
-@pytest.mark.workers
-@pytest.mark.skipif(cpu.unavailable_reason() is not None, reason="gcc is not installed")
-@pytest.mark.parametrize("args, params", list(c_variants()))
-def test_every_c_variant_is_correct(args, params, tmp_path_factory):
-    work = tmp_path_factory.getbasetemp() / "group-norm-c"
-    assert check_params(make_task(GN, args), "cpu", params, work) is None
-
-
-# ---------------------------------------------------------------- Triton points under the interpreter
-
-def triton_variants() -> list[dict]:
-    """Every variant at least once, with each of its structural parameters' values, on small
-    shapes: in float32 (the strictest tolerance), and the held variant in bfloat16 and float16 too,
-    whose 16-bit values it holds as pairs and unpacks by type (the other variants' 16-bit loads and
-    stores are sampled by test_conformance.py)."""
-    held = {"variant": "held", "unroll": 1, "pipeline": False, "per_sm": 1}
-    resident = {"variant": "resident", "unroll": 1, "pipeline": False, "per_sm": 1}
-    queue = {"variant": "queue", "unroll": 1, "per_sm": 1}
-    split = {"variant": "split", "reverse": False, "wave_groups": 0}
-    picks = [
-        (gn_args([2, 6, 5, 7], 3), [{"variant": "per_group", "block": 256, "num_warps": 2}]),
-        (gn_args([1, 4, 64, 64], 2), [  # 8192 per group: chunks of 2048, four per group
-            {**split, "chunk": 2048, "block": 512, "num_warps": 4, "reverse": True},
-            {**split, "chunk": 4096, "block": 1024, "num_warps": 4},
-            {"variant": "per_group", "block": 1024, "num_warps": 4}]),
-        (gn_args([1, 6, 30, 30], 2), [  # 2700 per group: chunks straddle channels
-            {**split, "chunk": 2048, "block": 512, "num_warps": 2, "reverse": True}]),
-        (gn_args([2, 8, 32, 32], 4), [  # 8 groups of 2048 in waves of 2 and 4, one reversed
-            {**split, "chunk": 2048, "block": 512, "num_warps": 4, "reverse": True, "wave_groups": 2},
-            {**split, "chunk": 2048, "block": 512, "num_warps": 4, "wave_groups": 4},
-            # resident: 4 chunks a group; on the interpreter one group a wave, one pass a launch
-            {**resident, "chunk": 512, "block": 256, "num_warps": 2},
-            # four blocks of 128 a trip: the chunk in one [4, 128] tile, inside one channel
-            {**resident, "chunk": 512, "block": 128, "num_warps": 2, "unroll": 4},
-            # pipelined: on the interpreter the same two launches (the overlap needs the wait)
-            {**resident, "chunk": 512, "block": 256, "num_warps": 2, "pipeline": True},
-            # two programs per SM: on the GPU a cooperative launch; here the same two launches
-            {**resident, "chunk": 512, "block": 256, "num_warps": 2, "pipeline": True, "per_sm": 2},
-            # the queue: on the interpreter one program takes every ticket in order, which is the
-            # order that makes a pass 2 find its group's statistics done
-            {**queue, "chunk": 512, "block": 256, "num_warps": 2, "lead": 1},
-            {**queue, "chunk": 512, "block": 128, "num_warps": 2, "unroll": 2, "per_sm": 4, "lead": 8},
-            # held: four programs hold a chunk of each group; on the interpreter statistics of
-            # every group in one launch, normalising in a second, through the same rotation of chunks
-            {**held, "chunk": 512, "num_warps": 2, "lead": 2},
-            # and with L2 prefetches 4 groups ahead (a GPU's only: here the same two launches)
-            {**held, "chunk": 512, "num_warps": 2, "lead": 4},
-            # the chunk as two rows of 256
-            {**held, "chunk": 512, "num_warps": 1, "unroll": 2, "lead": 2},
-            # statistics two groups ahead: four chunks in the rotation, and with prefetches
-            {**held, "chunk": 512, "num_warps": 2, "pipeline": True, "lead": 3},
-            {**held, "chunk": 512, "num_warps": 1, "pipeline": True, "lead": 4, "unroll": 2}]),
-        (gn_args([1, 4, 16, 16], 1), [  # held with one group: nothing loads ahead
-            {**held, "chunk": 256, "num_warps": 1, "lead": 2},
-            {**held, "chunk": 256, "num_warps": 1, "pipeline": True, "lead": 3}]),
-        (gn_args([1, 6, 30, 30], 2), [  # a short last chunk that straddles channels
-            {**resident, "chunk": 1024, "block": 512, "num_warps": 4},
-            {**resident, "chunk": 1024, "block": 256, "num_warps": 2, "unroll": 2},
-            {**queue, "chunk": 1024, "block": 512, "num_warps": 4, "lead": 2, "per_sm": 2},
-            # held: three chunks, the last short, chunks straddling channels
-            {**held, "chunk": 1024, "num_warps": 4, "lead": 2},
-            {**held, "chunk": 1024, "num_warps": 4, "pipeline": True, "lead": 3}]),
-    ]
-    variants = []
-    for args, points in picks:
-        for dtype in (F32, BF16, F16):
-            typed = [dict(a, dtype=dtype) if isinstance(a, dict) and a.get("dtype") == F32 else a for a in args]
-            facts = gn.match(make_task(GN, typed))
-            for p in points:
-                if dtype != F32 and p["variant"] != "held":
-                    continue
-                assert gn.space(facts, "triton", HW).contains(p), p
-                name = "-".join(str(v) for v in p.values())
-                variants.append({"id": f"gn-{dtype[6:]}-{typed[0]['shape']}-{name}", "op": GN, "args": typed,
-                                 "params": p})
-    return variants
-
-
-@pytest.fixture(scope="module")
-def triton_results() -> dict:
-    # about 40 variants of 3 input sets each: minutes on a loaded two-core machine
-    return family_check.run_under_interpreter(triton_variants(), timeout_s=1800)
-
-
-@pytest.mark.skipif(not HAVE_TRITON, reason="triton is not installed")
-@pytest.mark.parametrize("variant_id", [v["id"] for v in triton_variants()])
-def test_triton_variants_are_correct_under_the_interpreter(variant_id, triton_results):
-    assert triton_results[variant_id] is None, triton_results[variant_id]
-
-
-def test_triton_sample_covers_every_variant_and_structural_value():
-    picked = [v["params"] for v in triton_variants()]
-    space = gn.space(facts_of((2, 8, 32, 32), 4), "triton", HW)
-    assert {p["variant"] for p in picked} == set(space.variants)
-    for name in ("wave_groups", "unroll", "pipeline", "per_sm", "lead", "reverse"):
-        values = {p[name] for p in picked if name in p}
-        assert len(values) >= 2, name
-    assert {p["lead"] for p in picked if p["variant"] == "held"} >= {2, 3, 4}
 
 
 # ---------------------------------------------------------------- the proposer end to end
