@@ -1,20 +1,20 @@
-"""kernforge.propose: the built-in proposer's support, its moves, and every variant it renders."""
+"""kernforge.propose: the built-in proposer's support, its moves, and the softmax family's starting
+points. Nothing here builds a kernel: the sweep (test_sweep.py, on the cases of sweep_cases.py)
+checks the softmax kernels on every backend."""
 
 from __future__ import annotations
-
-import importlib.util
-from pathlib import Path
 
 import family_check
 import pytest
 from helpers import SOFTMAX_OP
 
-from kernforge.backends import cpu
 from kernforge.errors import UserError
 from kernforge.propose import Proposal, get_proposer
 from kernforge.propose.builtin import BuiltinProposer, Hardware
 from kernforge.propose.families import softmax
 from kernforge.tasks import KernelTask
+
+pytestmark = pytest.mark.unit
 
 
 def contiguous(shape: list[int]) -> list[int]:
@@ -145,87 +145,7 @@ def test_proposals_never_repeat_and_cover_the_space(backend, dtype, parents):
     assert {p.source for p in tried} == expected
 
 
-# ---------------------------------------------------------------- every C variant is correct
-
-VARIANT_SHAPE = [7, 157]  # odd rows and columns; 157 = 2 x 64 + 29 exercises the online blocks
-LOG_SOFTMAX_OP = "aten::_log_softmax.default"
-
-
-def softmax_task(op: str, shape: list[int], dtype: str) -> KernelTask:
-    return family_check.make_task(op, [family_check.tensor(shape, f"torch.{dtype}"), -1, False])
-
-
-def c_variants():
-    for op in (SOFTMAX_OP, LOG_SOFTMAX_OP):
-        for dtype in ("float32", "bfloat16", "float16"):
-            for params in family_check.valid_points(softmax_task(op, VARIANT_SHAPE, dtype), "cpu"):
-                name = "-".join(str(v) for v in params.values())
-                yield pytest.param(op, dtype, params, id=f"{op[6:-8]}-{dtype}-{name}")
-
-
-@pytest.fixture(scope="module")
-def c_build_dir(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("c-variants")
-
-
-@pytest.mark.skipif(cpu.unavailable_reason() is not None, reason="gcc is not installed")
-@pytest.mark.parametrize("op, dtype, params", list(c_variants()))
-def test_every_c_variant_compiles_and_is_correct(op, dtype, params, c_build_dir):
-    task = softmax_task(op, VARIANT_SHAPE, dtype)
-    assert family_check.check_params(task, "cpu", params, c_build_dir) is None
-
-
-def test_c_variants_cover_each_op_dtype_and_algorithm():
-    variants = [p.values for p in c_variants()]
-    for op in (SOFTMAX_OP, LOG_SOFTMAX_OP):
-        for dtype in ("float32", "bfloat16", "float16"):
-            algorithms = {params["algorithm"] for o, d, params in variants if (o, d) == (op, dtype)}
-            assert {"recompute", "online"} <= algorithms
-    # store_exp keeps exp() in the output between passes: only where the output is fp32, for softmax
-    assert {(o, d) for o, d, p in variants if p["algorithm"] == "store_exp"} == {(SOFTMAX_OP, "float32")}
-
-
-# ---------------------------------------------------------------- every Triton variant is correct
-
-# 300 columns: the online loop and the split take two or more blocks; 7 rows pack unevenly.
-TRITON_SHAPES = [[7, 37], [3, 300]]
-HAVE_TRITON = importlib.util.find_spec("triton") is not None
-
-
-def triton_variants() -> list[dict]:
-    """Every valid softmax point in three dtypes; log-softmax at 4 warps (the same kernels, LOG set)."""
-    variants = []
-    for op in (SOFTMAX_OP, LOG_SOFTMAX_OP):
-        for dtype in ("float32", "bfloat16", "float16"):
-            for shape in TRITON_SHAPES:
-                task = softmax_task(op, shape, dtype)
-                for params in family_check.valid_points(task, "triton"):
-                    if op == LOG_SOFTMAX_OP and params["num_warps"] != 4:
-                        continue
-                    name = "-".join(str(v) for v in params.values())
-                    variants.append({"id": f"{op[6:-8]}-{dtype}-{shape[0]}x{shape[1]}-{name}", "op": op,
-                                     "args": task.args, "params": params})
-    return variants
-
-
-@pytest.fixture(scope="module")
-def triton_results() -> dict:
-    """Every chosen Triton variant run under the interpreter, in one fresh process."""
-    return family_check.run_under_interpreter(triton_variants())
-
-
-@pytest.mark.skipif(not HAVE_TRITON, reason="triton is not installed")
-@pytest.mark.parametrize("variant_id", [v["id"] for v in triton_variants()])
-def test_every_triton_variant_is_correct_under_the_interpreter(variant_id, triton_results):
-    assert variant_id in triton_results
-    assert triton_results[variant_id] is None, triton_results[variant_id]
-
-
-def test_triton_variants_include_every_kernel_for_both_ops():
-    for op in (SOFTMAX_OP, LOG_SOFTMAX_OP):
-        variants = {v["params"]["variant"] for v in triton_variants() if v["op"] == op}
-        assert variants == {"single_tile", "online_loop", "split_row"}
-
+# ---------------------------------------------------------------- starting points
 
 @pytest.mark.parametrize("shape, expected", [
     ([4096, 256], {"variant": "single_tile", "rows_per_program": 4}),  # short rows packed
