@@ -126,6 +126,13 @@ CASES: dict[str, list[tuple[str, list]]] = {
         (MAX_POOL, [tensor([2, 8, 9, 11], BF16, channels_last([2, 8, 9, 11])), [3, 2], [1, 2], [1, 1], [1, 1],
                     False]),  # channels-last: packs of 8
         (MAX_POOL, [tensor([1, 2, 12, 13], F32), [9, 9], [1, 1], [4, 4], [1, 1], False]),  # 81 positions: a loop
+        (MAX_POOL, [tensor([2, 5, 9, 11], F32, channels_last([2, 5, 9, 11])), [3, 2], [1, 2], [1, 1], [1, 2],
+                    False]),  # channels-last and dilated; C odd: packs of one
+        (MAX_POOL, [tensor([3, 8, 7], BF16), [2, 2], [], 0, 1, False]),  # 3-D: one image, 3-D outputs
+        # more channels than the C kernels' channel block of 256 (channels-last), padding as an int
+        (AVG_POOL, [tensor([1, 300, 5, 4], F32, channels_last([1, 300, 5, 4])), [2, 2], [2, 1], 1, False, True,
+                    None]),
+        (MAX_POOL, [tensor([1, 300, 5, 4], F32, channels_last([1, 300, 5, 4])), [2, 2], [2, 1], 1, 1, False]),
     ],
     "reduce": [
         ("aten::sum.dim_IntList", [tensor([6, 5, 7], F32), [-1], False]),  # short rows, packed
