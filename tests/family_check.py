@@ -119,6 +119,8 @@ def input_sets(op: str, args: list[Any]) -> list[tuple[str, list[Any]]]:
         nan = materialise(args, gen, 1.0)
         _two_nans(nan[0])
         sets.append(("nan", nan))  # a NaN wins: the reductions that meet one give NaN, as eager
+    if _overflows_when_scaled(op, args):
+        sets = sets[:1]
     return sets
 
 
@@ -159,6 +161,14 @@ def _two_nans(x: torch.Tensor) -> None:
     """In place: NaN at the 8th and the next-to-last element in index order."""
     for i in {min(7, x.numel() - 1), max(0, x.numel() - 2)}:
         x[tuple(int(k) for k in torch.unravel_index(torch.tensor(i), x.shape))] = float("nan")
+
+
+def _overflows_when_scaled(op: str, args: list[Any]) -> bool:
+    """exp and powers above 2: the large and mixed sets (values to 100x) overflow their output where
+    the float64 oracle does not, so only the normal set is compared."""
+    if op == "aten::exp.default":
+        return True
+    return op == "aten::pow.Tensor_Scalar" and len(args) > 1 and isinstance(args[1], (int, float)) and args[1] > 2
 
 
 def check_kernel(kernel: Any, task: KernelTask, sets: tuple[str, ...] | None = None) -> str | None:

@@ -157,5 +157,43 @@ CASES: dict[str, list[tuple[str, list]]] = {
         ("aten::softplus.default", [tensor([3, 300], F16), 2.0, 10.0]),  # numbers baked into op()
         ("aten::hardtanh.default", [tensor([6, 40], F32, [80, 2]), -0.5, 2.0]),  # a strided view
         ("aten::rsub.Scalar", [tensor([1001], BF16), 2.0]),  # a number operand; a tail after whole packs
+        # each op's own snippet in op(), on rows of 37 (every block has a tail), the dtypes in turn
+        *[(f"aten::{name}.default", [tensor([5, 37], dtype), *numbers]) for name, dtype, numbers in (
+            ("relu", F32, ()), ("gelu", BF16, ()), ("sigmoid", F16, ()), ("tanh", F32, ()), ("neg", BF16, ()),
+            ("abs", F16, ()), ("reciprocal", F32, ()), ("erf", BF16, ()), ("hardswish", F16, ()),
+            ("hardsigmoid", F32, ()), ("mish", BF16, ()), ("leaky_relu", F16, (0.2,)),
+            ("elu", F32, (0.5, 1.5, 0.75)), ("selu", BF16, ()), ("celu", F16, (0.7,)),  # elu's, three ways
+            ("clamp", F32, (0.1,)),  # a lower bound only: clamp_min's
+            ("clamp", BF16, (0.5, -0.5)),  # min above max: max everywhere, as torch gives
+            ("clamp_max", F16, (0.25,)), ("threshold", F32, (0.1, -2.0)), ("hardshrink", BF16, (0.3,)),
+            ("softshrink", F16, (0.3,)),
+            ("exp", F32, ()))],  # exp overflows at 100x: the normal input set alone (family_check)
+        ("aten::gelu.default", [tensor([5, 37], F16), {"kwargs": {"approximate": "tanh"}}]),
+        *[(f"aten::{name}.default", [tensor([5, 37], dtype, positive=True)])
+          for name, dtype in (("log", F32), ("sqrt", BF16), ("rsqrt", F16))],
+        # pow's snippets: a * a, a root, 1 / a; exp and log with the sign by parity, and without
+        # (those two overflow at 100x: the normal input set alone)
+        *[("aten::pow.Tensor_Scalar", [tensor([5, 37], dtype, positive=positive), exponent])
+          for exponent, dtype, positive in ((2, F32, False), (0.5, BF16, True), (-1, F16, False), (5, F32, False),
+                                            (2.5, BF16, True))],
+        # operands: transposed (with alpha); an outer broadcast; rows of 300 (two column tiles); both
+        # channels-last; a column broadcast; a channel one in NCHW (three merged dims)
+        ("aten::sub.Tensor", [tensor([6, 37], F32), tensor([6, 37], F32, [1, 6]), {"kwargs": {"alpha": 0.5}}]),
+        ("aten::add.Tensor", [tensor([6, 1], BF16), tensor([1, 40], BF16)]),
+        ("aten::maximum.default", [tensor([3, 300], F16), tensor([300], F16)]),
+        ("aten::minimum.default", [tensor([2, 6, 5, 7], F32, channels_last([2, 6, 5, 7])),
+                                   tensor([2, 6, 5, 7], F32, channels_last([2, 6, 5, 7]))]),
+        ("aten::mul.Tensor", [tensor([6, 37], BF16), tensor([6, 1], BF16)]),
+        ("aten::mul.Tensor", [tensor([2, 6, 5, 7], F16), tensor([6, 1, 1], F16)]),
+        # 0-dim: a float32 self beside a bfloat16 tensor, an int64 other, both (a 0-dim output)
+        ("aten::mul.Tensor", [tensor([], F32), tensor([5, 37], BF16)]),
+        ("aten::mul.Tensor", [tensor([5, 37], F16), tensor([], "torch.int64")]),
+        ("aten::mul.Tensor", [tensor([], BF16), tensor([], BF16)]),
+        # number operands: the Tensor overload's, the Scalar overloads' (with alpha; an int)
+        ("aten::mul.Tensor", [tensor([5, 37], F32), 2.5]),
+        ("aten::add.Scalar", [tensor([5, 37], BF16), 3.0, 2]),
+        ("aten::div.Scalar", [tensor([5, 37], F16), 3]),
+        # five dims that do not merge: no Triton kernel (it takes four), the C and CUDA ones
+        ("aten::add.Tensor", [tensor([2, 3, 4, 5, 6], F32), tensor([2, 1, 4, 1, 6], F32)]),
     ],
 }

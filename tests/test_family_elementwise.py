@@ -1,28 +1,21 @@
-"""The element-wise family: which ops and cases it takes, its spaces and starting rules, and its
-kernels checked against the ATen op (C in this process; Triton under the interpreter, in one
-subprocess; CUDA is built by test_conformance.py, with nvcc).
+"""The element-wise family: which ops and cases it takes, its spaces and starting rules, and the
+proposer end to end. Nothing here builds a kernel: the sweep (test_sweep.py, on the cases of
+sweep_cases.py: each op's snippet, each kind of operand) checks them on every backend, and
+test_family_kernels.py the Triton kernels' 64-bit offsets, which only tensors past 2^31
+elements take by themselves.
 
 gelu's `approximate` and add's `alpha` are keyword-only: the tasks carry them as capture does, in
-a last {"kwargs": ...} argument, which family_check passes to the op and the kernel as the worker
-does. Run as a script, this file is the interpreter's subprocess:
-
-    TRITON_INTERPRET=1 python tests/test_family_elementwise.py < variants.json
+a last {"kwargs": ...} argument.
 """
 
 from __future__ import annotations
 
-import json
 import random
-import shutil
-import sys
-import tempfile
-from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import family_check
 import pytest
-from family_check import channels_last, check_source, make_task, tensor
+from family_check import channels_last, make_task, tensor
 
 from kernforge.evaluate.scan import scan_source
 from kernforge.propose.builtin import BuiltinProposer, Hardware
@@ -31,25 +24,9 @@ from kernforge.tasks import KernelTask
 
 pytestmark = pytest.mark.unit
 
-ALL_SETS = ("normal", "large", "mixed")
 BACKENDS = ("cpu", "triton", "cuda")
 LANGUAGE = {"cpu": "c", "triton": "triton", "cuda": "cuda"}
 HW = Hardware()
-
-
-# ---------------------------------------------------------------- tasks and checks with kwargs
-
-def check_variant(task: KernelTask, backend_name: str, point: dict[str, Any], work_dir: Path,
-                  sets: tuple[str, ...] = ALL_SETS, int64: bool = False) -> str | None:
-    """`int64` forces 64-bit offsets, which only tensors past 2^31 elements get by themselves."""
-    facts = ew.match(task)
-    assert not isinstance(facts, str), facts
-    facts["int64"] = facts["int64"] or int64
-    source = ew.render(facts, backend_name, point)
-    findings = scan_source(source, LANGUAGE[backend_name], task.outputs[0]["dtype"])
-    if findings:
-        return f"scan: {findings[0]}"
-    return check_source(source, backend_name, task, work_dir, sets)
 
 
 # ---------------------------------------------------------------- the cases
@@ -66,81 +43,81 @@ SHAPE = (5, 37)  # odd rows and columns: every block has a tail
 NCHW = (2, 6, 5, 7)
 CL_STRIDE = channels_last(list(NCHW))
 
-# (id, op, args as a function of dtype, input sets: exp overflows fp32 at 100x, so it gets normal inputs)
+# (id, op, args as a function of dtype)
 CASES = [
-    ("relu", "aten::relu.default", lambda d: [t(SHAPE, d)], ALL_SETS),
-    ("silu", "aten::silu.default", lambda d: [t(SHAPE, d)], ALL_SETS),
-    ("gelu", "aten::gelu.default", lambda d: [t(SHAPE, d)], ALL_SETS),
-    ("gelu_tanh", "aten::gelu.default", lambda d: [t(SHAPE, d), kw(approximate="tanh")], ALL_SETS),
-    ("sigmoid", "aten::sigmoid.default", lambda d: [t(SHAPE, d)], ALL_SETS),
-    ("tanh", "aten::tanh.default", lambda d: [t(SHAPE, d)], ALL_SETS),
-    ("exp", "aten::exp.default", lambda d: [t(SHAPE, d)], ("normal",)),
-    ("log", "aten::log.default", lambda d: [t(SHAPE, d, positive=True)], ALL_SETS),
-    ("neg", "aten::neg.default", lambda d: [t(SHAPE, d)], ALL_SETS),
-    ("abs", "aten::abs.default", lambda d: [t(SHAPE, d)], ALL_SETS),
-    ("sqrt", "aten::sqrt.default", lambda d: [t(SHAPE, d, positive=True)], ALL_SETS),
-    ("rsqrt", "aten::rsqrt.default", lambda d: [t(SHAPE, d, positive=True)], ALL_SETS),
-    ("reciprocal", "aten::reciprocal.default", lambda d: [t(SHAPE, d)], ALL_SETS),
-    ("erf", "aten::erf.default", lambda d: [t(SHAPE, d)], ALL_SETS),
-    ("hardswish", "aten::hardswish.default", lambda d: [t(SHAPE, d)], ALL_SETS),
-    ("hardsigmoid", "aten::hardsigmoid.default", lambda d: [t(SHAPE, d)], ALL_SETS),
-    ("leaky_relu", "aten::leaky_relu.default", lambda d: [t(SHAPE, d), 0.2], ALL_SETS),
-    ("elu", "aten::elu.default", lambda d: [t(SHAPE, d), 0.5, 1.5, 0.75], ALL_SETS),
-    ("selu", "aten::selu.default", lambda d: [t(SHAPE, d)], ALL_SETS),
-    ("celu", "aten::celu.default", lambda d: [t(SHAPE, d), 0.7], ALL_SETS),
-    ("softplus", "aten::softplus.default", lambda d: [t(SHAPE, d), 2.0, 10.0], ALL_SETS),
-    ("softplus_defaults", "aten::softplus.default", lambda d: [t(SHAPE, d)], ALL_SETS),
-    ("mish", "aten::mish.default", lambda d: [t(SHAPE, d)], ALL_SETS),
-    ("hardtanh", "aten::hardtanh.default", lambda d: [t(SHAPE, d), -0.5, 2.0], ALL_SETS),
-    ("clamp", "aten::clamp.default", lambda d: [t(SHAPE, d), -0.3, 0.8], ALL_SETS),
-    ("clamp_lo_only", "aten::clamp.default", lambda d: [t(SHAPE, d), 0.1], ALL_SETS),
-    ("clamp_crossed", "aten::clamp.default", lambda d: [t(SHAPE, d), 0.5, -0.5], ALL_SETS),  # min > max: max
-    ("clamp_max", "aten::clamp_max.default", lambda d: [t(SHAPE, d), 0.25], ALL_SETS),
-    ("threshold", "aten::threshold.default", lambda d: [t(SHAPE, d), 0.1, -2.0], ALL_SETS),
-    ("hardshrink", "aten::hardshrink.default", lambda d: [t(SHAPE, d), 0.3], ALL_SETS),
-    ("softshrink", "aten::softshrink.default", lambda d: [t(SHAPE, d), 0.3], ALL_SETS),
-    ("pow2", "aten::pow.Tensor_Scalar", lambda d: [t(SHAPE, d), 2], ALL_SETS),
-    ("pow_half", "aten::pow.Tensor_Scalar", lambda d: [t(SHAPE, d, positive=True), 0.5], ALL_SETS),
-    ("pow_minus1", "aten::pow.Tensor_Scalar", lambda d: [t(SHAPE, d), -1], ALL_SETS),
-    ("pow5", "aten::pow.Tensor_Scalar", lambda d: [t(SHAPE, d), 5], ("normal",)),  # fp16 overflows past 9.2
-    ("pow2_5", "aten::pow.Tensor_Scalar", lambda d: [t(SHAPE, d, positive=True), 2.5], ("normal",)),
-    ("silu_channels_last", "aten::silu.default", lambda d: [t(NCHW, d, CL_STRIDE)], ALL_SETS),
+    ("relu", "aten::relu.default", lambda d: [t(SHAPE, d)]),
+    ("silu", "aten::silu.default", lambda d: [t(SHAPE, d)]),
+    ("gelu", "aten::gelu.default", lambda d: [t(SHAPE, d)]),
+    ("gelu_tanh", "aten::gelu.default", lambda d: [t(SHAPE, d), kw(approximate="tanh")]),
+    ("sigmoid", "aten::sigmoid.default", lambda d: [t(SHAPE, d)]),
+    ("tanh", "aten::tanh.default", lambda d: [t(SHAPE, d)]),
+    ("exp", "aten::exp.default", lambda d: [t(SHAPE, d)]),
+    ("log", "aten::log.default", lambda d: [t(SHAPE, d, positive=True)]),
+    ("neg", "aten::neg.default", lambda d: [t(SHAPE, d)]),
+    ("abs", "aten::abs.default", lambda d: [t(SHAPE, d)]),
+    ("sqrt", "aten::sqrt.default", lambda d: [t(SHAPE, d, positive=True)]),
+    ("rsqrt", "aten::rsqrt.default", lambda d: [t(SHAPE, d, positive=True)]),
+    ("reciprocal", "aten::reciprocal.default", lambda d: [t(SHAPE, d)]),
+    ("erf", "aten::erf.default", lambda d: [t(SHAPE, d)]),
+    ("hardswish", "aten::hardswish.default", lambda d: [t(SHAPE, d)]),
+    ("hardsigmoid", "aten::hardsigmoid.default", lambda d: [t(SHAPE, d)]),
+    ("leaky_relu", "aten::leaky_relu.default", lambda d: [t(SHAPE, d), 0.2]),
+    ("elu", "aten::elu.default", lambda d: [t(SHAPE, d), 0.5, 1.5, 0.75]),
+    ("selu", "aten::selu.default", lambda d: [t(SHAPE, d)]),
+    ("celu", "aten::celu.default", lambda d: [t(SHAPE, d), 0.7]),
+    ("softplus", "aten::softplus.default", lambda d: [t(SHAPE, d), 2.0, 10.0]),
+    ("softplus_defaults", "aten::softplus.default", lambda d: [t(SHAPE, d)]),
+    ("mish", "aten::mish.default", lambda d: [t(SHAPE, d)]),
+    ("hardtanh", "aten::hardtanh.default", lambda d: [t(SHAPE, d), -0.5, 2.0]),
+    ("clamp", "aten::clamp.default", lambda d: [t(SHAPE, d), -0.3, 0.8]),
+    ("clamp_lo_only", "aten::clamp.default", lambda d: [t(SHAPE, d), 0.1]),
+    ("clamp_crossed", "aten::clamp.default", lambda d: [t(SHAPE, d), 0.5, -0.5]),  # min > max: max
+    ("clamp_max", "aten::clamp_max.default", lambda d: [t(SHAPE, d), 0.25]),
+    ("threshold", "aten::threshold.default", lambda d: [t(SHAPE, d), 0.1, -2.0]),
+    ("hardshrink", "aten::hardshrink.default", lambda d: [t(SHAPE, d), 0.3]),
+    ("softshrink", "aten::softshrink.default", lambda d: [t(SHAPE, d), 0.3]),
+    ("pow2", "aten::pow.Tensor_Scalar", lambda d: [t(SHAPE, d), 2]),
+    ("pow_half", "aten::pow.Tensor_Scalar", lambda d: [t(SHAPE, d, positive=True), 0.5]),
+    ("pow_minus1", "aten::pow.Tensor_Scalar", lambda d: [t(SHAPE, d), -1]),
+    ("pow5", "aten::pow.Tensor_Scalar", lambda d: [t(SHAPE, d), 5]),  # fp16 overflows past 9.2
+    ("pow2_5", "aten::pow.Tensor_Scalar", lambda d: [t(SHAPE, d, positive=True), 2.5]),
+    ("silu_channels_last", "aten::silu.default", lambda d: [t(NCHW, d, CL_STRIDE)]),
     # a strided view (every other column): the output is contiguous, the input read at a stride
-    ("relu_strided", "aten::relu.default", lambda d: [t((6, 40), d, [80, 2])], ALL_SETS),
-    ("add", "aten::add.Tensor", lambda d: [t(SHAPE, d), t(SHAPE, d)], ALL_SETS),
-    ("sub_alpha", "aten::sub.Tensor", lambda d: [t(SHAPE, d), t(SHAPE, d), kw(alpha=0.5)], ALL_SETS),
-    ("add_rows", "aten::add.Tensor", lambda d: [t((6, 37), d), t((37,), d), kw(alpha=2)], ALL_SETS),
-    ("add_outer", "aten::add.Tensor", lambda d: [t((6, 1), d), t((1, 40), d)], ALL_SETS),
-    ("add_rows_wide", "aten::add.Tensor", lambda d: [t((3, 300), d), t((300,), d)], ALL_SETS),  # 2 column tiles
-    ("mul_cols", "aten::mul.Tensor", lambda d: [t((6, 37), d), t((6, 1), d)], ALL_SETS),
-    ("mul_nchw", "aten::mul.Tensor", lambda d: [t(NCHW, d), t((6, 1, 1), d)], ALL_SETS),
-    ("mul_nchw_channels_last", "aten::mul.Tensor", lambda d: [t(NCHW, d, CL_STRIDE), t((6, 1, 1), d)], ALL_SETS),
-    ("add_channels_last", "aten::add.Tensor", lambda d: [t(NCHW, d, CL_STRIDE), t(NCHW, d, CL_STRIDE)], ALL_SETS),
-    ("add_transposed", "aten::add.Tensor", lambda d: [t((6, 37), d), t((6, 37), d, [1, 6])], ALL_SETS),
-    ("div_0dim", "aten::div.Tensor", lambda d: [t(SHAPE, d), t((), "float64", positive=True)], ALL_SETS),
-    ("mul_0dim_self", "aten::mul.Tensor", lambda d: [t((), "float32"), t(SHAPE, d)], ALL_SETS),
-    ("mul_0dim_int", "aten::mul.Tensor", lambda d: [t(SHAPE, d), t((), "int64")], ALL_SETS),
-    ("mul_number", "aten::mul.Tensor", lambda d: [t(SHAPE, d), 2.5], ALL_SETS),
-    ("add_number", "aten::add.Tensor", lambda d: [t(SHAPE, d), 1], ALL_SETS),
-    ("maximum_rows", "aten::maximum.default", lambda d: [t((6, 37), d), t((37,), d)], ALL_SETS),
-    ("minimum", "aten::minimum.default", lambda d: [t(SHAPE, d), t(SHAPE, d)], ALL_SETS),
-    ("add_scalar", "aten::add.Scalar", lambda d: [t(SHAPE, d), 3.0, 2], ALL_SETS),
-    ("sub_scalar", "aten::sub.Scalar", lambda d: [t(SHAPE, d), 0.25], ALL_SETS),
-    ("mul_scalar", "aten::mul.Scalar", lambda d: [t(SHAPE, d), -0.5], ALL_SETS),
-    ("div_scalar", "aten::div.Scalar", lambda d: [t(SHAPE, d), 3], ALL_SETS),
-    ("rsub_scalar", "aten::rsub.Scalar", lambda d: [t(SHAPE, d), 2.0], ALL_SETS),
-    ("mul_0dim_both", "aten::mul.Tensor", lambda d: [t((), d), t((), d)], ALL_SETS),
+    ("relu_strided", "aten::relu.default", lambda d: [t((6, 40), d, [80, 2])]),
+    ("add", "aten::add.Tensor", lambda d: [t(SHAPE, d), t(SHAPE, d)]),
+    ("sub_alpha", "aten::sub.Tensor", lambda d: [t(SHAPE, d), t(SHAPE, d), kw(alpha=0.5)]),
+    ("add_rows", "aten::add.Tensor", lambda d: [t((6, 37), d), t((37,), d), kw(alpha=2)]),
+    ("add_outer", "aten::add.Tensor", lambda d: [t((6, 1), d), t((1, 40), d)]),
+    ("add_rows_wide", "aten::add.Tensor", lambda d: [t((3, 300), d), t((300,), d)]),  # 2 column tiles
+    ("mul_cols", "aten::mul.Tensor", lambda d: [t((6, 37), d), t((6, 1), d)]),
+    ("mul_nchw", "aten::mul.Tensor", lambda d: [t(NCHW, d), t((6, 1, 1), d)]),
+    ("mul_nchw_channels_last", "aten::mul.Tensor", lambda d: [t(NCHW, d, CL_STRIDE), t((6, 1, 1), d)]),
+    ("add_channels_last", "aten::add.Tensor", lambda d: [t(NCHW, d, CL_STRIDE), t(NCHW, d, CL_STRIDE)]),
+    ("add_transposed", "aten::add.Tensor", lambda d: [t((6, 37), d), t((6, 37), d, [1, 6])]),
+    ("div_0dim", "aten::div.Tensor", lambda d: [t(SHAPE, d), t((), "float64", positive=True)]),
+    ("mul_0dim_self", "aten::mul.Tensor", lambda d: [t((), "float32"), t(SHAPE, d)]),
+    ("mul_0dim_int", "aten::mul.Tensor", lambda d: [t(SHAPE, d), t((), "int64")]),
+    ("mul_number", "aten::mul.Tensor", lambda d: [t(SHAPE, d), 2.5]),
+    ("add_number", "aten::add.Tensor", lambda d: [t(SHAPE, d), 1]),
+    ("maximum_rows", "aten::maximum.default", lambda d: [t((6, 37), d), t((37,), d)]),
+    ("minimum", "aten::minimum.default", lambda d: [t(SHAPE, d), t(SHAPE, d)]),
+    ("add_scalar", "aten::add.Scalar", lambda d: [t(SHAPE, d), 3.0, 2]),
+    ("sub_scalar", "aten::sub.Scalar", lambda d: [t(SHAPE, d), 0.25]),
+    ("mul_scalar", "aten::mul.Scalar", lambda d: [t(SHAPE, d), -0.5]),
+    ("div_scalar", "aten::div.Scalar", lambda d: [t(SHAPE, d), 3]),
+    ("rsub_scalar", "aten::rsub.Scalar", lambda d: [t(SHAPE, d), 2.0]),
+    ("mul_0dim_both", "aten::mul.Tensor", lambda d: [t((), d), t((), d)]),
 ]
 CASE_IDS = [c[0] for c in CASES]
 
 
-def case_task(case_id: str, dtype: str) -> tuple[KernelTask, tuple[str, ...]]:
-    _, op, args, sets = CASES[CASE_IDS.index(case_id)]
-    return make_task(op, args(dtype)), sets
+def case_task(case_id: str, dtype: str) -> KernelTask:
+    _, op, args = CASES[CASE_IDS.index(case_id)]
+    return make_task(op, args(dtype))
 
 
 def facts_of(case_id: str, dtype: str = "float32") -> dict[str, Any]:
-    return ew.match(case_task(case_id, dtype)[0])
+    return ew.match(case_task(case_id, dtype))
 
 
 def space_of(facts: dict[str, Any], backend: str):
@@ -156,7 +133,7 @@ def all_points(facts: dict[str, Any], backend: str) -> list[dict[str, Any]]:
 
 @pytest.mark.parametrize("case_id", CASE_IDS)
 def test_every_case_is_supported_on_every_backend(case_id):
-    task, _ = case_task(case_id, "bfloat16")
+    task = case_task(case_id, "bfloat16")
     for backend in BACKENDS:
         assert BuiltinProposer().why_unsupported(task, backend) is None, backend
         assert BuiltinProposer()._family_for(task)[0].name == "elementwise"
@@ -300,16 +277,16 @@ def test_cuda_starting_point_takes_16_byte_packs_and_fills_the_sms():
     assert space_of(ew.match(raw_task("aten::silu.default", [tiny], tiny)), "cuda").contains(point)
 
 
-def test_five_merged_dims_have_no_triton_kernel_and_the_c_kernel_reads_them(tmp_path):
+def test_five_merged_dims_have_no_triton_kernel():
     # broadcast along every other dim: nothing merges, five dims where Triton's kernels take four
+    # (the C kernel reads them and the CUDA one builds: a case of sweep_cases.py)
     task = make_task("aten::add.Tensor", [t((2, 3, 4, 5, 6)), t((2, 1, 4, 1, 6))])
     facts = ew.match(task)
     assert len(facts["sizes"]) == 5
     assert space_of(facts, "triton") is None
     assert BuiltinProposer().why_unsupported(task, "triton") == "no triton template for elementwise"
     assert BuiltinProposer().why_unsupported(task, "cuda") is None
-    for point in all_points(facts, "cpu"):
-        assert check_variant(task, "cpu", point, tmp_path / point["variant"] / point["inner_loop"]) is None, point
+    assert BuiltinProposer().why_unsupported(task, "cpu") is None
 
 
 # ---------------------------------------------------------------- spaces
@@ -353,7 +330,7 @@ def test_blocks_never_exceed_the_tensor_and_threads_hold_at_most_32_values():
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
 def test_sources_name_the_op_and_pass_the_scan(dtype):
     for case_id in CASE_IDS:
-        task = case_task(case_id, dtype)[0]
+        task = case_task(case_id, dtype)
         facts = ew.match(task)
         for backend in BACKENDS:
             source = ew.render(facts, backend, ew.start(facts, backend, HW))
@@ -365,7 +342,7 @@ def test_sources_name_the_op_and_pass_the_scan(dtype):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_proposals_start_at_the_starting_point_and_never_repeat(backend):
-    task = case_task("add_rows", "bfloat16")[0]
+    task = case_task("add_rows", "bfloat16")
     facts = ew.match(task)
     tried = family_check.proposal_chain(task, backend, steps=40, seed=5)
     first = tried[0]
@@ -373,102 +350,3 @@ def test_proposals_start_at_the_starting_point_and_never_repeat(backend):
     assert len({p.source for p in tried}) == len(tried)  # never the same kernel twice
     assert all(space_of(facts, backend).contains(p.params) for p in tried)
     assert len(tried) >= min(41, len(all_points(facts, backend)))
-
-
-# ---------------------------------------------------------------- every C point is correct
-
-DTYPES = ("float32", "bfloat16")
-
-
-def c_variants() -> list[tuple[str, str, dict[str, Any]]]:
-    """Every point of every case, fp32 and bf16; fp16 at the starting point (one load/store
-    path more, the same loops)."""
-    variants = []
-    for case_id in CASE_IDS:
-        for dtype in (*DTYPES, "float16"):
-            facts = facts_of(case_id, dtype)
-            points = all_points(facts, "cpu") if dtype != "float16" else [ew.start(facts, "cpu", HW)]
-            variants += [(case_id, dtype, p) for p in points]
-    return variants
-
-
-def _variant_id(case_id: str, dtype: str, point: dict[str, Any]) -> str:
-    return f"{case_id}-{dtype}-" + "-".join(str(v) for v in point.values())
-
-
-@pytest.fixture(scope="module")
-def c_results(tmp_path_factory) -> dict[str, str | None]:
-    """Every C point built and checked; two at a time (gcc runs outside the GIL)."""
-    root = tmp_path_factory.mktemp("ew-c")
-
-    def run(variant):
-        case_id, dtype, point = variant
-        task, sets = case_task(case_id, dtype)
-        vid = _variant_id(case_id, dtype, point)
-        return vid, check_variant(task, "cpu", point, root / vid, sets)
-
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        return dict(pool.map(run, c_variants()))
-
-
-@pytest.mark.workers
-@pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is not installed")
-def test_every_c_point_compiles_and_is_correct(c_results):
-    failures = {k: v for k, v in c_results.items() if v is not None}
-    assert not failures, json.dumps(failures, indent=1)[:6000]
-    assert len(c_results) > 200
-    assert {k.split("-")[2] for k in c_results} == {"flat", "rows"}
-
-
-# ---------------------------------------------------------------- Triton under the interpreter
-
-def triton_variants() -> list[dict[str, Any]]:
-    """Every variant of every case, one program per block and a persistent grid, fp32 and bf16, at
-    the starting point's block and warps (a small block for tiles: a few rows per tile, several
-    tiles per tensor); and 64-bit offsets forced on two cases."""
-    variants = []
-    for case_id in CASE_IDS:
-        for dtype in DTYPES:
-            task, sets = case_task(case_id, dtype)
-            facts = ew.match(task)
-            space = space_of(facts, "triton")
-            start = ew.start(facts, "triton", HW)
-            for variant in space.variants:
-                for programs in (0, 4):
-                    point = {**start, "variant": variant, "programs_per_sm": programs}
-                    if variant == "tile2d":
-                        point.update(block=256, num_warps=2)
-                    assert space.contains(point), point
-                    variants.append({"id": _variant_id(case_id, dtype, point), "case": case_id,
-                                     "dtype": dtype, "params": point, "sets": list(sets)})
-    for v in [v for v in variants if v["case"] in ("silu", "add_rows_wide") and v["dtype"] == "bfloat16"]:
-        variants.append({**v, "id": v["id"] + "-int64", "int64": True})
-    return variants
-
-
-def run_triton_variants(variants: list[dict[str, Any]]) -> dict[str, str | None]:
-    results = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        for v in variants:
-            task, _ = case_task(v["case"], v["dtype"])
-            results[v["id"]] = check_variant(task, "triton", v["params"], Path(tmp) / v["id"], tuple(v["sets"]),
-                                             v.get("int64", False))
-    return results
-
-
-@pytest.fixture(scope="module")
-def triton_results() -> dict[str, str | None]:
-    return family_check.run_under_interpreter(triton_variants(), script=Path(__file__))
-
-
-def test_every_triton_variant_is_correct_under_the_interpreter(triton_results):
-    failures = {k: v for k, v in triton_results.items() if v is not None}
-    assert not failures, json.dumps(failures, indent=1)[:6000]
-    variants = triton_variants()
-    assert len(triton_results) == len(variants)
-    kinds = {(v["params"]["variant"], v["params"]["programs_per_sm"] > 0) for v in variants}
-    assert kinds == {(i, g) for i in ("flat", "tile2d") for g in (False, True)}
-
-
-if __name__ == "__main__":
-    json.dump(run_triton_variants(json.load(sys.stdin)), sys.stdout)

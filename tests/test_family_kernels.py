@@ -4,28 +4,39 @@ family on every backend: that the checks catch a kernel wrong in a known way, wh
 give where the checks cannot look, tasks that make_task cannot make, and code paths no small
 case takes.
 
-The C tests build into one folder for the module (a build is cached by its source there).
+The C tests build into one folder for the module (a build is cached by its source there); the
+Triton ones share one interpreter process, which checks every Triton source of the module. Run as
+a script, this file is that process:
+
+    TRITON_INTERPRET=1 python tests/test_family_kernels.py < variants.json
 """
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import math
 import random
+import sys
+import tempfile
 from pathlib import Path
 
+import family_check
 import pytest
 import torch
 from family_check import channels_last, check_source, family_for, make_task, tensor
 
 from kernforge.backends import cpu
+from kernforge.evaluate.scan import scan_source
 from kernforge.propose.builtin import Hardware
 from kernforge.tasks import KernelTask
 
 pytestmark = pytest.mark.integration
 
-F32 = "torch.float32"
+F32, BF16 = "torch.float32", "torch.bfloat16"
 HW = Hardware()
 needs_gcc = pytest.mark.skipif(cpu.unavailable_reason() is not None, reason="gcc is not installed")
+needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")
 
 
 @pytest.fixture(scope="module")
@@ -153,3 +164,60 @@ def test_batch_statistics_of_large_mean_data(stats, c_build):
     var = x.double().var(dim=(0, 2, 3), unbiased=False)
     assert torch.allclose(invstd.double(), (var + 1e-5).rsqrt(), rtol=1e-4)
     assert torch.allclose(mean.double(), x.double().mean(dim=(0, 2, 3)), rtol=1e-6)
+
+
+# ---------------------------------------------------------------- elementwise (Triton)
+
+def int64_variants() -> list[dict]:
+    """The element-wise Triton kernels with 64-bit offsets forced (tensors past 2^31 elements take
+    them by themselves): each variant, one program a block and a persistent grid."""
+    from kernforge.propose.families import elementwise as ew
+
+    variants = []
+    for op, args in (("aten::silu.default", [tensor([5, 37], BF16)]),
+                     ("aten::add.Tensor", [tensor([3, 300], BF16), tensor([300], BF16)])):  # two column tiles
+        facts = {**ew.match(make_task(op, args)), "int64": True}
+        space, start = ew.space(facts, "triton", HW), ew.start(facts, "triton", HW)
+        for variant in space.variants:
+            for programs in (0, 4):
+                point = {**start, "variant": variant, "programs_per_sm": programs}
+                if variant == "tile2d":
+                    point.update(block=256, num_warps=2)  # a few rows a tile, several tiles
+                assert space.contains(point), point
+                variants.append({"id": f"{op[6:-8]}-{variant}-{programs}", "op": op, "args": args,
+                                 "source": ew.render(facts, "triton", point)})
+    return variants
+
+
+def triton_variants() -> list[dict]:
+    """Every Triton source this module checks: {"id", "op", "args", "source"}."""
+    return int64_variants()
+
+
+@pytest.fixture(scope="module")
+def interpreted() -> dict[str, str | None]:
+    """Each Triton source of the module checked in one interpreter process, by its id."""
+    return family_check.run_under_interpreter(triton_variants(), script=Path(__file__))
+
+
+@needs_triton
+@pytest.mark.parametrize("variant_id", [v["id"] for v in int64_variants()])
+def test_elementwise_triton_kernels_with_64_bit_offsets(variant_id, interpreted):
+    source = next(v["source"] for v in int64_variants() if v["id"] == variant_id)
+    assert "INT64 = True" in source
+    assert scan_source(source, "triton", BF16) == []
+    assert interpreted[variant_id] is None, interpreted[variant_id]
+
+
+def main() -> int:
+    """The Triton sources on stdin checked against their ops; the results by id on stdout."""
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for v in json.load(sys.stdin):
+            results[v["id"]] = check_source(v["source"], "triton", make_task(v["op"], v["args"]), Path(tmp) / v["id"])
+    json.dump(results, sys.stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
