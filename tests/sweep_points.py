@@ -9,7 +9,9 @@ sweep_cases.CASES, the backends from kernforge.backends.REGISTRY. Two samples:
   ~0.15 s for a gcc build and check of a sweep case, so CUDA builds only the first case of each
   dtype of a family (its starting point and a point of every variant); then, on every backend, a
   point of each variant and each kernel file the sample has not reached yet, from the first case
-  that reaches it (a variant or a kernel file that only some shapes or ops take).
+  that reaches it (a variant or a kernel file that only some shapes or ops take); and on cpu and
+  triton a point of each parameter value not built yet (every value of every parameter of every
+  variant is built at least once).
 - exhaustive (`scripts/test.sh --sweep`, pytest's `--sweep`): every buildable point of every
   case, up to EXHAUSTIVE_PER_VARIANT a variant (a random sample of a larger variant; the Triton
   group norm's spaces hold thousands). Hours under the interpreter: use -k to pick a family.
@@ -173,7 +175,40 @@ def _what_is_missing(backend: str, chosen: list[SweepPoint]) -> list[SweepPoint]
     return added
 
 
-def sweep_points(backend: str, exhaustive: bool = False) -> list[SweepPoint]:
+def _values_of(point: SweepPoint) -> set[tuple]:
+    space, _ = space_and_start(point.family, point.index, point.backend)
+    variant = space.variant_of(point.params)
+    return {(point.family, variant.name, p.name, repr(point.params[p.name])) for p in variant.params}
+
+
+def _unbuilt_values(backend: str, chosen: list[SweepPoint]) -> list[SweepPoint]:
+    """For each value of each parameter of each variant that no chosen point has, the first point
+    found that has it: the starting point (or a drawn point) of the first case where it is
+    buildable, with that one value changed."""
+    covered = set().union(*(_values_of(p) for p in chosen)) if chosen else set()
+    added = []
+    for name, index in case_ids():
+        space, start = space_and_start(name, index, backend)
+        if space is None:
+            continue
+        drawn = space.sample(random.Random(f"{name}-{backend}-{index}-values"), 40)
+        for variant in space.variants.values():
+            bases = [space.fit(start, variant.name)] + [p for p in drawn if space.variant_of(p) is variant]
+            for param in variant.params:
+                for value in param.values:
+                    if (name, variant.name, param.name, repr(value)) in covered:
+                        continue
+                    point = next((q for q in ({**b, param.name: value} for b in bases) if space.contains(q)), None)
+                    if point is None:
+                        continue
+                    sweep_point = SweepPoint(name, index, backend, point, f"{param.name}={value!r}")
+                    added.append(sweep_point)
+                    covered |= _values_of(sweep_point)
+    return added
+
+
+@functools.cache  # the tests' collection and test_families.py ask for it several times
+def sweep_points(backend: str, exhaustive: bool = False) -> tuple[SweepPoint, ...]:
     """Every point the sweep checks on `backend`, one per distinct source."""
     seen: set[str] = set()
     chosen = []
@@ -183,4 +218,9 @@ def sweep_points(backend: str, exhaustive: bool = False) -> list[SweepPoint]:
             if source not in seen:
                 seen.add(source)
                 chosen.append(point)
-    return chosen + _what_is_missing(backend, chosen)
+    if exhaustive:
+        return tuple(chosen)
+    chosen += _what_is_missing(backend, chosen)
+    # every parameter value built once: ~150 more points under the interpreter (~20 s), ~55 more
+    # nvcc builds (~90 s), so CUDA leaves the values to the exhaustive sweep
+    return tuple(chosen if backend == "cuda" else chosen + _unbuilt_values(backend, chosen))

@@ -84,7 +84,6 @@ int main(void) {
 """
 
 
-@pytest.mark.workers
 @needs_gcc
 def test_header_layout_is_the_harness_struct(tmp_path: Path):
     """kf_tensor's size and offsets and the dtype codes, as gcc reads the header, are what
@@ -103,7 +102,6 @@ def test_header_layout_is_the_harness_struct(tmp_path: Path):
     assert DTYPE_CODES[torch.bool] == c_codes["uint8"]  # a bool is a byte
 
 
-@pytest.mark.workers
 @needs_gcc
 def test_readme_c_example_compiles_against_the_header_alone(tmp_path: Path):
     """The README's `gcc -include "$KF_H" -c softmax_body.c` step, warnings as errors."""
@@ -113,7 +111,6 @@ def test_readme_c_example_compiles_against_the_header_alone(tmp_path: Path):
                     str(body), "-o", str(tmp_path / "softmax.o")], check=True, capture_output=True)
 
 
-@pytest.mark.workers
 @needs_gcc
 @pytest.mark.parametrize("shape, transpose", [((3, 5, 37), False), ((37,), False), ((6, 9), True)])
 def test_readme_c_example_runs_through_the_cpu_backend(tmp_path: Path, shape: tuple[int, ...],
@@ -129,7 +126,6 @@ def test_readme_c_example_runs_through_the_cpu_backend(tmp_path: Path, shape: tu
     torch.testing.assert_close(kernel(x), torch.softmax(x.double(), -1).float(), rtol=1e-5, atol=1e-7)
 
 
-@pytest.mark.workers
 @needs_gcc
 def test_readme_c_example_refuses_another_dtype_with_its_code(tmp_path: Path):
     """A non-zero return is the call's failure, with the code in the message."""
@@ -142,7 +138,6 @@ def test_readme_c_example_refuses_another_dtype_with_its_code(tmp_path: Path):
         kernel(x)
 
 
-@pytest.mark.workers
 @pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not installed")
 def test_header_is_valid_cpp_for_cuda_candidates(tmp_path: Path):
     """A .cu candidate puts the same header before an extern "C" kf_forward (nvcc's host side is C++)."""

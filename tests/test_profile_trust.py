@@ -122,7 +122,6 @@ def test_ops_that_are_not_replayed_keep_their_recorded_time_and_say_so():
     assert cap.replayed == sum(1 for p in cap.profiles if p.kind != "chain" and p.time_from == "replayed")
 
 
-@pytest.mark.workers
 def test_replayed_time_is_within_3x_of_the_evaluators_eager_time(one_thread, tmp_path: Path):
     """The softmax of a (64, 8192) float32 tensor (2 MB; ~1 ms on one thread), replayed by the
     capture and timed by the evaluator's baseline worker on the task made from that capture."""
