@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
+from dataclasses import dataclass
 from pathlib import Path
 
 TESTS_DIR = Path(__file__).resolve().parent
@@ -51,9 +53,123 @@ def c_softmax_source(body: str = CORRECT_BODY) -> str:
     return C_SOFTMAX_TEMPLATE.format(prelude=C_PRELUDE, body=body)
 
 
+@dataclass
+class CliResult:
+    """What a command line gave: the fields of subprocess.CompletedProcess that the tests read."""
+
+    args: list[str]
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+class CliTimeout(BaseException):  # not an Exception: the CLI's `except Exception` must not take it
+    """run_cli's command ran past its time-out."""
+
+
 def run_cli(*args: str, cwd: Path | str = REPO_ROOT, env: dict[str, str] | None = None,
-            timeout: float = 300) -> subprocess.CompletedProcess:
-    """`python -m kernforge ARGS` in a fresh process, output captured as text.
+            timeout: float = 300) -> CliResult:
+    """`kernforge ARGS` run in this process, as `python -m kernforge ARGS` runs it: kernforge.cli.main
+    with sys.argv set, its exit status from SystemExit, stdout and stderr captured apart as text
+    (typer's CliRunner isolation). An exception that escapes main() is printed as Python prints
+    one, exit status 1; past `timeout` seconds (SIGALRM, main thread only) CliTimeout is raised.
+
+    What a command changes in the process is put back afterwards: os.environ (`env` applies to the
+    call only; TRITON_INTERPRET is removed unless env sets it, as run_cli_subprocess does), the
+    working directory (`cwd`), sys.argv, the SIGINT/SIGTERM/SIGALRM handlers, torch's and random's
+    seeds, and a Ray session the command started. cli.py's rich consoles are made again inside the
+    capture as a fresh process on pipes makes them (no terminal: 200 columns, no colour), and the
+    objects the process held before the call are kept out of its garbage collections (gc.freeze),
+    as a fresh process has none of them.
+
+    run_cli_subprocess is the real entry point in a fresh process, for the few tests that need
+    one: `--help`, `--version` and one one-line user error as a user's process gives them
+    (test_cli, test_cli_ux: start-up and Python's own warnings included), Triton's interpreter
+    (TRITON_INTERPRET set before anything imports triton: test_cli) and the Ray executor's
+    `--ray-address local` (a cluster that lives as long as its process: test_executors). Ctrl-C
+    (test_cli_ux.interrupt_after) and kill -9 (test_resume.start_and_kill) start their process
+    with Popen, to signal it."""
+    import gc
+    import random
+    import signal
+    import traceback
+
+    import torch
+    from rich.console import Console
+    from typer.testing import CliRunner
+
+    from kernforge import cli
+
+    argv = [str(a) for a in args]
+    saved_env, saved_cwd, saved_argv = dict(os.environ), os.getcwd(), sys.argv
+    saved_consoles = cli.out, cli.err
+    saved_rng = torch.get_rng_state(), random.getstate()
+    main_thread = threading.current_thread() is threading.main_thread()
+    signals = (signal.SIGINT, signal.SIGTERM, signal.SIGALRM)
+    saved_handlers = {s: signal.getsignal(s) for s in signals} if main_thread else {}
+    ray_before = _ray_initialized()
+
+    def expire(signum, frame):
+        raise CliTimeout(f"kernforge {' '.join(argv)} ran past {timeout} s")
+
+    code, stdout, stderr = 0, "", ""
+    # What this process held before the command is left out of its garbage collections, as a fresh
+    # process would not have it: the capture's replays call gc.collect() once per signature, and
+    # over the test session's heap that made `kernforge profile` of the tiny model 18 s, not 2 s.
+    gc.freeze()
+    try:
+        os.environ.pop("TRITON_INTERPRET", None)
+        os.environ.update(env or {})
+        os.chdir(cwd)
+        sys.argv = ["kernforge", *argv]
+        with CliRunner().isolation() as (out, err, _):
+            # as cli.py makes them at import, here on the captured (non-terminal) streams
+            cli.out = Console(width=None if sys.stdout.isatty() else 200)
+            cli.err = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
+            if main_thread:
+                signal.signal(signal.SIGALRM, expire)
+                signal.setitimer(signal.ITIMER_REAL, timeout)
+            try:
+                cli.main()
+            except SystemExit as e:
+                code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+                if e.code is not None and not isinstance(e.code, int):
+                    print(e.code, file=sys.stderr)
+            except Exception:  # noqa: BLE001 - what the interpreter does with an uncaught one
+                traceback.print_exc()
+                code = 1
+            finally:
+                if main_thread:
+                    signal.setitimer(signal.ITIMER_REAL, 0)
+                sys.stdout.flush()
+                sys.stderr.flush()
+                stdout = out.getvalue().decode("utf-8", "replace")
+                stderr = err.getvalue().decode("utf-8", "replace")
+    finally:
+        cli.out, cli.err = saved_consoles
+        sys.argv = saved_argv
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
+        for s, handler in saved_handlers.items():
+            signal.signal(s, handler)
+        torch.set_rng_state(saved_rng[0])
+        random.setstate(saved_rng[1])
+        if not ray_before and _ray_initialized():
+            sys.modules["ray"].shutdown()
+        gc.unfreeze()
+    return CliResult(argv, code, stdout, stderr)
+
+
+def _ray_initialized() -> bool:
+    ray = sys.modules.get("ray")
+    return ray is not None and ray.is_initialized()
+
+
+def run_cli_subprocess(*args: str, cwd: Path | str = REPO_ROOT, env: dict[str, str] | None = None,
+                       timeout: float = 300) -> subprocess.CompletedProcess:
+    """`python -m kernforge ARGS` in a fresh process, output captured as text: the entry point as a
+    user runs it. Only for what needs a process of its own (see run_cli); run_cli otherwise.
 
     TRITON_INTERPRET is removed from the environment unless env sets it.
     """

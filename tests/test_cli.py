@@ -1,4 +1,6 @@
-"""The command line, run as a user runs it: `python -m kernforge ...` in a fresh process."""
+"""The command line, run as a user runs it: kernforge.cli.main in this process (helpers.run_cli), and
+`python -m kernforge ...` in a fresh process where the entry point itself is the point (--help, a
+one-line user error, Triton's interpreter set for the whole process)."""
 
 from __future__ import annotations
 
@@ -6,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import REPO_ROOT, SOFTMAX_OP, TINY_MODEL, run_cli
+from helpers import REPO_ROOT, SOFTMAX_OP, TINY_MODEL, run_cli, run_cli_subprocess
 
 TINY_REL = str(TINY_MODEL.relative_to(REPO_ROOT))  # tests/models/tiny_softmax.py
 
@@ -26,7 +28,7 @@ def assert_one_line_error(proc, *words: str) -> str:
 # ---------------------------------------------------------------- help
 
 def test_help_shows_examples():
-    proc = run_cli("--help")
+    proc = run_cli_subprocess("--help")  # the real entry point, as a user's shell starts it
     assert proc.returncode == 0, proc.stderr
     assert "Examples" in proc.stdout
     assert "kernforge optimize example:attention" in proc.stdout
@@ -45,7 +47,8 @@ def test_optimize_help_shows_examples_and_options():
 # ---------------------------------------------------------------- user errors
 
 def test_missing_model_file(runs_dir: Path):
-    proc = run_cli("optimize", "no/such/model.py", "--runs-dir", str(runs_dir))
+    # a fresh process: one line on stderr, with whatever importing torch and the model loader print
+    proc = run_cli_subprocess("optimize", "no/such/model.py", "--runs-dir", str(runs_dir))
     assert_one_line_error(proc, "not found")
     assert list(runs_dir.iterdir()) == []
 
@@ -199,8 +202,9 @@ def test_show_table(optimized):
 
 
 def test_optimize_with_triton_under_the_interpreter(runs_dir: Path):
-    proc = run_cli("optimize", TINY_REL, "--backend", "triton", "--iterations", "1", "--runs-dir",
-                   str(runs_dir), "--json", env={"TRITON_INTERPRET": "1"})
+    # a fresh process: TRITON_INTERPRET is set before anything imports triton, as a user sets it
+    proc = run_cli_subprocess("optimize", TINY_REL, "--backend", "triton", "--iterations", "1", "--runs-dir",
+                              str(runs_dir), "--json", env={"TRITON_INTERPRET": "1"})
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     assert (data["backend"], data["device"]) == ("triton", "cpu")

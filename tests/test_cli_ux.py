@@ -14,7 +14,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from helpers import REPO_ROOT, SOFTMAX_OP, TINY_MODEL, run_cli, scripted_context
+from helpers import REPO_ROOT, SOFTMAX_OP, TINY_MODEL, run_cli, run_cli_subprocess, scripted_context
 
 from kernforge.errors import UserError
 from kernforge.store.db import RunDB
@@ -148,7 +148,7 @@ def test_each_command_ends_its_help_with_its_own_examples():
     assert len([ln for ln in commands["optimize"].epilog.splitlines() if "kernforge optimize" in ln]) >= 5
 
 
-# ---------------------------------------------------------------- one-line errors, --version (processes)
+# ---------------------------------------------------------------- one-line errors (in this process), --version
 
 @pytest.mark.workers
 @pytest.mark.parametrize("args, words", [
@@ -166,7 +166,7 @@ def test_every_bad_value_is_one_line(args, words):
 def test_version():
     from kernforge import __version__
 
-    proc = run_cli("--version")
+    proc = run_cli_subprocess("--version")  # the real entry point: nothing else on stdout
     assert proc.returncode == 0 and proc.stdout.strip() == f"kernforge {__version__}"
 
 
@@ -208,12 +208,14 @@ def recorded_nodes(run_dirs: list[Path]) -> int:
 
 def interrupt_after(runs_dir: Path, nodes: int, iterations: int) -> subprocess.CompletedProcess:
     """Start a search and Ctrl-C it (SIGINT to its process group, as a terminal does) once `nodes`
-    nodes are recorded."""
+    nodes are recorded. The search gets SIGINT's default action, as from a shell on a terminal:
+    pytest started in the background (`cmd &` without job control, nohup) hands its children
+    SIGINT ignored, and a Python started so never sees a KeyboardInterrupt."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     proc = subprocess.Popen([sys.executable, "-m", "kernforge", "optimize", TINY_REL, *QUICK, "--ops", "_softmax",
                              "--iterations", str(iterations), "--runs-dir", str(runs_dir)],
                             cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 240
     while recorded_nodes(list(runs_dir.glob("*"))) < nodes:
         assert proc.poll() is None, proc.stderr.read()[-2000:]

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import CORRECT_BODY, TINY_MODEL, c_softmax_source, run_cli
+from helpers import CORRECT_BODY, TINY_MODEL, c_softmax_source, run_cli, run_cli_subprocess
 
 from kernforge.errors import UserError
 from kernforge.evaluate import evaluate_baseline, evaluate_candidate
@@ -178,8 +178,9 @@ def test_a_crashing_candidate_on_ray_is_a_crash_not_a_lost_search(ray_executor, 
 
 @ray_only
 def test_optimize_with_the_ray_executor(tmp_path):
-    proc = run_cli("optimize", str(TINY_MODEL), "--backend", "cpu", "--iterations", "2", "--executor", "ray",
-                   "--ray-address", "local", "--runs-dir", str(tmp_path), "--json", timeout=600)
+    # a fresh process: `--ray-address local` starts a cluster that lives as long as the process
+    proc = run_cli_subprocess("optimize", str(TINY_MODEL), "--backend", "cpu", "--iterations", "2", "--executor",
+                              "ray", "--ray-address", "local", "--runs-dir", str(tmp_path), "--json", timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     data = json.loads(proc.stdout)
     (task,) = data["tasks"]

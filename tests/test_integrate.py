@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import REPO_ROOT, TINY_MODEL
+from helpers import TINY_MODEL, run_cli
 
 import kernforge
 from kernforge.errors import UserError
@@ -227,8 +227,7 @@ def test_kernforge_apply_on_another_model_fails_in_one_line(run_dir, write_model
         def get_init_inputs():
             return []
     """)
-    proc = subprocess.run([sys.executable, "-m", "kernforge", "apply", str(run_dir), str(other), "--no-compile"],
-                          capture_output=True, text=True, cwd=REPO_ROOT, timeout=300)
+    proc = run_cli("apply", str(run_dir), str(other), "--no-compile")
     assert proc.returncode != 0
     assert "none of the run's kernels matches a call" in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -250,8 +249,7 @@ def test_apply_measures_the_model_four_ways_and_records_it(run_dir, tmp_path):
     assert [r["kernel"] for r in report["routing"]] == [kernel["kernel"]]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["end_to_end"]["timings_ms"] == report["timings_ms"]
-    shown = subprocess.run([sys.executable, "-m", "kernforge", "show", str(run_dir)], capture_output=True,
-                           text=True, cwd=REPO_ROOT, timeout=120)
+    shown = run_cli("show", str(run_dir))
     assert "end to end on cpu" in shown.stdout and "patched compile" in shown.stdout
 
 
