@@ -13,9 +13,13 @@ from __future__ import annotations
 
 import functools
 import inspect
+import json
+import os
 import re
+import shutil
 import textwrap
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -108,6 +112,97 @@ def evaluate_source(softmax_reference, tmp_path: Path):
                                   tmp_path / "job", timeout_s=timeout_s)
 
     return run
+
+
+# ---------------------------------------------------------------- one finished run, shared
+
+# The cheapest `kernforge optimize` of the tiny model that leaves what every consumer reads: a
+# finished softmax task with two correct candidates (the first confirmed as a finalist), applied
+# (a winner, where the search found one, is installed and measured), summary.json, and its --json.
+FINISHED_RUN_ARGS = ("optimize", str(TINY_MODEL), "--backend", "cpu", "--iterations", "2", "--finalists", "1",
+                     "--json")  # the default --top-k 2: the one op with a template, the next ones listed as skipped
+
+
+@dataclass(frozen=True)
+class FinishedRun:
+    """The session's one finished run: `runs` holds it alone; stdout, stderr and returncode are
+    what `kernforge FINISHED_RUN_ARGS` printed and exited with. Read it, never change it: a test
+    that changes a run takes finished_run_copy or copy_to()."""
+
+    runs: Path
+    run_dir: Path
+    returncode: int
+    stdout: str
+    stderr: str
+
+    @property
+    def data(self) -> dict:
+        return json.loads(self.stdout)
+
+    def copy_to(self, folder: Path, applied: bool = True) -> Path:
+        """A copy of the run folder in `folder`, same name; applied=False leaves out what its apply
+        recorded (integrate/, summary.json's end_to_end), as `optimize --no-apply` leaves a run.
+        The copy's task still reads its samples from this run's capture (task.json and run.db keep
+        their absolute paths), read-only."""
+        copy = Path(shutil.copytree(self.run_dir, folder / self.run_dir.name))
+        if not applied:
+            shutil.rmtree(copy / "integrate", ignore_errors=True)
+            summary = json.loads((copy / "summary.json").read_text())
+            summary.pop("end_to_end", None)
+            (copy / "summary.json").write_text(json.dumps(summary, indent=1))
+            config = json.loads((copy / "config.json").read_text())
+            (copy / "config.json").write_text(json.dumps({**config, "apply": False}, indent=1))
+        return copy
+
+
+def _build_finished_run(folder: Path) -> FinishedRun:
+    from helpers import run_cli
+
+    runs = folder / "runs"
+    runs.mkdir(parents=True)
+    proc = run_cli(*FINISHED_RUN_ARGS, "--runs-dir", str(runs))
+    (run_dir,) = runs.iterdir() if proc.returncode == 0 else (runs,)
+    return FinishedRun(runs=runs, run_dir=run_dir, returncode=proc.returncode, stdout=proc.stdout,
+                       stderr=proc.stderr)
+
+
+def _fingerprint(run_dir: Path) -> dict[str, tuple[int, int]]:
+    """(size, mtime) of every file of a run folder but its database's (a reader may checkpoint it)."""
+    return {str(p.relative_to(run_dir)): (p.stat().st_size, p.stat().st_mtime_ns)
+            for p in sorted(run_dir.rglob("*")) if p.is_file() and not p.name.startswith("run.db")}
+
+
+@pytest.fixture(scope="session")
+def finished_run(tmp_path_factory: pytest.TempPathFactory):
+    """One `kernforge optimize FINISHED_RUN_ARGS` of the tiny model per session (in this process,
+    through helpers.run_cli), shared read-only. Under pytest-xdist the first worker to ask builds it
+    in the folder all workers' base temps share, under a file lock; the others wait and read it.
+    At the end of the session the run folder must be as it was built."""
+    from filelock import FileLock
+
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        run = _build_finished_run(tmp_path_factory.mktemp("finished-run"))
+    else:
+        root = tmp_path_factory.getbasetemp().parent / "finished-run"
+        record = root / "finished-run.json"
+        with FileLock(str(root) + ".lock"):
+            if record.is_file():
+                run = FinishedRun(**{k: Path(v) if k in ("runs", "run_dir") else v
+                                     for k, v in json.loads(record.read_text()).items()})
+            else:
+                run = _build_finished_run(root)
+                record.write_text(json.dumps({k: str(v) if isinstance(v, Path) else v
+                                              for k, v in vars(run).items()}))
+    assert run.returncode == 0, run.stderr[-3000:]
+    before = _fingerprint(run.run_dir)
+    yield run
+    assert _fingerprint(run.run_dir) == before, "a test changed the shared finished_run: give it finished_run_copy"
+
+
+@pytest.fixture
+def finished_run_copy(finished_run: FinishedRun, tmp_path: Path) -> Path:
+    """A copy of the shared finished run, tmp_path/runs/<its name>, for a test that changes it."""
+    return finished_run.copy_to(tmp_path / "runs")
 
 
 # What starts a worker process, a compiler or a browser, called by a test, by one of its

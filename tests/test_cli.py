@@ -127,12 +127,10 @@ def test_profile_table():
 
 # ---------------------------------------------------------------- optimize, ls, show
 
-@pytest.fixture(scope="module")
-def optimized(tmp_path_factory):
-    runs = tmp_path_factory.mktemp("cli-runs")
-    proc = run_cli("optimize", TINY_REL, "--backend", "cpu", "--iterations", "2",
-                   "--runs-dir", str(runs), "--json")
-    return runs, proc
+@pytest.fixture
+def optimized(finished_run):
+    """The session's `kernforge optimize TINY --backend cpu --iterations 2 ... --json` (conftest)."""
+    return finished_run.runs, finished_run
 
 
 def test_optimize_json(optimized):

@@ -1,9 +1,10 @@
 """kernforge export: a run's winners as a package, installed and used where kernforge is not.
 
-One optimize of the tiny softmax per module (~30 s); its first correct finalist is marked as
-the winner (on this CPU the search rarely beats eager on so small an op, and speed is not
-what an export is tested for). The package is pip-installed into a fresh virtual environment
-that has torch but not kernforge, and used there in one fresh process.
+The session's one optimize of the tiny softmax (conftest's finished_run), copied without its
+apply's record; its first correct finalist is marked as the winner (on this CPU the search
+rarely beats eager on so small an op, and speed is not what an export is tested for). The
+package is pip-installed into a fresh virtual environment that has torch but not kernforge, and
+used there in one fresh process.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ import kernforge
 from kernforge.backends.cpu import GCC_COMMAND
 from kernforge.errors import UserError
 from kernforge.integrate import export, loader, runtime
-from kernforge.optimize import OptimizeOptions, optimize
 from kernforge.store.reader import read_run
 
 PACKAGE = "kernforge_tiny_softmax_kernels"
@@ -40,13 +40,10 @@ KERNFORGE_SRC = Path(kernforge.__file__).parent
 
 
 @pytest.fixture(scope="module")
-def searched_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A finished cpu run of the tiny softmax, as optimize left it."""
-    runs = tmp_path_factory.mktemp("export-runs")
+def searched_run(finished_run, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A finished cpu run of the tiny softmax, as optimize --no-apply leaves it (a copy of the session's)."""
     # one finalist: its confirm.json is what run_dir edits; apply (end to end) is not tested here
-    opts = OptimizeOptions(spec=str(TINY_MODEL), backend="cpu", iterations=2, top_k=1, runs_dir=runs,
-                           finalists=1, apply=False)
-    return optimize(opts).run_dir
+    return finished_run.copy_to(tmp_path_factory.mktemp("export-runs"), applied=False)
 
 
 @pytest.fixture(scope="module")

@@ -1,9 +1,10 @@
 """kernforge.integrate: a run's winner installed into the unmodified model (CPU, the C backend).
 
-One real run of tests/models/tiny_softmax.py (built-in proposer, 2 candidates) is made per
-module; its first finalist is then marked as the run's winner, because on a 2-core CPU the
-search rarely beats eager on a 2x40x40 softmax and what these tests test is the installing:
-routing, guards, fallbacks, compile, removal. The kernel itself is the run's own, proved
+The session's one real run of tests/models/tiny_softmax.py (conftest's finished_run: built-in
+proposer, 2 candidates) is copied for this module, without its apply's record; its first
+finalist is then marked as the run's winner, because on a 2-core CPU the search rarely beats
+eager on a 2x40x40 softmax and what these tests test is the installing: routing, guards,
+fallbacks, compile, removal. The kernel itself is the run's own, proved
 correct by the evaluator.
 """
 
@@ -43,13 +44,12 @@ def promote_first_finalist(run_dir: Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from kernforge.optimize import OptimizeOptions, optimize
-
-    result = optimize(OptimizeOptions(spec=str(TINY_MODEL), backend="cpu", iterations=2, top_k=1, finalists=1,
-                                      runs_dir=tmp_path_factory.mktemp("runs"), apply=False))
-    promote_first_finalist(result.run_dir)
-    return result.run_dir
+def run_dir(finished_run, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The finished run as `optimize --no-apply` leaves it (an apply's measured placement would
+    steer kernforge.patch), its first finalist promoted to winner."""
+    copy = finished_run.copy_to(tmp_path_factory.mktemp("runs"), applied=False)
+    promote_first_finalist(copy)
+    return copy
 
 
 @pytest.fixture
@@ -347,15 +347,13 @@ def test_under_compile_kernels_that_pay_alone_but_not_together_keep_the_best(mon
     assert "not beside the others" in effects["k0"].note and effects["k0"].compile_verdict == "faster"
 
 
-def test_optimize_applies_by_default_and_says_what_it_did(tmp_path):
-    from kernforge.optimize import OptimizeOptions, optimize
-
-    result = optimize(OptimizeOptions(spec=str(TINY_MODEL), backend="cpu", iterations=1, top_k=1, finalists=0,
-                                      runs_dir=tmp_path))
-    summary = json.loads((result.run_dir / "summary.json").read_text())
-    assert summary["end_to_end"] == result.end_to_end
-    assert result.end_to_end.get("note") or result.end_to_end.get("timings_ms"), result.end_to_end
-    assert (result.run_dir / "integrate" / "apply.json").is_file()
+def test_optimize_applies_by_default_and_says_what_it_did(finished_run):
+    # the session's run was made without --apply/--no-apply: its --json and summary hold the report
+    end_to_end = finished_run.data["end_to_end"]
+    summary = json.loads((finished_run.run_dir / "summary.json").read_text())
+    assert summary["end_to_end"] == end_to_end
+    assert end_to_end.get("note") or end_to_end.get("timings_ms"), end_to_end
+    assert (finished_run.run_dir / "integrate" / "apply.json").is_file()
 
 
 def test_patch_follows_where_apply_measured_each_kernel_pays(run_dir, tmp_path):

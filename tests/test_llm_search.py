@@ -325,13 +325,10 @@ def test_mixed_uses_templates_where_a_family_knows_the_op_and_the_llm_for_rewrit
 
 # ---------------------------------------------------------------- a hand-written node
 
-def test_add_puts_a_hand_written_kernel_into_a_tasks_tree(tmp_path: Path):
-    runs = tmp_path / "runs"
-    first = run_cli("optimize", str(TINY_MODEL), "--backend", "cpu", "--runs-dir", str(runs), "--top-k", "1",
-                    "--iterations", "2", "--finalists", "1", "--no-apply", "--json")
-    assert first.returncode == 0, first.stderr[-2000:]
-    folder = run_folder(runs)
-    (task,) = [t["task"] for t in json.loads(first.stdout)["tasks"]]
+def test_add_puts_a_hand_written_kernel_into_a_tasks_tree(finished_run, finished_run_copy: Path, tmp_path: Path):
+    # the session's finished run (2 candidates, 1 finalist), copied: add changes it
+    folder = finished_run_copy
+    (task,) = [t["task"] for t in finished_run.data["tasks"]]
     kernel = tmp_path / "mine.c"
     kernel.write_text(c_softmax_source())
     proc = run_cli("add", str(folder), task, str(kernel), "--parent", "n0000", "--json")
