@@ -1,10 +1,14 @@
-"""Resuming a run: kill -9 in the middle of a search, then `optimize --resume` finishes it."""
+"""Resuming a run: kill -9 in the middle of a search, then `optimize --resume` finishes it.
+
+The search is a real process, killed with its workers (start_and_kill); each resume runs in this
+process (helpers.run_cli) on a copy of the killed run's folder, so that one kill serves two tests."""
 
 from __future__ import annotations
 
 import csv
 import json
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -35,10 +39,11 @@ def recorded_nodes(runs_dir: Path) -> int:
 
 
 def start_and_kill(runs_dir: Path, after_nodes: int, parallel: int = 1) -> Path:
-    """Start a search and kill -9 its whole process group once `after_nodes` nodes are recorded."""
+    """Start a search and kill -9 its whole process group once `after_nodes` nodes are recorded.
+    One finalist (the default is 3): its resume still times a finalist again, two worker runs fewer."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "kernforge", "optimize", str(TINY_MODEL), "--backend", "cpu",
+        [sys.executable, "-m", "kernforge", "optimize", str(TINY_MODEL), "--backend", "cpu", "--finalists", "1",
          "--iterations", str(ITERATIONS), "--parallel", str(parallel), "--runs-dir", str(runs_dir), "--json"],
         cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
     deadline = time.monotonic() + 240
@@ -55,9 +60,20 @@ def start_and_kill(runs_dir: Path, after_nodes: int, parallel: int = 1) -> Path:
 
 
 @pytest.fixture(scope="module")
-def resumed(tmp_path_factory):
-    runs_dir = tmp_path_factory.mktemp("runs")
-    run_dir = start_and_kill(runs_dir, after_nodes=2)
+def killed(tmp_path_factory) -> Path:
+    """A search killed once 3 nodes were recorded; read-only: each test resumes a copy (killed_copy)."""
+    return start_and_kill(tmp_path_factory.mktemp("runs"), after_nodes=3)
+
+
+def killed_copy(killed: Path, folder: Path) -> Path:
+    """The killed run's folder copied (a moved folder: its sources are found from it; its task's
+    samples, kept by absolute path, are still read from the original's capture)."""
+    return Path(shutil.copytree(killed, folder / killed.name))
+
+
+@pytest.fixture(scope="module")
+def resumed(killed, tmp_path_factory):
+    run_dir = killed_copy(killed, tmp_path_factory.mktemp("resumed"))
     before = RunDB(run_dir / "run.db").nodes()
     proc = run_cli("optimize", "--resume", str(run_dir), "--json")
     return run_dir, before, proc
@@ -110,12 +126,12 @@ def test_resuming_a_finished_run_searches_nothing_more(resumed):
     assert json.loads(proc.stdout)["tasks"][0]["candidates"] == ITERATIONS
 
 
-def test_new_nodes_never_take_the_id_of_a_recorded_one(tmp_path):
+def test_new_nodes_never_take_the_id_of_a_recorded_one(killed, tmp_path):
     """A gap left by a candidate lost in flight (n0001 here) is not filled: n0002 is kept as it was."""
     from kernforge.search.engine import previous_nodes
     from kernforge.store import RunStore
 
-    run_dir = start_and_kill(tmp_path, after_nodes=3)
+    run_dir = killed_copy(killed, tmp_path)
     store = RunStore(run_dir)
     recorded = previous_nodes(store, store.db.tasks()[0][0])
     kept = recorded[2]
