@@ -1,21 +1,17 @@
-"""Shared fixtures: model files, run folders, and one captured softmax task with its baseline.
+"""Shared fixtures (model files, run folders, one captured softmax task with its baseline, the
+session's build cache) and the test tiers.
 
 The expensive pieces (a capture of tests/models/tiny_softmax.py, the baseline worker
 that computes its float64 oracle) are made once per session and shared read-only.
 
-Tests that start processes (a baseline or candidate worker, a search, the CLI, the Triton
-interpreter's checks) are marked `workers` here, by what they and their fixtures call, so that
-the rest runs while you work in a fifth of the time (10 of about 50 min on a 2-core machine):
-    .venv/bin/python -m pytest -m "not workers"
+Every test module declares its tier (TIERS below); `pytest -m unit` runs the tests that start
+no process, in under a minute.
 """
 
 from __future__ import annotations
 
-import functools
-import inspect
 import json
 import os
-import re
 import shutil
 import textwrap
 from collections.abc import Callable
@@ -205,57 +201,64 @@ def finished_run_copy(finished_run: FinishedRun, tmp_path: Path) -> Path:
     return finished_run.copy_to(tmp_path / "runs")
 
 
-# What starts a worker process, a compiler or a browser, called by a test, by one of its
-# fixtures, or by a helper function of the tests' own that they call (two calls deep).
-_WORKER_CALLS = re.compile(r"\b(run_cli|search_task|evaluate_candidate|evaluate_baseline|evaluate_source|optimize|"
-                           r"run_optimize|resume|apply_run|add_candidate|run_job|evaluate_file|export_run|"
-                           r"softmax_reference|run_under_interpreter|subprocess\.run|subprocess\.Popen|"
-                           r"check_params|check_source|compile_library|sync_playwright|capture_model)\(")
-_CALLED = re.compile(r"\b([A-Za-z_]\w*)\(")
-TESTS = Path(__file__).resolve().parent
+# The tiers, one per test module (`pytestmark = pytest.mark.TIER`), so that a contributor picks
+# what to run by what it costs: `pytest -m unit` while working, scripts/test.sh for everything.
+TIERS = {
+    "unit": "starts no process and builds nothing; the whole tier in under a minute",
+    "integration": "starts workers, searches, the CLI, compilers or torch.compile",
+    "sweep": "builds and checks the built-in kernels of every family on every backend (test_sweep.py)",
+    "timing": "measures time or waits on the clock: run alone, never beside another test (scripts/test.sh)",
+    "browser": "drives the dashboard in headless chromium",
+}
 
 
-@functools.cache  # one test module's many parametrised items share their functions
-def _sources(function: Callable, depth: int = 2) -> tuple[str, ...]:
-    """The function's source, and those of the tests' own helpers it calls, `depth` calls deep."""
-    try:
-        source = inspect.getsource(function)
-    except (OSError, TypeError):
-        return ()
-    found = [source]
-    if depth:
-        scope = getattr(function, "__globals__", {})
-        for name in set(_CALLED.findall(source)):
-            helper = scope.get(name)
-            if inspect.isfunction(helper) and helper is not function and _in_tests(helper):
-                found += _sources(helper, depth - 1)
-    return tuple(found)
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--sweep", action="store_true", default=False,
+                     help="the exhaustive sweep: every buildable point of every family on every backend "
+                          "(hours under the Triton interpreter; pick a family with -k)")
 
 
-def _in_tests(function: Callable) -> bool:
-    try:
-        return TESTS in Path(inspect.getfile(function)).resolve().parents
-    except (OSError, TypeError):
-        return False
+def pytest_configure(config: pytest.Config) -> None:
+    for name, meaning in TIERS.items():
+        config.addinivalue_line("markers", f"{name}: {meaning}")
 
 
-def _starts_workers(item: pytest.Item) -> bool:
-    functions = [getattr(item, "function", None)]
-    functions += [d.func for defs in item._fixtureinfo.name2fixturedefs.values() for d in defs]
-    for function in functions:
-        if function is None:
-            continue
-        if any(_WORKER_CALLS.search(source) for source in _sources(function)):
-            return True
-        try:
-            if "softmax_reference" in inspect.signature(function).parameters:
-                return True
-        except (TypeError, ValueError):
-            continue
-    return False
+def module_tier(module) -> str | None:
+    """The one tier a test module declares in `pytestmark`, or None."""
+    marks = getattr(module, "pytestmark", [])
+    names = {m.name for m in (marks if isinstance(marks, list) else [marks])} & set(TIERS)
+    return names.pop() if len(names) == 1 else None
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        if _starts_workers(item):
-            item.add_marker(pytest.mark.workers)
+        if module_tier(item.module) is None:
+            raise pytest.UsageError(f"{item.module.__name__}.py declares no tier, or more than one: "
+                                    f"give it `pytestmark = pytest.mark.TIER`, TIER one of {', '.join(TIERS)}")
+        own = {m.name for m in item.own_markers} & set(TIERS)
+        if own:
+            raise pytest.UsageError(f"{item.nodeid} is marked {', '.join(own)}: tiers are per module")
+
+
+@pytest.fixture(scope="session")
+def build_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One folder of built libraries for the whole session, shared by pytest-xdist's workers (their
+    base temps sit in one folder): a source built once is a cache hit for every later test, worker
+    process and search (native.compile_library's KERNFORGE_BUILD_CACHE)."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent
+    folder = root / "build-cache"
+    folder.mkdir(exist_ok=True)
+    return folder
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _shared_build_cache(build_cache: Path):
+    before = os.environ.get("KERNFORGE_BUILD_CACHE")
+    os.environ["KERNFORGE_BUILD_CACHE"] = str(build_cache)
+    yield
+    if before is None:
+        os.environ.pop("KERNFORGE_BUILD_CACHE", None)
+    else:
+        os.environ["KERNFORGE_BUILD_CACHE"] = before

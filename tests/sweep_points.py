@@ -4,14 +4,15 @@ The families come from the proposer's registry (builtin/family.FAMILY_PACKAGES),
 sweep_cases.CASES, the backends from kernforge.backends.REGISTRY. Two samples:
 
 - default (every run of the suite): each case's starting point on each backend, the point a
-  search builds first; then one point of every variant of the case's space, drawn with a seed
-  fixed by the family, backend and case. nvcc takes ~1.6 s a file on a 2-core machine against
+  search builds first; then one point of every other variant of the case's space: the starting
+  point moved into it, where buildable, else one drawn with a seed fixed by the case; on cpu
+  and cuda also a drawn point of the starting point's own variant. nvcc takes ~1.6 s a file on a 2-core machine against
   ~0.15 s for a gcc build and check of a sweep case, so CUDA builds only the first case of each
   dtype of a family (its starting point and a point of every variant); then, on every backend, a
   point of each variant and each kernel file the sample has not reached yet, from the first case
-  that reaches it (a variant or a kernel file that only some shapes or ops take); and on cpu and
-  triton a point of each parameter value not built yet (every value of every parameter of every
-  variant is built at least once).
+  that reaches it (a variant or a kernel file that only some shapes or ops take); and on cpu a
+  point of each parameter value not built yet (every value of every parameter of every variant
+  is built at least once), on triton of each value of the short lists (TRITON_VALUE_COVER_MAX).
 - exhaustive (`scripts/test.sh --sweep`, pytest's `--sweep`): every buildable point of every
   case, up to EXHAUSTIVE_PER_VARIANT a variant (a random sample of a larger variant; the Triton
   group norm's spaces hold thousands). Hours under the interpreter: use -k to pick a family.
@@ -37,6 +38,10 @@ from kernforge.propose.builtin.family import FAMILY_PACKAGES
 BACKENDS = tuple(REGISTRY)
 LANGUAGE = {"cpu": "c", "triton": "triton", "cuda": "cuda"}
 EXHAUSTIVE_PER_VARIANT = 100_000
+# Under the interpreter every value of a parameter of at most this many values (a flag, a choice
+# of algorithm, a lead of 1, 2 or 4) is built; the tile sizes and warp counts of longer lists
+# (261 more points, ~150 s on a loaded 2-core machine) are the exhaustive sweep's.
+TRITON_VALUE_COVER_MAX = 3
 
 
 @dataclass(frozen=True)
@@ -122,10 +127,19 @@ def case_points(name: str, index: int, backend: str, exhaustive: bool = False) -
     if backend == "cuda" and not _first_of_dtype(name, index):
         return []
     points = [SweepPoint(name, index, backend, start, "start")]
-    rng = random.Random(f"{name}-{backend}-{index}")
-    for p in space.sample(rng, 1):
-        if space.key(p) != space.key(start):
-            points.append(SweepPoint(name, index, backend, p, f"variant {p.get('variant', '')}".strip()))
+    drawn = {p.get("variant", ""): p for p in space.sample(random.Random(f"{name}-{backend}-{index}"), 1)}
+    for variant in space.variants:
+        # the starting point moved into the variant, as a search's switch of variant lands, where
+        # that is buildable; else a drawn point of it
+        fitted = space.fit(start, variant)
+        p = fitted if space.contains(fitted) else drawn.get(variant)
+        if p is not None and space.key(p) != space.key(start):
+            points.append(SweepPoint(name, index, backend, p, f"variant {variant}".strip()))
+    own = drawn.get(start.get("variant", ""))
+    if backend != "triton" and own is not None and space.key(own) != space.key(start):
+        # a drawn point of the start's own variant too, where a point is cheap (a gcc build and
+        # run, an nvcc build): under the interpreter a drawn point on a large case can take a minute
+        points.append(SweepPoint(name, index, backend, own, "drawn"))
     return points
 
 
@@ -175,6 +189,13 @@ def _what_is_missing(backend: str, chosen: list[SweepPoint]) -> list[SweepPoint]
     return added
 
 
+def _case_elements(case: tuple[str, int]) -> int:
+    import math
+
+    _, args = CASES[case[0]][case[1]]
+    return sum(math.prod(a["shape"]) for a in args if isinstance(a, dict) and "shape" in a)
+
+
 def _values_of(point: SweepPoint) -> set[tuple]:
     space, _ = space_and_start(point.family, point.index, point.backend)
     variant = space.variant_of(point.params)
@@ -187,7 +208,9 @@ def _unbuilt_values(backend: str, chosen: list[SweepPoint]) -> list[SweepPoint]:
     buildable, with that one value changed."""
     covered = set().union(*(_values_of(p) for p in chosen)) if chosen else set()
     added = []
-    for name, index in case_ids():
+    # the smallest case first: under the interpreter a point costs about its loop trips, and an
+    # extreme value (a block of 8) on a case of 10,000 elements took ~50 s
+    for name, index in sorted(case_ids(), key=_case_elements):
         space, start = space_and_start(name, index, backend)
         if space is None:
             continue
@@ -195,6 +218,8 @@ def _unbuilt_values(backend: str, chosen: list[SweepPoint]) -> list[SweepPoint]:
         for variant in space.variants.values():
             bases = [space.fit(start, variant.name)] + [p for p in drawn if space.variant_of(p) is variant]
             for param in variant.params:
+                if backend == "triton" and len(param.values) > TRITON_VALUE_COVER_MAX:
+                    continue
                 for value in param.values:
                     if (name, variant.name, param.name, repr(value)) in covered:
                         continue
@@ -221,6 +246,6 @@ def sweep_points(backend: str, exhaustive: bool = False) -> tuple[SweepPoint, ..
     if exhaustive:
         return tuple(chosen)
     chosen += _what_is_missing(backend, chosen)
-    # every parameter value built once: ~150 more points under the interpreter (~20 s), ~55 more
-    # nvcc builds (~90 s), so CUDA leaves the values to the exhaustive sweep
+    # every parameter value built once on cpu (a few points); on triton the short lists'
+    # (TRITON_VALUE_COVER_MAX); CUDA would need ~55 more nvcc builds (~90 s): --sweep's
     return tuple(chosen if backend == "cuda" else chosen + _unbuilt_values(backend, chosen))

@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 from helpers import REPO_ROOT, SOFTMAX_OP, TINY_MODEL, run_cli, run_cli_subprocess
 
+pytestmark = pytest.mark.integration
+
 TINY_REL = str(TINY_MODEL.relative_to(REPO_ROOT))  # tests/models/tiny_softmax.py
 
 

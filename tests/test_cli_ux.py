@@ -19,6 +19,8 @@ from helpers import REPO_ROOT, SOFTMAX_OP, TINY_MODEL, run_cli, run_cli_subproce
 from kernforge.errors import UserError
 from kernforge.store.db import RunDB
 
+pytestmark = pytest.mark.integration
+
 TINY_REL = str(TINY_MODEL.relative_to(REPO_ROOT))
 # the cheapest search that still records nodes: no finalists timed again, no end-to-end apply
 QUICK = ("--backend", "cpu", "--finalists", "0", "--no-apply")
@@ -150,7 +152,6 @@ def test_each_command_ends_its_help_with_its_own_examples():
 
 # ---------------------------------------------------------------- one-line errors (in this process), --version
 
-@pytest.mark.workers
 @pytest.mark.parametrize("args, words", [
     (("optimize", TINY_REL, "--iterations", "0"), ("--iterations", "kernforge optimize --help")),
     (("optimize", TINY_REL, "--top-k", "many"), ("--top-k",)),
@@ -162,7 +163,6 @@ def test_every_bad_value_is_one_line(args, words):
     assert_one_line_error(run_cli(*args), *words)
 
 
-@pytest.mark.workers
 def test_version():
     from kernforge import __version__
 
@@ -170,7 +170,6 @@ def test_version():
     assert proc.returncode == 0 and proc.stdout.strip() == f"kernforge {__version__}"
 
 
-@pytest.mark.workers
 def test_an_option_the_spec_does_not_read_is_one_warning_line(tmp_path):
     proc = run_cli("profile", TINY_REL, "--seq-len", "64", "--scale", "small", "--json")
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -182,7 +181,6 @@ def test_an_option_the_spec_does_not_read_is_one_warning_line(tmp_path):
 
 # ---------------------------------------------------------------- searches (workers)
 
-@pytest.mark.workers
 def test_ops_searches_only_the_named_op_and_refuses_an_unknown_one(runs_dir):
     proc = run_cli("optimize", TINY_REL, *QUICK, "--iterations", "1", "--ops", "aten::_softmax",
                    "--runs-dir", str(runs_dir), "--json")
@@ -226,7 +224,6 @@ def interrupt_after(runs_dir: Path, nodes: int, iterations: int) -> subprocess.C
     return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
 
 
-@pytest.mark.workers
 def test_ctrl_c_says_how_to_resume_and_resume_extends_the_budget(runs_dir):
     interrupted = interrupt_after(runs_dir, nodes=1, iterations=2)
     assert interrupted.returncode == 130, interrupted.stderr[-2000:]

@@ -19,6 +19,8 @@ from kernforge.eval_file import capture_key, find_capture, pick_task, write_orig
 from kernforge.models import ModelOptions
 from kernforge.report import eval_report
 
+pytestmark = pytest.mark.integration
+
 LABELS = ["real0", "fresh-normal", "fresh-large"]
 
 
@@ -196,7 +198,6 @@ def test_show_json_is_typed(runs_dir: Path, softmax_task):
 BAD_ON_LARGE = c_softmax_source().replace("yr[c] /= s;", "{ yr[c] /= s; if (m > 30.0f) yr[c] = 0.0f; }")
 
 
-@pytest.mark.workers
 def test_eval_end_to_end(tmp_path: Path, runs_dir: Path):
     kernel = tmp_path / "bad.c"
     kernel.write_text(BAD_ON_LARGE)
@@ -222,7 +223,6 @@ def test_eval_end_to_end(tmp_path: Path, runs_dir: Path):
     assert str(second / "tasks") in shown.stdout and "hand-written: bad.c" in shown.stdout
 
 
-@pytest.mark.workers
 def test_eval_takes_a_profile_save_capture(tmp_path: Path, runs_dir: Path):
     save = tmp_path / "capture"
     assert run_cli("profile", str(TINY_MODEL), "--device", "cpu", "--save", str(save)).returncode == 0

@@ -24,6 +24,8 @@ from kernforge.evaluate.executors import LocalExecutor, make_executor, physical_
 from kernforge.evaluate.runner import discard_reference, oracle_for
 from kernforge.tasks import save_task
 
+pytestmark = pytest.mark.integration
+
 # ---------------------------------------------------------------- local: one set of slots per GPU
 
 

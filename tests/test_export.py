@@ -29,6 +29,8 @@ from kernforge.errors import UserError
 from kernforge.integrate import export, loader, runtime
 from kernforge.store.reader import read_run
 
+pytestmark = pytest.mark.integration
+
 PACKAGE = "kernforge_tiny_softmax_kernels"
 SHIPPED = {"runtime.py": "integrate/runtime.py", "fused.py": "integrate/fused.py",
            "loader.py": "integrate/loader.py", "native_abi.py": "backends/native_abi.py",

@@ -25,7 +25,7 @@ from kernforge.optimize import OptimizeOptions, optimize
 
 MODEL = REPO_ROOT / "tests" / "models" / "tiny_attention_chain.py"
 CHAIN = "chain:mul+add+_softmax"
-pytestmark = pytest.mark.workers
+pytestmark = pytest.mark.integration
 
 sys.path.insert(0, str(MODEL.parent))
 import tiny_attention_chain  # noqa: E402

@@ -29,6 +29,8 @@ from kernforge.store.reader import read_run
 sys.path.insert(0, str(TINY_MODEL.parent))
 import tiny_softmax  # noqa: E402
 
+pytestmark = pytest.mark.integration
+
 OP = torch.ops.aten._softmax.default
 SOFTMAX = "aten::_softmax.default"
 

@@ -19,6 +19,8 @@ import pytest
 from helpers import TINY_MODEL, c_softmax_source, run_cli
 from llm_server import FakeLLM, Scripted
 
+pytestmark = pytest.mark.integration
+
 KEY = "sk-test-secret-7f3a9c"  # must never reach the run folder, the logs or the output
 
 # ---------------------------------------------------------------- scripted replies

@@ -12,6 +12,8 @@ from kernforge.optimize import OptimizeOptions, optimize, task_row
 from kernforge.propose import Proposal
 from kernforge.search import Node, TaskOutcome
 
+pytestmark = pytest.mark.integration
+
 EAGER = Timing(p20_ms=0.9, p50_ms=1.0, p80_ms=1.1, runs=10, method="wall-clock")
 BASELINE = Baseline(eager=EAGER, device_name="cpu", labels=["real0"], eager_errors=[[0.0]])
 

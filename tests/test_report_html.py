@@ -5,11 +5,15 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from helpers import run_cli
 from run_folders import write_run
 
 from kernforge.report.html import report
 from kernforge.store.reader import read_run_partial
+
+pytestmark = pytest.mark.integration
 
 
 def test_the_report_is_one_file_with_the_tables_plots_and_trees(runs_dir: Path, softmax_task):

@@ -22,7 +22,7 @@ from helpers import REPO_ROOT, SOFTMAX_OP, TINY_MODEL, run_cli
 from kernforge.backends import cpu
 from kernforge.store.db import RunDB
 
-pytestmark = pytest.mark.skipif(cpu.unavailable_reason() is not None, reason="gcc is not installed")
+pytestmark = [pytest.mark.integration, pytest.mark.skipif(cpu.unavailable_reason() is not None, reason="gcc is not installed")]
 
 ITERATIONS = 6
 
