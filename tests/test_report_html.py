@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import run_cli
+from helpers import SOFTMAX_OP, run_cli
 from run_folders import write_run
 
 from kernforge.report.html import report
@@ -49,3 +49,18 @@ def test_the_report_command_writes_both_files_and_refuses_a_non_run(runs_dir: Pa
     bad = run_cli("report", str(tmp_path / "nothing-here"))
     assert bad.returncode == 2 and bad.stderr.strip().startswith("error: no run folder")
     assert "Traceback" not in bad.stderr
+
+
+def test_the_report_of_a_real_finished_run_has_its_task_and_its_verdicts(finished_run, tmp_path: Path):
+    """The session's one finished run (a real search of the tiny model, applied), reported."""
+    summary = finished_run.data
+    target = tmp_path / "run.html"
+    proc = run_cli("report", str(finished_run.run_dir), "-o", str(target))
+    assert proc.returncode == 0, proc.stderr
+    html, md = target.read_text(), target.with_suffix(".md").read_text()
+    (task,) = [t for t in summary["tasks"] if t["op"] == SOFTMAX_OP]
+    assert task["op"] in html and task["op"] in md
+    assert "no built-in template for aten::bmm.default" in html  # the hotter op it could not search
+    assert html.count("<svg") >= 3  # two plots and the task's tree
+    nodes = sorted(p.name for p in (finished_run.run_dir / "tasks" / task["task"] / "nodes").iterdir())
+    assert nodes and all(f"row-{task['task']}-{node}" in html for node in nodes)  # every candidate's row
