@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import SOFTMAX_OP, TINY_MODEL
+from helpers import SOFTMAX_OP, TINY_MODEL, copy_run_folder
 
 from kernforge.capture import capture_model
 from kernforge.evaluate import evaluate_baseline, evaluate_candidate
@@ -140,7 +140,7 @@ class FinishedRun:
         recorded (integrate/, summary.json's end_to_end), as `optimize --no-apply` leaves a run.
         The copy's task still reads its samples from this run's capture (task.json and run.db keep
         their absolute paths), read-only."""
-        copy = Path(shutil.copytree(self.run_dir, folder / self.run_dir.name))
+        copy = copy_run_folder(self.run_dir, folder)
         if not applied:
             shutil.rmtree(copy / "integrate", ignore_errors=True)
             summary = json.loads((copy / "summary.json").read_text())

@@ -219,8 +219,11 @@ def _strides_differ(outs: list[torch.Tensor], eager: list[torch.Tensor]) -> str 
 
 
 def check_source(source: str, backend_name: str, task: KernelTask, work_dir: Path,
-                 sets: tuple[str, ...] | None = None) -> str | None:
-    """Build `source` and check it (check_kernel; `sets`: its input sets, default all)."""
+                 sets: tuple[str, ...] | None = None, build_dir: Path | None = None) -> str | None:
+    """Build `source` and check it (check_kernel; `sets`: its input sets, default all). The source
+    file goes in work_dir, which must be this process's alone (a compiler reading a file that
+    another process rewrites builds the other's text under this one's cache key); the library in
+    build_dir (default work_dir/build), which processes may share."""
     from kernforge.backends import get_backend
 
     backend = get_backend(backend_name)
@@ -228,7 +231,7 @@ def check_source(source: str, backend_name: str, task: KernelTask, work_dir: Pat
     path = work_dir / f"variant{len(list(work_dir.glob('variant*')))}{backend.source_suffix}"
     path.write_text(source)
     try:
-        kernel = backend.build(path, work_dir / "build", task.outputs)
+        kernel = backend.build(path, build_dir or work_dir / "build", task.outputs)
     except Exception as e:  # noqa: BLE001
         return f"build: {type(e).__name__}: {e}"[:2000]
     return check_kernel(kernel, task, sets)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -51,6 +53,30 @@ def c_softmax_source(body: str = CORRECT_BODY) -> str:
     from kernforge.backends.cpu import C_PRELUDE
 
     return C_SOFTMAX_TEMPLATE.format(prelude=C_PRELUDE, body=body)
+
+
+def copy_run_folder(run_dir: Path, folder: Path) -> Path:
+    """A copy of a run folder at folder/<its name>, its database copied whole through SQLite's
+    backup (run.db's WAL can be checkpointed and deleted while the folder is walked: the last
+    connection to close does it), and a file that goes away while it is copied left out (a killed
+    search's workers live on, in sessions of their own, and finish their nodes)."""
+    def copy_if_there(src: str, dst: str) -> None:
+        try:
+            shutil.copy2(src, dst)
+        except FileNotFoundError:
+            pass
+
+    target = folder / run_dir.name
+    shutil.copytree(run_dir, target, ignore=shutil.ignore_patterns("run.db", "run.db-wal", "run.db-shm"),
+                    copy_function=copy_if_there)
+    if (run_dir / "run.db").exists():
+        source, copy = sqlite3.connect(run_dir / "run.db"), sqlite3.connect(target / "run.db")
+        try:
+            source.backup(copy)
+        finally:
+            source.close()
+            copy.close()
+    return target
 
 
 @dataclass

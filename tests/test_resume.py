@@ -8,7 +8,6 @@ from __future__ import annotations
 import csv
 import json
 import os
-import shutil
 import signal
 import sqlite3
 import subprocess
@@ -17,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import REPO_ROOT, SOFTMAX_OP, TINY_MODEL, run_cli
+from helpers import REPO_ROOT, SOFTMAX_OP, TINY_MODEL, copy_run_folder, run_cli
 
 from kernforge.backends import cpu
 from kernforge.store.db import RunDB
@@ -31,11 +30,18 @@ def recorded_nodes(runs_dir: Path) -> int:
     dbs = list(runs_dir.glob("*/run.db"))
     if not dbs:
         return 0
+    # closed here, not when the garbage collector gets to it: an error's traceback keeps the
+    # connection in a cycle, and its close, once the search is killed, is the last one, which
+    # checkpoints the WAL and deletes it, in the middle of a copy of the folder
+    conn = None
     try:
-        with sqlite3.connect(dbs[0], timeout=1.0) as conn:
-            return conn.execute("SELECT COUNT(*) FROM nodes").fetchone()[0]
+        conn = sqlite3.connect(dbs[0], timeout=1.0)
+        return conn.execute("SELECT COUNT(*) FROM nodes").fetchone()[0]
     except sqlite3.Error:
         return 0  # not created yet
+    finally:
+        if conn is not None:
+            conn.close()
 
 
 def start_and_kill(runs_dir: Path, after_nodes: int, parallel: int = 1) -> Path:
@@ -68,7 +74,7 @@ def killed(tmp_path_factory) -> Path:
 def killed_copy(killed: Path, folder: Path) -> Path:
     """The killed run's folder copied (a moved folder: its sources are found from it; its task's
     samples, kept by absolute path, are still read from the original's capture)."""
-    return Path(shutil.copytree(killed, folder / killed.name))
+    return copy_run_folder(killed, folder)
 
 
 @pytest.fixture(scope="module")

@@ -40,9 +40,10 @@ def interpreter(tmp_path_factory: pytest.TempPathFactory):
 
 
 @pytest.mark.skipif(cpu.unavailable_reason() is not None, reason="gcc is not installed")
-def test_cpu_point_is_correct(point, build_cache):
+def test_cpu_point_is_correct(point, build_cache, tmp_path):
     task = task_of(point.family, point.index)
-    assert family_check.check_source(render(point), "cpu", task, build_cache / "cpu") is None, point.why
+    why = family_check.check_source(render(point), "cpu", task, tmp_path, build_dir=build_cache / "cpu")
+    assert why is None, point.why
 
 
 @pytest.mark.skipif(not HAVE_TRITON, reason="triton is not installed")
@@ -51,13 +52,11 @@ def test_triton_point_is_correct_under_the_interpreter(point, interpreter):
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
-def test_cuda_point_builds(point, build_cache):
+def test_cuda_point_builds(point, build_cache, tmp_path):
     from kernforge.backends.cuda import DEFAULT_ARCH, NVCC_FLAGS
     from kernforge.backends.native import compile_library
 
-    folder = build_cache / "cuda-sources"
-    folder.mkdir(parents=True, exist_ok=True)
-    source = folder / f"{point.test_id}.cu"
+    source = tmp_path / "candidate.cu"
     source.write_text(render(point))
     # raises BuildError with nvcc's words, or RejectedBuild naming what the object does
     assert compile_library(source, build_cache / "cuda", ["nvcc", f"-arch={DEFAULT_ARCH}", *NVCC_FLAGS],

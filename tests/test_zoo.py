@@ -92,20 +92,6 @@ def test_resnet50_shares_sum_to_one(resnet50_capture):
     assert sum(p.calls for p in convs) == 53
 
 
-def test_resnet50_captured_time_covers_the_plain_forward(resnet50_capture):
-    _, cap = resnet50_capture
-    print(f"\nResNet-50 batch {RESNET_BATCH} on CPU: captured op time is {cap.coverage:.3f} of the plain "
-          f"forward ({cap.measured_total_us / 1e3:.1f} ms); recording overhead {cap.overhead:.2f}x")
-    # on a CPU the measured total is the plain forward's wall time
-    assert cap.measured_total_us == pytest.approx(cap.forward_ms * 1e3)
-    # Quiet, this machine measures 0.91-0.97 (bench figures in the README); the band is wide
-    # because the plain forward and the recorded passes are timed at different moments and
-    # another process on a 2-core machine moves one without the other. It still catches a
-    # kernel counted twice (2x) or activations kept alive across passes (3x, seen once).
-    assert 0.6 <= cap.coverage <= 1.5
-    assert cap.overhead > 0
-
-
 # ---------------------------------------------------------------- Gemma-3 decoder (small)
 
 GEMMA_BATCH, GEMMA_SEQ = 2, 24
