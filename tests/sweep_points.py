@@ -67,10 +67,14 @@ class SweepPoint:
         return {"id": self.test_id, "op": op, "args": args, "params": self.params}
 
 
+def _first_tensors(args: list[Any], key: str, default: Any) -> Any:
+    """`key` ("shape", "dtype") of a case's first tensor argument."""
+    return next((a[key] for a in args if isinstance(a, dict) and key in a), default)
+
+
 def case_label(name: str, index: int) -> str:
     op, args = CASES[name][index]
-    shape = next((a["shape"] for a in args if isinstance(a, dict) and "shape" in a), [])
-    dtype = next((a["dtype"] for a in args if isinstance(a, dict) and "dtype" in a), "")
+    shape, dtype = _first_tensors(args, "shape", []), _first_tensors(args, "dtype", "")
     return f"{name}-{index}-{op.split('::')[-1].split('.')[0]}-{'x'.join(map(str, shape))}-{dtype[6:]}"
 
 
@@ -94,9 +98,10 @@ def facts_of(name: str, index: int) -> dict[str, Any]:
     return _case(name, index)[2]
 
 
+@functools.cache  # asked for every point the sample weighs, at every collection
 def space_and_start(name: str, index: int, backend: str):
     """The case's space on `backend` and its starting point, or (None, None) where the family has
-    no kernels for that backend."""
+    no kernels for that backend. Shared: read it, never change the point."""
     _, family, facts = _case(name, index)
     space = family.space(facts, backend, Hardware())
     if space is None:
@@ -111,7 +116,7 @@ def render(point: SweepPoint) -> str:
 
 def _first_of_dtype(name: str, index: int) -> bool:
     def dtype(i: int) -> str:
-        return next((a["dtype"] for a in CASES[name][i][1] if isinstance(a, dict) and "dtype" in a), "")
+        return _first_tensors(CASES[name][i][1], "dtype", "")
 
     return index == next(i for i in range(len(CASES[name])) if dtype(i) == dtype(index))
 

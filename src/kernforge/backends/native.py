@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -103,8 +104,6 @@ def _place(library: Path, target: Path) -> None:
     try:
         os.link(library, tmp)
     except OSError:
-        import shutil
-
         shutil.copyfile(library, tmp)
     tmp.replace(target)
 
