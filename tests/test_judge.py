@@ -249,3 +249,22 @@ def test_the_worker_must_agree_with_the_search_process_clock():
     result["sessions"][2]["host_s"] = 0.05  # a worker clock that ran slow
     assert "disagrees" in host_clock_disagrees(result)
     assert "tampered" in host_clock_disagrees(sessions(0.2, 0.2, 50.0, marks="SESEESESE"))
+
+
+@pytest.mark.parametrize("second", ["agrees", "disagrees"])
+def test_a_clock_disagreement_is_a_verdict_only_when_a_second_run_repeats_it(monkeypatch, tmp_path: Path, second):
+    from kernforge.evaluate import runner
+
+    slow = "the candidate's calls took 0.28 ms each by the worker's timer, but 0.75 ms by the search process's clock"
+    runs = [runner.EvalResult(status="cheat", reason=slow, failed_check="clock", wall_s=3.0),
+            runner.EvalResult(status="ok", wall_s=2.0) if second == "agrees" else
+            runner.EvalResult(status="cheat", reason=slow, failed_check="clock", wall_s=2.0)]
+    monkeypatch.setattr(runner, "static_findings", lambda *_: [])
+    monkeypatch.setattr(runner, "_judged_run", lambda *_: runs.pop(0))
+    result = runner.evaluate_candidate(tmp_path / "task.json", tmp_path / "ref.pt", tmp_path / "c.c", "cpu", "cpu",
+                                       tmp_path / "job", timeout_s=10)
+    assert not runs and result.wall_s == 5.0  # measured twice, both runs' time counted
+    if second == "agrees":
+        assert result.ok and result.retimed == slow
+    else:
+        assert result.status == "cheat" and result.reason.count("by the search process's clock") == 2
