@@ -31,12 +31,14 @@ for arg in "$@"; do
 done
 pytest=(.venv/bin/python -m pytest -q --durations=25)
 # Two workers: the machine CI runs on has two cores, and most tests wait on a worker process or
-# a compiler (tests/conftest.py's TIERS say what each tier starts).
+# a compiler (tests/conftest.py's TIERS say what each tier starts). loadgroup: a module marked
+# xdist_group runs on one worker, so that its module fixtures (a capture, a killed search) are
+# made once, not once per worker.
 if [ ${#args[@]} -gt 0 ]; then
-  exec "${pytest[@]}" -n "${KERNFORGE_TEST_WORKERS:-2}" "${extra[@]}" "${args[@]}"
+  exec "${pytest[@]}" -n "${KERNFORGE_TEST_WORKERS:-2}" --dist loadgroup "${extra[@]}" "${args[@]}"
 fi
 status=0
-"${pytest[@]}" -n "${KERNFORGE_TEST_WORKERS:-2}" -m "not timing" "${extra[@]}" || status=$?
+"${pytest[@]}" -n "${KERNFORGE_TEST_WORKERS:-2}" --dist loadgroup -m "not timing" "${extra[@]}" || status=$?
 # The timing tier measures the clock: alone on the machine, after everything else.
 timing_cov=()
 [[ " ${extra[*]} " == *" --cov "* ]] && timing_cov=(--cov-append)

@@ -221,6 +221,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     for name, meaning in TIERS.items():
         config.addinivalue_line("markers", f"{name}: {meaning}")
+    # pytest-xdist's own, registered here too for the timing tier's run without xdist
+    config.addinivalue_line("markers", "xdist_group(name): the module's tests run on one worker (--dist loadgroup)")
 
 
 def module_tier(module) -> str | None:

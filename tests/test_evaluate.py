@@ -25,7 +25,7 @@ from kernforge.models.loader import LoadedModel
 from kernforge.propose.builtin import BuiltinProposer
 from kernforge.tasks import make_tasks, save_task
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("evaluate")]  # one worker: module fixtures made once
 
 LABELS = ["real0", "real0-permuted0", "real0-permuted1", *(f"fresh-{k}" for k in FRESH_KINDS)]
 
@@ -154,22 +154,46 @@ def test_segfault_is_a_crash(evaluate_source):
     assert result.timing is None
 
 
-def test_endless_loop_is_a_timeout_and_the_worker_is_killed(evaluate_source, tmp_path: Path):
+def test_endless_loop_is_a_timeout_and_the_worker_is_killed(evaluate_source, monkeypatch):
+    from kernforge.evaluate import forked
+
+    started = []
+    start = forked.SERVER.start
+    monkeypatch.setattr(forked.SERVER, "start", lambda *a: started.append(start(*a)) or started[-1])
     result = evaluate_source(c_softmax_source(ENDLESS), timeout_s=5)
     assert result.status == "timeout"
     assert result.reason == "timed out after 5 s"
     assert result.wall_s < 30
-    job_file = str(tmp_path / "job" / "job.json")
-    survivors = []
-    for pid in os.listdir("/proc"):
-        if pid.isdigit():
-            try:
-                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
-            except OSError:
-                continue
-            if job_file in cmdline:
-                survivors.append(pid)
-    assert survivors == []
+    (worker,) = started
+    assert not Path(f"/proc/{worker.pid}").exists()
+    in_its_session = []  # the worker led a session of its own: anything it started is in it
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[3]) == worker.pid:
+                in_its_session.append(pid)
+        except (OSError, IndexError, ValueError):
+            continue
+    assert in_its_session == []
+
+
+def test_a_cpu_job_is_forked_not_a_fresh_interpreter(evaluate_source, monkeypatch):
+    from kernforge.evaluate import runner
+
+    def no_interpreter(*_a, **_k):
+        raise AssertionError("a CPU job started an interpreter")
+
+    monkeypatch.setattr(runner.subprocess, "Popen", no_interpreter)
+    result = evaluate_source(c_softmax_source())
+    assert result.ok, result.reason + result.log_tail
+
+
+def test_with_forks_off_a_cpu_job_runs_in_a_fresh_interpreter(evaluate_source, monkeypatch):
+    from kernforge.evaluate import forked
+
+    monkeypatch.setenv("KERNFORGE_FORK_WORKERS", "0")
+    monkeypatch.setattr(forked.SERVER, "start", lambda *a: pytest.fail("forked with KERNFORGE_FORK_WORKERS=0"))
+    assert evaluate_source(c_softmax_source()).ok
+    assert evaluate_source(c_softmax_source(SEGFAULT)).status == "crash"
 
 
 def test_compile_error_is_reported_with_gccs_message(evaluate_source):

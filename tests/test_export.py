@@ -29,7 +29,7 @@ from kernforge.errors import UserError
 from kernforge.integrate import export, loader, runtime
 from kernforge.store.reader import read_run
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("export")]  # one worker: module fixtures made once
 
 PACKAGE = "kernforge_tiny_softmax_kernels"
 SHIPPED = {"runtime.py": "integrate/runtime.py", "fused.py": "integrate/fused.py",

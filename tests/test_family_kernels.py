@@ -31,7 +31,7 @@ from kernforge.evaluate.scan import scan_source
 from kernforge.propose.builtin import Hardware
 from kernforge.tasks import KernelTask
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("family_kernels")]  # one worker: module fixtures made once
 
 F32, BF16 = "torch.float32", "torch.bfloat16"
 HW = Hardware()

@@ -25,7 +25,7 @@ from kernforge.optimize import OptimizeOptions, optimize
 
 MODEL = REPO_ROOT / "tests" / "models" / "tiny_attention_chain.py"
 CHAIN = "chain:mul+add+_softmax"
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("fused_apply")]  # one worker: module fixtures made once
 
 sys.path.insert(0, str(MODEL.parent))
 import tiny_attention_chain  # noqa: E402

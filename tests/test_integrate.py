@@ -29,7 +29,7 @@ from kernforge.store.reader import read_run
 sys.path.insert(0, str(TINY_MODEL.parent))
 import tiny_softmax  # noqa: E402
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("integrate")]  # one worker: module fixtures made once
 
 OP = torch.ops.aten._softmax.default
 SOFTMAX = "aten::_softmax.default"

@@ -226,16 +226,21 @@ def test_threads_or_children_left_running_are_a_cheat(tmp_path: Path):
 
 # ---------------------------------------------------------------- the search process's clock
 
-def sessions(eager_wall: float, cand_wall: float, cand_events_ms: float, marks: str = "SESESESE"):
+def sessions(eager_wall: float, cand_wall: float, cand_events_ms: float, marks: str = "SESESESE",
+             cand_waited_s: float = 0.0):
+    """A worker's sessions and this process's marks; cand_waited_s: the worker's main thread
+    waited that long for a core during the candidate's session."""
     names = ["eager-probe", "eager", "candidate", "eager-after"]
     walls = [0.01, eager_wall, cand_wall, eager_wall]
     events = [5.0, 150.0, cand_events_ms, 150.0]
-    out, stamps, t = [], [], 0.0
+    out, stamps, t, waited = [], [], 0.0, 0.0
     for name, wall, ev in zip(names, walls, events):
         out.append({"name": name, "calls": 100, "events_ms": ev, "host_s": wall})
-        stamps += [("S", t), ("E", t + wall)]
+        stamps.append((t, waited))
+        waited += cand_waited_s if name == "candidate" else 0.0
+        stamps.append((t + wall, waited))
         t += wall + 0.001
-    return {"sessions": out, "host_marks": [(k, ts) for k, (_, ts) in zip(marks, stamps)]}
+    return {"sessions": out, "host_marks": [(k, ts, w) for k, (ts, w) in zip(marks, stamps)]}
 
 
 def test_the_worker_must_agree_with_the_search_process_clock():
@@ -249,6 +254,31 @@ def test_the_worker_must_agree_with_the_search_process_clock():
     result["sessions"][2]["host_s"] = 0.05  # a worker clock that ran slow
     assert "disagrees" in host_clock_disagrees(result)
     assert "tampered" in host_clock_disagrees(sessions(0.2, 0.2, 50.0, marks="SESEESESE"))
+
+
+def test_call_time_the_worker_spent_waiting_for_a_core_is_a_busy_machine_not_a_cheat():
+    from kernforge.evaluate.runner import busy_machine
+
+    # 0.05 ms a call by the worker's timer, 5.5 ms by ours: a cheat, unless the worker waited
+    assert host_clock_disagrees(sessions(0.2, 0.6, 5.0)) and busy_machine(sessions(0.2, 0.6, 5.0)) is None
+    waited = sessions(0.2, 0.6, 5.0, cand_waited_s=0.55)
+    assert host_clock_disagrees(waited) is None
+    assert "waited 550 ms for a core" in busy_machine(waited)
+    # a wait that explains part of the gap only: still a cheat
+    assert host_clock_disagrees(sessions(0.2, 0.6, 5.0, cand_waited_s=0.1))
+    assert busy_machine(sessions(0.2, 0.2, 50.0)) is None  # honest and quiet: nothing to say
+
+
+def test_a_busy_machine_drops_the_timing_and_keeps_the_verdict(monkeypatch, tmp_path: Path):
+    from kernforge.evaluate import runner
+
+    monkeypatch.setattr(runner, "judge", lambda *_: {"status": "ok", "reason": "", "errors": [[0.0]]})
+    timing = {"p20_ms": 0.05, "p50_ms": 0.05, "p80_ms": 0.06, "runs": 100, "method": "wall-clock"}
+    worker = {**sessions(0.2, 0.6, 5.0, cand_waited_s=0.55), "status": "ok", "outputs_path": str(tmp_path / "o.pt"),
+              "timing": timing, "eager_timing": {**timing, "p50_ms": 1.5}}
+    out = runner._verdict(worker, "", 1.0, oracle=None)
+    assert out.ok and out.timing is None and out.speedup_vs_eager is None and not out.faster_than_eager
+    assert out.noisy.startswith("the machine was busy")
 
 
 @pytest.mark.parametrize("second", ["agrees", "disagrees"])

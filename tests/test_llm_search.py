@@ -217,11 +217,13 @@ def test_search_with_mcts_completes_and_stops_on_its_token_budget(tmp_path: Path
 
 # ---------------------------------------------------------------- bad replies and bad endpoints
 
-def test_replies_slower_than_the_time_out_end_the_task_cleanly(tmp_path: Path, softmax_model: Path):
-    """Every reply comes after the time-out: each proposal fails (a value, kept), and after
-    MAX_FAILED_PROPOSALS in a row the task ends with its reason; nothing crashes."""
+def test_replies_slower_than_the_time_out_end_the_task_cleanly(tmp_path: Path, softmax_model: Path, monkeypatch):
+    """Every reply comes after the time-out: each proposal fails (a value, kept), is retried after
+    a pause, and after MAX_FAILED_PROPOSALS in a row the task ends with its reason; nothing crashes."""
+    from kernforge.propose import llm as llm_proposer
     from kernforge.search.engine import MAX_FAILED_PROPOSALS
 
+    monkeypatch.setattr(llm_proposer, "RETRY_PAUSE_S", 0.5)  # 5 s by default
     with FakeLLM("openai", [Scripted(text=fenced(CORRECT), delay_s=1.5)], key=KEY) as llm:
         proc = optimize(llm, tmp_path / "runs", "--proposer", "llm", "--strategy", "greedy", "--iterations", "3",
                         "--llm-timeout", "0.3", "--llm-retries", "0", model=softmax_model)
@@ -230,7 +232,9 @@ def test_replies_slower_than_the_time_out_end_the_task_cleanly(tmp_path: Path, s
     (row,) = json.loads(proc.stdout)["tasks"]
     assert row["candidates"] == 0 and "proposals in a row failed" in row["stopped"] and "timeout" in row["stopped"]
     events = [json.loads(line) for line in (folder / "events.jsonl").read_text().splitlines()]
-    assert sum(e["kind"] == "no_proposal" for e in events) == MAX_FAILED_PROPOSALS
+    failed = [e["time"] for e in events if e["kind"] == "no_proposal"]
+    assert len(failed) == MAX_FAILED_PROPOSALS
+    assert all(b - a >= 0.5 for a, b in zip(failed, failed[1:]))  # each retried after the pause
     assert_key_never_written(folder, proc.stdout, proc.stderr)
 
 

@@ -42,8 +42,9 @@ def test_red_team_case(record: Record, evaluate_source, monkeypatch):
         assert result.status == "ok", detail
         return
     if result.status == "ok":
+        # accepted only where the harness takes the trick away; that it is then no faster is
+        # the timing tier's to say (test_redteam_speed.py): beside another test it is noise
         assert record.ok_if, f"a cheat accepted: {detail}"
-        assert not result.faster_than_eager, f"a cheat whose trick was taken away reported faster: {detail}"
         return
     assert result.status in record.expected, detail
     assert result.reason.strip(), detail

@@ -21,7 +21,8 @@ from helpers import REPO_ROOT, SOFTMAX_OP, TINY_MODEL, copy_run_folder, run_cli
 from kernforge.backends import cpu
 from kernforge.store.db import RunDB
 
-pytestmark = [pytest.mark.integration, pytest.mark.skipif(cpu.unavailable_reason() is not None, reason="gcc is not installed")]
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("resume"),  # one worker: one kill for the module
+              pytest.mark.skipif(cpu.unavailable_reason() is not None, reason="gcc is not installed")]
 
 ITERATIONS = 6
 

@@ -20,7 +20,7 @@ from kernforge.search import engine as search_engine
 from kernforge.store import RESULT_COLUMNS, RunStore
 from kernforge.store.events import NodeFinished
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("search")]  # one worker: module fixtures made once
 
 EAGER = Timing(p20_ms=0.95, p50_ms=1.0, p80_ms=1.05, runs=10, method="wall-clock")
 

@@ -20,7 +20,7 @@ from kernforge.errors import UserError
 from kernforge.models import ModelOptions, bundled_examples, load_model, run_forward
 from kernforge.models.zoo import CONFIGS_DIR
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("zoo")]  # one worker: module fixtures made once
 
 CPU = torch.device("cpu")
 SMALL = ModelOptions(scale="small")

@@ -150,7 +150,7 @@ def _run_on_node(job: dict[str, Any], files: dict[str, Any], samples: dict[str, 
         name = f"gpu-{int(gpus[0])}.lock" if gpus else "cpu.lock"
         local["device_lock"] = str(machine_lock_dir() / name)
         job_dir = root / "job"
-        result, tail, wall = run_job(local, job_dir, timeout_s, prestart=False)
+        result, tail, wall = run_job(local, job_dir, timeout_s, prestart=False, fork=False)
         back: dict[str, Any] = {"result": result, "tail": tail, "wall_s": wall,
                                 "log": _read(job_dir / "log.txt"), "files": {}, "build": b""}
         for key in _BROUGHT_BACK:

@@ -54,8 +54,12 @@ class EvalResult:
     # values on it) or "" (not compared); empty where judging never began (a build or run failure)
     set_verdicts: list[str] = field(default_factory=list)
     # Why the first measurement was not believed and the candidate was measured again (its
-    # clocks disagreed with this process's once, not twice); "" when measured once
+    # clocks disagreed with this process's once, not twice, or the machine was busy); "" when
+    # measured once
     retimed: str = ""
+    # Why this result carries no timing although the candidate is correct: the machine was busy
+    # in both runs (another process held the worker's core); "" when timed or not timeable
+    noisy: str = ""
 
     @property
     def ok(self) -> bool:
@@ -99,12 +103,14 @@ class Baseline:
 
 
 def run_job(job: dict[str, Any], job_dir: Path, timeout_s: float, env_extra: dict[str, str] | None = None,
-            prestart: bool = True) -> tuple[dict[str, Any] | None, str, float]:
+            prestart: bool = True, fork: bool = True) -> tuple[dict[str, Any] | None, str, float]:
     """Run one job in a worker process here; return (result or None if the worker died, log tail,
     wall seconds). env_extra goes into the worker's environment (CUDA_VISIBLE_DEVICES: its GPU).
     prestart: start the next job's worker meanwhile; not on a Ray node, where Ray sets each task's
     CUDA_VISIBLE_DEVICES, so a waiting worker seldom matches the next job and would only hold a
-    CUDA context. The result carries `host_marks`: this process's clock at each mark the worker's
+    CUDA context. fork: a CPU job's worker is forked (evaluate.forked); not on a Ray node, whose
+    worker process is Ray's: a fork server started from it re-ran Ray's worker module in every
+    fork, and the node took up baseline jobs again while the first was still running. The result carries `host_marks`: this process's clock at each mark the worker's
     harness wrote at the start and end of a session of calls (see host_clock_disagrees)."""
     job_dir.mkdir(parents=True, exist_ok=True)
     job = {**job, "result_path": str(job_dir / "result.json")}
@@ -128,13 +134,13 @@ def run_job(job: dict[str, Any], job_dir: Path, timeout_s: float, env_extra: dic
     with open(log_path, "a") as log:
         if proc is None:
             marks = Marks()
-            if forked.enabled(job["device"]):
+            if fork and forked.enabled(job["device"]):
                 proc = forked.SERVER.start(str(job_dir / "job.json"), env, str(log_path), marks.write_fd)
             else:
                 proc = subprocess.Popen([sys.executable, "-m", "kernforge.evaluate.worker", str(job_dir / "job.json")],
                                         stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                                         env={**env, "KF_MARK_FD": str(marks.write_fd)}, pass_fds=(marks.write_fd,))
-            marks.started()
+            marks.started(proc.pid)
         try:
             proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -155,16 +161,20 @@ def run_job(job: dict[str, Any], job_dir: Path, timeout_s: float, env_extra: dic
 
 class Marks:
     """A pipe the worker's harness writes one byte to at the start (S) and end (E) of each session
-    of calls; a thread here stamps each with this process's clock, which no candidate can reach."""
+    of calls; a thread here stamps each with this process's clock, which no candidate can reach,
+    and with the seconds the worker's main thread has spent so far waiting for a core, by the
+    kernel's account (/proc/PID/schedstat), which no candidate can lower."""
 
     def __init__(self) -> None:
         self.read_fd, self.write_fd = os.pipe()
-        self._stamps: list[tuple[str, float]] = []
+        self._stamps: list[tuple[str, float, float]] = []
         self._thread = threading.Thread(target=self._read, daemon=True)
+        self._pid = 0
 
-    def started(self) -> None:
+    def started(self, pid: int) -> None:
         """Call once the worker holds its end: ours closes, so the pipe ends when the worker's does."""
         os.close(self.write_fd)
+        self._pid = pid
         self._thread.start()
 
     def _read(self) -> None:
@@ -175,13 +185,21 @@ class Marks:
                 break
             if not data:
                 break
-            now = time.perf_counter()
-            self._stamps += [(chr(b), now) for b in data]
+            now, waited = time.perf_counter(), runqueue_wait_s(self._pid)
+            self._stamps += [(chr(b), now, waited) for b in data]
         os.close(self.read_fd)
 
-    def collected(self) -> list[tuple[str, float]]:
+    def collected(self) -> list[tuple[str, float, float]]:
         self._thread.join(timeout=5.0)
         return list(self._stamps)
+
+
+def runqueue_wait_s(pid: int) -> float:
+    """Seconds the process's main thread has been runnable but not running (0 where unknown)."""
+    try:
+        return int(Path(f"/proc/{pid}/schedstat").read_text().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return 0.0
 
 
 MAX_READY_WORKERS = 64
@@ -222,7 +240,7 @@ class PrestartedWorkers:
                                 stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                 start_new_session=True, env={**env, "KF_MARK_FD": str(marks.write_fd)},
                                 pass_fds=(marks.write_fd,), text=True)
-        marks.started()
+        marks.started(proc.pid)
         with self._lock:
             self._ready.append((device, env, proc, marks))
             # Workers whose environment never comes again (a Ray node's tasks get their GPU in
@@ -319,16 +337,16 @@ def evaluate_candidate(task_path: Path, reference_path: Path, source: Path, back
            "build_dir": str(job_dir / "build"), "memory_limit_bytes": memory_limit_bytes(reference_path),
            "outputs_path": str(job_dir / "outputs.pt")}
     first = _judged_run(job, job_dir, timeout_s, executor, reference_path)
-    if first.failed_check != "clock":
+    if first.failed_check != "clock" and not first.noisy:
         return first
     # A busy machine can stall the worker between its clock and ours (an honest kernel beside
     # another worker on 2 cores was called a patched timer): only a disagreement that comes back
-    # in a second run is a verdict.
+    # in a second run is a verdict, and a timing the machine spoilt is taken again.
     again = _judged_run(job, job_dir, timeout_s, executor, reference_path)
-    if again.failed_check == "clock":
+    if again.failed_check == "clock" and first.failed_check == "clock":
         again.reason = f"{again.reason} (and in an earlier run: {first.reason})"
-    else:
-        again.retimed = first.reason
+    elif again.ok:
+        again.retimed = first.reason or first.noisy
     again.wall_s += first.wall_s
     return again
 
@@ -349,8 +367,10 @@ def _judged_run(job: dict[str, Any], job_dir: Path, timeout_s: float, executor: 
 
 
 def _verdict(result: dict[str, Any] | None, tail: str, wall: float, oracle: Oracle) -> EvalResult:
+    busy = ""
     if result is not None and result.get("status") == "ok" and result.get("outputs_path"):
         disagreement = host_clock_disagrees(result)
+        busy = "" if disagreement else busy_machine(result) or ""
         result.update(judge(Path(result["outputs_path"]), oracle) if not disagreement else
                       {"status": "cheat", "reason": disagreement, "failed_check": "clock"})
     if result is None:
@@ -371,10 +391,12 @@ def _verdict(result: dict[str, Any] | None, tail: str, wall: float, oracle: Orac
         verdict = timing_verdict(timing, eager)
         out.status, out.reason = verdict.get("status", out.status), verdict.get("reason", out.reason)
         out.failed_check = verdict.get("failed_check", "")
-    if out.status != "ok":
-        # The worker times before the outputs are judged here; a rejected kernel's time means nothing.
-        out.timing, out.eager = None, None
-    if timing and eager and out.status == "ok":
+    if out.status != "ok" or busy:
+        # The worker times before the outputs are judged here; a rejected kernel's time means
+        # nothing, and neither does one taken while the worker waited for a core.
+        out.timing, out.eager, out.noisy = None, None, busy
+    if out.timing and out.eager and out.status == "ok":
+        timing, eager = out.timing, out.eager
         out.speedup_vs_eager = eager.p50_ms / timing.p50_ms
         # Beyond the noise by the events, and not slower once every stream is waited for.
         out.faster_than_eager = clearly_faster(timing, eager) and confirmed_by_sync(timing, eager)
@@ -393,14 +415,15 @@ HOST_SLACK_S, HOST_SLACK_SHARE = 0.05, 0.10
 IMPLIED_SLACK_SHARE, IMPLIED_SLACK_MS = 0.5, 0.05
 
 
-def host_clock_disagrees(result: dict[str, Any]) -> str | None:
+def host_clock_disagrees(result: dict[str, Any], count_waits: bool = True) -> str | None:
     """Why the worker's timings cannot be believed, if they cannot: its sessions do not match the
     marks this process stamped, its host clock disagrees with ours, or its calls took less time
-    than ours saw pass (a patched timer)."""
+    than ours saw pass (a patched timer). The time the worker's main thread spent waiting for a
+    core is nobody's call time (count_waits=False: as if it were)."""
     sessions, marks = result.get("sessions", []), result.get("host_marks")
     if marks is None or not sessions:
         return None  # a worker run elsewhere (tests calling the worker directly)
-    kinds = "".join(k for k, _ in marks)
+    kinds = "".join(m[0] for m in marks)
     if kinds != "SE" * len(sessions):
         return (f"the harness's session marks were tampered with: {len(sessions)} sessions reported, "
                 f"marks {kinds[:40]!r}")
@@ -414,13 +437,35 @@ def host_clock_disagrees(result: dict[str, Any]) -> str | None:
         return None
     eager_i, cand_i = names.index("eager"), names.index("candidate")
     eager, cand = sessions[eager_i], sessions[cand_i]
-    overhead_ms = max(0.0, (walls[eager_i] * 1e3 - eager["events_ms"]) / max(1, eager["calls"]))
-    implied_ms = (walls[cand_i] * 1e3 / max(1, cand["calls"])) - overhead_ms
+    running = [wall - (_waited_s(marks, i) if count_waits else 0.0) for i, wall in enumerate(walls)]
+    overhead_ms = max(0.0, (running[eager_i] * 1e3 - eager["events_ms"]) / max(1, eager["calls"]))
+    implied_ms = (running[cand_i] * 1e3 / max(1, cand["calls"])) - overhead_ms
     reported_ms = cand["events_ms"] / max(1, cand["calls"])
     if implied_ms - reported_ms > IMPLIED_SLACK_SHARE * implied_ms + max(IMPLIED_SLACK_MS, overhead_ms):
         return (f"the candidate's calls took {reported_ms:.4f} ms each by the worker's timer, but "
                 f"{implied_ms:.4f} ms by the search process's clock: a patched or escaped timer")
     return None
+
+
+def _waited_s(marks: list[Any], session: int) -> float:
+    """Seconds the worker's main thread waited for a core during a session (stamped with the marks;
+    0 for marks stamped without it)."""
+    start, end = marks[2 * session], marks[2 * session + 1]
+    return max(0.0, end[2] - start[2]) if len(start) > 2 and len(end) > 2 else 0.0
+
+
+def busy_machine(result: dict[str, Any]) -> str | None:
+    """Why the worker's timing cannot be believed although it is no cheat, if so: its calls took
+    longer by this process's clock than by its own only while it waited for a core (another
+    process had it). Such a timing says nothing of the candidate's speed either way."""
+    if host_clock_disagrees(result) is not None:
+        return None
+    naive = host_clock_disagrees(result, count_waits=False)
+    if naive is None:
+        return None
+    names = [s["name"] for s in result["sessions"]]
+    waited_ms = _waited_s(result["host_marks"], names.index("candidate")) * 1e3
+    return f"the machine was busy: {naive.split(': a patched')[0]}, of which the worker waited {waited_ms:.0f} ms for a core"
 
 
 def scans_off() -> bool:

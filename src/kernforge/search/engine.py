@@ -502,7 +502,7 @@ def previous_nodes(store: RunStore, task_id: str) -> list[Node]:
 
 def _commit_message(node: Node) -> str:
     r = node.result
-    speed = f"{r.speedup_vs_eager:.3f}x vs eager" if r.speedup_vs_eager else "correct, not timed"
+    speed = f"{r.speedup_vs_eager:.3f}x vs eager" if r.speedup_vs_eager else f"correct, not timed{': ' if r.noisy else ''}{r.noisy}"
     timing = f" (p50 {r.timing.p50_ms:.4f} ms, eager {r.eager.p50_ms:.4f} ms)" if r.timing and r.eager else ""
     return f"{node.node_id}: {speed}{timing}\n\n{node.proposal.rationale}\n"
 
@@ -511,7 +511,7 @@ def row_of(task: KernelTask, node: Node) -> dict[str, Any]:
     r = node.result
     return {
         "task": task.task_id, "node": node.node_id, "parent": node.parent_id or "",
-        "status": r.status, "failure_reason": r.reason,
+        "status": r.status, "failure_reason": r.reason or r.noisy,  # noisy: correct, its timing spoilt
         "p50_ms": r.timing.p50_ms if r.timing else None,
         "p20_ms": r.timing.p20_ms if r.timing else None,
         "p80_ms": r.timing.p80_ms if r.timing else None,
