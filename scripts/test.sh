@@ -37,10 +37,16 @@ pytest=(.venv/bin/python -m pytest -q --durations=25)
 if [ ${#args[@]} -gt 0 ]; then
   exec "${pytest[@]}" -n "${KERNFORGE_TEST_WORKERS:-2}" --dist loadgroup "${extra[@]}" "${args[@]}"
 fi
+# KERNFORGE_TEST_JUNIT=DIR: each phase's JUnit XML there (phase1.xml, timing.xml), for the tiers' times
+junit1=() junit2=()
+if [ -n "${KERNFORGE_TEST_JUNIT:-}" ]; then
+  mkdir -p "$KERNFORGE_TEST_JUNIT"
+  junit1=("--junitxml=$KERNFORGE_TEST_JUNIT/phase1.xml") junit2=("--junitxml=$KERNFORGE_TEST_JUNIT/timing.xml")
+fi
 status=0
-"${pytest[@]}" -n "${KERNFORGE_TEST_WORKERS:-2}" --dist loadgroup -m "not timing" "${extra[@]}" || status=$?
+"${pytest[@]}" -n "${KERNFORGE_TEST_WORKERS:-2}" --dist loadgroup -m "not timing" "${junit1[@]}" "${extra[@]}" || status=$?
 # The timing tier measures the clock: alone on the machine, after everything else.
 timing_cov=()
 [[ " ${extra[*]} " == *" --cov "* ]] && timing_cov=(--cov-append)
-"${pytest[@]}" -p no:xdist -m timing "${extra[@]}" "${timing_cov[@]}" || status=$?
+"${pytest[@]}" -p no:xdist -m timing "${junit2[@]}" "${extra[@]}" "${timing_cov[@]}" || status=$?
 exit $status
