@@ -31,7 +31,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from kernforge.capture.recorder import Call, qualified_name
+from kernforge.capture.recorder import Call, ModuleCall, qualified_name
 from kernforge.capture.serialize import Placeholder, layout_copy, saved_bytes, strided_copy
 
 ROW_REDUCTIONS = ("aten::sum.dim_IntList", "aten::mean.dim", "aten::amax.default", "aten::amin.default")
@@ -60,6 +60,10 @@ class Chain:
     input_metas: list[dict[str, Any]]
     output_metas: list[dict[str, Any]]
     instances: list[ChainInstance] = field(default_factory=list)
+    # Where instances are exactly one module's forward (module_boundaries): the module's class, its
+    # positional arguments' count, each chain input as ["arg", position] or ["param", name], and
+    # the modules' names; integrate installs the kernel as those modules' forward.
+    module: dict[str, Any] | None = None
 
     @property
     def op(self) -> str:
@@ -82,7 +86,10 @@ class Chain:
     def to_json(self) -> dict[str, Any]:
         """What a task and the profile keep: the steps, the outputs, and the calls of each step
         signature its instances hold (make_tasks keeps a chain and its pieces from both counting)."""
-        return {"steps": self.steps, "outputs": self.outputs, "covers": self.covers()}
+        out = {"steps": self.steps, "outputs": self.outputs, "covers": self.covers()}
+        if self.module:
+            out["module"] = self.module
+        return out
 
 
 def _short(op: str) -> str:
@@ -149,9 +156,14 @@ def _last_dim_row_op(op: str, call: Call) -> bool:
 
 # ---------------------------------------------------------------- finding
 
-def find_chains(calls: list[Call], returned_ids: Iterable[int]) -> list[Chain]:
-    """The chains of one recorded pass, grouped by signature, most instances first."""
+def find_chains(calls: list[Call], returned_ids: Iterable[int],
+                module_calls: list[ModuleCall] | None = None) -> list[Chain]:
+    """The chains of one recorded pass, grouped by signature, most instances first. With the
+    pass's module calls, a module whose forward is all fusible steps (an RMSNorm) is a chain of
+    its own: nothing outside it joins, so that it can be installed as that forward
+    (module_boundaries) rather than through a placeholder at every step."""
     roles = {c.index: step_role(c) for c in calls}
+    region = _closed_regions(calls, roles, module_calls or [])
     by_index = {c.index: c for c in calls}
     maker = {tid: (c.index, k) for c in calls for k, tid in enumerate(c.output_ids)}
     readers: dict[int, list[int]] = {}
@@ -166,8 +178,8 @@ def find_chains(calls: list[Call], returned_ids: Iterable[int]) -> list[Chain]:
             continue
         # The producers' groups, the latest first (the data flowing in, before a mask made long
         # ago): each is joined if the group stays fusible with it.
-        joined = sorted({group_of[maker[t][0]] for t in c.input_ids if t in maker and maker[t][0] in group_of},
-                        key=lambda g: -groups[g][-1])
+        joined = sorted({group_of[maker[t][0]] for t in c.input_ids if t in maker and maker[t][0] in group_of
+                         and region.get(maker[t][0]) == region.get(c.index)}, key=lambda g: -groups[g][-1])
         merged = [c.index]
         for g in joined:
             trial = sorted(set(merged) | set(groups[g]))
@@ -186,7 +198,68 @@ def find_chains(calls: list[Call], returned_ids: Iterable[int]) -> list[Chain]:
             continue
         chain = _chain_of(instance, by_index, maker)
         found.setdefault(chain.signature, chain).instances.append(instance)
-    return sorted(found.values(), key=lambda ch: -len(ch.instances))
+    chains = sorted(found.values(), key=lambda ch: -len(ch.instances))
+    module_boundaries(chains, calls, module_calls or [])
+    return chains
+
+
+def _closed_regions(calls: list[Call], roles: dict[int, str | None],
+                    module_calls: list[ModuleCall]) -> dict[int, int]:
+    """Per call inside a module whose every call is a fusible step (two or more): that module
+    call's position; its calls join only each other. The innermost such module wins."""
+    region: dict[int, int] = {}
+    for k, mc in enumerate(module_calls):  # inner modules return first
+        span = range(mc.first, mc.end)
+        if len(span) >= 2 and all(roles.get(i) is not None for i in span):
+            for i in span:
+                region.setdefault(i, k)
+    return region
+
+
+def module_boundaries(chains: list[Chain], calls: list[Call], module_calls: list[ModuleCall]) -> None:
+    """Mark each chain whose instances are exactly a module's forward: every call the forward
+    made is a step, every positional argument a distinct tensor, each chain input an argument
+    or one of the module's parameters and buffers, and its one output what the forward returned.
+    Such a forward becomes one guarded call (Liger-Kernel's way), where a chain elsewhere needs
+    a placeholder at every step."""
+    spans: dict[tuple[int, int], ModuleCall] = {}
+    for mc in module_calls:  # in the order they returned: the innermost of equal spans first
+        spans.setdefault((mc.first, mc.end), mc)
+    for chain in chains:
+        found: dict[str, tuple[str, int, list[list[Any]], list[str]]] = {}
+        for instance in chain.instances:
+            matched = _boundary(instance, calls, spans)
+            if matched is None:
+                continue
+            mc, inputs = matched
+            key = json.dumps([mc.cls, len(mc.arg_ids), inputs])
+            found.setdefault(key, (mc.cls, len(mc.arg_ids), inputs, []))[3].append(mc.name)
+        if found:
+            cls, n_args, inputs, names = max(found.values(), key=lambda f: len(f[3]))
+            chain.module = {"class": cls, "args": n_args, "inputs": inputs, "names": names,
+                            "instances": len(chain.instances)}
+
+
+def _boundary(instance: ChainInstance, calls: list[Call],
+              spans: dict[tuple[int, int], ModuleCall]) -> tuple[ModuleCall, list[list[Any]]] | None:
+    members = instance.members
+    mc = spans.get((members[0], members[-1] + 1))
+    if mc is None or members != list(range(mc.first, mc.end)) or len(instance.outputs) != 1:
+        return None
+    if None in mc.arg_ids or len(set(mc.arg_ids)) != len(mc.arg_ids):
+        return None  # a number or a repeated tensor among the arguments: the guard could not tell
+    pos, k = instance.outputs[0]
+    if mc.output_id is None or calls[members[pos]].output_ids[k] != mc.output_id:
+        return None
+    inputs: list[list[Any]] = []
+    for tid in instance.inputs:
+        if tid in mc.arg_ids:
+            inputs.append(["arg", mc.arg_ids.index(tid)])
+        elif tid in mc.param_ids:
+            inputs.append(["param", mc.param_ids[tid]])
+        else:
+            return None  # read from elsewhere (a global, an attribute that is no parameter)
+    return mc, inputs
 
 
 def _ancestors(calls: list[Call], maker: dict[int, tuple[int, int]]) -> dict[int, int]:

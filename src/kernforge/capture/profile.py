@@ -192,7 +192,7 @@ def capture_model(
     capture = _summarise(loaded, recorders, times, forward_ms, captured_ms, measured_us)
     capture.replay_s = time.perf_counter() - started
     capture.replayed = _mark_replayed(capture.profiles, recorded.profiles, replays)
-    chains = find_chains(recorders[0].calls, recorders[0].returned_ids)
+    chains = find_chains(recorders[0].calls, recorders[0].returned_ids, recorders[0].module_calls)
     capture.profiles += [_chain_profile(ch, recorders[0].calls, times, capture.total_time_us, replays)
                          for ch in chains]
     capture.profiles.sort(key=lambda p: p.time_us, reverse=True)

@@ -72,6 +72,21 @@ class Call:
     written_ids: list[int] = field(default_factory=list)
 
 
+@dataclass
+class ModuleCall:
+    """One nn.Module call in the recorded pass: the calls its forward made and the tensors it
+    took and returned (ids as Call.input_ids numbers them), so that a chain that is exactly one
+    module's forward can be installed as that forward (capture/chains.py, module_boundary)."""
+
+    name: str  # qualified name in the model ("layers.0.norm")
+    cls: str  # its class, "module.QualName"
+    first: int  # the index of its first call
+    end: int  # one past its last call
+    arg_ids: list[int | None]  # per positional argument: its tensor id, or None for a non-tensor
+    output_id: int | None  # the returned tensor's id, or None where it returned anything else
+    param_ids: dict[int, str]  # tensor id -> parameter or buffer name, its own and its children's
+
+
 class Recorder(TorchDispatchMode):
     """Records every call; keeps up to samples_per_signature real input sets per compute signature
     (one partly real set, with Placeholders, where its inputs are over the caps)."""
@@ -91,6 +106,7 @@ class Recorder(TorchDispatchMode):
         # allocations, replayed on drawn values (their time does not depend on them), never saved
         self.layouts: dict[str, dict[str, Any]] = {}
         self.module_stack: list[str] = []
+        self.module_calls: list[ModuleCall] = []  # in the order they returned
         self._producer = WeakIdKeyDictionary()  # tensor -> index of the call that made it
         # storage address -> index of the last call that wrote into it in place. A write
         # through a view (x[:, :2].add_(1)) changes the base too, which the per-tensor
@@ -231,6 +247,7 @@ class ModuleTracker:
         self.names = {id(m): name for name, m in model.named_modules()}
         self.recorder = recorder
         self.handles: list[Any] = []
+        self._open: list[tuple[int, list[int | None]]] = []  # per running module: first call, argument ids
 
     def __enter__(self) -> ModuleTracker:  # noqa: PYI034 - not subclassed
         from torch.nn.modules.module import (
@@ -246,12 +263,28 @@ class ModuleTracker:
         for handle in self.handles:
             handle.remove()
 
-    def _enter(self, module: torch.nn.Module, _inputs: Any) -> None:
+    def _enter(self, module: torch.nn.Module, inputs: Any) -> None:
         self.recorder.module_stack.append(self.names.get(id(module), type(module).__name__))
+        rec = self.recorder
+        self._open.append((len(rec.calls), [rec.tensor_id(a) if isinstance(a, torch.Tensor) else None
+                                            for a in inputs]))
 
-    def _leave(self, module: torch.nn.Module, _inputs: Any, _output: Any) -> None:
+    def _leave(self, module: torch.nn.Module, _inputs: Any, output: Any) -> None:
         if self.recorder.module_stack:
             self.recorder.module_stack.pop()
+        if not self._open:
+            return
+        first, arg_ids = self._open.pop()
+        rec = self.recorder
+        name = self.names.get(id(module))
+        if name is None or first == len(rec.calls):
+            return  # a module the model does not hold, or one that ran no ATen call
+        tensors = list(module.named_parameters()) + list(module.named_buffers())
+        rec.module_calls.append(ModuleCall(
+            name=name, cls=f"{type(module).__module__}.{type(module).__qualname__}", first=first,
+            end=len(rec.calls), arg_ids=arg_ids,
+            output_id=rec.tensor_id(output) if isinstance(output, torch.Tensor) else None,
+            param_ids={rec.tensor_id(t): n for n, t in tensors}))
 
 
 def signature_of(func: Any, args: Any, kwargs: Any) -> str:

@@ -111,7 +111,7 @@ def _apply(record: RunRecord, loaded: Any, compile_model: bool, on_progress: OnP
     # every kernel the model reaches, installed or dropped: the cost is often why it was dropped
     reached = [s for s in correct if effects[s.name].calls_per_forward]
     on_progress("measuring the routing's cost per call")
-    report.routing = [overhead.measure(s, reached, device).to_json() for s in reached]
+    report.routing = [overhead.measure(s, reached, device, loaded.module).to_json() for s in reached]
     return _finish(record, report, started)
 
 
@@ -186,7 +186,7 @@ def _check_eager(model: torch.nn.Module, input_sets: dict[str, Any], oracles: di
 
 def _passes(model: torch.nn.Module, input_sets: dict[str, Any], oracles: dict[str, e2e.Oracle],
             specs: list[runtime.KernelSpec], variant: str, report: ApplyReport) -> bool:
-    installation = runtime.install(specs)
+    installation = runtime.install(specs, model)
     try:
         results = {label: e2e.judge_outputs(e2e.forward(model, inputs), oracles[label])
                    for label, inputs in input_sets.items()}
@@ -209,8 +209,8 @@ def _measure(loaded: Any, device: torch.device, specs: list[runtime.KernelSpec],
              compile_model: bool, on_progress: OnProgress) -> None:
     model, inputs = loaded.module, loaded.inputs
     eager = e2e.model_call(model, inputs)
-    alone = [e2e.Variant(f"eager+{s.name}", eager, [s]) for s in specs] if len(specs) > 1 else []
-    variants = [e2e.Variant("eager", eager), e2e.Variant("patched eager, all", eager, specs), *alone]
+    alone = [e2e.Variant(f"eager+{s.name}", eager, [s], model) for s in specs] if len(specs) > 1 else []
+    variants = [e2e.Variant("eager", eager), e2e.Variant("patched eager, all", eager, specs, model), *alone]
     first = None
     if compile_model:
         on_progress("compiling the model (torch.compile, default mode)")
@@ -236,7 +236,7 @@ def _measure(loaded: Any, device: torch.device, specs: list[runtime.KernelSpec],
                                              on_progress)
     compiled = _final_phase(model, inputs, device, eager_kept, compile_kept, measured, first, compile_model, report)
     if compiled is not None:
-        _check_compiled(compiled, input_sets, oracles, eager_kept, compile_kept, report)
+        _check_compiled(model, compiled, input_sets, oracles, eager_kept, compile_kept, report)
 
 
 def pays(verdict: str, speedup: float | None) -> bool:
@@ -260,7 +260,7 @@ def _compile_phase(model: torch.nn.Module, inputs: Any, device: torch.device, in
     runtime.reset_compiled_code()
     compiled = e2e.compiled_model(model, tag)
     patched = e2e.Variant("patched compile", lambda: compiled(*inputs),
-                          e2e.with_compile_flag(installed, {s.name for s in in_graph}))
+                          e2e.with_compile_flag(installed, {s.name for s in in_graph}), model)
     timings = e2e.time_variants([e2e.Variant("eager", e2e.model_call(model, inputs)), patched], device, seed=1)
     return CompilePhase(specs=in_graph, timings=timings, counts=patched.counts, compiled=compiled)
 
@@ -338,7 +338,7 @@ def _final_phase(model: torch.nn.Module, inputs: Any, device: torch.device, eage
     Under compile that is the phase that measured exactly the kept kernels, where there is one,
     else one more compile. Returns the patched compiled model (for its checks), if there is one."""
     eager = e2e.model_call(model, inputs)
-    final = e2e.time_variants([e2e.Variant("eager", eager), e2e.Variant("patched eager", eager, eager_kept)],
+    final = e2e.time_variants([e2e.Variant("eager", eager), e2e.Variant("patched eager", eager, eager_kept, model)],
                               device, seed=2)
     timings = {"eager": final["eager"], "patched eager": final["patched eager"]}
     report.speedups["patched eager vs eager"] = _comparison(final["patched eager"], final["eager"])
@@ -365,13 +365,13 @@ def _final_phase(model: torch.nn.Module, inputs: Any, device: torch.device, eage
     return phase.compiled if phase is not None else None
 
 
-def _check_compiled(compiled: Callable[..., Any], input_sets: dict[str, Any], oracles: dict[str, e2e.Oracle],
+def _check_compiled(model: torch.nn.Module, compiled: Callable[..., Any], input_sets: dict[str, Any], oracles: dict[str, e2e.Oracle],
                     eager_kept: list[runtime.KernelSpec], compile_kept: list[runtime.KernelSpec],
                     report: ApplyReport) -> None:
     """The patched model under torch.compile, on every input set, judged as eager patched was
     (same shapes: the code compiled in the final phase, no recompile)."""
     installation = runtime.install(e2e.with_compile_flag(_union(eager_kept, compile_kept),
-                                                         {s.name for s in compile_kept}))
+                                                         {s.name for s in compile_kept}), model)
     try:
         results = {label: e2e.judge_outputs(e2e.outputs_of(compiled(*inputs)), oracles[label])
                    for label, inputs in input_sets.items()}

@@ -127,6 +127,7 @@ class Variant:
     name: str
     call: Callable[[], Any]
     specs: list[runtime.KernelSpec] = field(default_factory=list)  # installed while it runs
+    model: torch.nn.Module | None = None  # where chains that are a module's forward are installed
     counts: dict[str, runtime.RouteCounts] = field(default_factory=dict)  # routes taken, summed over its runs
 
 
@@ -147,7 +148,7 @@ def time_variants(variants: list[Variant], device: torch.device, seed: int = 0,
 
 
 def _in_state(variant: Variant, work: Callable[[], Any]) -> Any:
-    installation = runtime.install(variant.specs) if variant.specs else None
+    installation = runtime.install(variant.specs, variant.model) if variant.specs else None
     try:
         return work()
     finally:

@@ -171,7 +171,7 @@ def patch(model: torch.nn.Module | None, run: str | Path | RunRecord, only: list
                 continue
         specs.append(spec)
     runtime.disable_compile_caches()
-    handle = Patch(run=record, installation=runtime.install(specs), skipped=skipped)
+    handle = Patch(run=record, installation=runtime.install(specs, model), skipped=skipped)
     _ACTIVE.append(handle)
     runtime.reset_compiled_code()
     return handle

@@ -99,7 +99,7 @@ class Package:
         if not specs:
             return None
         runtime.disable_compile_caches()
-        self.installation = runtime.install(specs)
+        self.installation = runtime.install(specs, model)
         runtime.reset_compiled_code()
         return self.installation
 

@@ -34,6 +34,7 @@ class RoutingCost:
     routed_miss_us: float  # the patched ATen op on the same refused inputs: guard, then the original
     unpatched_op_us: float  # an op nobody patched (add), with no routes installed
     unpatched_op_patched_us: float  # the same op with every route installed
+    via: str = "op"  # op: the ATen op's router; placeholders: a chain's steps; module: a module's forward
 
     @property
     def hit_overhead_us(self) -> float:
@@ -70,10 +71,13 @@ def refused_inputs(args: list[Any], kwargs: dict[str, Any]) -> tuple[list[Any], 
     return tree_map(shift, (args, kwargs))
 
 
-def measure(spec: runtime.KernelSpec, all_specs: list[runtime.KernelSpec], device: torch.device) -> RoutingCost:
+def measure(spec: runtime.KernelSpec, all_specs: list[runtime.KernelSpec], device: torch.device,
+            model: torch.nn.Module | None = None) -> RoutingCost:
     """Each cost as the median over REPEATS rounds, each round timing every call with the routes
-    out and then in, so that drift (a busy host, clocks) falls on both sides alike."""
-    op = call_of(spec)
+    out and then in, so that drift (a busy host, clocks) falls on both sides alike. A chain the
+    model holds as a module's forward is called as that module."""
+    module = module_of(spec, model)
+    op = call_of(spec, module)
     args, kwargs = proved_inputs(spec, device)
     miss_args, miss_kwargs = refused_inputs(args, kwargs)
     small = torch.randn(64, device=device)
@@ -87,7 +91,7 @@ def measure(spec: runtime.KernelSpec, all_specs: list[runtime.KernelSpec], devic
         for _ in range(REPEATS):
             for name, call in unrouted.items():
                 samples[name].append(_burst_us(call, device))
-            installation = runtime.install(all_specs)
+            installation = runtime.install(all_specs, model)
             try:
                 for name, call in routed.items():
                     samples[name].append(_burst_us(call, device))
@@ -99,11 +103,30 @@ def measure(spec: runtime.KernelSpec, all_specs: list[runtime.KernelSpec], devic
     m = {name: statistics.median(values) for name, values in samples.items()}
     return RoutingCost(op=spec.op, kernel=spec.name, direct_us=m["direct"], routed_hit_us=m["hit"],
                        original_us=m["original"], routed_miss_us=m["miss"], unpatched_op_us=m["add"],
-                       unpatched_op_patched_us=m["add routed"])
+                       unpatched_op_patched_us=m["add routed"],
+                       via="module" if module is not None else "placeholders" if spec.chain else "op")
 
 
-def call_of(spec: runtime.KernelSpec) -> Callable[..., Any]:
-    """What a model calls where the kernel goes: the ATen op, or a chain's steps one by one."""
+def module_of(spec: runtime.KernelSpec, model: torch.nn.Module | None) -> torch.nn.Module | None:
+    """The first module of the model that holds the chain as its forward, if any."""
+    boundary = (spec.chain or {}).get("module")
+    if model is None or not boundary:
+        return None
+    for name in boundary["names"]:
+        try:
+            return model.get_submodule(name)
+        except AttributeError:
+            continue
+    return None
+
+
+def call_of(spec: runtime.KernelSpec, module: torch.nn.Module | None = None) -> Callable[..., Any]:
+    """What a model calls where the kernel goes: the ATen op, a chain's steps one by one, or
+    the module whose forward the chain is (its arguments; its parameters are its own)."""
+    if module is not None:
+        inputs = (spec.chain or {})["module"]["inputs"]
+        order = sorted((int(where), k) for k, (kind, where) in enumerate(inputs) if kind == "arg")
+        return lambda *tensors: module(*[tensors[k] for _, k in order])
     if spec.chain is None:
         return runtime._resolve(spec.op)
     steps = fused.ChainPlan(spec).steps

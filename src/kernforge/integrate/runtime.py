@@ -343,9 +343,14 @@ class Installation:
     routed: list[str] = field(default_factory=list)  # the ATen ops whose calls the routers see
     _libraries: list[Any] = field(default_factory=list, repr=False)
     _plans: dict[str, Any] = field(default_factory=dict, repr=False)  # chain name -> fused.ChainPlan
+    module_routes: dict[str, list[Any]] = field(default_factory=dict)  # chain name -> its fused.ModuleRoutes
 
     def remove(self) -> None:
-        """Take every registration out: the dispatcher is as it was before install()."""
+        """Take every registration out: the dispatcher and the modules are as before install()."""
+        for routes in self.module_routes.values():
+            for route in routes:
+                route.remove()
+        self.module_routes = {}
         for lib in self._libraries:
             lib._destroy()
         self._libraries.clear()
@@ -360,19 +365,35 @@ class Installation:
 
     @property
     def active(self) -> bool:
-        return bool(self._libraries)
+        return bool(self._libraries) or bool(self.module_routes)
 
 
-def install(specs: list[KernelSpec]) -> Installation:
+def install(specs: list[KernelSpec], model: torch.nn.Module | None = None) -> Installation:
     """Route each spec's ATen op to its kernel where the guard holds. Several specs may share
-    an op (one per proved signature): each router tries its own guard, then the next one's."""
+    an op (one per proved signature): each router tries its own guard, then the next one's.
+    With the model, a chain that is exactly some modules' forward becomes their forward (one
+    guarded call); it needs placeholders in eager only where a module does not hold it."""
     installation = Installation(specs=list(specs))
-    by_op: dict[str, list[KernelSpec]] = {}
     for spec in specs:
-        for op in spec.routed_ops:
-            by_op.setdefault(op, []).append(spec)
         installation.counts.setdefault(spec.op, RouteCounts())
     installation._plans = {s.name: _fused().ChainPlan(s) for s in specs if s.chain}
+    at_modules: set[str] = set()
+    for spec in specs:
+        if spec.chain and spec.in_eager and model is not None:
+            plan = installation._plans[spec.name]
+            routes = _fused().module_routes(plan, model, installation.counts[spec.op])
+            if routes:
+                installation.module_routes[spec.name] = routes
+                _custom_op(spec)
+                _CURRENT[spec.name] = spec
+            if _fused().covers_every_instance(plan, routes):
+                at_modules.add(spec.name)
+    by_op: dict[str, list[KernelSpec]] = {}
+    for spec in specs:
+        if spec.name in at_modules:
+            continue  # no router: under compile a chain is found in the graph, not at its ops
+        for op in spec.routed_ops:
+            by_op.setdefault(op, []).append(spec)
     for op, group in by_op.items():
         for spec in group:
             _custom_op(spec)

@@ -200,7 +200,8 @@ def end_to_end_tables(report: dict[str, Any]) -> list[Any]:
                      + (f"{len(failed)} failed: " + "; ".join(f"{c['variant']} on {c['inputs']}: {c['why'][:120]}"
                                                               for c in failed) if failed else "all within tolerance"))
     for r in report.get("routing", []):
-        items.append(f"routing {r['kernel']}: {r['hit_overhead_us']:+.1f} us per call taking the kernel "
+        via = {"module": " at its module's forward", "placeholders": " through placeholders"}.get(r.get("via", "op"), "")
+        items.append(f"routing {r['kernel']}{via}: {r['hit_overhead_us']:+.1f} us per call taking the kernel "
                      f"({r['routed_hit_us']:.1f} us against its direct call's {r['direct_us']:.1f}), "
                      f"{r['miss_overhead_us']:+.1f} us per call falling back; an unpatched op "
                      f"{r['unpatched_op_us']:.1f} -> {r['unpatched_op_patched_us']:.1f} us")

@@ -1,0 +1,88 @@
+"""Host cost of a chain's route: at its module's forward against placeholders at every step (issue 32).
+
+For each chain capture finds in a bundled example, a stand-in kernel (one zero-fill launch per
+output, the cheapest entry a kernel can have) is installed twice: as the forward of the modules
+the chain is exactly (fused.module_routes), and through the placeholders at its steps. apply's
+routing measure (integrate/overhead.py: bursts of 200 calls, medians of 7 rounds) gives each
+route's host time per call against the entry called directly. The stand-in makes the ratio the
+worst case: a real kernel's direct call only adds to both sides.
+
+    PYTHONPATH=src python bench/issue32_routing.py --spec example:gemma_decoder --dtype bf16 --out DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import torch
+
+from kernforge.capture.chains import find_chains
+from kernforge.capture.recorder import ModuleTracker, Recorder
+from kernforge.integrate import overhead, runtime
+from kernforge.models import load_model
+from kernforge.models.options import ModelOptions
+
+
+def chains_of(loaded) -> list:
+    recorder = Recorder()
+    with ModuleTracker(loaded.module, recorder), recorder, torch.no_grad():
+        recorder.mark_returned(loaded.module(*loaded.inputs))
+    return find_chains(recorder.calls, recorder.returned_ids, recorder.module_calls)
+
+
+def stand_in(chain, device: torch.device, k: int) -> runtime.KernelSpec:
+    metas = chain.output_metas
+
+    def entry(*_inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return tuple(torch.empty_strided(m["shape"], m["stride"], dtype=runtime._dtype(m["dtype"]),
+                                         device=device).zero_() for m in metas)
+    name = f"bench{k}_" + "".join(ch if ch.isalnum() else "_" for ch in chain.op)[:60]  # one custom op each
+    return runtime.KernelSpec(name=name, op=chain.op, args=chain.input_metas, outputs=metas, backend="triton" if device.type == "cuda" else "cpu",
+                              entry=entry, devices=frozenset({device}), chain=chain.to_json())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--spec", default="example:gemma_decoder")
+    ap.add_argument("--dtype", default="bf16")
+    ap.add_argument("--scale", default="full")
+    ap.add_argument("--top", type=int, default=6)
+    ap.add_argument("--out", default="bench/results/issue32_routing")
+    args = ap.parse_args()
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    loaded = load_model(args.spec, device, ModelOptions(dtype=args.dtype, scale=args.scale))
+    chains = chains_of(loaded)
+    rows = []
+    for k, chain in enumerate(chains[:args.top]):
+        spec = stand_in(chain, device, k)
+        row = {"chain": chain.op, "steps": len(chain.steps), "instances": len(chain.instances),
+               "module_class": (chain.module or {}).get("class"), "module_instances": len((chain.module or {}).get("names", []))}
+        for via, model in (("module", loaded.module), ("placeholders", None)):
+            if via == "module" and not chain.module:
+                continue
+            try:
+                row[via] = overhead.measure(spec, [spec], device, model).to_json()
+            except RuntimeError as e:  # a route the proved inputs never took: reported, not fatal
+                row[via] = {"error": str(e)}
+        rows.append(row)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    info = {"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu", "torch": torch.__version__,
+            "spec": args.spec, "dtype": args.dtype, "scale": args.scale}
+    (out / f"routing_{args.spec.split(':')[-1]}_{args.dtype}.json").write_text(json.dumps({**info, "rows": rows}, indent=1))
+    print(f"{info}")
+    print(f"{'chain':48} {'steps':>5} {'via':>12} {'direct us':>10} {'routed us':>10} {'over us':>8} {'ratio':>6}")
+    for r in rows:
+        for via in ("module", "placeholders"):
+            if via in r and "error" in r[via]:
+                print(f"{r['chain'][:48]:48} {r['steps']:5d} {via:>12} {r[via]['error']}")
+            elif via in r:
+                c = r[via]
+                print(f"{r['chain'][:48]:48} {r['steps']:5d} {via:>12} {c['direct_us']:10.1f} {c['routed_hit_us']:10.1f} "
+                      f"{c['routed_hit_us'] - c['direct_us']:8.1f} {c['routed_hit_us'] / c['direct_us']:6.2f}")
+
+
+if __name__ == "__main__":
+    main()
