@@ -51,7 +51,7 @@ def main() -> None:
     ap.add_argument("--top", type=int, default=6)
     ap.add_argument("--out", default="bench/results/issue32_routing")
     args = ap.parse_args()
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")  # the guards match an index
     loaded = load_model(args.spec, device, ModelOptions(dtype=args.dtype, scale=args.scale))
     chains = chains_of(loaded)
     rows = []
