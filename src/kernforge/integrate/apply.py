@@ -211,7 +211,7 @@ def _measure(loaded: Any, device: torch.device, specs: list[runtime.KernelSpec],
     eager = e2e.model_call(model, inputs)
     alone = [e2e.Variant(f"eager+{s.name}", eager, [s], model) for s in specs] if len(specs) > 1 else []
     variants = [e2e.Variant("eager", eager), e2e.Variant("patched eager, all", eager, specs, model), *alone]
-    first = None
+    first, compiled = None, None
     if compile_model:
         on_progress("compiling the model (torch.compile, default mode)")
         runtime.reset_compiled_code()
@@ -234,9 +234,10 @@ def _measure(loaded: Any, device: torch.device, specs: list[runtime.KernelSpec],
     eager_kept = [s for s in specs if effects[s.name].installed_eager]
     compile_kept, measured = _compile_choice(model, inputs, device, specs, effects, first, compile_model,
                                              on_progress)
-    compiled = _final_phase(model, inputs, device, eager_kept, compile_kept, measured, first, compile_model, report)
-    if compiled is not None:
-        _check_compiled(model, compiled, input_sets, oracles, eager_kept, compile_kept, report)
+    patched = _final_phase(model, inputs, device, eager_kept, compile_kept, measured, first,
+                           compiled if compile_model else None, report)
+    if patched is not None:
+        _check_compiled(model, patched, input_sets, oracles, eager_kept, compile_kept, report)
 
 
 def pays(verdict: str, speedup: float | None) -> bool:
@@ -333,15 +334,21 @@ def _judge_under_compile(phase: CompilePhase, specs: list[runtime.KernelSpec], e
 
 def _final_phase(model: torch.nn.Module, inputs: Any, device: torch.device, eager_kept: list[runtime.KernelSpec],
                  compile_kept: list[runtime.KernelSpec], measured: CompilePhase | None, first: dict[str, Any],
-                 compile_model: bool, report: ApplyReport) -> Callable[..., Any] | None:
-    """The model as the kernels that stayed leave it, four ways; speedups beyond the noise only.
-    Under compile that is the phase that measured exactly the kept kernels, where there is one,
-    else one more compile. Returns the patched compiled model (for its checks), if there is one."""
+                 compiled: Callable[..., Any] | None, report: ApplyReport) -> Callable[..., Any] | None:
+    """The model as the kernels that stayed leave it, four ways; speedups beyond the noise only,
+    each confirmed by a second interleaved measurement. Under compile that is the phase that
+    measured exactly the kept kernels, where there is one, else one more compile. compiled: the
+    unpatched compiled model (None: not compiled). Returns the patched compiled model (for its
+    checks), if there is one."""
+    compile_model = compiled is not None
     eager = e2e.model_call(model, inputs)
-    final = e2e.time_variants([e2e.Variant("eager", eager), e2e.Variant("patched eager", eager, eager_kept, model)],
-                              device, seed=2)
+    pair = [e2e.Variant("eager", eager), e2e.Variant("patched eager", eager, eager_kept, model)]
+    final = e2e.time_variants(pair, device, seed=2)
     timings = {"eager": final["eager"], "patched eager": final["patched eager"]}
     report.speedups["patched eager vs eager"] = _comparison(final["patched eager"], final["eager"])
+    if eager_kept:
+        again = e2e.time_variants(pair, device, seed=3)
+        _confirm(report.speedups["patched eager vs eager"], again["patched eager"], again["eager"])
     if not eager_kept:
         report.speedups["patched eager vs eager"]["verdict"] = "no kernel installed in eager: the model as it is"
     phase = measured
@@ -356,6 +363,11 @@ def _final_phase(model: torch.nn.Module, inputs: Any, device: torch.device, eage
                 phase.timings["patched compile"], first["compile"], phase.timings["eager"], first["eager"])
             report.speedups["patched compile vs eager"] = _comparison(
                 phase.timings["patched compile"], phase.timings["eager"])
+            installed = e2e.with_compile_flag(_union(eager_kept, compile_kept), {s.name for s in compile_kept})
+            again = e2e.time_variants([e2e.Variant("compile", lambda: compiled(*inputs)),
+                                       e2e.Variant("patched compile", lambda: phase.compiled(*inputs), installed, model)],
+                                      device, seed=4)
+            _confirm(report.speedups["patched compile vs compile"], again["patched compile"], again["compile"])
         else:
             timings["patched compile"] = first["compile"]
             report.speedups["patched compile vs compile"] = {
@@ -378,6 +390,15 @@ def _check_compiled(model: torch.nn.Module, compiled: Callable[..., Any], input_
     finally:
         installation.remove()
     _record_checks(results, oracles, "patched compile", report)
+
+
+def _confirm(comparison: dict[str, Any], candidate: Any, baseline: Any) -> None:
+    """The comparison as a second measurement, the two alternated in shuffled rounds, repeats it:
+    both figures kept; a verdict the repeat does not give again is within the noise."""
+    repeat = _comparison(candidate, baseline)
+    comparison["repeat_speedup"], comparison["repeat_verdict"] = repeat["speedup"], repeat["verdict"]
+    if repeat["verdict"] != comparison["verdict"]:
+        comparison["first_verdict"], comparison["verdict"] = comparison["verdict"], "within noise"
 
 
 def _comparison(candidate: Any, baseline: Any, candidate_ref: Any = None, baseline_ref: Any = None) -> dict[str, Any]:

@@ -178,8 +178,12 @@ def end_to_end_tables(report: dict[str, Any]) -> list[Any]:
             key, base = against.get(variant, ("", ""))
             comparison = report["speedups"].get(key, {})
             speed = comparison.get("speedup")
+            verdict = comparison.get("verdict", "")
+            if comparison.get("repeat_speedup"):  # the second, interleaved measurement
+                verdict += (f" (repeat {comparison['repeat_speedup']:.2f}x, {comparison['repeat_verdict']}"
+                            + (f"; first {comparison['first_verdict']}" if comparison.get("first_verdict") else "") + ")")
             timing.add_row(variant, f"{t['p50_ms']:.3f}", f"{t['p20_ms']:.3f}-{t['p80_ms']:.3f}",
-                           _speedup(speed) if key else "", base, comparison.get("verdict", ""))
+                           _speedup(speed) if key else "", base, verdict)
         items.append(timing)
     if report.get("kernels"):
         kernels = Table(title="each kernel alone in the model (a speedup only beyond the noise)")

@@ -65,11 +65,12 @@ def e2e_text(comparison: dict[str, Any] | None) -> str | None:
     if not comparison or comparison.get("speedup") is None:
         return None
     speedup, verdict = comparison["speedup"], str(comparison.get("verdict", ""))
+    repeat = f" (repeat {comparison['repeat_speedup']:.2f}x)" if comparison.get("repeat_speedup") else ""
     if verdict == "faster" or not verdict:
-        return f"{speedup:.2f}x"
+        return f"{speedup:.2f}x{repeat}"
     if verdict.startswith("no kernel installed"):
         return "none installed"
-    return f"{speedup:.2f}x, {verdict}"
+    return f"{speedup:.2f}x{repeat}, {verdict}"
 
 
 def run_header(run: PartialRun, now: float) -> dict[str, Any]:
