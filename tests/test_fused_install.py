@@ -318,3 +318,40 @@ def test_a_step_that_reads_only_inputs_mid_chain_joins_the_run():
     counts = installation.counts[spec.op]
     assert (counts.kernel, counts.fallback, len(calls)) == (1, 0, 1)
     torch.testing.assert_close(got, expected)
+
+
+class TwoWidths(nn.Module):
+    """The same chain at two widths: two signatures whose compile patterns are one pattern."""
+
+    def __init__(self):
+        super().__init__()
+        self.narrow, self.wide = ScaleMaskSoftmax(), ScaleMaskSoftmax()
+
+    def forward(self, x: torch.Tensor, xm: torch.Tensor, y: torch.Tensor, ym: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return self.narrow(x, xm), self.wide(y, ym)
+
+
+def test_under_compile_chains_of_one_structure_at_two_shapes_each_become_their_own_op():
+    torch.manual_seed(0)
+    module = TwoWidths()
+    inputs = (torch.randn(2, 4, 16, 16), torch.randn(16, 16), torch.randn(2, 4, 32, 32), torch.randn(32, 32))
+    recorder = Recorder()
+    with ModuleTracker(module, recorder), recorder, torch.no_grad():
+        recorder.mark_returned(module(*inputs))
+    chains = find_chains(recorder.calls, recorder.returned_ids)
+    assert len(chains) == 2 and chains[0].op == chains[1].op
+    calls: list[int] = []
+    specs = [_spec(chain, f"chain_two_widths_{k}", calls) for k, chain in enumerate(chains)]
+    with torch.no_grad():
+        expected = module(*inputs)
+    runtime.reset_compiled_code()
+    installation = runtime.install(specs)
+    try:
+        with torch.no_grad():
+            got = torch.compile(module)(*inputs)
+    finally:
+        installation.remove()
+        runtime.reset_compiled_code()
+    assert installation.counts[specs[0].op].traced_by_kernel == {s.name: 1 for s in specs}
+    assert len(calls) == 2
+    torch.testing.assert_close(got, expected)

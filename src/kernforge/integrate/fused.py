@@ -375,7 +375,10 @@ class CompilePatterns:
         from torch._subclasses.fake_tensor import unset_fake_temporarily
 
         self.plans = [plan for plan, _ in chosen]
-        self.passes = pm.PatternMatcherPass()
+        # One pass per chain: chains of one structure at other shapes (Gemma's three RMSNorm
+        # signatures) trace to the same pattern, which one pass refuses to hold twice; each
+        # pass's check takes only its own chain's layouts and leaves the rest to the next.
+        self.passes: list[Any] = []
         with unset_fake_temporarily():  # the pass runs inside compile; the patterns trace real tensors
             for plan, counts in chosen:
                 self._register(pm, plan, counts)
@@ -417,9 +420,10 @@ class CompilePatterns:
                 return False
             return _canonical(match.output_nodes(), dict(zip(nodes, names))) == expected
 
+        self.passes.append(pm.PatternMatcherPass())
         with _original_ops():
             pm.register_replacement(search_fn, chain_function(plan, replace), examples, pm.fwd_only,
-                                    [self.passes], extra_check=proved)
+                                    [self.passes[-1]], extra_check=proved)
 
 
 def _leaves(value: Any) -> list[Any]:
@@ -436,8 +440,8 @@ def compile_pass_class() -> type:
 
         def __call__(self, graph: torch.fx.Graph) -> None:
             current = self.patterns()
-            if current is not None:
-                current.passes.apply(graph)
+            for chain_pass in current.passes if current is not None else ():
+                chain_pass.apply(graph)
             for other in (self.before if isinstance(self.before, (list, tuple)) else [self.before]):
                 if other is not None:
                     other(graph)
