@@ -28,3 +28,20 @@ def test_a_gain_the_repeat_does_not_show_is_within_the_noise():
     _confirm(comparison, timing(10.0), timing(10.0))
     assert comparison["verdict"] == "within noise" and comparison["first_verdict"] == "faster"
     assert e2e_text(comparison) == "1.11x (repeat 1.00x), within noise"
+
+
+def test_kernels_that_make_the_model_slower_together_are_dropped_in_eager():
+    from kernforge.integrate.apply import KernelEffect, drop_if_slower
+
+    kept = [KernelEffect(task="t0", op="chain:a", kernel="k0", op_speedup_vs_eager=7.5, installed_eager=True),
+            KernelEffect(task="t1", op="chain:b", kernel="k1", op_speedup_vs_eager=7.0, installed_eager=True, note="n")]
+    comparison = _comparison(timing(7.3), timing(6.3))
+    _confirm(comparison, timing(7.2), timing(6.3))
+    drop_if_slower(comparison, kept)
+    assert not any(k.installed_eager for k in kept)
+    assert kept[1].note.startswith("n; the model with every kept kernel was slower (0.86x")
+    assert comparison["verdict"].startswith("slower: every kernel dropped")
+    faster = _comparison(timing(6.0), timing(6.3))
+    again = [KernelEffect(task="t0", op="chain:a", kernel="k0", op_speedup_vs_eager=7.5, installed_eager=True)]
+    drop_if_slower(faster, again)
+    assert again[0].installed_eager

@@ -236,8 +236,22 @@ def _measure(loaded: Any, device: torch.device, specs: list[runtime.KernelSpec],
                                              on_progress)
     patched = _final_phase(model, inputs, device, eager_kept, compile_kept, measured, first,
                            compiled if compile_model else None, report)
+    drop_if_slower(report.speedups["patched eager vs eager"], [effects[s.name] for s in eager_kept])
     if patched is not None:
         _check_compiled(model, patched, input_sets, oracles, eager_kept, compile_kept, report)
+
+
+def drop_if_slower(comparison: dict[str, Any], kept: list[KernelEffect]) -> None:
+    """Each kept kernel paid alone, but the model with all of them is slower, in both interleaved
+    measurements (their host costs add up: Gemma-style bf16 on the H200, 1.09x and 1.57x alone,
+    0.86x together, bench/results/h200/issue32/README.md): none is installed in eager."""
+    if not kept or comparison.get("verdict") != "slower":
+        return
+    for effect in kept:
+        effect.installed_eager = False
+        effect.note = (effect.note + "; " if effect.note else "") + \
+            f"the model with every kept kernel was slower ({comparison['speedup']:.2f}x, repeated): dropped in eager"
+    comparison["verdict"] = "slower: every kernel dropped in eager, the model as it is"
 
 
 def pays(verdict: str, speedup: float | None) -> bool:
