@@ -10,16 +10,15 @@ from __future__ import annotations
 
 import pytest
 import torch
+from test_fused_install import _spec as chain_spec  # the chain's float64 replay, counted
 from torch import nn
 
 from kernforge.capture.chains import find_chains
 from kernforge.capture.recorder import ModuleTracker, Recorder
 from kernforge.integrate import runtime
-from kernforge.tasks import ChainReference
 
 pytestmark = pytest.mark.unit
 
-CPU = frozenset({torch.device("cpu")})
 
 
 class RMSNorm(nn.Module):
@@ -49,24 +48,11 @@ def captured(net: nn.Module, x: torch.Tensor):
     return chain
 
 
-def spec_of(chain, calls: list[int]) -> runtime.KernelSpec:
-    oracle = ChainReference(chain.to_json()).in_float64()
-    dtypes = [runtime._dtype(m["dtype"]) for m in chain.output_metas]
-
-    def kernel(*inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        calls.append(1)
-        outs = oracle(*[t.double() if t.is_floating_point() else t for t in inputs])
-        return tuple(o.to(d) for o, d in zip(outs, dtypes))
-    return runtime.KernelSpec(name="chain_rms_norm_test", op=chain.op, args=chain.input_metas,
-                              outputs=chain.output_metas, backend="cpu", entry=kernel, devices=CPU,
-                              chain=chain.to_json())
-
-
 @pytest.fixture
 def case():
     net, x = model(), torch.randn(4, 32)
     calls: list[int] = []
-    return net, x, spec_of(captured(net, x), calls), calls
+    return net, x, chain_spec(captured(net, x), "chain_rms_norm_test", calls), calls
 
 
 def test_capture_finds_each_norm_module_to_be_the_chain(case):
