@@ -39,12 +39,29 @@ class ResidualRMSNorm(nn.Module):
         return normed @ self.weight.unsqueeze(-1), h * 2
 
 
-def _chain_of(module: nn.Module, *inputs: torch.Tensor) -> dict:
+def _chains_of(module: nn.Module, *inputs: torch.Tensor) -> list:
+    """The chains capture finds in one pass of the module, as optimize's capture finds them."""
     recorder = Recorder()
     with ModuleTracker(module, recorder), recorder, torch.no_grad():
         recorder.mark_returned(module(*inputs))
-    (chain,) = find_chains(recorder.calls, recorder.returned_ids)
+    return find_chains(recorder.calls, recorder.returned_ids, recorder.module_calls)
+
+
+def _chain_of(module: nn.Module, *inputs: torch.Tensor) -> dict:
+    (chain,) = _chains_of(module, *inputs)
     return chain
+
+
+def _compiled_run(module: nn.Module, inputs: tuple, specs: list[runtime.KernelSpec]) -> tuple[object, runtime.Installation]:
+    """The module under torch.compile with the specs installed, compiled code reset before and after."""
+    runtime.reset_compiled_code()
+    installation = runtime.install(specs)
+    try:
+        with torch.no_grad():
+            return torch.compile(module)(*inputs), installation
+    finally:
+        installation.remove()
+        runtime.reset_compiled_code()
 
 
 def _spec(chain, name: str, calls: list[int]) -> runtime.KernelSpec:
@@ -208,14 +225,7 @@ def test_under_compile_the_chain_becomes_the_custom_op_in_the_graph(softmax_case
     module, inputs, spec, calls = softmax_case
     with torch.no_grad():
         expected = module(*inputs)
-    runtime.reset_compiled_code()
-    installation = runtime.install([spec])
-    try:
-        with torch.no_grad():
-            got = torch.compile(module)(*inputs)
-    finally:
-        installation.remove()
-        runtime.reset_compiled_code()
+    got, installation = _compiled_run(module, inputs, [spec])
     counts = installation.counts[spec.op]
     assert counts.traced_by_kernel == {spec.name: 1} and counts.kernel == 0
     assert len(calls) == 1  # the compiled graph ran the kernel, through the custom op
@@ -335,23 +345,13 @@ def test_under_compile_chains_of_one_structure_at_two_shapes_each_become_their_o
     torch.manual_seed(0)
     module = TwoWidths()
     inputs = (torch.randn(2, 4, 16, 16), torch.randn(16, 16), torch.randn(2, 4, 32, 32), torch.randn(32, 32))
-    recorder = Recorder()
-    with ModuleTracker(module, recorder), recorder, torch.no_grad():
-        recorder.mark_returned(module(*inputs))
-    chains = find_chains(recorder.calls, recorder.returned_ids)
+    chains = _chains_of(module, *inputs)
     assert len(chains) == 2 and chains[0].op == chains[1].op
     calls: list[int] = []
     specs = [_spec(chain, f"chain_two_widths_{k}", calls) for k, chain in enumerate(chains)]
     with torch.no_grad():
         expected = module(*inputs)
-    runtime.reset_compiled_code()
-    installation = runtime.install(specs)
-    try:
-        with torch.no_grad():
-            got = torch.compile(module)(*inputs)
-    finally:
-        installation.remove()
-        runtime.reset_compiled_code()
+    got, installation = _compiled_run(module, inputs, specs)
     assert installation.counts[specs[0].op].traced_by_kernel == {s.name: 1 for s in specs}
     assert len(calls) == 2
     torch.testing.assert_close(got, expected)

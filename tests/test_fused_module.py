@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from test_fused_install import _chains_of as chains_of
 from test_fused_install import _spec as chain_spec  # the chain's float64 replay, counted
 from torch import nn
 
-from kernforge.capture.chains import find_chains
-from kernforge.capture.recorder import ModuleTracker, Recorder
 from kernforge.integrate import runtime
 
 pytestmark = pytest.mark.unit
@@ -40,11 +39,7 @@ def model() -> nn.Sequential:
 
 
 def captured(net: nn.Module, x: torch.Tensor):
-    recorder = Recorder()
-    with ModuleTracker(net, recorder), recorder, torch.no_grad():
-        recorder.mark_returned(net(x))
-    chains = find_chains(recorder.calls, recorder.returned_ids, recorder.module_calls)
-    (chain,) = [c for c in chains if c.module]
+    (chain,) = [c for c in chains_of(net, x) if c.module]
     return chain
 
 

@@ -24,6 +24,7 @@ import atexit
 import multiprocessing
 import multiprocessing.connection
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -101,8 +102,6 @@ class ForkServer:
 def kill_worker(worker: Any) -> None:
     """Kill a worker's process group and reap the worker. A forked worker that has not yet made
     its own group (killed in its first milliseconds) is killed by its pid."""
-    import signal
-
     try:
         os.killpg(worker.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):

@@ -109,9 +109,9 @@ def run_job(job: dict[str, Any], job_dir: Path, timeout_s: float, env_extra: dic
     prestart: start the next job's worker meanwhile; not on a Ray node, where Ray sets each task's
     CUDA_VISIBLE_DEVICES, so a waiting worker seldom matches the next job and would only hold a
     CUDA context. fork: a CPU job's worker is forked (evaluate.forked); not on a Ray node, whose
-    worker process is Ray's: a fork server started from it re-ran Ray's worker module in every
-    fork, and the node took up baseline jobs again while the first was still running. The result carries `host_marks`: this process's clock at each mark the worker's
-    harness wrote at the start and end of a session of calls (see host_clock_disagrees)."""
+    worker process is Ray's own and untried as a fork server's parent. The result carries
+    `host_marks`: this process's clock at each mark the worker's harness wrote at the start and
+    end of a session of calls (see host_clock_disagrees)."""
     job_dir.mkdir(parents=True, exist_ok=True)
     job = {**job, "result_path": str(job_dir / "result.json")}
     (job_dir / "job.json").write_text(json.dumps(job, indent=1))

@@ -540,9 +540,9 @@ def covers_every_instance(plan: ChainPlan, routes: list[ModuleRoute]) -> bool:
 def _proved_tensors(plan: ChainPlan) -> Callable[[list[Any], bool], bool]:
     """The guard of a module route, in one loop: each tensor plain, of the proved dtype, shape,
     strides, alignment and device, none wanting a gradient, on the default stream for a CUDA
-    library (runtime._runnable_here's rule). A whole guarded forward costs 4.3 us over its entry
-    on a 2-core CPU, where the router's per-argument checks took 2 us a tensor
-    (bench/results/cpu/issue32/README.md)."""
+    library (runtime._runnable_here's rule). On the H200 a module's guarded forward cost 5.1-5.4 us
+    over its entry, where placeholders at a 10-step chain's steps cost 221-229 us
+    (bench/results/h200/issue32/README.md)."""
     spec = plan.spec
     devices = {d.index if d.type == "cuda" else -1 for d in spec.devices}
     expected = []
