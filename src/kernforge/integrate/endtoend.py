@@ -155,13 +155,7 @@ def _in_state(variant: Variant, work: Callable[[], Any]) -> Any:
         if installation is not None:
             installation.remove()
             for op, c in installation.counts.items():
-                total = variant.counts.setdefault(op, runtime.RouteCounts())
-                total.kernel, total.custom_op, total.fallback = (
-                    total.kernel + c.kernel, total.custom_op + c.custom_op, total.fallback + c.fallback)
-                for name, n in c.by_kernel.items():
-                    total.by_kernel[name] = total.by_kernel.get(name, 0) + n
-                for name, n in c.traced_by_kernel.items():
-                    total.traced_by_kernel[name] = total.traced_by_kernel.get(name, 0) + n
+                variant.counts.setdefault(op, runtime.RouteCounts()).add(c)
 
 
 def _warm(variant: Variant, device: torch.device) -> float:

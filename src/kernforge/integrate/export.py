@@ -5,13 +5,15 @@
       README.md
       PACKAGE/                   default kernforge_<model>_kernels
         __init__.py              install(model=None, force=False), uninstall()
-        loader.py runtime.py fused.py native_abi.py importing.py    kernforge's own files, verbatim
+        loader.py runtime.py fused.py native_abi.py importing.py dispatch.py dispatch.cpp
+                                 kernforge's own files, verbatim
         manifest.json            per kernel: op, schema, guard, outputs, speedups; the device;
                                  the versions; a sha256 of every other file of PACKAGE/
         kernels/NAME.c + NAME.so (cpu), NAME.py (triton), NAME.cu + NAME.so (cuda)
 
 The package runs kernforge's runtime, not a copy of its logic: the five files are copied as
 they are, and each imports its neighbours relatively when it is not inside kernforge.
+Native dispatch (dispatch.cpp) is built where the package is installed, against the torch there.
 """
 
 from __future__ import annotations
@@ -30,12 +32,12 @@ import kernforge
 from kernforge import importing
 from kernforge.backends import BuildError, get_backend, native_abi
 from kernforge.errors import UserError
-from kernforge.integrate import fused, loader, runtime
+from kernforge.integrate import dispatch, fused, loader, runtime
 from kernforge.integrate.install import Winner, installable, placement, winners
 from kernforge.store.reader import RunRecord, read_run
 
 # Shipped verbatim: each is torch-only and imports its neighbours relatively outside kernforge.
-SHIPPED_MODULES = (runtime, fused, loader, native_abi, importing)
+SHIPPED_MODULES = (runtime, fused, loader, native_abi, importing, dispatch)
 
 
 @dataclass
@@ -149,6 +151,7 @@ def _write_package(run: RunRecord, found: list[Winner], root: Path, package: str
                         f"({reasons})")
     for module in SHIPPED_MODULES:
         shutil.copyfile(module.__file__, pkg / Path(module.__file__).name)
+    shutil.copyfile(dispatch.SOURCE, pkg / dispatch.SOURCE.name)  # built where the package is installed
     (pkg / "__init__.py").write_text(_init_source(run, package))
     manifest = _manifest(run, package, result.device, entries, pkg)
     (pkg / loader.MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
@@ -321,7 +324,7 @@ dependencies = {json.dumps(dependencies)}
 packages = ["{package}"]
 
 [tool.setuptools.package-data]
-{package} = ["{loader.MANIFEST}", "kernels/*"]
+{package} = ["{loader.MANIFEST}", "kernels/*", "{dispatch.SOURCE.name}"]
 '''
 
 

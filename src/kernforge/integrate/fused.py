@@ -223,11 +223,10 @@ class ChainRun:
             raise RuntimeError(f"an input of the fused chain kernforge::{spec.name} ({spec.op}) was written "
                                "in place between the chain's steps; the fused kernel would read the new value. "
                                "Remove this kernel (kernforge.patch(..., only=...)) for this model")
-        out = runtime._run(spec, tuple(self.inputs), {})
+        out = runtime._run(spec, tuple(self.inputs), {}, list(self.inputs))
         out = tuple(out) if isinstance(out, (tuple, list)) else (out,)
         self.results = dict(zip(self.plan.outputs, out))
-        self.counts.kernel += 1
-        self.counts.by_kernel[spec.name] = self.counts.by_kernel.get(spec.name, 0) + 1
+        self.counts.took(spec.name)
 
     def _outputs_of(self, j: int) -> Any:
         step = self.plan.steps[j]
@@ -247,7 +246,7 @@ class ChainRun:
         if self.values is None or len(self.values) <= ref[0]:
             if not self.results and not self.abandoned:
                 self.abandoned = True
-                self.counts.fallback += 1
+                self.counts.fell_back()
                 if self.plan.current is self:
                     self.plan.current = None
             with _original_ops():
@@ -590,10 +589,9 @@ def guarded_forward(plan: ChainPlan, module: torch.nn.Module, boundary: dict[str
             return original(*args, **kwargs)
         tensors = [args[at] if at >= 0 else getattr(owner, attr) for at, owner, attr in sources]
         if not proved(tensors, grad_enabled()):
-            counts.fallback += 1
+            counts.fell_back()
             return original(*args)
-        counts.kernel += 1
-        counts.by_kernel[spec.name] = counts.by_kernel.get(spec.name, 0) + 1
-        out = runtime._run(spec, tuple(tensors), {})
+        counts.took(spec.name)
+        out = runtime._run(spec, tuple(tensors), {}, tensors)
         return out[0] if isinstance(out, (tuple, list)) else out
     return forward

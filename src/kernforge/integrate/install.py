@@ -83,7 +83,8 @@ def build_spec(winner: Winner, build_dir: Path, devices: frozenset[torch.device]
     entry = runtime.load_entry(winner.backend, path, winner.outputs)
     return runtime.KernelSpec(name=runtime.kernel_name(winner.op, winner.source.read_bytes()),
                               op=winner.op, args=winner.args, outputs=winner.outputs,
-                              backend=winner.backend, entry=entry, devices=devices, chain=winner.chain)
+                              backend=winner.backend, entry=entry, devices=devices, chain=winner.chain,
+                              library=path if winner.backend in ("cpu", "cuda") else None)
 
 
 def devices_for(run: RunRecord) -> frozenset[torch.device]:

@@ -241,7 +241,7 @@ def load_spec(root: Path, kernel: dict[str, Any], devices: frozenset[torch.devic
     return runtime.KernelSpec(name=kernel["name"], op=kernel["op"], args=kernel["guard"],
                               outputs=kernel["outputs"], backend=backend, entry=entry, devices=devices,
                               in_eager=kernel.get("in_eager", True), under_compile=kernel.get("under_compile", True),
-                              chain=kernel.get("chain"))
+                              chain=kernel.get("chain"), library=path if backend in ("cpu", "cuda") else None)
 
 
 def cpu_library(root: Path, kernel: dict[str, Any], package: str) -> Path:

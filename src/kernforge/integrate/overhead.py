@@ -28,13 +28,16 @@ REPEATS = 7
 class RoutingCost:
     op: str
     kernel: str
-    direct_us: float  # the kernel's own entry called directly: the floor of a routed hit
+    direct_us: float  # the kernel's own entry called directly (its C++ one where it has one): a hit's floor
+    aten_us: float  # the unpatched call on the proved inputs: what a routed hit replaces
     routed_hit_us: float  # the patched ATen op on the proved inputs: guard, then the kernel
     original_us: float  # the unpatched ATen op on inputs the guard refuses
     routed_miss_us: float  # the patched ATen op on the same refused inputs: guard, then the original
     unpatched_op_us: float  # an op nobody patched (add), with no routes installed
     unpatched_op_patched_us: float  # the same op with every route installed
     via: str = "op"  # op: the ATen op's router; placeholders: a chain's steps; module: a module's forward
+    native: bool = False  # the hit's guard and launch ran in C++ (dispatch.py), not in Python
+    python_direct_us: float | None = None  # the kernel's Python entry called directly, where it has a C++ one
 
     @property
     def hit_overhead_us(self) -> float:
@@ -44,8 +47,14 @@ class RoutingCost:
     def miss_overhead_us(self) -> float:
         return self.routed_miss_us - self.original_us
 
+    @property
+    def hit_vs_aten(self) -> float:
+        """A routed hit's host time over the call it replaces' (<= 1: the route costs no more)."""
+        return self.routed_hit_us / self.aten_us if self.aten_us > 0 else float("inf")
+
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "hit_overhead_us": self.hit_overhead_us, "miss_overhead_us": self.miss_overhead_us}
+        return {**asdict(self), "hit_overhead_us": self.hit_overhead_us, "miss_overhead_us": self.miss_overhead_us,
+                "hit_vs_aten": self.hit_vs_aten}
 
 
 def proved_inputs(spec: runtime.KernelSpec, device: torch.device) -> tuple[list[Any], dict[str, Any]]:
@@ -81,12 +90,16 @@ def measure(spec: runtime.KernelSpec, all_specs: list[runtime.KernelSpec], devic
     args, kwargs = proved_inputs(spec, device)
     miss_args, miss_kwargs = refused_inputs(args, kwargs)
     small = torch.randn(64, device=device)
-    unrouted = {"direct": lambda: spec.entry(*args, **kwargs), "original": lambda: op(*miss_args, **miss_kwargs),
-                "add": lambda: torch.add(small, small)}
+    runtime.prepare_native(spec)
+    tensors = [t for t in runtime._flat((args, kwargs)) if isinstance(t, torch.Tensor)]
+    native = spec.native
+    unrouted = {"direct": (lambda: native(*tensors)) if native is not None else lambda: spec.entry(*args, **kwargs),
+                "python direct": lambda: spec.entry(*args, **kwargs), "aten": lambda: op(*args, **kwargs),
+                "original": lambda: op(*miss_args, **miss_kwargs), "add": lambda: torch.add(small, small)}
     routed = {"hit": lambda: op(*args, **kwargs), "miss": lambda: op(*miss_args, **miss_kwargs),
               "add routed": lambda: torch.add(small, small)}
     samples: dict[str, list[float]] = {name: [] for name in [*unrouted, *routed]}
-    taken = 0
+    taken, via_native = 0, False
     with torch.no_grad():
         for _ in range(REPEATS):
             for name, call in unrouted.items():
@@ -96,15 +109,18 @@ def measure(spec: runtime.KernelSpec, all_specs: list[runtime.KernelSpec], devic
                 for name, call in routed.items():
                     samples[name].append(_burst_us(call, device))
                 taken += installation.counts[spec.op].kernel
+                via_native = (spec.chain is None and spec.op in installation.native_ops) or (
+                    module is not None and native is not None)
             finally:
                 installation.remove()
     if taken == 0:
         raise RuntimeError(f"{spec.name}: the proved inputs did not take the kernel")
     m = {name: statistics.median(values) for name, values in samples.items()}
-    return RoutingCost(op=spec.op, kernel=spec.name, direct_us=m["direct"], routed_hit_us=m["hit"],
+    return RoutingCost(op=spec.op, kernel=spec.name, direct_us=m["direct"], aten_us=m["aten"], routed_hit_us=m["hit"],
                        original_us=m["original"], routed_miss_us=m["miss"], unpatched_op_us=m["add"],
                        unpatched_op_patched_us=m["add routed"],
-                       via="module" if module is not None else "placeholders" if spec.chain else "op")
+                       via="module" if module is not None else "placeholders" if spec.chain else "op",
+                       native=via_native, python_direct_us=m["python direct"] if native is not None else None)
 
 
 def module_of(spec: runtime.KernelSpec, model: torch.nn.Module | None) -> torch.nn.Module | None:

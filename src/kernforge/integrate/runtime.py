@@ -40,7 +40,9 @@ from torch._subclasses.fake_tensor import is_fake
 if __name__.startswith("kernforge."):
     from kernforge.backends.native_abi import bind_entry, call_entry, empty_like_meta
     from kernforge.importing import import_path
+    from kernforge.integrate import dispatch
 else:  # inside an exported package, where these files sit beside this one
+    from . import dispatch  # type: ignore[no-redef]
     from .importing import import_path  # type: ignore[no-redef]
     from .native_abi import bind_entry, call_entry, empty_like_meta  # type: ignore[no-redef]
 
@@ -64,6 +66,11 @@ class KernelSpec:
     # A fused chain's steps and outputs (fused.py): op is then its name ("chain:mul+add+_softmax"),
     # args its inputs' descriptions, outputs the values it keeps; None for a single ATen op.
     chain: dict[str, Any] | None = None
+    library: Path | None = None  # the compiled library of a cpu or cuda kernel
+    # The kernel's C++ entry (dispatch.py): its tensors in guard order in, its outputs out; None
+    # where it has none, and native_why says why. Made once per spec, at its first install.
+    native: Any = field(default=None, repr=False)
+    native_why: str | None = None
 
     @property
     def routed_ops(self) -> list[str]:
@@ -260,7 +267,7 @@ def _custom_op(spec: KernelSpec) -> Any:
             current = _CURRENT.get(name)
             if current is None or _RUNNING[0] or not _runnable_here(current, tensors):
                 return _as_declared(original(*args, **kwargs), len(metas))
-            return _as_declared(_run(current, args, kwargs), len(metas))
+            return _as_declared(_run(current, args, kwargs, list(tensors)), len(metas))
 
         def fake(*tensors: torch.Tensor) -> Any:
             device = tensors[0].device
@@ -325,15 +332,56 @@ def _runnable_here(spec: KernelSpec, tensors: Any) -> bool:
 # ---------------------------------------------------------------------------- routing
 
 
-@dataclass
 class RouteCounts:
-    """Calls of one installed op since it was installed, by where they went."""
+    """Calls of one installed op since it was installed, by where they went: those the Python
+    routes counted, plus those of its native routers (read when asked)."""
 
-    kernel: int = 0  # ran a kernel directly (eager)
-    custom_op: int = 0  # became the custom op (tracing under torch.compile)
-    fallback: int = 0  # ran the original op
-    by_kernel: dict[str, int] = field(default_factory=dict)  # the direct runs, per kernel name
-    traced_by_kernel: dict[str, int] = field(default_factory=dict)  # the custom-op calls, per kernel name
+    def __init__(self, kernel: int = 0, custom_op: int = 0, fallback: int = 0,
+                 by_kernel: dict[str, int] | None = None, traced_by_kernel: dict[str, int] | None = None) -> None:
+        self.custom_op = custom_op  # became the custom op (tracing under torch.compile)
+        self.traced_by_kernel = dict(traced_by_kernel or {})  # the custom-op calls, per kernel name
+        self._fallback = fallback  # ran the original op
+        self._by_kernel = dict(by_kernel or {})  # ran a kernel directly (eager), per kernel name
+        self._kernel = kernel - sum(self._by_kernel.values())  # direct runs no kernel name was given for
+        self.native: list[tuple[Any, list[str]]] = []  # (a native router's registration, its routes' kernels)
+
+    def took(self, kernel: str) -> None:
+        self._by_kernel[kernel] = self._by_kernel.get(kernel, 0) + 1
+
+    def fell_back(self) -> None:
+        self._fallback += 1
+
+    @property
+    def by_kernel(self) -> dict[str, int]:
+        merged = dict(self._by_kernel)
+        for registration, names in self.native:
+            per_route, _, _ = registration.counts()
+            for name, n in zip(names, per_route):
+                if n:
+                    merged[name] = merged.get(name, 0) + n
+        return merged
+
+    @property
+    def kernel(self) -> int:
+        return self._kernel + sum(self.by_kernel.values())
+
+    @property
+    def fallback(self) -> int:
+        return self._fallback + sum(registration.counts()[1] for registration, _ in self.native)
+
+    def add(self, other: RouteCounts) -> None:
+        """Another's calls into this one (a total over phases), natively counted ones included."""
+        self.custom_op += other.custom_op
+        self._fallback += other.fallback
+        for name, n in other.by_kernel.items():
+            self._by_kernel[name] = self._by_kernel.get(name, 0) + n
+        self._kernel += other.kernel - sum(other.by_kernel.values())
+        for name, n in other.traced_by_kernel.items():
+            self.traced_by_kernel[name] = self.traced_by_kernel.get(name, 0) + n
+
+    def __repr__(self) -> str:
+        return (f"RouteCounts(kernel={self.kernel}, custom_op={self.custom_op}, fallback={self.fallback}, "
+                f"by_kernel={self.by_kernel}, traced_by_kernel={self.traced_by_kernel})")
 
 
 @dataclass
@@ -344,9 +392,14 @@ class Installation:
     _libraries: list[Any] = field(default_factory=list, repr=False)
     _plans: dict[str, Any] = field(default_factory=dict, repr=False)  # chain name -> fused.ChainPlan
     module_routes: dict[str, list[Any]] = field(default_factory=dict)  # chain name -> its fused.ModuleRoutes
+    _native: list[Any] = field(default_factory=list, repr=False)  # native routers, over the Python ones
+    native_ops: list[str] = field(default_factory=list)  # the ATen ops whose calls a native router takes
 
     def remove(self) -> None:
         """Take every registration out: the dispatcher and the modules are as before install()."""
+        for registration in self._native:
+            registration.remove()
+        self._native.clear()
         for routes in self.module_routes.values():
             for route in routes:
                 route.remove()
@@ -376,6 +429,7 @@ def install(specs: list[KernelSpec], model: torch.nn.Module | None = None) -> In
     installation = Installation(specs=list(specs))
     for spec in specs:
         installation.counts.setdefault(spec.op, RouteCounts())
+        prepare_native(spec)
     installation._plans = {s.name: _fused().ChainPlan(s) for s in specs if s.chain}
     at_modules: set[str] = set()
     for spec in specs:
@@ -415,14 +469,83 @@ def _route(op: str, specs: list[KernelSpec], installation: Installation) -> Any:
     # key, its head op's router leaves compile's tracing alone (a fallback there turns a Python
     # number into a tensor constant, and the graph would no longer read as the chain's pattern)
     only_chains = all(spec.chain for spec in specs)
-    for key in (backend_key,) if only_chains else (f"Autograd{backend_key}", backend_key):
+    keys = (backend_key,) if only_chains else (f"Autograd{backend_key}", backend_key)
+    native_routes = _native_routes(op, specs)
+    originals = {key: dispatch.snapshot(op, key) for key in keys} if native_routes else {}
+    for key in keys:
         original = torch._C._dispatch_get_computed_kernel_for_dispatch_key(
             f"{namespace}::{name}", getattr(torch._C.DispatchKey, key))
         with warnings.catch_warnings():  # "Overriding a previously registered kernel": the point
             warnings.filterwarnings("ignore", message=".*[Oo]verrid.*")
             lib.impl(name, _router(op, specs, original, installation), key, with_keyset=True)
+    for key in keys if native_routes else ():
+        registration = dispatch.register_router(op, key, originals[key], native_routes)
+        installation._native.append(registration)
+        installation.counts[op].native.append((registration, [spec.name for spec in specs]))
+    if native_routes:
+        installation.native_ops.append(op)
     _forget_resolution(op)
     return lib
+
+
+def _native_routes(op: str, specs: list[KernelSpec]) -> list[tuple[list[dict], Any]] | None:
+    """The native router's routes for these specs (each one's guard and C++ entry), or None
+    where one of them has no native entry or no guard the C++ router can check: then the
+    Python router serves the op alone. Chains start in Python (placeholders)."""
+    if any(spec.chain or spec.native is None or not spec.in_eager for spec in specs):
+        return None
+    routes = []
+    for spec in specs:
+        try:
+            routes.append((dispatch.router_checks(_resolve(op), spec.args, spec.devices, ALIGNMENT), spec.native))
+        except dispatch.NotNative as e:
+            spec.native_why = f"no native guard: {e}"
+            return None
+    return routes
+
+
+def prepare_native(spec: KernelSpec) -> None:
+    """spec.native made once, where this machine can build native dispatch; else native_why."""
+    if spec.native is not None or spec.native_why is not None:
+        return
+    if not dispatch.enabled():
+        spec.native_why = "turned off (KERNFORGE_NATIVE_DISPATCH=0)"
+        return
+    try:
+        spec.native = dispatch.native_entry(spec, _python_call(spec), lambda: example_inputs(spec))
+    except dispatch.NotNative as e:
+        spec.native_why = str(e)
+    except Exception as e:  # noqa: BLE001 - a kernel that fails here keeps its Python entry, and says why
+        spec.native_why = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}"
+
+
+def _python_call(spec: KernelSpec) -> Callable[[list[torch.Tensor]], Any]:
+    """The Python entry over the guard's tensors, as the native entry is called."""
+    if spec.chain is not None:
+        return lambda tensors: spec.entry(*tensors)
+    rebuild = make_rebuild(spec.args)
+
+    def call(tensors: list[torch.Tensor]) -> Any:
+        args, kwargs = rebuild(tensors)
+        return spec.entry(*args, **kwargs)
+    return call
+
+
+def example_inputs(spec: KernelSpec) -> list[torch.Tensor]:
+    """Fresh tensors of the proved layouts: normal values, indices 0 and 1 (in range of any
+    dimension a kernel could index)."""
+    device = sorted(spec.devices, key=str)[0] if spec.devices else torch.device("cpu")
+    tensors = []
+    for meta in tensor_metas(spec.args):
+        t = torch.empty_strided(meta["shape"], meta["stride"], dtype=_dtype(meta["dtype"]), device=device)
+        if t.is_floating_point():
+            t.normal_()
+        elif t.dtype == torch.bool:
+            t.random_(0, 2)
+        else:
+            t.random_(0, 2)
+        tensors.append(t)
+    return tensors
 
 
 def _forget_resolution(op: str) -> None:
@@ -461,14 +584,13 @@ def _router(op_name: str, specs: list[KernelSpec], original: Any, installation: 
                 continue
             if all(_plain(t) for t in tensors):
                 if spec.in_eager and _runnable_here(spec, tensors):
-                    counts.kernel += 1
-                    counts.by_kernel[spec.name] = counts.by_kernel.get(spec.name, 0) + 1
-                    return _run(spec, args, kwargs)
+                    counts.took(spec.name)
+                    return _run(spec, args, kwargs, tensors)
             elif spec.under_compile and all(is_fake(t) for t in tensors):
                 counts.custom_op += 1
                 counts.traced_by_kernel[spec.name] = counts.traced_by_kernel.get(spec.name, 0) + 1
                 return custom_op(*tensors)
-        counts.fallback += 1
+        counts.fell_back()
         if rewrap is not None:
             args, kwargs = rewrap(args, kwargs)
         return original.call_boxed(keyset, *args, **kwargs)
@@ -580,9 +702,13 @@ def reset_compiled_code() -> None:
 # ---------------------------------------------------------------------------- helpers
 
 
-def _run(spec: KernelSpec, args: Any, kwargs: Any) -> Any:
+def _run(spec: KernelSpec, args: Any, kwargs: Any, tensors: list[torch.Tensor] | None = None) -> Any:
+    """The kernel on a call: its C++ entry on the call's tensors where it has one, else its
+    Python entry on the call's arguments."""
     _RUNNING[0] += 1
     try:
+        if spec.native is not None and tensors is not None:
+            return spec.native(*tensors)
         return spec.entry(*args, **kwargs)
     finally:
         _RUNNING[0] -= 1

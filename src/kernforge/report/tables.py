@@ -205,8 +205,10 @@ def end_to_end_tables(report: dict[str, Any]) -> list[Any]:
                                                               for c in failed) if failed else "all within tolerance"))
     for r in report.get("routing", []):
         via = {"module": " at its module's forward", "placeholders": " through placeholders"}.get(r.get("via", "op"), "")
-        items.append(f"routing {r['kernel']}{via}: {r['hit_overhead_us']:+.1f} us per call taking the kernel "
-                     f"({r['routed_hit_us']:.1f} us against its direct call's {r['direct_us']:.1f}), "
+        how = "native" if r.get("native") else "Python"
+        aten = f", {r['aten_us']:.1f} us for the ATen call it replaces" if "aten_us" in r else ""
+        items.append(f"routing {r['kernel']}{via} ({how}): {r['hit_overhead_us']:+.1f} us per call taking the kernel "
+                     f"({r['routed_hit_us']:.1f} us against its direct call's {r['direct_us']:.1f}{aten}), "
                      f"{r['miss_overhead_us']:+.1f} us per call falling back; an unpatched op "
                      f"{r['unpatched_op_us']:.1f} -> {r['unpatched_op_patched_us']:.1f} us")
     for task, why in report.get("not_installed", {}).items():

@@ -1,0 +1,131 @@
+"""kernforge.integrate.dispatch on the CPU: the C backend's winner guarded and called from C++.
+
+The session's finished run of the tiny model (its first finalist promoted to winner, as in
+test_integrate.py) installed with native dispatch: the proved call takes the C++ router and
+entry, every other call (another layout, a gradient, torch.compile's tracing) goes where it
+went before, and removal leaves the dispatcher as it was. The costs per call are apply's
+routing measure, reported, not asserted (bench/results/.../issue32).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from test_integrate import promote_first_finalist
+
+import kernforge
+from kernforge.integrate import dispatch, overhead, runtime
+
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("integrate")]
+
+OP = torch.ops.aten._softmax.default
+SOFTMAX = "aten::_softmax.default"
+
+
+@pytest.fixture(scope="module")
+def run_dir(finished_run, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    copy = finished_run.copy_to(tmp_path_factory.mktemp("runs"), applied=False)
+    promote_first_finalist(copy)
+    return copy
+
+
+def test_the_proved_call_takes_the_native_router_and_matches_the_python_entry(run_dir):
+    x = torch.randn(2, 40, 40)
+    with torch.no_grad(), kernforge.patch(None, run_dir) as handle:
+        (spec,) = handle.specs
+        assert spec.native is not None, spec.native_why
+        assert handle.installation.native_ops == [SOFTMAX]
+        got = OP(x, -1, False)
+        assert handle.counts[SOFTMAX].kernel == 1 and handle.counts[SOFTMAX].by_kernel == {spec.name: 1}
+        assert torch.equal(got, spec.entry(x, -1, False))
+    assert torch.allclose(got, OP(x, -1, False), rtol=1e-5, atol=1e-6)
+
+
+def test_calls_the_guard_refuses_run_the_original_bit_for_bit(run_dir):
+    x = torch.randn(2, 40, 40)
+    refused = {"shape": (torch.randn(3, 40, 40), -1), "dtype": (x.double(), -1),
+               "layout": (x.transpose(1, 2).contiguous().transpose(1, 2), -1),
+               "misaligned": (torch.randn(2 * 40 * 40 + 1)[1:].view(2, 40, 40), -1), "other dim": (x, 1)}
+    expected = {k: OP(t, dim, False) for k, (t, dim) in refused.items()}
+    with torch.no_grad(), kernforge.patch(None, run_dir) as handle:
+        got = {k: OP(t, dim, False) for k, (t, dim) in refused.items()}
+        counts = handle.counts[SOFTMAX]
+        assert counts.kernel == 0 and counts.fallback >= len(refused)
+    for key in refused:
+        assert torch.equal(got[key], expected[key]), key
+
+
+def test_a_gradient_and_compiles_tracing_go_past_the_native_router(run_dir):
+    x = torch.randn(2, 40, 40)
+    reference = x.clone().requires_grad_()
+    torch.softmax(reference, -1).pow(2).sum().backward()
+    with kernforge.patch(None, run_dir) as handle:
+        wanting = x.clone().requires_grad_()
+        torch.softmax(wanting, -1).pow(2).sum().backward()
+        assert handle.counts[SOFTMAX].kernel == 0
+        with torch.no_grad():
+            torch.compile(lambda t: torch.softmax(t, -1) * 2.0)(x)
+        assert handle.counts[SOFTMAX].custom_op >= 1  # the Python router put the custom op in the graph
+    assert torch.equal(wanting.grad, reference.grad)
+
+
+def test_removal_leaves_the_dispatcher_as_it_was(run_dir):
+    before = torch._C._dispatch_dump("aten::_softmax")
+    handle = kernforge.patch(None, run_dir)
+    assert handle.installation.native_ops
+    assert torch._C._dispatch_dump("aten::_softmax") != before
+    handle.remove()
+    assert torch._C._dispatch_dump("aten::_softmax") == before
+
+
+def test_turned_off_the_python_router_serves_alone(run_dir, monkeypatch):
+    monkeypatch.setenv("KERNFORGE_NATIVE_DISPATCH", "0")
+    x = torch.randn(2, 40, 40)
+    with torch.no_grad(), kernforge.patch(None, run_dir) as handle:
+        (spec,) = handle.specs
+        assert spec.native is None and "KERNFORGE_NATIVE_DISPATCH=0" in spec.native_why
+        assert not handle.installation.native_ops
+        OP(x, -1, False)
+        assert handle.counts[SOFTMAX].kernel == 1
+
+
+def test_no_compiler_is_one_warning_and_the_python_router(run_dir, tmp_path):
+    script = (f"import torch, kernforge\n"
+              f"x = torch.randn(2, 40, 40)\n"
+              f"with torch.no_grad(), kernforge.patch(None, {str(run_dir)!r}) as h:\n"
+              f"    torch.ops.aten._softmax.default(x, -1, False)\n"
+              f"    print('kernel calls', h.counts['{SOFTMAX}'].kernel, 'native', h.installation.native_ops)\n")
+    env = {**os.environ, "CXX": str(tmp_path / "no-such-g++"), "KERNFORGE_DISPATCH_CACHE": str(tmp_path / "cache")}
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "kernel calls 1 native []" in proc.stdout
+    warned = [line for line in proc.stderr.splitlines() if "native dispatch is not available" in line]
+    assert len(warned) == 1 and "g++" in warned[0], proc.stderr
+
+
+def test_the_routing_measure_says_native_and_what_the_aten_call_costs(run_dir):
+    with kernforge.patch(None, run_dir) as handle:
+        specs = list(handle.specs)
+    cost = overhead.measure(specs[0], specs, torch.device("cpu"))
+    assert cost.native and cost.via == "op"
+    assert cost.aten_us > 0 and cost.python_direct_us is not None and cost.direct_us > 0
+    assert "hit_vs_aten" in cost.to_json()
+
+
+def test_a_library_entry_is_checked_against_the_python_entry(run_dir, monkeypatch):
+    """An entry whose outputs differ from the Python entry's is not used (here: a Python entry
+    made to disagree), and says why."""
+    handle = kernforge.patch(None, run_dir)
+    (spec,) = handle.specs
+    handle.remove()
+    spec.native, spec.native_why = None, None
+    python = spec.entry
+    spec.entry = lambda *a, **k: python(*a, **k) + 1.0
+    runtime.prepare_native(spec)
+    assert spec.native is None and "differ from the Python entry" in spec.native_why
+    assert dispatch.native_module() is not None
