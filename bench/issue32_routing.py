@@ -32,12 +32,31 @@ def chains_of(loaded) -> list:
     return find_chains(recorder.calls, recorder.returned_ids, recorder.module_calls)
 
 
+def _zero_kernel():
+    """On a GPU the stand-in launches one Triton kernel per output (what a searched chain's
+    entry does, so that native dispatch replays it); on the CPU it is zero_()."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def zero(out_ptr, n, BLOCK: tl.constexpr):
+        offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(out_ptr + offsets, tl.zeros([BLOCK], dtype=out_ptr.dtype.element_ty), mask=offsets < n)
+
+    def launch(out: torch.Tensor) -> torch.Tensor:
+        n = out.numel()
+        zero[(triton.cdiv(n, 1024),)](out, n, BLOCK=1024)
+        return out
+    return launch
+
+
 def stand_in(chain, device: torch.device, k: int) -> runtime.KernelSpec:
     metas = chain.output_metas
+    fill = _zero_kernel() if device.type == "cuda" else torch.Tensor.zero_
 
     def entry(*_inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        return tuple(torch.empty_strided(m["shape"], m["stride"], dtype=runtime._dtype(m["dtype"]),
-                                         device=device).zero_() for m in metas)
+        return tuple(fill(torch.empty_strided(m["shape"], m["stride"], dtype=runtime._dtype(m["dtype"]),
+                                              device=device)) for m in metas)
     name = f"bench{k}_" + "".join(ch if ch.isalnum() else "_" for ch in chain.op)[:60]  # one custom op each
     return runtime.KernelSpec(name=name, op=chain.op, args=chain.input_metas, outputs=metas, backend="triton" if device.type == "cuda" else "cpu",
                               entry=entry, devices=frozenset({device}), chain=chain.to_json())
@@ -71,7 +90,8 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     info = {"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu", "torch": torch.__version__,
             "spec": args.spec, "dtype": args.dtype, "scale": args.scale}
-    (out / f"routing_{args.spec.split(':')[-1]}_{args.dtype}.json").write_text(json.dumps({**info, "rows": rows}, indent=1))
+    native = "" if runtime.dispatch.enabled() else "_python"
+    (out / f"routing_{args.spec.split(':')[-1]}_{args.dtype}{native}.json").write_text(json.dumps({**info, "rows": rows}, indent=1))
     print(f"{info}")
     print(f"{'chain':48} {'steps':>5} {'via':>12} {'direct us':>10} {'routed us':>10} {'over us':>8} {'ratio':>6}")
     for r in rows:
@@ -81,7 +101,8 @@ def main() -> None:
             elif via in r:
                 c = r[via]
                 print(f"{r['chain'][:48]:48} {r['steps']:5d} {via:>12} {c['direct_us']:10.1f} {c['routed_hit_us']:10.1f} "
-                      f"{c['routed_hit_us'] - c['direct_us']:8.1f} {c['routed_hit_us'] / c['direct_us']:6.2f}")
+                      f"{c['routed_hit_us'] - c['direct_us']:8.1f} {c['routed_hit_us'] / c['direct_us']:6.2f} "
+                      f"aten {c['aten_us']:.1f} us, native {c['native']}")
 
 
 if __name__ == "__main__":
