@@ -55,7 +55,7 @@ def softmax_spec(shape: tuple[int, ...], dtype: torch.dtype, device: torch.devic
     stride = [1] * len(shape)
     for i in range(len(shape) - 2, -1, -1):
         stride[i] = stride[i + 1] * shape[i + 1]
-    meta = {"shape": list(shape), "stride": stride, "dtype": str(dtype), "device": str(device)}
+    meta = {"shape": list(shape), "stride": stride, "dtype": str(dtype), "device": device.type}
     spec = runtime.KernelSpec(name=f"bench_softmax_{'native' if native else 'python'}_{dtype}".replace("torch.", ""),
                               op="aten::_softmax.default", args=[meta, -1, False], outputs=[meta], backend="triton",
                               entry=runtime.load_entry("triton", path, [meta]), devices=frozenset({device}))

@@ -261,7 +261,7 @@ struct Counts {
 
 class RouterKernel final : public c10::OperatorKernel {
  public:
-  RouterKernel(std::vector<Route> routes, c10::KernelFunction original, c10::KernelFunction python_router,
+  RouterKernel(std::vector<Route> routes, c10::SafeKernelFunction original, c10::SafeKernelFunction python_router,
                std::shared_ptr<Counts> counts)
       : routes_(std::move(routes)), original_(std::move(original)), python_router_(std::move(python_router)),
         counts_(std::move(counts)) {}
@@ -295,8 +295,8 @@ class RouterKernel final : public c10::OperatorKernel {
 
  private:
   std::vector<Route> routes_;
-  c10::KernelFunction original_;
-  c10::KernelFunction python_router_;
+  c10::SafeKernelFunction original_;
+  c10::SafeKernelFunction python_router_;
   std::shared_ptr<Counts> counts_;
 };
 
@@ -310,14 +310,14 @@ c10::OperatorHandle find_op(const std::string& name, const std::string& overload
   return *op;
 }
 
-// The kernel serving `key` now: kept by value, so that it stays callable after an override.
+// The kernel serving `key` now: a copy of it, which stays callable after an override.
 struct Snapshot {
-  c10::KernelFunction kernel;
+  c10::SafeKernelFunction kernel;
 };
 
 Snapshot snapshot(const std::string& name, const std::string& overload, const std::string& key) {
   auto op = find_op(name, overload);
-  return Snapshot{op.getComputedKernelForDispatchKey(c10::parseDispatchKey(key)).kernelFunction()};
+  return Snapshot{op.getComputedKernelForDispatchKey(c10::parseDispatchKey(key))};
 }
 
 class Registration {
@@ -327,7 +327,7 @@ class Registration {
       : counts_(std::make_shared<Counts>(routes.size())) {
     auto op = find_op(ns + "::" + name, overload);
     auto dispatch_key = c10::parseDispatchKey(key);
-    auto python_router = op.getComputedKernelForDispatchKey(dispatch_key).kernelFunction();
+    auto python_router = op.getComputedKernelForDispatchKey(dispatch_key);
     QuietWarnings quiet;
     c10::WarningUtils::WarningHandlerGuard guard(&quiet);
     library_ = std::make_unique<torch::Library>(torch::Library::IMPL, ns, dispatch_key, __FILE__, __LINE__);
