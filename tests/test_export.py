@@ -34,7 +34,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("export")]  # one
 PACKAGE = "kernforge_tiny_softmax_kernels"
 SHIPPED = {"runtime.py": "integrate/runtime.py", "fused.py": "integrate/fused.py",
            "loader.py": "integrate/loader.py", "native_abi.py": "backends/native_abi.py",
-           "importing.py": "importing.py"}
+           "importing.py": "importing.py", "dispatch.py": "integrate/dispatch.py",
+           "dispatch.cpp": "integrate/dispatch.cpp"}
 KERNFORGE_SRC = Path(kernforge.__file__).parent
 
 
@@ -231,12 +232,12 @@ with torch.no_grad():
     expected = model(x)
     installation = kernels.install(model)
     out = model(x)
-    seen["counts"] = vars(installation.counts["aten::_softmax.default"]).copy()
+    seen["counts"] = installation.counts["aten::_softmax.default"].to_json()
     seen["max_error"] = (out - expected).abs().max().item()
     seen["cache_while_installed"] = inductor_config.fx_graph_cache
     seen["uninstalled"] = kernels.uninstall()
     model(x)
-seen["counts_after"] = vars(installation.counts["aten::_softmax.default"]).copy()
+seen["counts_after"] = installation.counts["aten::_softmax.default"].to_json()
 seen["dispatcher_restored"] = torch._C._dispatch_dump("aten::_softmax") == dispatcher_before
 seen["cache_restored"] = inductor_config.fx_graph_cache == cache_before
 
@@ -261,7 +262,7 @@ seen["other_device_warnings"] = [f"{w.category.__name__}: {w.message}" for w in 
 with torch.no_grad():
     forced = other.install(force=True)
     model(x)
-    seen["forced_counts"] = vars(forced.counts["aten::_softmax.default"]).copy()
+    seen["forced_counts"] = forced.counts["aten::_softmax.default"].to_json()
     other.uninstall()
 
 def tamper(root):
