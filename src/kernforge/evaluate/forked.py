@@ -143,8 +143,9 @@ def _run_job(job_path: str, env: dict[str, str], log_path: str,
 
 def _take_the_jobs_threads(value: str | None) -> None:
     """torch read OMP_NUM_THREADS when the server imported it; a job whose environment says
-    otherwise gets what a fresh interpreter would have taken from it (one thread asked for, and a
-    2-thread pool kept: an op waited for the other core, 8.1 ms a call for 0.23 ms of work)."""
+    otherwise gets the count it asks for, or the machine's CPU count where it asks for none (one
+    thread asked for and a 2-thread pool kept: an op waited for the other core, 8.1 ms a call for
+    0.23 ms of work)."""
     import torch
 
     threads = int(value) if value and value.isdigit() and int(value) > 0 else os.cpu_count() or 1

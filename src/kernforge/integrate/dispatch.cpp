@@ -255,7 +255,6 @@ struct Route {
 struct Counts {
   std::vector<std::atomic<int64_t>> kernel;  // per route
   std::atomic<int64_t> fallback{0};
-  std::atomic<int64_t> handed_on{0};  // calls with the Python key, given to the Python router
   explicit Counts(size_t n) : kernel(n) {}
 };
 
@@ -268,8 +267,7 @@ class RouterKernel final : public c10::OperatorKernel {
 
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack) {
     if (keys.has(c10::DispatchKey::Python) || keys.has(c10::DispatchKey::PythonTLSSnapshot)) {
-      counts_->handed_on.fetch_add(1, std::memory_order_relaxed);
-      return python_router_.callBoxed(op, keys, stack);
+      return python_router_.callBoxed(op, keys, stack);  // it counts these calls itself
     }
     const size_t n = op.schema().arguments().size();
     auto args = torch::jit::last(*stack, n);
@@ -341,7 +339,7 @@ class Registration {
   py::tuple counts() const {
     std::vector<int64_t> kernel;
     for (const auto& k : counts_->kernel) kernel.push_back(k.load());
-    return py::make_tuple(kernel, counts_->fallback.load(), counts_->handed_on.load());
+    return py::make_tuple(kernel, counts_->fallback.load());
   }
 
  private:
@@ -415,11 +413,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def("__call__", [](const Entry& e, py::args args) {
         std::vector<at::Tensor> inputs;
         for (auto a : args) inputs.push_back(THPVariable_Unpack(a.ptr()));
-        std::vector<at::Tensor> out;
-        {
-          py::gil_scoped_release release;
-          out = e.run(inputs);
-        }
+        // the GIL stays held: a launch takes microseconds, and an allocation may reach a
+        // Python dispatch mode the caller has on
+        std::vector<at::Tensor> out = e.run(inputs);
         if (out.size() == 1) return py::reinterpret_steal<py::object>(THPVariable_Wrap(std::move(out[0])));
         py::tuple result(out.size());
         for (size_t i = 0; i < out.size(); ++i)
@@ -431,7 +427,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("snapshot", &snapshot, "the kernel serving (op name, overload, dispatch key) now");
   py::class_<Registration>(m, "Registration")
       .def("remove", &Registration::remove)
-      .def("counts", &Registration::counts, "(kernel calls per route, fallbacks, calls handed to the Python router)");
+      .def("counts", &Registration::counts, "(kernel calls per route, fallbacks)");
   m.def("register_router", [](const std::string& ns, const std::string& name, const std::string& overload,
                               const std::string& key, const Snapshot& original, const py::list& routes) {
     std::vector<Route> built;

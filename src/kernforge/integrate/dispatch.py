@@ -153,16 +153,16 @@ def library_plan(spec: Any) -> dict[str, Any]:
         raise NotNative("no compiled library")
     import ctypes
 
-    handle = ctypes.CDLL(str(spec.library))
+    # kept, so that the library stays loaded as long as the process may call it
+    handle = _LIBRARIES.setdefault(str(spec.library), ctypes.CDLL(str(spec.library)))
     address = ctypes.cast(handle.kf_forward, ctypes.c_void_p).value
-    _LIBRARIES.append(handle)  # the library stays loaded as long as the process may call it
     device = _device_of(spec)
     allocs = [_alloc(m) for m in spec.outputs]
     return {"kind": 1, "device": device, "allocs": allocs, "outputs": list(range(len(allocs))),
             "launches": [], "steps": [], "library_fn": address or 0}
 
 
-_LIBRARIES: list[Any] = []
+_LIBRARIES: dict[str, Any] = {}
 
 
 def _device_of(spec: Any) -> str:
@@ -175,8 +175,7 @@ def _device_of(spec: Any) -> str:
 
 
 def _alloc(meta: dict[str, Any]) -> dict[str, Any]:
-    return {"sizes": list(meta["shape"]), "strides": list(meta["stride"]),
-            "dtype": getattr(torch, meta["dtype"].replace("torch.", ""))}
+    return {"sizes": list(meta["shape"]), "strides": list(meta["stride"]), "dtype": dtype_named(meta["dtype"])}
 
 
 def _as_list(out: Any) -> list[torch.Tensor]:
@@ -215,18 +214,12 @@ def _bitwise(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 # ---------------------------------------------------------------------------- Triton launches
 
-# ATen calls a Triton entry may make around its launches: allocations, views, and fills of a
-# fresh allocation. Any other means host work the replay would skip, so the kernel stays in Python.
-_VIEWS = {"view", "_unsafe_view", "as_strided", "t", "transpose", "permute", "expand", "squeeze", "unsqueeze",
-          "select", "slice", "alias", "detach", "_reshape_alias", "unflatten", "flatten", "split", "unbind",
-          "narrow", "view_as", "expand_as", "reshape", "contiguous", "movedim", "chunk", "diagonal"}
+# ATen calls a Triton entry may make around its launches: allocations, views (told by what they
+# return: every tensor out aliases a tensor in), and fills of a fresh allocation. Any other is host
+# work the replay would skip, so the kernel keeps its Python entry.
 _ALLOCS = {"empty", "empty_strided", "empty_like", "new_empty", "new_empty_strided"}
-_FILLS = {"zero_", "fill_", "zeros", "zeros_like", "new_zeros", "full", "full_like", "new_full"}
-
-
-# ATen calls that fill, with where their value is: zero_ and the zeros fill with 0.
-_FILL_VALUE_AT = {"fill_": 1, "full": 1, "full_like": 1, "new_full": 2}
-_ZERO_FILLS = {"zero_", "zeros", "zeros_like", "new_zeros"}
+_NEW_FILLED = {"zeros": 0, "zeros_like": 0, "new_zeros": 0, "full": 1, "full_like": 1, "new_full": 2}  # value at
+_IN_PLACE_FILLS = {"zero_": None, "fill_": 1}  # value at (None: zero)
 
 
 class _Recorder(TorchDispatchMode):
@@ -240,22 +233,32 @@ class _Recorder(TorchDispatchMode):
         self.refused: str | None = None
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
-        kwargs = kwargs or {}
-        out = func(*args, **kwargs)
+        out = func(*args, **(kwargs or {}))
         name = func.__name__.split(".")[0]
-        if name in _VIEWS:
-            return out
-        if name in _ALLOCS or (name in _ZERO_FILLS | set(_FILL_VALUE_AT) and name not in ("zero_", "fill_")):
+        if name in _ALLOCS or name in _NEW_FILLED:
             self.allocs.append(out)
-        if name in _ZERO_FILLS or name in _FILL_VALUE_AT:
-            value = 0.0 if name in _ZERO_FILLS else args[_FILL_VALUE_AT[name]]
-            if isinstance(value, (int, float, bool)) and not isinstance(value, torch.Tensor):
-                self.events.append(("fill", (args[0] if name in ("zero_", "fill_") else out, float(value))))
-            else:
-                self.refused = self.refused or f"fills with a tensor value ({func})"
-        elif name not in _ALLOCS:
+        if name in _NEW_FILLED:
+            self._fill(func, out, args[_NEW_FILLED[name]] if _NEW_FILLED[name] else 0.0)
+        elif name in _IN_PLACE_FILLS:
+            at = _IN_PLACE_FILLS[name]
+            self._fill(func, args[0], args[at] if at else 0.0)
+        elif name not in _ALLOCS and not _aliases_an_input(out, args):
             self.refused = self.refused or f"runs {func} on the host side"
         return out
+
+    def _fill(self, func: Any, target: torch.Tensor, value: Any) -> None:
+        if isinstance(value, (int, float, bool)):
+            self.events.append(("fill", (target, float(value))))
+        else:
+            self.refused = self.refused or f"fills with a tensor value ({func})"
+
+
+def _aliases_an_input(out: Any, args: tuple) -> bool:
+    """A view: every tensor it returns lives in the storage of a tensor it was given."""
+    outs = [out] if isinstance(out, torch.Tensor) else list(out) if isinstance(out, (tuple, list)) else []
+    storages = {t.untyped_storage().data_ptr() for t in args if isinstance(t, torch.Tensor)}
+    return bool(outs) and all(isinstance(o, torch.Tensor) and o.untyped_storage().data_ptr() in storages
+                              for o in outs)
 
 
 def triton_plan(spec: Any, python_call: Callable[[list[torch.Tensor]], Any],
@@ -367,7 +370,7 @@ def _param(kind: str, value: Any, sources: list[tuple[int, int, torch.Tensor]]) 
 def router_checks(op: Any, args_desc: list[Any], devices: frozenset[torch.device], alignment: int) -> list[dict]:
     """One check per schema argument of the proved call (defaults filled in, as the dispatcher's
     stack holds them); raises NotNative for an argument the C++ guard does not know."""
-    positional, keywords = _split(args_desc)
+    positional, keywords = split_kwargs(args_desc)
     checks = []
     for i, argument in enumerate(op._schema.arguments):
         if i < len(positional) and not argument.kwarg_only:
@@ -382,10 +385,16 @@ def router_checks(op: Any, args_desc: list[Any], devices: frozenset[torch.device
     return checks
 
 
-def _split(args: list[Any]) -> tuple[list[Any], dict[str, Any]]:
+def split_kwargs(args: list[Any]) -> tuple[list[Any], dict[str, Any]]:
+    """A captured call's description as (positional, keywords): keywords come last, as {"kwargs": {...}}."""
     if args and isinstance(args[-1], dict) and set(args[-1]) == {"kwargs"}:
         return list(args[:-1]), dict(args[-1]["kwargs"])
     return list(args), {}
+
+
+def dtype_named(name: str) -> torch.dtype:
+    """torch.float32 from "torch.float32" (or "float32"), as descriptions write dtypes."""
+    return getattr(torch, name.replace("torch.", ""))
 
 
 def _described(value: Any) -> Any:
@@ -394,7 +403,7 @@ def _described(value: Any) -> Any:
 
 def _check(desc: Any, kind: str, devices: frozenset[torch.device], alignment: int) -> dict[str, Any]:
     if isinstance(desc, dict) and "shape" in desc:
-        dtype = getattr(torch, desc["dtype"].replace("torch.", ""))
+        dtype = dtype_named(desc["dtype"])
         element = torch.empty((), dtype=dtype).element_size()
         cuda = desc.get("device", "cpu").startswith("cuda")
         return {"kind": 0, "dtype": dtype, "sizes": list(desc["shape"]), "strides": list(desc["stride"]),

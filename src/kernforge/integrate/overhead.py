@@ -58,12 +58,8 @@ class RoutingCost:
 
 
 def proved_inputs(spec: runtime.KernelSpec, device: torch.device) -> tuple[list[Any], dict[str, Any]]:
-    """A call the guard accepts, made from its description: fresh values in the proved layout
-    (normal draws; integer tensors zero, a valid index anywhere)."""
-    tensors = []
-    for meta in runtime.tensor_metas(spec.args):
-        t = torch.empty_strided(meta["shape"], meta["stride"], dtype=runtime._dtype(meta["dtype"]), device=device)
-        tensors.append(t.normal_() if t.is_floating_point() else t.zero_())
+    """A call the guard accepts, made from its description (runtime.example_inputs on `device`)."""
+    tensors = [t.to(device) for t in runtime.example_inputs(spec)]
     return runtime.make_rebuild(spec.args)(tensors)
 
 
@@ -94,8 +90,10 @@ def measure(spec: runtime.KernelSpec, all_specs: list[runtime.KernelSpec], devic
     tensors = [t for t in runtime._flat((args, kwargs)) if isinstance(t, torch.Tensor)]
     native = spec.native
     unrouted = {"direct": (lambda: native(*tensors)) if native is not None else lambda: spec.entry(*args, **kwargs),
-                "python direct": lambda: spec.entry(*args, **kwargs), "aten": lambda: op(*args, **kwargs),
-                "original": lambda: op(*miss_args, **miss_kwargs), "add": lambda: torch.add(small, small)}
+                "aten": lambda: op(*args, **kwargs), "original": lambda: op(*miss_args, **miss_kwargs),
+                "add": lambda: torch.add(small, small)}
+    if native is not None:  # the Python entry beside the C++ one it gave way to
+        unrouted["python direct"] = lambda: spec.entry(*args, **kwargs)
     routed = {"hit": lambda: op(*args, **kwargs), "miss": lambda: op(*miss_args, **miss_kwargs),
               "add routed": lambda: torch.add(small, small)}
     samples: dict[str, list[float]] = {name: [] for name in [*unrouted, *routed]}

@@ -144,10 +144,7 @@ def make_guard(args: list[Any]) -> Callable[[tuple, dict], list[torch.Tensor] | 
     return guard
 
 
-def _split_kwargs(args: list[Any]) -> tuple[list[Any], dict[str, Any]]:
-    if args and isinstance(args[-1], dict) and set(args[-1]) == {"kwargs"}:
-        return list(args[:-1]), dict(args[-1]["kwargs"])
-    return list(args), {}
+_split_kwargs = dispatch.split_kwargs
 
 
 def _check_for(desc: Any) -> Callable[[Any, list], bool]:
@@ -188,8 +185,7 @@ def _tensor_check(desc: dict[str, Any]) -> Callable[[Any, list], bool]:
     return check
 
 
-def _dtype(name: str) -> torch.dtype:
-    return getattr(torch, name.replace("torch.", ""))
+_dtype = dispatch.dtype_named
 
 
 # ---------------------------------------------------------------------------- call templates
@@ -336,13 +332,11 @@ class RouteCounts:
     """Calls of one installed op since it was installed, by where they went: those the Python
     routes counted, plus those of its native routers (read when asked)."""
 
-    def __init__(self, kernel: int = 0, custom_op: int = 0, fallback: int = 0,
-                 by_kernel: dict[str, int] | None = None, traced_by_kernel: dict[str, int] | None = None) -> None:
+    def __init__(self, custom_op: int = 0, traced_by_kernel: dict[str, int] | None = None) -> None:
         self.custom_op = custom_op  # became the custom op (tracing under torch.compile)
         self.traced_by_kernel = dict(traced_by_kernel or {})  # the custom-op calls, per kernel name
-        self._fallback = fallback  # ran the original op
-        self._by_kernel = dict(by_kernel or {})  # ran a kernel directly (eager), per kernel name
-        self._kernel = kernel - sum(self._by_kernel.values())  # direct runs no kernel name was given for
+        self._fallback = 0  # ran the original op
+        self._by_kernel: dict[str, int] = {}  # ran a kernel directly (eager), per kernel name
         self.native: list[tuple[Any, list[str]]] = []  # (a native router's registration, its routes' kernels)
 
     def took(self, kernel: str) -> None:
@@ -355,7 +349,7 @@ class RouteCounts:
     def by_kernel(self) -> dict[str, int]:
         merged = dict(self._by_kernel)
         for registration, names in self.native:
-            per_route, _, _ = registration.counts()
+            per_route, _ = registration.counts()
             for name, n in zip(names, per_route):
                 if n:
                     merged[name] = merged.get(name, 0) + n
@@ -363,7 +357,7 @@ class RouteCounts:
 
     @property
     def kernel(self) -> int:
-        return self._kernel + sum(self.by_kernel.values())
+        return sum(self.by_kernel.values())
 
     @property
     def fallback(self) -> int:
@@ -375,7 +369,6 @@ class RouteCounts:
         self._fallback += other.fallback
         for name, n in other.by_kernel.items():
             self._by_kernel[name] = self._by_kernel.get(name, 0) + n
-        self._kernel += other.kernel - sum(other.by_kernel.values())
         for name, n in other.traced_by_kernel.items():
             self.traced_by_kernel[name] = self.traced_by_kernel.get(name, 0) + n
 
@@ -536,19 +529,14 @@ def _python_call(spec: KernelSpec) -> Callable[[list[torch.Tensor]], Any]:
 
 
 def example_inputs(spec: KernelSpec) -> list[torch.Tensor]:
-    """Fresh tensors of the proved layouts: normal values, indices 0 and 1 (in range of any
-    dimension a kernel could index)."""
+    """Fresh tensors of the proved layouts, on the first device the kernel may run on: normal
+    draws; integer tensors zero (a valid index into any dimension), booleans drawn."""
     device = sorted(spec.devices, key=str)[0] if spec.devices else torch.device("cpu")
     tensors = []
     for meta in tensor_metas(spec.args):
         t = torch.empty_strided(meta["shape"], meta["stride"], dtype=_dtype(meta["dtype"]), device=device)
-        if t.is_floating_point():
-            t.normal_()
-        elif t.dtype == torch.bool:
-            t.random_(0, 2)
-        else:
-            t.random_(0, 2)
-        tensors.append(t)
+        tensors.append(t.normal_() if t.is_floating_point() else t.random_(0, 2) if t.dtype == torch.bool
+                       else t.zero_())
     return tensors
 
 
