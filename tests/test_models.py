@@ -292,3 +292,18 @@ def test_resolve_device():
 def test_cuda_without_gpu_is_a_user_error():
     with pytest.raises(UserError, match="no CUDA GPU is visible"):
         resolve_device("cuda")
+
+
+# ---------------------------------------------------------------- dtypes
+
+def test_bundled_language_models_and_vae_default_to_bf16_on_a_gpu_only():
+    from kernforge.models.loader import with_device_dtype
+    from kernforge.models.options import ModelOptions
+
+    gpu = torch.device("cuda")
+    for name in ("gemma_decoder", "qwen_moe", "sd35_vae_decoder"):
+        assert with_device_dtype(f"example:{name}", gpu, ModelOptions()).dtype == "bf16"
+        assert with_device_dtype(f"example:{name}", CPU, ModelOptions()).dtype is None
+        assert with_device_dtype(f"example:{name}", gpu, ModelOptions(dtype="fp32")).dtype == "fp32"
+    assert with_device_dtype("example:resnet50", gpu, ModelOptions()).dtype is None  # its users run fp32
+    assert with_device_dtype(str(TINY_MODEL), gpu, ModelOptions()).dtype is None

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +58,7 @@ def bundled_examples() -> list[str]:
 
 
 def load_model(spec: str, device: torch.device, opts: ModelOptions | None = None) -> LoadedModel:
-    opts = opts or ModelOptions()
+    opts = with_device_dtype(spec, device, opts or ModelOptions())
     module, inputs, name = _build(spec, opts)
     module = module.to(device).eval()
     inputs = tuple(_to_device(x, device) for x in inputs)
@@ -66,6 +66,16 @@ def load_model(spec: str, device: torch.device, opts: ModelOptions | None = None
         module = module.to(opts.torch_dtype)
         inputs = tuple(_cast_floats(x, opts.torch_dtype) for x in inputs)
     return LoadedModel(module=module, inputs=inputs, device=device, name=name, spec=spec)
+
+
+def with_device_dtype(spec: str, device: torch.device, opts: ModelOptions) -> ModelOptions:
+    """The options with the dtype a bundled example declares for a GPU (GPU_DTYPE) where none
+    was asked: its users run bf16 there, and a search on float32 tunes for a model nobody runs."""
+    prefix, _, name = spec.partition(":")
+    if opts.dtype is not None or device.type != "cuda" or prefix != "example" or not (EXAMPLES_DIR / f"{name}.py").is_file():
+        return opts
+    gpu_dtype = getattr(importlib.import_module(f"kernforge.models.examples.{name}"), "GPU_DTYPE", None)
+    return replace(opts, dtype=gpu_dtype) if gpu_dtype else opts
 
 
 def run_forward(loaded: LoadedModel) -> Any:

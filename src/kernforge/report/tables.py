@@ -173,7 +173,11 @@ def end_to_end_tables(report: dict[str, Any]) -> list[Any]:
         for name in ("variant", "p50 ms", "p20-p80 ms", "speedup", "against", "verdict"):
             timing.add_column(name, justify="left" if name in ("variant", "against", "verdict") else "right")
         against = {"patched eager": ("patched eager vs eager", "eager"), "compile": ("compile vs eager", "eager"),
-                   "patched compile": ("patched compile vs compile", "compile")}
+                   "patched compile": ("patched compile vs compile", "compile"),
+                   "patched eager, CUDA graph": ("patched eager, CUDA graph vs eager, CUDA graph",
+                                                 "eager, CUDA graph"),
+                   "patched compile, reduce-overhead": (
+                       "patched compile, reduce-overhead vs compile, reduce-overhead", "compile, reduce-overhead")}
         for variant, t in report["timings_ms"].items():
             key, base = against.get(variant, ("", ""))
             comparison = report["speedups"].get(key, {})
@@ -213,6 +217,7 @@ def end_to_end_tables(report: dict[str, Any]) -> list[Any]:
                      f"{r['unpatched_op_us']:.1f} -> {r['unpatched_op_patched_us']:.1f} us")
     for task, why in report.get("not_installed", {}).items():
         items.append(f"not installed, {task}: {why}")
+    items += report.get("notes", [])
     if report.get("note"):
         items.append(report["note"])
     return items

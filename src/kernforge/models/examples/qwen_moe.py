@@ -9,6 +9,10 @@ from kernforge.models.options import ModelOptions
 from kernforge.models.zoo import hf_model
 
 
+# On a GPU the dtype its users run (--dtype fp32 keeps float32); on a CPU float32.
+GPU_DTYPE = "bf16"
+
+
 def build(opts: ModelOptions):
     tokens = opts.tokens(2048 if opts.scale == "full" else 32)
     return hf_model(f"qwen3_moe_{opts.scale}", ModelOptions(**{**opts.__dict__, "seq_len": tokens}))

@@ -8,6 +8,10 @@ from kernforge.models.options import ModelOptions
 from kernforge.models.zoo import diffusers_model
 
 
+# On a GPU the dtype its users run (--dtype fp32 keeps float32); on a CPU float32.
+GPU_DTYPE = "bf16"
+
+
 def build(opts: ModelOptions):
     side = opts.side(128 if opts.scale == "full" else 8)
     return diffusers_model(f"sd35_vae_{opts.scale}", ModelOptions(**{**opts.__dict__, "resolution": side}))

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Issue 32 end to end on the H200: `kernforge optimize` (builtin proposer, chains, --no-apply), then
+# `kernforge apply` (eager, patched eager, compile, patched compile, and each under CUDA graphs:
+# eager captured whole, compile's reduce-overhead), and for the language models apply again with
+# sdpa attention. Each model's files go to $OUT/<model>/, packed into $OUT/e2e-<models>.tgz.
+#   bash bench/h200_issue32_e2e.sh gemma qwen     (vae needs .whl carried: diffusers' wheel)
+# env: TOP_K (4), ITERATIONS (3), SEARCH_LIMIT (s, 300), APPLY_LIMIT (s, 240), SDPA (1)
+set -uo pipefail
+export PYTHONPATH=src PYTHONUNBUFFERED=1
+out=${OUT:-/tmp/kf-e2e-out}
+runs=/tmp/kf-issue32
+mkdir -p "$out" "$runs"
+python3 -c "import torch, triton; print(torch.cuda.get_device_name(), 'torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$out/gpu.txt"
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl && export PYTHONPATH=src:/tmp/site
+fi
+applied=()
+for mode in "$@"; do
+  opts=() lm=0
+  case $mode in
+    gemma) model=example:gemma_decoder lm=1 ;;
+    qwen) model=example:qwen_moe lm=1 ;;
+    vae) model=example:sd35_vae_decoder ;;
+    resnet) model=example:resnet50 opts=(--batch-size 32) ;;
+    *) echo "unknown model $mode"; continue ;;
+  esac
+  dir=$out/$mode
+  mkdir -p "$dir"
+  start=$(date +%s)
+  timeout "${SEARCH_LIMIT:-300}" python3 -m kernforge optimize "$model" "${opts[@]}" --backend triton --fuse \
+    --top-k "${TOP_K:-4}" --iterations "${ITERATIONS:-3}" --finalists 1 --compile none --no-apply \
+    --runs-dir "$runs/$mode" > "$dir/search.log" 2>&1
+  echo "$mode search: exit $? after $(( $(date +%s) - start )) s" | tee -a "$out/gpu.txt"
+  run=$(ls -d "$runs/$mode"/* | tail -1)
+  cp "$run/summary.json" "$run/results.tsv" "$dir/" 2>/dev/null
+  start=$(date +%s)
+  timeout "${APPLY_LIMIT:-240}" python3 -m kernforge apply "$run" > "$dir/apply.log" 2>&1
+  echo "$mode apply: exit $? after $(( $(date +%s) - start )) s" | tee -a "$out/gpu.txt"
+  cp "$run/integrate/apply.json" "$dir/$mode-apply.json" 2>/dev/null && applied+=("$dir/$mode-apply.json")
+  if [ "$lm" = 1 ] && [ "${SDPA:-1}" = 1 ]; then
+    start=$(date +%s)
+    timeout "${APPLY_LIMIT:-240}" python3 -m kernforge apply "$run" --attention sdpa > "$dir/apply-sdpa.log" 2>&1
+    echo "$mode apply, sdpa: exit $? after $(( $(date +%s) - start )) s" | tee -a "$out/gpu.txt"
+    cp "$run/integrate/apply.json" "$dir/$mode-sdpa-apply.json" 2>/dev/null && applied+=("$dir/$mode-sdpa-apply.json")
+  fi
+  tail -15 "$dir/search.log"
+done
+tar czf "$out/e2e-$(IFS=-; echo "$*").tgz" -C "$out" "$@" gpu.txt 2>/dev/null
+[ ${#applied[@]} -gt 0 ] && python3 bench/e2e_table.py "${applied[@]}"
