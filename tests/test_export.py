@@ -10,6 +10,7 @@ used there in one fresh process.
 from __future__ import annotations
 
 import hashlib
+import importlib.machinery
 import json
 import os
 import shutil
@@ -239,6 +240,10 @@ with torch.no_grad():
     model(x)
 seen["counts_after"] = installation.counts["aten::_softmax.default"].to_json()
 seen["dispatcher_restored"] = torch._C._dispatch_dump("aten::_softmax") == dispatcher_before
+import importlib, importlib.machinery
+native = importlib.import_module("PACKAGE.dispatch")
+seen["native_from"] = str(native._built_library()) if native.native_module() is not None else None
+seen["abi"] = importlib.machinery.EXTENSION_SUFFIXES[0]
 seen["cache_restored"] = inductor_config.fx_graph_cache == cache_before
 
 # copies of the installed package under other names, each changed one way
@@ -325,6 +330,9 @@ def test_the_package_installs_and_runs_where_kernforge_is_not(exported: Path, fr
     assert seen["uninstalled"] is True
     assert seen["counts_after"] == seen["counts"]  # the forward after uninstall did not reach the router
     assert seen["dispatcher_restored"] and seen["cache_restored"]
+    # the exporter's torch and Python ABI: the shipped build, not one made here
+    assert seen["abi"] == importlib.machinery.EXTENSION_SUFFIXES[0]
+    assert seen["native_from"].startswith(str(site / PACKAGE / "prebuilt")), seen["native_from"]
 
     assert seen["other_device_install"] is None
     [warning] = seen["other_device_warnings"]

@@ -31,7 +31,6 @@ import os
 import shutil
 import struct
 import subprocess
-import sys
 import sysconfig
 import tempfile
 import warnings
@@ -44,6 +43,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 SOURCE = Path(__file__).with_name("dispatch.cpp")
 MODULE_NAME = "kernforge_dispatch"
+PREBUILT = "prebuilt"  # an exported package's builds, by source, torch and Python
 _STATE: dict[str, Any] = {}  # "module": the loaded extension or None, "why": why not
 
 
@@ -91,11 +91,21 @@ def _compile_command(output: Path) -> list[str]:
             "-lc10", "-ltorch", "-ltorch_cpu", "-ltorch_python", f"-Wl,-rpath,{torch_lib}"]
 
 
+def _library_under(root: Path) -> Path:
+    """Where the build for this source, torch and Python lives under `root`."""
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]  # the interpreter's ABI (cpython-311-x86_64-linux-gnu)
+    key = hashlib.sha256(SOURCE.read_bytes() + torch.__version__.encode() + suffix.encode()).hexdigest()[:16]
+    return root / f"dispatch-{key}" / f"{MODULE_NAME}{suffix}"
+
+
 def _built_library() -> Path:
-    """dispatch.cpp compiled for this torch and Python, once per (source, torch, Python): ~23 s."""
-    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
-    key = hashlib.sha256(SOURCE.read_bytes() + torch.__version__.encode() + sys.version.encode()).hexdigest()[:16]
-    library = _cache_root() / f"dispatch-{key}" / f"{MODULE_NAME}{suffix}"
+    """dispatch.cpp compiled for this torch and Python ABI, once per (source, torch, ABI): ~23 s.
+    An exported package ships the build it was made with (PREBUILT beside this file), taken
+    where its torch and Python are the ones here."""
+    shipped = _library_under(SOURCE.parent / PREBUILT)
+    if shipped.exists():
+        return shipped
+    library = _library_under(_cache_root())
     if library.exists():
         return library
     library.parent.mkdir(parents=True, exist_ok=True)
@@ -108,6 +118,15 @@ def _built_library() -> Path:
             raise RuntimeError(f"dispatch.cpp did not build: {first.strip()}")
         tmp.replace(library)  # atomic: another process never loads a half-written library
     return library
+
+
+def shippable_library() -> tuple[Path, Path] | None:
+    """(the library, its path relative to this folder in a package) for an export to ship
+    prebuilt; None where native dispatch cannot be built here."""
+    if not enabled() or native_module() is None:
+        return None
+    library = _built_library()
+    return library, _library_under(Path(PREBUILT))
 
 
 def _load(library: Path) -> Any:

@@ -6,6 +6,7 @@
       PACKAGE/                   default kernforge_<model>_kernels
         __init__.py              install(model=None, force=False), uninstall()
         loader.py runtime.py fused.py native_abi.py importing.py dispatch.py dispatch.cpp
+        prebuilt/dispatch-KEY/   dispatch.cpp built for the exporting torch and Python
                                  kernforge's own files, verbatim
         manifest.json            per kernel: op, schema, guard, outputs, speedups; the device;
                                  the versions; a sha256 of every other file of PACKAGE/
@@ -13,7 +14,8 @@
 
 The package runs kernforge's runtime, not a copy of its logic: the five files are copied as
 they are, and each imports its neighbours relatively when it is not inside kernforge.
-Native dispatch (dispatch.cpp) is built where the package is installed, against the torch there.
+Native dispatch (dispatch.cpp) ships built for the torch and Python that exported it (prebuilt/);
+under another torch or Python it is built where the package is installed, against the torch there.
 """
 
 from __future__ import annotations
@@ -151,7 +153,11 @@ def _write_package(run: RunRecord, found: list[Winner], root: Path, package: str
                         f"({reasons})")
     for module in SHIPPED_MODULES:
         shutil.copyfile(module.__file__, pkg / Path(module.__file__).name)
-    shutil.copyfile(dispatch.SOURCE, pkg / dispatch.SOURCE.name)  # built where the package is installed
+    shutil.copyfile(dispatch.SOURCE, pkg / dispatch.SOURCE.name)  # built where the package is installed,
+    shipped = dispatch.shippable_library()  # unless its torch and Python are this one's: then shipped built
+    if shipped is not None:
+        (pkg / shipped[1]).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(shipped[0], pkg / shipped[1])
     (pkg / "__init__.py").write_text(_init_source(run, package))
     manifest = _manifest(run, package, result.device, entries, pkg)
     (pkg / loader.MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
@@ -324,7 +330,7 @@ dependencies = {json.dumps(dependencies)}
 packages = ["{package}"]
 
 [tool.setuptools.package-data]
-{package} = ["{loader.MANIFEST}", "kernels/*", "{dispatch.SOURCE.name}"]
+{package} = ["{loader.MANIFEST}", "kernels/*", "{dispatch.SOURCE.name}", "{dispatch.PREBUILT}/*/*"]
 '''
 
 
