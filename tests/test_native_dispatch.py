@@ -129,3 +129,23 @@ def test_a_library_entry_is_checked_against_the_python_entry(run_dir, monkeypatc
     runtime.prepare_native(spec)
     assert spec.native is None and "differ from the Python entry" in spec.native_why
     assert dispatch.native_module() is not None
+
+
+def test_a_guarded_entry_runs_the_kernel_only_on_the_proved_tensors(run_dir):
+    """dispatch.guarded_entry (a chain at its module's forward): the C++ guard over the entry's
+    tensors returns the kernel's outputs on the proved layout and None on anything else."""
+    from dataclasses import replace
+
+    x = torch.randn(2, 40, 40)
+    with torch.no_grad(), kernforge.patch(None, run_dir) as handle:
+        (spec,) = handle.specs
+        tensors_only = replace(spec, args=[a for a in spec.args if isinstance(a, dict) and "shape" in a])
+        guarded = dispatch.guarded_entry(tensors_only, runtime.ALIGNMENT)
+        got = guarded(x)
+        assert torch.equal(got, spec.entry(x, -1, False))
+        refused = [torch.randn(3, 40, 40), x.double(), x.transpose(1, 2).contiguous().transpose(1, 2),
+                   torch.randn(2 * 40 * 40 + 1)[1:].view(2, 40, 40), 1.0]
+        assert all(guarded(t) is None for t in refused)
+        assert guarded(x, x) is None  # another arity
+    with torch.enable_grad():
+        assert guarded(x.clone().requires_grad_()) is None

@@ -405,6 +405,40 @@ std::shared_ptr<Entry> make_entry(const py::dict& plan) {
                                  std::move(launches), std::move(steps), plan["library_fn"].cast<uintptr_t>());
 }
 
+// A guard over an entry's tensors where no ATen op's router holds the call: a chain installed as
+// a module's forward (fused.guarded_forward) calls it with the chain's inputs in guard order, and
+// gets the outputs, or None where a tensor is not as proved (the module's own forward runs then).
+struct GuardedEntry {
+  std::vector<Check> checks;  // one per tensor, kind 0
+  std::shared_ptr<Entry> entry;
+  bool default_stream_only;  // a CUDA library's kf_forward launches on the default stream
+};
+
+py::object wrapped(std::vector<at::Tensor> out) {
+  if (out.size() == 1) return py::reinterpret_steal<py::object>(THPVariable_Wrap(std::move(out[0])));
+  py::tuple result(out.size());
+  for (size_t i = 0; i < out.size(); ++i)
+    result[i] = py::reinterpret_steal<py::object>(THPVariable_Wrap(std::move(out[i])));
+  return py::object(result);
+}
+
+py::object call_guarded(const GuardedEntry& g, const py::args& args) {
+  if (args.size() != g.checks.size()) return py::none();
+  const bool grad_wanted = at::GradMode::is_enabled();
+  std::vector<at::Tensor> inputs;
+  inputs.reserve(args.size());
+  for (size_t i = 0; i < args.size(); ++i) {
+    PyObject* value = args[i].ptr();
+    if (!THPVariable_Check(value)) return py::none();
+    const at::Tensor& t = THPVariable_Unpack(value);
+    if (!plain_tensor_as_proved(g.checks[i], t, grad_wanted)) return py::none();
+    inputs.push_back(t);
+  }
+  if (g.default_stream_only && !inputs.empty() && inputs[0].is_cuda() && current_stream(inputs[0].device()) != nullptr)
+    return py::none();
+  return wrapped(g.entry->run(inputs));
+}
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -415,13 +449,17 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         for (auto a : args) inputs.push_back(THPVariable_Unpack(a.ptr()));
         // the GIL stays held: a launch takes microseconds, and an allocation may reach a
         // Python dispatch mode the caller has on
-        std::vector<at::Tensor> out = e.run(inputs);
-        if (out.size() == 1) return py::reinterpret_steal<py::object>(THPVariable_Wrap(std::move(out[0])));
-        py::tuple result(out.size());
-        for (size_t i = 0; i < out.size(); ++i)
-          result[i] = py::reinterpret_steal<py::object>(THPVariable_Wrap(std::move(out[i])));
-        return py::object(result);
+        return wrapped(e.run(inputs));
       });
+  py::class_<GuardedEntry, std::shared_ptr<GuardedEntry>>(m, "GuardedEntry")
+      .def("__call__", &call_guarded, "the entry's outputs where every tensor is as proved, else None");
+  m.def("make_guarded", [](const py::list& checks, std::shared_ptr<Entry> entry, bool default_stream_only) {
+    auto g = std::make_shared<GuardedEntry>();
+    for (auto c : checks) g->checks.push_back(check_of(c.cast<py::dict>()));
+    g->entry = std::move(entry);
+    g->default_stream_only = default_stream_only;
+    return g;
+  }, "an entry behind a guard on its tensors (a module's forward)");
   m.def("make_entry", &make_entry, "an installed kernel's call without Python, from its plan (dispatch.py)");
   py::class_<Snapshot>(m, "Snapshot");
   m.def("snapshot", &snapshot, "the kernel serving (op name, overload, dispatch key) now");

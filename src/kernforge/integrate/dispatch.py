@@ -445,6 +445,17 @@ def _check(desc: Any, kind: str, devices: frozenset[torch.device], alignment: in
     raise NotNative(f"an argument the native guard does not check ({kind}: {desc!r})")
 
 
+def guarded_entry(spec: Any, alignment: int) -> Any:
+    """The kernel's C++ entry behind a C++ guard on its tensors (each as proved: dtype, shape,
+    strides, alignment, device, plain, no gradient wanted): called with the tensors, it returns
+    the outputs, or None where one is not as proved. For calls no ATen router holds (a chain at
+    its module's forward); raises NotNative where the kernel has no C++ entry."""
+    if spec.native is None:
+        raise NotNative(spec.native_why or "no native entry")
+    checks = [_check(meta, "Tensor", spec.devices, alignment) for meta in spec.args]
+    return native_module().make_guarded(checks, spec.native, spec.backend == "cuda")
+
+
 def snapshot(op_name: str, key: str) -> Any:
     """The kernel serving the op's key now (taken before kernforge's routers go on)."""
     qualified, _, overload = op_name.partition(".")

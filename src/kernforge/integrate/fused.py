@@ -583,6 +583,9 @@ def guarded_forward(plan: ChainPlan, module: torch.nn.Module, boundary: dict[str
             sources.append((-1, module.get_submodule(owner) if owner else module, attr))
     proved = _proved_tensors(plan)
     is_compiling, grad_enabled = torch.compiler.is_compiling, torch.is_grad_enabled
+    native = _native_guarded(spec)
+    if native is not None:
+        return _native_forward(native, original, n_args, sources, counts, spec.name)
 
     def forward(*args: Any, **kwargs: Any) -> Any:
         if kwargs or len(args) != n_args or runtime._RUNNING[0] or is_compiling():
@@ -594,4 +597,29 @@ def guarded_forward(plan: ChainPlan, module: torch.nn.Module, boundary: dict[str
         counts.took(spec.name)
         out = runtime._run(spec, tuple(tensors), {}, tensors)
         return out[0] if isinstance(out, (tuple, list)) else out
+    return forward
+
+
+def _native_guarded(spec: runtime.KernelSpec) -> Any | None:
+    try:
+        return runtime.dispatch.guarded_entry(spec, runtime.ALIGNMENT)
+    except runtime.dispatch.NotNative:
+        return None
+
+
+def _native_forward(guarded: Any, original: Callable[..., Any], n_args: int, sources: list[tuple[int, Any, str]],
+                    counts: runtime.RouteCounts, name: str) -> Callable[..., Any]:
+    """The module route with its guard and launch in C++ (dispatch.guarded_entry): what is left in
+    Python is gathering the chain's inputs. Under torch.compile the own forward is traced."""
+    is_compiling = torch.compiler.is_compiling
+
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        if kwargs or len(args) != n_args or is_compiling():
+            return original(*args, **kwargs)
+        out = guarded(*[args[at] if at >= 0 else getattr(owner, attr) for at, owner, attr in sources])
+        if out is None:
+            counts.fell_back()
+            return original(*args)
+        counts.took(name)
+        return out[0] if isinstance(out, tuple) else out
     return forward
