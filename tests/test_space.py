@@ -106,5 +106,7 @@ def test_legal_keeps_a_buildable_point_and_moves_one_that_is_not():
     unbuildable = {"variant": "tile", "rows": 8, "warps": 4}
     moved = space.legal(unbuildable)
     assert space.contains(moved) and moved["variant"] == "tile" and space.distance(moved, unbuildable) == 1
-    # a kind of kernel this space does not have: nothing to move to
+    # a kind of kernel this space does not have, or another space's parameters: nothing to move to
     assert space.legal({"variant": "split", "block": 256}) is None
+    assert space.legal({"variant": "loop", "block": 256, "threads": 128}) is None
+    assert Space.single({"block": (64, 128)}).legal({"rows": 2}) is None

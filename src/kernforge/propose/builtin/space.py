@@ -161,8 +161,10 @@ class Space:
         """`point`, found for another shape, as a buildable point of this space: itself where it is
         one; else fitted (values out of range moved to the closest in range), else the buildable
         point nearest to that; None when its variant is not one of this space's (the shape ruled
-        that kind of kernel out) or nothing buildable is near."""
-        if self.named and point.get(VARIANT) not in self.variants:
+        that kind of kernel out), its parameters are not its variant's here (a point of another
+        family's space), or nothing buildable is near."""
+        variant = self.variant_of(point)
+        if variant is None or set(point) - {VARIANT} != {p.name for p in variant.params}:
             return None
         fitted = self.fit(point)
         if self.contains(fitted):
