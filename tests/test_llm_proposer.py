@@ -12,7 +12,7 @@ from helpers import c_softmax_source, scripted_context
 from kernforge.errors import UserError
 from kernforge.evaluate import EvalResult, Timing
 from kernforge.propose import Failure, NoProposal, Proposal, ProposerOptions, Usage
-from kernforge.propose.context import Attempt, ProposalContext, task_facts
+from kernforge.propose.context import Attempt, ProposalContext, Seed, task_facts
 from kernforge.propose.llm import LLMProposer, prompts
 from kernforge.propose.llm.budget import Budget
 from kernforge.propose.llm.extract import extract_candidate
@@ -120,6 +120,18 @@ def test_a_repair_prompt_carries_the_error_and_the_parent_in_full():
     prompt = prompts.generator_prompt(ctx, {})
     assert "failed: compile_error: line 12: expected ';'" in prompt and "Repair it" in prompt
     assert "int kf_forward() { oops }" in prompt
+
+
+def test_a_first_prompt_offers_a_siblings_best_kernel_to_start_from():
+    seed = Seed(task_id="t0-sib", shape="4096x37", winner=True,
+                attempt=attempt("n0004", timed(0.0050), source="SIBLING KERNEL SOURCE"))
+    prompt = prompts.generator_prompt(context(seed=seed), {})
+    assert "best kernel of a sibling task (t0-sib/n0004: the same op and dtypes, shape 4096x37)" in prompt
+    assert "SIBLING KERNEL SOURCE" in prompt and "2.00x, faster than eager beyond the noise" in prompt
+    assert "starting from the sibling's kernel above" in prompt
+    # once the task has a parent of its own, the sibling is no longer the point
+    later = prompts.generator_prompt(context(parent=attempt("n0001", timed(0.0080)), seed=seed), {})
+    assert "SIBLING KERNEL SOURCE" not in later
 
 
 def test_an_improvement_prompt_has_the_lineage_timings_failures_and_advice():
@@ -254,6 +266,21 @@ def test_mixed_routes_each_expansion():
     assert origins.count("llm") == 2 and origins.count("builtin") == 2 * REWRITE_EVERY - 2
     llm_parent = Attempt("n0001", None, Proposal("src", "r", origin="llm"), timed(0.0090))
     assert mixed.propose(context(parent=llm_parent, backend="cpu")).origin == "llm"
+
+
+def test_mixed_starts_from_a_seed_with_the_proposer_that_made_it():
+    builtin_seed = Seed(task_id="t0-sib", shape="4096x37", winner=True, attempt=Attempt(
+        "n0002", None, Proposal("src", "r", params={"algorithm": "online", "exp": "libm", "schedule": "dynamic",
+                                                    "simd": False}), timed(0.0050)))
+    first = MixedProposer(proposer([])).propose(context(backend="cpu", seed=builtin_seed))
+    assert first.origin == "builtin" and first.params == builtin_seed.attempt.proposal.params
+    assert first.rationale.startswith("seeded from t0-sib/n0002")
+    # an LLM's kernel has no point to start from: the LLM adapts its source first
+    llm_seed = Seed(task_id="t0-sib", shape="4096x37", winner=True,
+                    attempt=attempt("n0003", timed(0.0050), source="SIBLING LLM KERNEL"))
+    llm = proposer([KERNEL_REPLY])
+    first = MixedProposer(llm).propose(context(backend="cpu", seed=llm_seed))
+    assert first.origin == "llm" and "SIBLING LLM KERNEL" in first.transcript[0]["messages"][0]["content"]
 
 
 # ---------------------------------------------------------------- the search, taking NoProposals

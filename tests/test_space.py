@@ -95,3 +95,18 @@ def test_fit_projects_a_point_onto_a_variant():
     space = two_variants()
     assert space.fit({"rows": 3, "warps": 4, "block": 300}, "loop") == {"variant": "loop", "block": 256, "warps": 4}
     assert space.fit({"variant": "tile"}) == {"variant": "tile", "rows": 1, "warps": 1}
+
+
+def test_legal_keeps_a_buildable_point_and_moves_one_that_is_not():
+    space = two_variants()
+    assert space.legal({"variant": "tile", "rows": 2, "warps": 4}) == {"variant": "tile", "rows": 2, "warps": 4}
+    # out of range here (another shape's space): the closest value in range
+    assert space.legal({"variant": "loop", "block": 4096, "warps": 4}) == {"variant": "loop", "block": 1024, "warps": 4}
+    # in range but not buildable (8 * 4 > 16): the nearest buildable point of its variant
+    unbuildable = {"variant": "tile", "rows": 8, "warps": 4}
+    moved = space.legal(unbuildable)
+    assert space.contains(moved) and moved["variant"] == "tile" and space.distance(moved, unbuildable) == 1
+    # a kind of kernel this space does not have, or another space's parameters: nothing to move to
+    assert space.legal({"variant": "split", "block": 256}) is None
+    assert space.legal({"variant": "loop", "block": 256, "threads": 128}) is None
+    assert Space.single({"block": (64, 128)}).legal({"rows": 2}) is None

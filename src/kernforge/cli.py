@@ -755,8 +755,9 @@ class _progress:
                                      "share": f"{event.share:.1%}", "done": str(event.resumed_nodes),
                                      "total": str(event.iterations), "best": "-", "counts": "", "last": "searching"}
             if not self.live:
+                seeded = f", seeded from {event.seeded_from}" if event.seeded_from else ""
                 self._say(f"searching {event.op} {event.shape} ({event.share:.1%} of model time), "
-                          f"{event.iterations} iterations")
+                          f"{event.iterations} iterations{seeded}")
         elif isinstance(event, ev.NodeFinished):
             speed = f"{event.speedup_vs_eager:.2f}x vs eager" if event.speedup_vs_eager else ""
             line = f"  {event.node} {event.status:13} {speed:16} {event.rationale[:70]}"

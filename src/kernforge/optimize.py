@@ -368,6 +368,7 @@ def usage_of(events: list[Event]) -> Usage:
 
 
 def _finished_outcome(store: RunStore, task: Any, nodes: list[Node], iterations: int) -> TaskOutcome:
+    from kernforge.search.siblings import seeded_from
     from kernforge.store.reader import read_baseline
 
     baseline = read_baseline(store, task.task_id)
@@ -377,7 +378,8 @@ def _finished_outcome(store: RunStore, task: Any, nodes: list[Node], iterations:
     stopped = ended[-1] if ended else (f"{BUDGET_SPENT} ({len(nodes)} of {iterations} iterations)" if spent
                                        else "ended before its budget; this run did not record why")
     return TaskOutcome(task=task, baseline=baseline, nodes=nodes, stopped=stopped,
-                       error="" if baseline else "its baseline failed before the run stopped")
+                       error="" if baseline else "its baseline failed before the run stopped",
+                       seeded_from=seeded_from(store, task.task_id))
 
 
 def summary(result: OptimizeResult) -> dict[str, Any]:
@@ -424,6 +426,7 @@ def task_row(outcome: TaskOutcome) -> dict[str, Any]:
         "status_counts": outcome.status_counts(),
         "error": outcome.error,
         "stopped": outcome.stopped,
+        "seeded_from": outcome.seeded_from,  # the sibling's task/node its search started from, or ""
     }
 
 

@@ -55,6 +55,25 @@ class Attempt:
 
 
 @dataclass
+class Seed:
+    """A sibling's best candidate, where a task starts: a task already searched in this run with
+    the same op, dtypes and backend, differing only in sizes and strides (search/siblings.py).
+    Its result was measured on the sibling's shape, not on this task's."""
+
+    task_id: str  # the sibling task
+    shape: str  # its shape, as KernelTask.shape_text says it
+    attempt: Attempt  # its best candidate: proposal (params, source), result, files
+    # it beat eager beyond the noise there: a found kernel, from which a few candidates without
+    # improvement end the task early (search/engine.py SEEDED_PATIENCE)
+    winner: bool = False
+
+    @property
+    def label(self) -> str:
+        """How events, rationales and stop reasons name it: the sibling's task and node."""
+        return f"{self.task_id}/{self.attempt.node_id}"
+
+
+@dataclass
 class ProposalContext:
     task: KernelTask
     backend: str
@@ -69,6 +88,9 @@ class ProposalContext:
     advice: dict[str, Any] = field(default_factory=dict)  # the analyst's last recommendation on this lineage
     candidates_left: int = 0  # the task's search budget still to spend
     repair_depth: int = 0  # failed candidates in a row ending at the parent
+    # a sibling's best candidate to start from: a first candidate (parent None) is that point
+    # (the built-in proposer) or an adaptation of its source (an LLM); None: no sibling searched
+    seed: Seed | None = None
 
 
 def task_facts(task: KernelTask, eager_p50_ms: float | None, compile_p50_ms: float | None) -> TaskFacts:

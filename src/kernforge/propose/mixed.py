@@ -6,7 +6,9 @@
                                 REWRITE_EVERY-th expansion of a built-in node the LLM's rewrite
                                 of it (an idea no template holds); where the built-in proposer
                                 has nothing new near a node, the LLM takes it;
-  an LLM's or a human's node    expanded by the LLM: the templates have no parameters to move.
+  an LLM's or a human's node    expanded by the LLM: the templates have no parameters to move;
+  a seed (a sibling's best)     the built-in proposer starts from its point; an LLM's or a
+                                human's seed has no point, so the LLM adapts its source first.
 """
 
 from __future__ import annotations
@@ -49,6 +51,8 @@ class MixedProposer:
             return self.llm.propose(ctx)
         if ctx.parent is not None and ctx.parent.proposal.origin != "builtin":
             return self.llm.propose(ctx)
+        if ctx.parent is None and not ctx.tried and ctx.seed and ctx.seed.attempt.proposal.origin != "builtin":
+            return self.llm.propose(ctx)
         with self._lock:
             self._expansions += 1
             rewrite = ctx.parent is not None and self._expansions % REWRITE_EVERY == 0
@@ -63,7 +67,7 @@ class MixedProposer:
         seen = {p.source for p in ctx.tried}
         tried = ctx.tried + [p for p in self._builtin_sources if p.source not in seen]
         parent = ctx.parent.proposal if ctx.parent else None
-        proposal = self.builtin.next_move(ctx.task, ctx.backend, parent, tried, ctx.failures)
+        proposal = self.builtin.next_move(ctx.task, ctx.backend, parent, tried, ctx.failures, seed=ctx.seed)
         if proposal is not None:
             self._builtin_sources.append(proposal)
         return proposal

@@ -96,7 +96,9 @@ def candidate_lines(record: Any) -> list[str]:
     lines: list[str] = []
     for task in record.tasks:
         t = task.task
-        lines.append(f"{t.task_id}: {t.op} {t.shape_text} {t.dtype_text}, {_count(len(task.outcome.nodes), 'candidate')}")
+        seeded = f", seeded from {task.outcome.seeded_from}" if task.outcome.seeded_from else ""
+        lines.append(f"{t.task_id}: {t.op} {t.shape_text} {t.dtype_text}, "
+                     f"{_count(len(task.outcome.nodes), 'candidate')}{seeded}")
         for node in sorted(task.outcome.nodes, key=lambda n: n.node_id):
             r = node.result
             p50 = f"{r.timing.p50_ms:.4f} ms" if r.timing else "-"

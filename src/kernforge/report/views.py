@@ -128,7 +128,7 @@ def hot_rows(run: PartialRun) -> list[dict[str, Any]]:
             "projected_gain": amdahl(t.share, speedup) if speedup else None,
             "candidates": row.get("candidates", 0), "correct": row.get("correct", 0),
             "running": sum(n.state == "running" for n in t.nodes), "iterations": t.iterations,
-            "stopped": t.stopped, "error": t.error})
+            "stopped": t.stopped, "error": t.error, "seeded_from": t.seeded_from})
     return rows
 
 

@@ -17,7 +17,8 @@ from kernforge.evaluate import Baseline, EvalResult, evaluate_baseline, evaluate
 from kernforge.evaluate.executors import Executor, LocalExecutor
 from kernforge.evaluate.runner import discard_reference
 from kernforge.propose import Failure, NoProposal, Proposal, Proposer
-from kernforge.propose.context import Attempt, ProposalContext, task_facts
+from kernforge.propose.context import Attempt, ProposalContext, Seed, task_facts
+from kernforge.search.siblings import task_seed
 from kernforge.search.strategy import Strategy
 from kernforge.store import RunStore
 from kernforge.store.events import (Confirmed, NodeFinished, NodeStarted, ProposalFailed, SearchStopped,
@@ -54,8 +55,10 @@ class TaskOutcome:
     nodes: list[Node] = field(default_factory=list)
     error: str = ""  # why the task could not be searched at all
     # why its search ended, always said once it has: the budget spent, nothing new to try, a
-    # limit on failed proposals, an LLM budget, a baseline that failed (search_ended)
+    # limit on failed proposals, an LLM budget, a baseline that failed, a seeded start that
+    # nothing improved on (search_ended)
     stopped: str = ""
+    seeded_from: str = ""  # the sibling's task and node it started from (Seed.label), or ""
 
     @property
     def best(self) -> Node | None:
@@ -85,6 +88,12 @@ class TaskOutcome:
 # not spin on a dead endpoint.
 MAX_FAILED_PROPOSALS = 6
 
+# Candidates in a row that are not kept before a task seeded from a sibling's winner stops: the
+# seeded start is a found kernel, so what is left is local tuning, and a point of the built-in
+# spaces has about four neighbours that matter (a block, warps, a vector width, the variant).
+# An unseeded task, or one whose seed had not beaten eager, uses its whole budget.
+SEEDED_PATIENCE = 4
+
 
 @dataclass
 class SearchContext:
@@ -99,7 +108,9 @@ class SearchContext:
       wants_repair(node)      whether the proposer repairs this failed node next;
       report_tree(stats)      the strategy's view of its tree (visits, subtree values, nodes
                               passed over), written to tasks/<task>/tree.json for a dashboard;
-      previous                the nodes recorded before a resume, to start from."""
+      previous                the nodes recorded before a resume, to start from.
+    A task seeded from a sibling's winner (`patience` > 0) stops once that many candidates in a
+    row after a kept one were not kept: `stopped` then says so."""
 
     task: Any
     iterations: int  # the task's whole budget, nodes from before a resume included
@@ -119,6 +130,15 @@ class SearchContext:
     stopped: str = ""  # why no more candidates are started (an LLM budget spent...)
     failed_in_a_row: int = 0  # NoProposals of kind retry since the last proposal that came
     report_tree: Callable[[dict[str, Any]], None] = lambda stats: None
+    patience: int = 0  # candidates in a row not kept before a seeded task stops (0: never)
+    seeded_from: str = ""  # the seed's label, for the stop's reason
+    # candidates since the last kept one; None until one is kept (a seed that failed here gives
+    # no found point to stop at). A resumed task counts afresh: its budget may have been raised.
+    since_kept: int | None = None
+
+    def __post_init__(self) -> None:
+        if any(n.kept for n in self.previous):
+            self.since_kept = 0
 
     def launch(self, parent: Node | None, decide: Callable[[Node], bool]) -> Any:
         if self.inline:
@@ -140,6 +160,7 @@ class SearchContext:
         else:
             self.evaluated += 1
             self.failed_in_a_row = 0
+            self._count(outcome)
         return handle, outcome
 
     def expand(self, parent: Node | None, decide: Callable[[Node], bool]) -> Any:
@@ -162,6 +183,15 @@ class SearchContext:
         `repairs` repairs in a row (its repair_depth counts the failed nodes ending at it)."""
         return (self.repairs > 0 and node.result.status in REPAIRABLE and node.proposal.origin == "llm"
                 and node.repair_depth <= self.repairs)
+
+    def _count(self, node: Node) -> None:
+        """A seeded task's patience: nothing kept in `patience` candidates after a kept one stops it."""
+        if node.kept:
+            self.since_kept = 0
+        elif self.since_kept is not None:
+            self.since_kept += 1
+        if self.patience and (self.since_kept or 0) >= self.patience and not self.stopped:
+            self.stopped = f"seeded from {self.seeded_from}; no improvement in {self.since_kept}"
 
     def _note(self, outcome: NoProposal) -> None:
         if outcome.kind == "budget":
@@ -207,7 +237,8 @@ def search_task(
     """Search one task; `previous` holds the nodes a killed run had recorded (see --resume).
     The executor says where workers run and how many at once (default: one, here). When the
     budget is spent, the `finalists` best candidates are evaluated again one at a time, and
-    only those second results decide the task's best (TaskOutcome.best)."""
+    only those second results decide the task's best (TaskOutcome.best). A task with a sibling
+    searched before it in the store starts from the sibling's best (siblings.py)."""
     executor = executor or LocalExecutor(None, 1, None)
     task_dir = store.task_dir(task.task_id)
     task_path = task_dir / "task.json"
@@ -223,17 +254,21 @@ def search_task(
         store.emit(SearchStopped(task=task.task_id, reason=outcome.stopped))
         return outcome
     store.write_json(f"tasks/{task.task_id}/baseline.json", asdict(baseline))
+    seed = task_seed(store, task, backend.name, resumed=bool(previous))
     store.emit(TaskStarted(task=task.task_id, op=task.op, shape=task.shape_text, dtype=task.dtype_text,
                            share=task.share, iterations=iterations,
                            eager_p50_ms=baseline.eager.p50_ms if baseline.eager else None,
-                           compile_p50_ms=baseline.compiled_p50_ms, resumed_nodes=len(previous or [])))
-    outcome = TaskOutcome(task=task, baseline=baseline, nodes=list(previous or []))
+                           compile_p50_ms=baseline.compiled_p50_ms, resumed_nodes=len(previous or []),
+                           seeded_from=seed.label if seed else ""))
+    outcome = TaskOutcome(task=task, baseline=baseline, nodes=list(previous or []),
+                          seeded_from=seed.label if seed else "")
     search = TaskJobs(task, store, backend, device, proposer, outcome, executor, candidate_timeout_s,
-                     task_path, reference_path)
+                     task_path, reference_path, seed)
     ctx = SearchContext(task=task, iterations=iterations, propose=search.propose, start=search.start,
                         wait_any=search.wait_any, parallel=search.in_flight, inline=proposer.inline,
                         repairs=proposer.repairs, previous=list(outcome.nodes), evaluated=len(outcome.nodes),
-                        report_tree=search.write_tree)
+                        report_tree=search.write_tree, patience=SEEDED_PATIENCE if seed and seed.winner else 0,
+                        seeded_from=outcome.seeded_from)
     search.ctx = ctx
 
     try:
@@ -271,8 +306,9 @@ class TaskJobs:
 
     def __init__(self, task: KernelTask, store: RunStore, backend: Backend, device: str, proposer: Proposer,
                  outcome: TaskOutcome, executor: Executor, timeout_s: float, task_path: Path,
-                 reference_path: Path) -> None:
+                 reference_path: Path, seed: Seed | None = None) -> None:
         self.task, self.store, self.backend, self.device, self.proposer = task, store, backend, device, proposer
+        self.seed = seed
         self.outcome, self.executor, self.timeout_s = outcome, executor, timeout_s
         self.task_path, self.reference_path = task_path, reference_path
         self.tried: list[Proposal] = [n.proposal for n in outcome.nodes]
@@ -328,7 +364,7 @@ class TaskJobs:
             recent=[self.attempt(n) for n in nodes[-RECENT:]], tried=list(self.tried),
             failures=list(self.failures), advice=advice,
             candidates_left=self.ctx.budget_left() if self.ctx else 0,
-            repair_depth=parent.repair_depth if parent else 0)
+            repair_depth=parent.repair_depth if parent else 0, seed=self.seed)
 
     def attempt(self, node: Node) -> Attempt:
         return Attempt(node_id=node.node_id, parent_id=node.parent_id, proposal=node.proposal, result=node.final,

@@ -90,6 +90,7 @@ class TaskStarted(Event):
     eager_p50_ms: float | None = None
     compile_p50_ms: float | None = None
     resumed_nodes: int = 0
+    seeded_from: str = ""  # the sibling's task/node its search starts from (search/siblings.py), or ""
 
 
 @dataclass(kw_only=True)

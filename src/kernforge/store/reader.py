@@ -18,6 +18,7 @@ from kernforge.errors import UserError
 from kernforge.evaluate import Baseline, EvalResult, Timing
 from kernforge.propose import Proposal
 from kernforge.search.engine import Node, TaskOutcome, previous_nodes
+from kernforge.search.siblings import seeded_from
 from kernforge.store.events import (Event, EventTail, NodeFinished, NodeStarted, RunEnded, RunStarted,
                                     SearchStopped, TaskEnded, TasksChosen, TaskStarted)
 from kernforge.store.run import RUN_FORMAT, RunStore
@@ -102,7 +103,8 @@ def _task_record(store: RunStore, task_id: str, state: str, data: dict[str, Any]
     task = KernelTask(**data)
     baseline = read_baseline(store, task_id)
     outcome = TaskOutcome(task=task, baseline=baseline, nodes=previous_nodes(store, task_id),
-                          error="" if baseline else "its baseline failed before the run stopped")
+                          error="" if baseline else "its baseline failed before the run stopped",
+                          seeded_from=seeded_from(store, task_id))
     return TaskRecord(task=task, state=state, outcome=outcome)
 
 
@@ -148,6 +150,7 @@ class TaskState:
     stopped: str = ""
     error: str = ""
     started: float | None = None
+    seeded_from: str = ""  # the sibling's task/node its search started from (its task_start event)
 
     @property
     def outcome(self) -> TaskOutcome | None:
@@ -155,7 +158,7 @@ class TaskState:
         if self.task is None:
             return None
         return TaskOutcome(task=self.task, baseline=self.baseline, nodes=[n.node for n in self.nodes if n.node],
-                           error=self.error, stopped=self.stopped)
+                           error=self.error, stopped=self.stopped, seeded_from=self.seeded_from)
 
 
 @dataclass
@@ -320,6 +323,7 @@ def _apply_events(run: PartialRun, tasks: dict[str, TaskState]) -> None:
             task.state, task.started, task.iterations = "running", task.started or e.time, e.iterations
             task.op, task.shape = task.op or e.op, task.shape or e.shape
             task.dtype, task.share = task.dtype or e.dtype, task.share or e.share
+            task.seeded_from = e.seeded_from or task.seeded_from  # a resume's start says it again
         elif isinstance(e, NodeStarted):
             started[(e.task, e.node)] = e.time
         elif isinstance(e, NodeFinished):

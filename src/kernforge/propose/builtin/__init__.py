@@ -8,7 +8,9 @@ switches the variant); when every neighbour has been tried, it goes to the neare
 untried point. Two points that render the same source count as one. A move that failed
 before (the same parameter set to the same value, from any parent) is tried only when no
 other move is left: it failed for a reason that may well hold again (a block too large to
-compile, a variant wrong for this shape).
+compile, a variant wrong for this shape). A task with a seed (a sibling's best point, found
+on another shape of the same op) starts there instead of at the family's rule, the point
+made legal for this shape first (Space.legal).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any
 from kernforge.propose import Failure, NoProposal, Proposal
 from kernforge.propose.builtin.family import Family, Hardware, families
 from kernforge.propose.builtin.space import Space
-from kernforge.propose.context import ProposalContext
+from kernforge.propose.context import ProposalContext, Seed
 from kernforge.tasks import KernelTask
 
 __all__ = ["BuiltinProposer", "Family", "Hardware"]
@@ -48,7 +50,7 @@ class BuiltinProposer:
         candidate has no parameters to move, so it is expanded like a first one."""
         parent = ctx.parent.proposal if ctx.parent and ctx.parent.proposal.origin == "builtin" else None
         proposal = self.next_move(ctx.task, ctx.backend, parent, ctx.tried, ctx.failures,
-                                  Hardware.from_facts(ctx.hardware))
+                                  Hardware.from_facts(ctx.hardware), ctx.seed)
         return proposal or NoProposal("every configuration near this one was tried", "exhausted")
 
     def why_unsupported(self, task: KernelTask, backend: str) -> str | None:
@@ -69,9 +71,10 @@ class BuiltinProposer:
 
     def next_move(self, task: KernelTask, backend: str, parent: Proposal | None,
                   tried: list[Proposal], failures: Sequence[Failure] = (),
-                  hardware: Hardware | None = None) -> Proposal | None:
+                  hardware: Hardware | None = None, seed: Seed | None = None) -> Proposal | None:
         """A new candidate expanding `parent` (None: a first one), or None when nothing is left.
-        `tried` holds every proposal so far; `failures` the ones that failed, and why."""
+        `tried` holds every proposal so far; `failures` the ones that failed, and why; `seed` a
+        sibling's best, where a first candidate starts while it is untried."""
         hw = hardware or Hardware()
         family, facts = self._family_for(task)
         space = self._space(family, facts, backend, hw)
@@ -92,9 +95,12 @@ class BuiltinProposer:
             start = space.fit(family.start(facts, backend, hw))
             if not space.contains(start):
                 start = space.nearest(start, lambda p: True) or start
+            seeded = _seed_point(space, seed)
+            if seeded is not None and fresh(seeded):
+                return self._proposal(family, facts, backend, seeded, {}, _seed_rationale(seed, seeded))
             if space.contains(start) and fresh(start):
                 return self._proposal(family, facts, backend, start, {}, "starting point: " + _describe(start))
-            parent_point = start
+            parent_point = seeded or start  # both tried: move on from the better known point
         else:
             parent_point = parent.params
             if space.variant_of(parent_point) is None:
@@ -163,6 +169,24 @@ def _never_passed(tried: Sequence[Proposal], failures: Sequence[Failure]) -> dic
     counts = Counter((name, _key(value)) for f in failures for name, value in f.proposal.params.items())
     others = {(name, _key(value)) for p in tried if p.source not in failed_sources for name, value in p.params.items()}
     return {pair: n for pair, n in counts.items() if n >= 2 and pair not in others}
+
+
+def _seed_point(space: Space, seed: Seed | None) -> dict[str, Any] | None:
+    """The seed's point made legal for this task's space; None without a built-in seed, or
+    where its kind of kernel is not in this space (the family's rule starts instead)."""
+    if seed is None or seed.attempt.proposal.origin != "builtin" or not seed.attempt.proposal.params:
+        return None
+    return space.legal(seed.attempt.proposal.params)
+
+
+def _seed_rationale(seed: Seed, point: dict[str, Any]) -> str:
+    """Where a seeded start comes from, and what this shape changed of the sibling's point."""
+    found = seed.attempt.proposal.params
+    speed = seed.attempt.speedup
+    there = f", {speed:.2f}x vs eager there" if speed else ""
+    moved = [f"{k} {found.get(k)} -> {v}" for k, v in point.items() if found.get(k) != v]
+    legal = f" (made legal for this shape: {', '.join(moved)})" if moved else ""
+    return f"seeded from {seed.label}, the best of a sibling of shape {seed.shape}{there}: {_describe(point)}{legal}"
 
 
 def _key(value: Any) -> str:

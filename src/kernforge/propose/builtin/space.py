@@ -157,6 +157,20 @@ class Space:
             fitted[p.name] = p.closest(point[p.name]) if p.name in point else p.values[0]
         return fitted
 
+    def legal(self, point: dict[str, Any]) -> dict[str, Any] | None:
+        """`point`, found for another shape, as a buildable point of this space: itself where it is
+        one; else fitted (values out of range moved to the closest in range), else the buildable
+        point nearest to that; None when its variant is not one of this space's (the shape ruled
+        that kind of kernel out), its parameters are not its variant's here (a point of another
+        family's space), or nothing buildable is near."""
+        variant = self.variant_of(point)
+        if variant is None or set(point) - {VARIANT} != {p.name for p in variant.params}:
+            return None
+        fitted = self.fit(point)
+        if self.contains(fitted):
+            return fitted
+        return self.nearest(fitted, _always)
+
     def size(self) -> int:
         """How many points the ranges allow, buildable or not (counted, not enumerated)."""
         return sum(v.size() for v in self.variants.values())

@@ -4,6 +4,7 @@ The generator gets the op's semantics (its schema and the call it must match), t
 real shapes, dtypes and strides, the machine, the backend's candidate contract and
 what the scan allows, a worked example (the built-in proposer's own kernel for a
 softmax), the lineage with timings, the failed approaches and the analyst's advice;
+for a first kernel, a sibling's best (the same op at another shape) where one was found;
 then one instruction: write a first kernel, repair the parent from its error, or
 improve on it. The analyst gets one timed candidate against the floor and the peers,
 with its build report, and answers in a fixed JSON shape the generator reads next.
@@ -113,6 +114,8 @@ def generator_prompt(ctx: ProposalContext, advice: dict[str, Any]) -> str:
     parts = [_task_section(ctx.facts, ctx.task.args), _hardware_section(ctx.hardware, ctx.facts)]
     if ctx.lineage:
         parts.append(_lineage_section(ctx.lineage, ctx.backend))
+    if ctx.parent is None and ctx.seed:
+        parts.append(_seed_section(ctx))
     if ctx.best and all(a.node_id != ctx.best.node_id for a in ctx.lineage):
         parts.append(f"## The fastest candidate so far ({ctx.best.node_id}, {_timing_text(ctx.best)})\n"
                      f"{ctx.best.proposal.rationale}\n{_source_block(ctx.best, ctx.backend)}")
@@ -131,6 +134,10 @@ def generator_prompt(ctx: ProposalContext, advice: dict[str, Any]) -> str:
 
 def _instruction(ctx: ProposalContext) -> str:
     parent = ctx.parent
+    if parent is None and ctx.seed:
+        return ("Write a first kernel for this op, correct above all, starting from the sibling's kernel above: "
+                "keep its approach and change what depends on the shapes (sizes, strides, tiles and bounds "
+                "baked in for the sibling's), so that it is right and fast for these inputs.")
     if parent is None:
         return ("Write a first kernel for this op, correct above all, and as fast as the shapes and the "
                 "machine allow.")
@@ -212,6 +219,15 @@ def _lineage_section(lineage: list[Attempt], backend: str) -> str:
     parent = lineage[-1]
     lines.append(f"\nThe parent, {parent.node_id}, in full:\n{_source_block(parent, backend)}")
     return "\n".join(lines)
+
+
+def _seed_section(ctx: ProposalContext) -> str:
+    """A sibling's best kernel: the same op and dtypes at another shape, measured there."""
+    seed = ctx.seed
+    assert seed is not None
+    return (f"## The best kernel of a sibling task ({seed.label}: the same op and dtypes, shape {seed.shape})\n"
+            f"On its own shape: {_timing_text(seed.attempt)}\n{seed.attempt.proposal.rationale}\n"
+            f"{_source_block(seed.attempt, ctx.backend)}")
 
 
 def _attempt_line(a: Attempt) -> str:
