@@ -224,11 +224,17 @@ def test_a_gpu_profile_gives_each_device_kernel_with_the_aten_ops_above_its_laun
     region = _event("Torch-Compiled Region: 0/0")
     conv = _event("aten::convolution", parent=region)
     cudnn = _event("aten::cudnn_convolution", parent=conv, kernels=[("sm80_xmma_fprop_implicit_gemm", 40.0)])
+    # a generated kernel is read from its device event, linked to a host event or not: counted once
     launch = _event("triton_per_fused_native_group_norm_silu_3", parent=region,
                     kernels=[("triton_per_fused_native_group_norm_silu_3", 25.0)])
-    kernels = gpu_kernels([region, conv, cudnn, launch])
-    assert [(k.ops, k.us, k.library) for k in kernels] == [
-        (("convolution", "cudnn_convolution"), 40.0, True), (("native_group_norm", "silu"), 25.0, False)]
+    device = [SimpleNamespace(name=name, device_type=torch.autograd.DeviceType.CUDA,
+                              time_range=SimpleNamespace(elapsed_us=lambda us=us: us))
+              for name, us in (("triton_per_fused_native_group_norm_silu_3", 25.0),
+                               ("triton_poi_fused_add_0", 3.0), ("sm80_xmma_fprop_implicit_gemm", 40.0))]
+    kernels = gpu_kernels([region, conv, cudnn, launch, *device])
+    assert sorted((k.ops, k.us, k.library) for k in kernels) == sorted([
+        (("convolution", "cudnn_convolution"), 40.0, True), (("native_group_norm", "silu"), 25.0, False),
+        (("add",), 3.0, False)])
 
 
 def _rendered(table) -> str:

@@ -453,14 +453,18 @@ def host_us(events: Any) -> float:
 
 
 def gpu_kernels(events: Any) -> list[KernelTime]:
-    """A GPU profile's kernels: the device kernels each host event launched, with the ATen ops
-    above that event (outermost first), for library kernels that name no op."""
-    kernels = []
+    """A GPU profile's kernels: each generated kernel from its device event (its name is its ops,
+    whether or not the profiler linked it to a host event), and each library kernel from the host
+    event that launched it, with the ATen ops above that event, outermost first."""
+    cuda, cpu = torch.autograd.DeviceType.CUDA, torch.autograd.DeviceType.CPU
+    kernels = [kernel_of(ev.name, float(ev.time_range.elapsed_us()), []) for ev in events
+               if getattr(ev, "device_type", None) == cuda and inductor_ops(ev.name) is not None]
     for ev in events:
-        if getattr(ev, "device_type", None) != torch.autograd.DeviceType.CPU or not getattr(ev, "kernels", None):
+        if getattr(ev, "device_type", None) != cpu or not getattr(ev, "kernels", None):
             continue
         launched_by = _aten_ancestry(ev)
-        kernels += [kernel_of(k.name, float(k.duration), launched_by) for k in ev.kernels]
+        kernels += [kernel_of(k.name, float(k.duration), launched_by) for k in ev.kernels
+                    if inductor_ops(k.name) is None]
     return kernels
 
 
