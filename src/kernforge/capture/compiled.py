@@ -293,9 +293,8 @@ def floor_us(profile: Any, device_type: str, bandwidth_gb_s: float) -> float:
     """The least time a forward's calls of this candidate can take: its bytes at the copy
     bandwidth, its FLOPs at the peak, and one launch per call on a GPU, whichever is most."""
     memory = bytes_moved(profile) / (bandwidth_gb_s * 1e3) if bandwidth_gb_s > 0 else 0.0
-    work = flops(profile)
-    compute = work / peak_flops(device_type, profile.outputs[0].get("dtype", "") if profile.outputs else "") * 1e6 \
-        if work else 0.0
+    dtype = profile.outputs[0].get("dtype", "") if profile.outputs else ""
+    compute = flops(profile) / peak_flops(device_type, dtype) * 1e6
     launches = LAUNCH_FLOOR_US.get(device_type, 0.0) * max(1, profile.calls)
     return max(memory, compute, launches)
 
