@@ -53,6 +53,7 @@ PROFILE_EXAMPLES = examples(
     "kernforge profile example:gemma_decoder --scale small --seq-len 64",
     "kernforge profile torchvision:resnet18 --resolution 160 --include compute,chain,copy --limit 40",
     "kernforge profile my_model.py --save capture/ --json",
+    "kernforge profile example:sd35_vae_decoder --rank-by compile   # what torch.compile leaves above the floor",
 )
 EVAL_EXAMPLES = examples(
     "kernforge eval example:attention my_softmax.py --backend triton --op aten::_softmax.default",
@@ -105,6 +106,11 @@ COMPILE = typer.Option("auto", "--compile", help="torch.compile peers timed per 
                                                  "GPU, none on a CPU), none, default, max-autotune; the "
                                                  "applied model is compiled too on a GPU, and on a CPU "
                                                  "where a mode is named")
+RANK_BY = typer.Option("auto", "--rank-by", help="rank ops by eager time, or by torch.compile's time above "
+                                                 "each op's floor as well (the model compiled and profiled; "
+                                                 "an op compile runs at its floor ranks last): auto (compile "
+                                                 "on a GPU, eager on a CPU, where compiling takes tens of "
+                                                 "seconds), eager, compile")
 SCALE = typer.Option("full", "--scale", help="bundled examples: full (real layer shapes) or small (CPU-sized)")
 ATTENTION = typer.Option("eager", "--attention", help="transformers models: eager (attention's softmax shows "
                                                       "as an op) or sdpa (the fused default a user gets)")
@@ -196,6 +202,7 @@ def optimize(
     fuse: bool = typer.Option(True, "--fuse/--no-fuse", help="rank fused chains of cheap ops (a hand-written "
                                                             "norm, mask then softmax, an activation after "
                                                             "a norm) beside single ops and search them"),
+    rank_by: str = RANK_BY,
     apply: bool = typer.Option(True, "--apply/--no-apply", help="at the end, install the winners into the "
                                                                 "model, check it end to end and time it four "
                                                                 "ways (eager, patched, compile, patched compile)"),
@@ -225,7 +232,7 @@ def optimize(
                                top_k=top_k if _given(ctx, "top_k") or not asked else 0, runs_dir=runs_dir,
                                candidate_timeout_s=timeout, compile=compile_peer, parallel=parallel,
                                executor=executor, gpus=gpus, ray_address=ray_address, finalists=finalists,
-                               apply=apply, fuse=fuse,
+                               apply=apply, fuse=fuse, rank_by=rank_by,
                                model=_model_options(batch_size, seq_len, resolution, dtype, scale, attention),
                                llm=ProposerOptions(llm=llm, llm_model=llm_model, max_tokens=llm_max_tokens,
                                                    max_usd=llm_max_usd, prices=str(llm_prices or ""),
@@ -327,6 +334,7 @@ def profile(
                                                       "chain (fused chains of cheap ops), view, copy, "
                                                       "alloc, random"),
     limit: int = typer.Option(25, min=1, help="rows to show"),
+    rank_by: str = RANK_BY,
     save: Path | None = SAVE,
     as_json: bool = typer.Option(False, "--json", help="print the ranked ops as JSON"),
 ) -> None:
@@ -334,6 +342,7 @@ def profile(
     from dataclasses import asdict
 
     from kernforge.capture import KINDS, capture_model
+    from kernforge.capture.compiled import compile_ranking, compile_warning
     from kernforge.models import load_model, resolve_device, run_forward
     from kernforge.report import capture_summary, profile_table
 
@@ -342,9 +351,12 @@ def profile(
     if unknown:
         raise UserError(f"unknown op kind {', '.join(unknown)} in --include; choose from {', '.join(KINDS)}")
     loaded_options = _model_options(batch_size, seq_len, resolution, dtype, scale, attention)
+    compile_ranking(rank_by, "cpu")  # an unknown --rank-by is one line before the model loads
     loaded = load_model(spec, resolve_device(device), loaded_options)
     run_forward(loaded)
-    capture = capture_model(loaded, out_dir=save)
+    capture = capture_model(loaded, out_dir=save, under_compile=compile_ranking(rank_by, loaded.device.type))
+    if compile_warning(capture):
+        err.print(compile_warning(capture), markup=False, highlight=False, soft_wrap=True)
     if save is not None:  # `kernforge eval` takes the saved capture for this model and options
         from kernforge.eval_file import capture_key, write_origin
 
@@ -352,7 +364,9 @@ def profile(
     if as_json:
         data = asdict(capture)
         data.update(coverage=capture.coverage, coverage_warning=capture.coverage_warning,
-                    overhead=capture.overhead)  # every kind, each tagged
+                    overhead=capture.overhead,  # every kind, each tagged
+                    ranked_by="compile" if capture.ranked_by_compile else "eager",
+                    ranked=[p.signature for p in capture.ranked(kinds)])
         print(json.dumps(data, indent=1))
         return
     out.print(profile_table(capture, limit=limit, include_kinds=kinds))
@@ -745,7 +759,11 @@ class _progress:
         if self.quiet:
             return
         if isinstance(event, ev.Captured):
-            self._say(f"captured {event.signatures} op signatures, {event.op_time_ms:.2f} ms of op time per forward")
+            ranked = ", ranked under torch.compile" if event.ranked_by == "compile" else ""
+            self._say(f"captured {event.signatures} op signatures, {event.op_time_ms:.2f} ms of op time per "
+                      f"forward{ranked}")
+            if event.warning:
+                self._say(event.warning)
         elif isinstance(event, ev.TasksChosen):
             for t in event.tasks:
                 self.rows[t["task"]] = {"task": f"{t['op']} {t['shape']}", "share": f"{t['share']:.1%}",

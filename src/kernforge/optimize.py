@@ -20,6 +20,7 @@ import torch
 import kernforge
 from kernforge.backends import Backend, choose_backend
 from kernforge.capture import Capture, OpProfile, capture_model
+from kernforge.capture.compiled import compile_ranking, compile_warning
 from kernforge.errors import UserError
 from kernforge.evaluate.executors import make_executor, preflight
 from kernforge.models import ModelOptions, load_model, run_forward
@@ -52,6 +53,9 @@ class OptimizeOptions:
     finalists: int = FINALISTS  # the best candidates evaluated again, one at a time, at a task's end
     apply: bool = True  # at the end, install the winners into the model and measure it end to end
     fuse: bool = True  # rank fused chains (capture/chains.py) beside single ops
+    # rank by eager time, or by what torch.compile leaves above each op's floor as well
+    # (capture/compiled.py); auto: compile on a GPU, eager on a CPU (compiling there takes tens of s)
+    rank_by: str = "auto"  # auto | eager | compile
     llm: ProposerOptions = field(default_factory=ProposerOptions)  # --proposer llm | mixed
 
 
@@ -105,9 +109,12 @@ class Prepared:
 
 
 def prepare(spec: str, backend_name: str, model: ModelOptions, runs_dir: Path,
-            config: dict[str, Any], on_event: OnEvent | None = None) -> Prepared:
-    """Choose the backend and device, load the model, make the run folder and capture; the
-    store's events go to `on_event` from the first one."""
+            config: dict[str, Any], on_event: OnEvent | None = None, rank_by: str = "eager") -> Prepared:
+    """Choose the backend and device, load the model, make the run folder and capture (under
+    torch.compile too where rank_by asks, capture/compiled.py); the store's events go to
+    `on_event` from the first one."""
+    from kernforge.capture.compiled import compile_ranking
+
     backend = choose_backend(backend_name, torch.cuda.is_available())
     device = "cuda" if backend.name in ("triton", "cuda") and torch.cuda.is_available() else "cpu"
     loaded = load_model(spec, torch.device(device), model)
@@ -118,8 +125,10 @@ def prepare(spec: str, backend_name: str, model: ModelOptions, runs_dir: Path,
     environment = _environment(backend.name, device, loaded.name)
     store.write_json("config.json", {**config, **environment})
     store.emit(run_started({**config, **environment}))
-    capture = capture_model(loaded, store.capture_dir)
-    store.emit(Captured(signatures=len(capture.profiles), op_time_ms=capture.total_time_us / 1e3))
+    capture = capture_model(loaded, store.capture_dir, under_compile=compile_ranking(rank_by, device))
+    store.emit(Captured(signatures=len(capture.profiles), op_time_ms=capture.total_time_us / 1e3,
+                        ranked_by="compile" if capture.ranked_by_compile else "eager",
+                        warning=compile_warning(capture)))
     del loaded  # the workers need the memory, on a GPU most of all
     gc.collect()
     if device == "cuda":
@@ -144,9 +153,10 @@ def optimize(opts: OptimizeOptions, on_event: OnEvent = lambda event: None) -> O
     get_strategy(opts.strategy)  # an unknown name fails before anything runs
     proposer.check()  # a bad endpoint, key or model: one line now, not a failure at night
     compile_modes(opts.compile, "cpu")
+    compile_ranking(opts.rank_by, "cpu")  # an unknown --rank-by fails before anything runs
     parallelism(opts.parallel, "cpu")
     preflight(opts.executor, opts.ray_address)
-    prep = prepare(opts.spec, opts.backend, opts.model, opts.runs_dir, _options(opts), on_event)
+    prep = prepare(opts.spec, opts.backend, opts.model, opts.runs_dir, _options(opts), on_event, opts.rank_by)
     backend, device, store, capture = prep.backend, prep.device, prep.store, prep.capture
     try:
         only = asked_signatures(capture, opts.ops)

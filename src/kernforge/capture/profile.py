@@ -88,6 +88,18 @@ class OpProfile:
     recorded_us: float = 0.0  # the time per pass seen while recording
     replay_us_per_call: float | None = None  # p50 of the replay, timed as the evaluator times eager
     replay_spread: float | None = None  # (p80 - p20) / p50 of the replay: its noise
+    # Under torch.compile (capture/compiled.py), where the capture profiled the compiled model;
+    # None where it did not (eager ranking, or profile.json files from before).
+    compiled_us: float | None = None  # device time per forward of the compiled kernels it came from
+    floor_us: float | None = None  # its bytes at the copy bandwidth, its FLOPs at the peak, a launch a call
+    headroom_us: float | None = None  # compiled_us - floor_us: what a search could win under compile
+    gain_compiled: float | None = None  # the compiled model's speedup if it ran 2x faster, not past its floor
+    at_floor: bool = False  # compile runs it at its floor: ranked below the rest
+
+    @property
+    def rank_gain(self) -> float:
+        """What a search on it can give, eager or compiled, whichever is more (Amdahl)."""
+        return max(self.gain_if_2x, self.gain_compiled or 1.0)
 
     @property
     def shape_text(self) -> str:
@@ -114,6 +126,13 @@ class Capture:
     profiles: list[OpProfile]
     replayed: int = 0  # signatures whose time is their replay's
     replay_s: float = 0.0  # wall time the replays took
+    # capture/compiled.py's CompiledProfile as JSON, where the compiled model was profiled (its
+    # "error" says why it could not be); None: ranked by eager time only, as was asked
+    compiled: dict[str, Any] | None = None
+
+    @property
+    def ranked_by_compile(self) -> bool:
+        return bool(self.compiled) and not self.compiled.get("error")
 
     @property
     def coverage(self) -> float:
@@ -147,7 +166,13 @@ class Capture:
         return self.captured_ms / self.forward_ms if self.forward_ms else 0.0
 
     def ranked(self, include_kinds: tuple[str, ...] = ("compute",)) -> list[OpProfile]:
-        return [p for p in self.profiles if p.kind in include_kinds]
+        """The candidates of these kinds, most worth a search first: by eager time; where the
+        compiled model was profiled, by the larger of the eager and the compiled gain, those
+        compile runs at their floor last."""
+        kept = [p for p in self.profiles if p.kind in include_kinds]
+        if not self.ranked_by_compile:
+            return kept
+        return sorted(kept, key=lambda p: (p.at_floor, -p.rank_gain))
 
 
 def capture_model(
@@ -157,8 +182,13 @@ def capture_model(
     samples_per_signature: int = DEFAULT_SAMPLES_PER_SIGNATURE,
     sample_cap_bytes: int | None = None,
     total_cap_bytes: int | None = None,
+    under_compile: bool = False,
 ) -> Capture:
     """Record `repeats` forward passes after a warm-up; save input samples and the call log under out_dir.
+
+    under_compile: also profile the model under torch.compile and set each candidate's compiled
+    time, floor and headroom (capture/compiled.py), which the ranking then uses; a model that
+    cannot be compiled or profiled is ranked by eager time, and `compiled["error"]` says why.
 
     Samples are kept for compute ops only (views, copies and allocations are not
     searched), at most samples_per_signature each, no more than sample_cap_bytes
@@ -196,6 +226,10 @@ def capture_model(
     capture.profiles += [_chain_profile(ch, recorders[0].calls, times, capture.total_time_us, replays)
                          for ch in chains]
     capture.profiles.sort(key=lambda p: p.time_us, reverse=True)
+    if under_compile:
+        from kernforge.capture.compiled import profile_compiled, to_json
+
+        capture.compiled = to_json(profile_compiled(loaded, capture.profiles))
     if out_dir is not None:
         _save(capture, recorders[0], times[0], out_dir)
         # what the op samples left of the total cap (recorders[0].bytes_left) goes to the chains

@@ -7,25 +7,60 @@ from typing import Any
 from rich.table import Table
 
 from kernforge.capture import Capture
+from kernforge.capture.compiled import AT_FLOOR_NOTE, from_json
+
+
+# Where the compiled model was profiled: its time, the floor and the headroom per op, the gain
+# under compile, and why an op ranks last (capture/compiled.py).
+COMPILED_COLUMNS = ("compiled ms", "floor ms", "headroom ms", "if 2x, compiled", "note")
 
 
 def profile_table(capture: Capture, limit: int = 25, include_kinds: tuple[str, ...] = ("compute",)) -> Table:
+    compiled = capture.ranked_by_compile
+    ranking = "; ranked by eager and compiled gain" if compiled else ""
     table = Table(title=f"{capture.model} on {capture.device}: "
                         f"{capture.total_time_us / 1e3:.3f} ms of captured op time per forward "
-                        f"(plain forward {capture.forward_ms:.3f} ms)")
-    text_columns = ("op", "module", "shape", "dtype")
-    for name in ("rank", "op", "module", "shape", "dtype", "calls", "time ms", "share", "if 2x faster"):
+                        f"(plain forward {capture.forward_ms:.3f} ms){ranking}")
+    text_columns = ("op", "module", "shape", "dtype", "note")
+    names = ("rank", "op", "module", "shape", "dtype", "calls", "time ms", "share", "if 2x faster")
+    for name in names + (COMPILED_COLUMNS if compiled else ()):
         table.add_column(name, justify="left" if name in text_columns else "right")
     for i, p in enumerate(capture.ranked(include_kinds)[:limit]):
-        table.add_row(str(i + 1), p.op, _short_module(p.module), p.shape_text, p.dtype_text, str(p.calls),
-                      f"{p.time_us / 1e3:.3f}", f"{p.share:.1%}", f"{p.gain_if_2x:.3f}x")
+        row = [str(i + 1), p.op, _short_module(p.module), p.shape_text, p.dtype_text, str(p.calls),
+               f"{p.time_us / 1e3:.3f}", f"{p.share:.1%}", f"{p.gain_if_2x:.3f}x"]
+        table.add_row(*row, *(_compiled_cells(p) if compiled else ()))
     return table
 
 
+def _compiled_cells(p: Any) -> list[str]:
+    if p.compiled_us is None:  # a view, allocation or random op: not attributed
+        return ["-"] * len(COMPILED_COLUMNS)
+    note = AT_FLOOR_NOTE if p.at_floor else "" if p.compiled_us else "no compiled kernel names it"
+    return [f"{p.compiled_us / 1e3:.3f}", f"{p.floor_us / 1e3:.3f}", f"{p.headroom_us / 1e3:.3f}",
+            f"{p.gain_compiled:.3f}x", note]
+
+
 def capture_summary(capture: Capture) -> str:
-    return (f"{capture.coverage_text}\na recorded pass took {capture.captured_ms:.1f} ms, "
-            f"{capture.overhead:.1f}x a plain one; views, copies, allocations and random ops are "
-            "left out of the ranking (--include)")
+    lines = [capture.coverage_text, f"a recorded pass took {capture.captured_ms:.1f} ms, "
+             f"{capture.overhead:.1f}x a plain one; views, copies, allocations and random ops are "
+             "left out of the ranking (--include)"]
+    return "\n".join(lines + compiled_summary(capture))
+
+
+def compiled_summary(capture: Capture) -> list[str]:
+    """What the compiled profile saw: its total, how much the ops account for, what they do not."""
+    result = from_json(capture.compiled)
+    if result is None or result.error:
+        return []
+    where = "kernel time" if result.device == "cuda" else "host time"
+    lines = [f"under torch.compile: {result.total_us / 1e3:.3f} ms of {where} per forward (compiled in "
+             f"{result.compile_s:.0f} s, {result.passes} forwards profiled); the ranked ops' kernels hold "
+             f"{result.coverage:.1%}; floors at {result.bandwidth_gb_s:.0f} GB/s ({result.bandwidth_from}), "
+             f"{result.launch_floor_us:g} us a launch"]
+    if result.unmapped:
+        named = ", ".join(f"{r['kernel']} {r['us'] / 1e3:.3f} ms" for r in result.unmapped[:5])
+        lines.append(f"compiled time no op accounts for: {named}")
+    return lines
 
 
 def _short_module(path: str, width: int = 32) -> str:

@@ -62,6 +62,8 @@ class Captured(Event):
     kind: ClassVar[str] = "captured"
     signatures: int = 0
     op_time_ms: float = 0.0
+    ranked_by: str = ""  # eager | compile (capture/compiled.py); "" in runs from before
+    warning: str = ""  # why a ranking asked to use the compiled model could not
 
 
 @dataclass(kw_only=True)

@@ -102,6 +102,9 @@ def make_tasks(
             for signature, count in profile.chain["covers"].items():
                 covered[signature] = (covered.get(signature, (0, ""))[0] + count, profile.signature)
             tasks = _without_covered(tasks, chosen, covered, skipped)
+    if capture.ranked_by_compile:
+        skipped += _passed_over_at_floor(capture.ranked(("compute", "chain") if fuse else ("compute",)),
+                                         [chosen[t.task_id] for t in tasks], skipped, only)
     for task in tasks:  # the share left to a single op some of whose calls a chain took
         inside = covered.get(task.signature, (0, ""))[0] if not task.chain else 0
         if inside:
@@ -110,6 +113,19 @@ def make_tasks(
             task.share *= (calls - inside) / calls
             task.gain_if_2x = 1.0 / (1.0 - task.share / 2.0)
     return _renumbered(tasks), skipped
+
+
+def _passed_over_at_floor(ranked: list[OpProfile], chosen: list[OpProfile], skipped: list[tuple[OpProfile, str]],
+                          only: set[str] | None) -> list[tuple[OpProfile, str]]:
+    """The candidates compile runs at their floor that eager time would have chosen (as hot as a
+    chosen one, or any when none was), each with why it was not: ranked last, they lost their place."""
+    from kernforge.capture.compiled import floor_note
+
+    seen = {p.signature for p in chosen} | {p.signature for p, _ in skipped}
+    coolest = min((p.time_us for p in chosen), default=0.0)
+    return [(p, floor_note(p)) for p in ranked
+            if p.at_floor and p.signature not in seen and p.time_us >= coolest
+            and (only is None or p.signature in only)]
 
 
 def _without_covered(tasks: list[KernelTask], chosen: dict[str, OpProfile], covered: dict[str, tuple[int, str]],
