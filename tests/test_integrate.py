@@ -104,10 +104,10 @@ def test_remove_and_unpatch_restore_the_original_exactly(run_dir, model):
 
 
 def test_patched_model_matches_the_original_on_fresh_inputs(run_dir, model):
-    from kernforge.integrate.endtoend import float64_copy, forward, fresh_model_inputs
+    from kernforge.integrate.endtoend import forward, fresh_model_inputs, wide_copy
 
     net, x = model
-    double, _ = float64_copy(net)
+    double, _ = wide_copy(net)
     for seed in (1, 2, 3):
         inputs = fresh_model_inputs((x,), seed)
         oracle = oracle_of(net, inputs, double)
@@ -382,3 +382,35 @@ def test_patch_follows_where_apply_measured_each_kernel_pays(run_dir, tmp_path):
     applied(in_eager=False, under_compile=False)
     with kernforge.patch(None, run) as handle:
         assert not handle.specs and "makes the model slower" in next(iter(handle.skipped.values()))
+
+
+class _NoFloat64(torch.nn.Module):
+    """A bf16 block with an op that has no float64 kernel (as grouped gemm has none)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(64, 64)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype == torch.float64:
+            raise RuntimeError("Expected mat_a to be Float32, BFloat16 or Float16 matrix, got Double")
+        return torch.nn.functional.rms_norm(self.lin(x).relu(), (64,)) @ self.lin.weight
+
+
+def test_a_16_bit_model_that_cannot_run_in_float64_is_judged_against_float32():
+    """Against eager's own outputs, a bf16 model's allowance is one rounding (its rtol), which an
+    honest kernel that rounds once differently exceeds after a few layers; the float32 run keeps
+    eager's own error in the bound."""
+    from kernforge.integrate.endtoend import forward, oracle_of, wide_copy
+
+    torch.manual_seed(0)
+    net = _NoFloat64().to(torch.bfloat16).eval()
+    x = torch.randn(16, 64, dtype=torch.bfloat16)
+    double, _ = wide_copy(net)
+    oracle = oracle_of(net, (x,), double, lambda: wide_copy(net, torch.float32)[0])
+    assert oracle.exact and oracle.note.startswith("in float32: float64 run failed (RuntimeError")
+    assert oracle.outputs[0].dtype == torch.float32 and oracle.eager_error > 0
+    rounded_otherwise = (forward(net.float(), (x.float(),))[0] * (1 + 2 ** -8)).to(torch.bfloat16)
+    assert judge_outputs([rounded_otherwise], oracle)[0] is None
+    without = oracle_of(net.to(torch.bfloat16), (x,), double)
+    assert not without.exact and "float64 run failed" in without.note

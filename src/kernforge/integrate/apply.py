@@ -157,13 +157,21 @@ def _count_calls(loaded: Any, handle: Patch, effects: dict[str, KernelEffect]) -
 
 
 def _oracles(model: torch.nn.Module, input_sets: dict[str, Any]) -> tuple[dict[str, e2e.Oracle], str]:
-    double, why = e2e.float64_copy(model)
-    oracles = {label: e2e.oracle_of(model, inputs, double) for label, inputs in input_sets.items()}
-    del double
+    double, why = e2e.wide_copy(model)
+    single: list[torch.nn.Module | None] = []  # a float32 copy, made the first time one is needed
+
+    def float32_copy() -> torch.nn.Module | None:
+        if not single:
+            single.append(e2e.wide_copy(model, torch.float32)[0] if e2e.is_16_bit(model) else None)
+        return single[0]
+    oracles = {label: e2e.oracle_of(model, inputs, double, float32_copy) for label, inputs in input_sets.items()}
+    del double, single
     _free()
     exact = all(o.exact for o in oracles.values())
     notes = sorted({o.note for o in oracles.values() if o.note} | ({why} if why else set()))
-    tolerance = ("per element, against the model in float64: the dtype's rtol and atol plus 8x eager's own "
+    wide = "float32 (" + "; ".join(notes) + ")" if any(o.note.startswith("in float32") for o in oracles.values()) \
+        else "float64"
+    tolerance = (f"per element, against the model in {wide}: the dtype's rtol and atol plus 8x eager's own "
                  "error there (or its median error, if larger), the rule each kernel met on its op"
                  if exact else "per element, against eager's outputs: the dtype's rtol and atol only ("
                  + "; ".join(notes) + ")")
