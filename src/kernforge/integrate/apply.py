@@ -270,13 +270,16 @@ def _graph_phase(model: torch.nn.Module, inputs: Any, device: torch.device, spec
     mode (its own graphs) without and with the kernels in its graph. Each pair is timed twice,
     interleaved, and the patched replays are checked on every input set. A model that cannot be
     captured (a host sync in its forward, say) is said, not raised."""
-    plain, patched = e2e.GraphedForward(model, inputs), e2e.GraphedForward(model, inputs)
+    plain = e2e.GraphedForward(model, inputs, "the model as it is")
+    patched = e2e.GraphedForward(model, inputs, "the model with the kernels")
     pair = [e2e.Variant(GRAPH_EAGER, plain), e2e.Variant(GRAPH_PATCHED, patched, specs, model)]
     try:
         _timed_pair(pair, device, report, f"{GRAPH_PATCHED} vs {GRAPH_EAGER}", seeds=(5, 6))
         _check_graph(patched, input_sets, oracles, report)
-    except Exception as e:  # noqa: BLE001 - a forward that cannot be captured is a fact about the model
-        report.notes.append(f"CUDA graph: the forward could not be captured ({_first_line(e)})")
+    except e2e.CaptureError as e:  # a forward that cannot be captured is a fact about the model
+        report.notes.append(f"CUDA graph: not captured, {e}")
+    except Exception as e:  # noqa: BLE001 - nor may a replay's failure lose the rest of the report
+        report.notes.append(f"CUDA graph: {_first_line(e)}")
     finally:
         plain.release(), patched.release()
         _free()

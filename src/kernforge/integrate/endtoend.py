@@ -242,13 +242,17 @@ def compiled_model(model: torch.nn.Module, tag: str, mode: str = "default") -> C
     return call
 
 
+class CaptureError(RuntimeError):
+    """A forward pass that CUDA graphs cannot hold (a host copy or sync inside it)."""
+
+
 class GraphedForward:
     """The forward pass captured into one CUDA graph at its first call (under whatever routing is
     installed then) and replayed after: the host's cost of every op is gone, so what is left is
     the kernels' own time. The inputs are static: new values are copied into them (`load`)."""
 
-    def __init__(self, model: torch.nn.Module, inputs: tuple[Any, ...]):
-        self.model = model
+    def __init__(self, model: torch.nn.Module, inputs: tuple[Any, ...], label: str = "the forward"):
+        self.model, self.label = model, label
         # its own copies: `load` writes new values into them, never into the caller's inputs
         self.inputs = tree_map(lambda x: x.clone() if isinstance(x, torch.Tensor) else x, inputs)
         self.graph: torch.cuda.CUDAGraph | None = None
@@ -270,8 +274,11 @@ class GraphedForward:
                 call()
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            self.outputs = call()
+        try:
+            with torch.cuda.graph(graph):
+                self.outputs = call()
+        except Exception as e:  # which of the variants could not be captured is the point of the message
+            raise CaptureError(f"{self.label}: {type(e).__name__}: {str(e).strip().splitlines()[0][:200]}") from e
         self.graph = graph
 
     def load(self, inputs: tuple[Any, ...]) -> None:
