@@ -96,7 +96,8 @@ BATCH = typer.Option(None, "--batch-size", min=1, help="batch size (default: the
 SEQ_LEN = typer.Option(None, "--seq-len", min=1, help="tokens per sequence, for language models")
 RESOLUTION = typer.Option(None, "--resolution", min=1,
                           help="image side for vision models; latent side for VAE decoders")
-DTYPE = typer.Option(None, "--dtype", help="fp32, bf16 or fp16 (default: the model's own)")
+DTYPE = typer.Option(None, "--dtype", help="fp32, bf16 or fp16 (default: the model's own; bf16 for the bundled "
+                                                   "language models and VAE on a GPU)")
 RESUME = typer.Option(None, "--resume", help="continue a stopped run from its folder, with its own options "
                                            "and what is left of its budget")
 SAVE = typer.Option(None, "--save", help="a folder to keep the capture in: profile.json, calls.jsonl "
