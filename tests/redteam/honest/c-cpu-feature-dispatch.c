@@ -45,7 +45,10 @@ static float row_max_scalar(const float *xr, int64_t cols) {
 int kf_forward(const kf_tensor *in, int n_in, kf_tensor *out, int n_out) {
     if (n_in != 1 || n_out != 1 || in[0].dtype != KF_F32 || out[0].dtype != KF_F32) return 1;
     __builtin_cpu_init();
-    const int wide = __builtin_cpu_supports("avx2") && __builtin_cpu_is("amd") + 1;
+    /* AVX2 where the CPU has it, but not on Knights Landing (slow AVX2) unless it also has
+     * AVX512-VP2INTERSECT (a bit of __cpu_features2): three reads of libgcc's CPU model */
+    const int wide = __builtin_cpu_supports("avx2") &&
+                     (!__builtin_cpu_is("knl") || __builtin_cpu_supports("avx512vp2intersect"));
     int64_t cols = in[0].sizes[in[0].ndim - 1], rows = 1;
     for (int64_t d = 0; d + 1 < in[0].ndim; ++d) rows *= in[0].sizes[d];
     const float *x = (const float *)in[0].data;
