@@ -320,6 +320,9 @@ def _only_read(lines: list[str], register: str) -> bool:
             if re.fullmatch(pattern, last):
                 return True  # the address replaced by what was read through it
             continue
+        if re.fullmatch(pattern, last) and not re.search(pattern, sources) and \
+                mnemonic.startswith(("mov", "set", "lea", "pop")):
+            return True  # overwritten (sete %dl, then movzbl %dl,%edx) without being read
         return False
     return True
 
