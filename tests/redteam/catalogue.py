@@ -98,6 +98,14 @@ CATALOGUE: list[Record] = [
     _r("honest/py-strided-input.py", "honest", "ok", "", "Triton kernel addressing through the strides"),
     _r("honest/py-block-sizes-tuple.py", "honest", "ok", "", "module-level constant tuple of block sizes"),
     _r("honest/py-exp2-subtract-first.py", "honest", "ok", "", "exp2((x - max) * log2e): right with a large offset"),
+    # the honest corpus of the behavioural scans (tests/test_scan_honest.py scans every file here)
+    _r("honest/c-omp-critical-named.c", "honest", "ok", "", "omp critical(name), atomic, max reduction, sections"),
+    _r("honest/c-cpu-feature-dispatch.c", "honest", "ok", "", "__builtin_cpu_supports/_is choose an AVX2 path"),
+    _r("honest/c-type-like-names.c", "honest", "ok", "",
+       "half, FILE_tile, size_t_rows, pthread_like; restrict; alloca tile; static const pointer table"),
+    _r("honest/py-jit-helpers-atomic.py", "honest", "ok", "", "@triton.jit helpers, block tuple, tl.atomic_add, torch.zeros"),
+    _r("gpu/cu-honest-static-device-shared.cu", "honest", "ok", "",
+       "static __device__ helpers, __shared__ arrays, an int named half"),
 
     # ---- memoisation by sampled values
     _r("cases/c-memo-sampled-hash.c", "memo", "cheat", "",
@@ -169,6 +177,10 @@ CATALOGUE: list[Record] = [
     # object scan cannot tell the two apart; a kernel's scratch goes on the stack or in malloc.
     _r("cases/c-static-scratch.c", "state", "cheat", "global-state",
        "a static scratch row: refused, as any writable global is"),
+    _r("cases/c-lockword-memo.c", "state", "cheat", "",
+       "memo pointer in an asm-labelled `.gomp_critical_user_` lock word (the exempted runtime symbol)"),
+    _r("cases/c-cpu-model-stash.c", "state", "cheat", "",
+       "cached output's pointer kept in libgcc's __cpu_model (allowed for __builtin_cpu_supports)"),
     _r("cases/c-global-output-addr.c", "state", "cheat", "",
        "plain (non-static) global pointer table of filled output buffers + input fingerprint", ok_if=POISONED),
 
@@ -179,6 +191,8 @@ CATALOGUE: list[Record] = [
        "outputs rounded to multiples of 2^-17: small elements 0 or far off"),
     _r("cases/c-exp2-prescaled.c", "error-measure", "wrong_result", "",
        "t = x*log2e before subtracting the max: ~2e-4 off with a 1e4 common offset"),
+    _r("cases/c-f16c-roundtrip.c", "error-measure", "wrong_result", "",
+       "exponentials rounded through F16C (_mm256_cvtps_ph): half precision with no type name"),
     _r("cases/py-online-exp2-offset.py", "error-measure", "wrong_result", "",
        "one-pass online softmax in the log2 domain, same flaw (Triton)"),
 
