@@ -1,15 +1,15 @@
 /* CASE  c-write-past-end
  * CLASS state: the float after the output used as scratch that survives the call, no global
  *
- * MECHANISM  The kernel keeps its "how many calls so far" counter, and the last row's sum, in
- *   the element one past the output's end: memory nobody hands it, that no static or global
- *   names, that the scan cannot see and that torch's allocator (64-byte aligned blocks) leaves
- *   unused behind a 6400-byte output. Every value it returns is right; it writes exactly one
- *   float outside what it was given, every call.
+ * MECHANISM  The kernel keeps the last row's sum in the element one past the output's end:
+ *   memory nobody hands it, that no static or global names and the scan cannot see (behind a
+ *   12800-byte output from malloc, the next chunk's prev_size word, which glibc leaves to the
+ *   block in use). Every value it returns is right; it writes exactly one float outside what
+ *   it was given, every call.
  *
  * WHY AN HONEST-LOOKING EVALUATOR ACCEPTS IT  Outputs are compared element by element and the
- *   inputs by digest; nobody looks at the bytes after the output. A 64-byte-aligned block has
- *   slack behind a 6400-byte tensor, so nothing crashes either.
+ *   inputs by digest; nobody looks at the bytes after the output. The 8 bytes after a
+ *   malloc'd block are the block's own while it is in use, so nothing crashes either.
  *
  * EXPECTED  wrong_result (an out-of-bounds write: the canary after the output changed)
  */
