@@ -198,6 +198,13 @@ def test_a_thread_started_by_a_call_and_left_is_a_cheat():
 
 # ---------------------------------------------------------------- the verdict's allowances
 
+def test_one_thread_pool_starting_once_is_allowed():
+    once = {"thread_changes": [{"call": 0, "before": 2, "after": 3}]}
+    assert verdict(once) is None
+    twice = {"thread_changes": [{"call": 0, "before": 2, "after": 3}, {"call": 9, "before": 3, "after": 4}]}
+    assert verdict(twice)[2] == "state"
+
+
 def test_small_or_short_lived_growth_is_allowed():
     assert verdict({"heap_deltas": [LEAK_BYTES_PER_CALL] * 500}) is None  # at the allowance
     assert verdict({"heap_deltas": [1 << 20, 0, 0, 0, -(1 << 20)]}) is None  # one call's growth, given back

@@ -16,7 +16,8 @@ or not, it reads what a kernel can change without touching its outputs' values:
                  call returned: memory a call takes and never gives back (on a random sample
                  of the calls: HEAP_FIRST, HEAP_SHARE)
   device memory  torch.cuda.memory_allocated around the call, on a GPU
-  threads        /proc/self/task before and after the call; the current stream on a GPU
+  threads        /proc/self/task before and after the call (a count that changes over more
+                 than one call); the current stream on a GPU
 
 This module decides nothing. `Guard.report()` is plain numbers that go into the worker's
 outputs file; judge.guard_verdict reads them in the search process, where the thresholds are.
@@ -49,8 +50,8 @@ CANARY_BYTES = 4096
 GAP_WATCH_MAX = 1 << 20
 # The heap is read around the first HEAP_FIRST calls and a random HEAP_SHARE of the others:
 # mallinfo2 walks every free chunk, 0.6 us in a fresh process but ~50 us in a worker with torch
-# loaded, and a leak of every call shows in any sample (500 calls: ~40 samples, ~4 ms).
-HEAP_FIRST, HEAP_SHARE = 16, 0.05
+# loaded, and a leak of every call shows in any sample (500 calls: ~23 samples).
+HEAP_FIRST, HEAP_SHARE = 8, 0.03
 
 
 @dataclass
@@ -68,7 +69,7 @@ class Guarded:
         """Count of watched bytes changed: on a GPU a 0-d tensor on the device (no sync); on a CPU
         0, or 1 when any changed (memcmp of the two canaries: tensor ops here cost ~6 ms a call on
         a busy 2-core machine, waking torch's thread pool)."""
-        if self.base.device.type != "cpu" or self.watch.numel() != 2 * self.lead:
+        if self.base.device.type != "cpu" or self.expected.numel() != 2 * self.lead:
             return torch.ne(self.base[self.watch], self.expected).sum()
         ptr, lead, end = self.base.data_ptr(), self.lead, self.lead + self.span_bytes
         expected = self.expected.data_ptr()
@@ -76,7 +77,10 @@ class Guarded:
 
     def where(self) -> dict[str, int]:
         """Changed bytes before the span, after it and in its gaps, with the first one after the end."""
-        changed = self.watch[torch.ne(self.base[self.watch], self.expected)].cpu()
+        watch = self.watch
+        if self.base.device.type == "cpu" and self.expected.numel() == 2 * self.lead:  # canaries only
+            watch = torch.cat([torch.arange(0, self.lead), torch.arange(self.lead + self.span_bytes, self.base.numel())])
+        changed = watch[torch.ne(self.base[watch], self.expected)].cpu()
         before = int((changed < self.lead).sum())
         after_mask = changed >= self.lead + self.span_bytes
         after = int(after_mask.sum())
@@ -85,9 +89,9 @@ class Guarded:
 
 
 def guarded_copy(t: torch.Tensor, label: str, gaps: bool = False) -> tuple[torch.Tensor, Guarded | None]:
-    """A copy of t with its layout (layout_copy's), placed CANARY_BYTES into a buffer of random
-    bytes; gaps: also watch the bytes between its elements (outputs). A tensor with no elements
-    is copied plainly (nothing to overrun)."""
+    """A copy of t with its layout (layout_copy's), placed CANARY_BYTES into a buffer whose bytes
+    around it are random; gaps: also watch the bytes between its elements (outputs). A tensor
+    with no elements is copied plainly (nothing to overrun)."""
     if t.numel() == 0:
         return t.detach().clone(), None
     size = t.element_size()
@@ -95,14 +99,24 @@ def guarded_copy(t: torch.Tensor, label: str, gaps: bool = False) -> tuple[torch
     lead = CANARY_BYTES // size  # elements; CANARY_BYTES keeps the span 64-byte aligned as layout_copy's
     total = lead + span + CANARY_BYTES // size
     base = torch.empty(total * size, dtype=torch.uint8, device=t.device)
-    base.copy_(torch.frombuffer(bytearray(os.urandom(total * size)), dtype=torch.uint8))
+    start, end = lead * size, (lead + span) * size
+    canary = torch.frombuffer(bytearray(os.urandom(2 * start)), dtype=torch.uint8).to(t.device)
+    base[:start].copy_(canary[:start])
+    base[end:].copy_(canary[start:])
     view = base.view(t.dtype).as_strided(t.shape, t.stride(), lead)
+    gap = _gap_bytes(t, lead, size) if gaps else None
+    if gap is not None and gap.numel():
+        seed = int.from_bytes(os.urandom(8), "little") >> 1
+        fill = torch.randint(0, 256, (gap.numel(),), dtype=torch.uint8, generator=torch.Generator().manual_seed(seed))
+        base[gap.to(t.device)] = fill.to(t.device)
     view.copy_(t.detach())
-    watch = torch.cat([torch.arange(0, lead * size), torch.arange((lead + span) * size, total * size)])
-    if gaps:
-        watch = torch.cat([watch, _gap_bytes(t, lead, size)])
-    watch = watch.to(t.device)
-    return view, Guarded(label, base, watch, base[watch].clone(), lead * size, span * size)
+    if gap is None or not gap.numel():
+        # the two canaries only: compared with memcmp on a CPU (Guarded.mismatches)
+        watch = torch.cat([torch.arange(0, start), torch.arange(end, total * size)]).to(t.device) \
+            if t.device.type != "cpu" else torch.empty(0, dtype=torch.int64)
+        return view, Guarded(label, base, watch, canary, start, span * size)
+    watch = torch.cat([torch.arange(0, start), torch.arange(end, total * size), gap]).to(t.device)
+    return view, Guarded(label, base, watch, base[watch].clone(), start, span * size)
 
 
 def _gap_bytes(t: torch.Tensor, lead: int, size: int) -> torch.Tensor:
@@ -338,7 +352,10 @@ def _leak(deltas: list[int], total_over: int, what: str) -> tuple[str, str, str]
 
 
 def _threads(report: dict[str, Any]) -> tuple[str, str, str] | None:
-    if not report.get("thread_changes"):
+    """The thread count changed over more than one call. Once is allowed: a thread pool that starts
+    at its first use (torch's intra-op pool on a Python candidate's first torch op) grows the count
+    once and then holds it; a thread that stays and runs is the worker's `threads` check."""
+    if len(report.get("thread_changes", [])) < 2:
         return None
     change = report["thread_changes"][0]
     return ("cheat", f"the thread count went from {change['before']} to {change['after']} over call {change['call']} "
