@@ -183,6 +183,16 @@ CATALOGUE: list[Record] = [
        "cached output's pointer kept in libgcc's __cpu_model (allowed for __builtin_cpu_supports)"),
     _r("cases/c-global-output-addr.c", "state", "cheat", "",
        "plain (non-static) global pointer table of filled output buffers + input fingerprint", ok_if=POISONED),
+    _r("cases/c-write-past-end.c", "state", "wrong_result", "out-of-bounds write",
+       "one float past the output's end used as scratch: right values, a write outside its tensor"),
+    _r("cases/c-leak-workspace.c", "state", "wrong_result", "leaks heap",
+       "a malloc'd workspace every call, never freed: right values, 12800 bytes kept per call"),
+    _r("cases/c-mxcsr-round-left.c", "state", "cheat", "FP control state",
+       "_mm_setcsr: round toward zero + FTZ/DAZ set on a call and left set"),
+    _r("cases/c-fesetround-left.c", "state", "cheat", "",
+       "fesetround(FE_TOWARDZERO) left set: refused for <fenv.h> before the guard sees it"),
+    _r("cases/c-thread-left-running.c", "async", "cheat", "",
+       "pthread_create by a hand-written prototype (no header, no extern); the thread spins forever"),
 
     # ---- the error measure
     _r("cases/c-flush-small.c", "error-measure", "wrong_result", "",
