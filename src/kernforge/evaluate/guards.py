@@ -104,12 +104,14 @@ def guarded_copy(t: torch.Tensor, label: str, gaps: bool = False) -> tuple[torch
     base[:start].copy_(canary[:start])
     base[end:].copy_(canary[start:])
     view = base.view(t.dtype).as_strided(t.shape, t.stride(), lead)
+    # the whole span as it lies in t's storage: an expanded input (stride 0) cannot be copied
+    # element by element into a view whose elements share memory
+    base.view(t.dtype)[lead:lead + span].copy_(t.detach().as_strided((span,), (1,), t.storage_offset()))
     gap = _gap_bytes(t, lead, size) if gaps else None
     if gap is not None and gap.numel():
         seed = int.from_bytes(os.urandom(8), "little") >> 1
         fill = torch.randint(0, 256, (gap.numel(),), dtype=torch.uint8, generator=torch.Generator().manual_seed(seed))
         base[gap.to(t.device)] = fill.to(t.device)
-    view.copy_(t.detach())
     if gap is None or not gap.numel():
         # the two canaries only: compared with memcmp on a CPU (Guarded.mismatches)
         watch = torch.cat([torch.arange(0, start), torch.arange(end, total * size)]).to(t.device) \

@@ -201,7 +201,10 @@ def make_harness(device: torch.device, mark_fd: int | None = None) -> Callable[.
                 mark(b"E")
                 result.failure = {"status": "wrong_result", "reason": why}
                 return result
-            refs += [StorageWeakRef(o.untyped_storage()) for o in outs if prepared is None]
+            # an in-place op's output is its input, which the harness (and a guard) holds on purpose
+            held = {t.untyped_storage().data_ptr() for t in tensors_of((args, kwargs))}
+            refs += [StorageWeakRef(o.untyped_storage()) for o in outs
+                     if prepared is None and o.untyped_storage().data_ptr() not in held]
             kept = _copy_out(outs, judged)
             if judged:
                 result.judged.append(Call(position=n, set_index=set_index, outputs=kept,
