@@ -328,9 +328,26 @@ def _runnable_here(spec: KernelSpec, tensors: Any) -> bool:
 # ---------------------------------------------------------------------------- routing
 
 
+class Tally:
+    """One route's calls as plain ints, read when its RouteCounts is asked: a module route counts
+    with an attribute increment (~25 ns a call on this project's 2-core CPU, where
+    RouteCounts.took's dict update took ~60)."""
+
+    __slots__ = ("fallback", "kernel")
+
+    def __init__(self) -> None:
+        self.kernel = 0  # ran the kernel
+        self.fallback = 0  # ran the original
+
+    def counts(self) -> tuple[list[int], int]:
+        """As a native router's registration counts: (kernel calls per route, fallbacks)."""
+        return [self.kernel], self.fallback
+
+
 class RouteCounts:
     """Calls of one installed op since it was installed, by where they went: those the Python
-    routes counted, plus those counted apart (read when asked): its native routers'."""
+    routes counted, plus those counted apart (read when asked): its native routers' and its
+    module routes' tallies."""
 
     def __init__(self, custom_op: int = 0, traced_by_kernel: dict[str, int] | None = None) -> None:
         self.custom_op = custom_op  # became the custom op (tracing under torch.compile)
@@ -338,7 +355,7 @@ class RouteCounts:
         self._fallback = 0  # ran the original op
         self._by_kernel: dict[str, int] = {}  # ran a kernel directly (eager), per kernel name
         # (a counter with counts() -> (kernel calls per route, fallbacks), its routes' kernels): a
-        # native router's registration
+        # native router's registration, or a module route's Tally
         self.counters: list[tuple[Any, list[str]]] = []
 
     def took(self, kernel: str) -> None:
@@ -399,8 +416,10 @@ class Installation:
         for registration in self._native:
             registration.remove()
         self._native.clear()
-        for routes in self.module_routes.values():
-            for route in routes:
+        # last in, first out: a module two chains were installed at (one module called at two
+        # shapes) holds the second's forward over the first's forward and class
+        for routes in reversed(list(self.module_routes.values())):
+            for route in reversed(routes):
                 route.remove()
         self.module_routes = {}
         for lib in self._libraries:
