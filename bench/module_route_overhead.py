@@ -63,8 +63,12 @@ KERNEL = cpu.C_PRELUDE + r"""
 #include <math.h>
 #include <string.h>
 /* y = bf16(x * rsqrt(mean(x^2) + eps) * (1 + w)) per row, in float; bf16 stored as uint16_t */
-static inline float ld(const uint16_t *p, int64_t i) { uint32_t u = (uint32_t)p[i] << 16; float f; memcpy(&f, &u, 4); return f; }
-static inline uint16_t st(float v) { uint32_t u; memcpy(&u, &v, 4); u += 0x7fffu + ((u >> 16) & 1u); return (uint16_t)(u >> 16); }
+static inline float ld(const uint16_t *p, int64_t i) {
+    uint32_t u = (uint32_t)p[i] << 16; float f; memcpy(&f, &u, 4); return f;
+}
+static inline uint16_t st(float v) {  /* round to nearest even */
+    uint32_t u; memcpy(&u, &v, 4); u += 0x7fffu + ((u >> 16) & 1u); return (uint16_t)(u >> 16);
+}
 
 int kf_forward(const kf_tensor *in, int n_in, kf_tensor *out, int n_out) {
     if (n_in != 2 || n_out != 1 || in[0].dtype != KF_BF16 || in[1].dtype != KF_BF16) return 1;
@@ -156,8 +160,9 @@ def main() -> None:
     spread = {name: (min(v), max(v)) for name, v in samples.items()}
     print(f"# module route overhead: {chain.op} ({len(chain.steps)} steps), x {opts.rows}x{opts.cols} bf16, "
           f"C kernel at GemmaRMSNorm's forward")
-    print(f"# {platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}, "
-          f"Python {platform.python_version()}; bursts of {opts.burst}, median (min-max) of {opts.rounds} rounds")
+    print(f"# {platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, "
+          f"torch {torch.__version__}, Python {platform.python_version()}; "
+          f"bursts of {opts.burst}, median (min-max) of {opts.rounds} rounds")
     print(f"# max |routed - eager| = {(got.float() - expected.float()).abs().max().item():.3g} (bf16 outputs)")
     for name in ["eager", "native", "guarded", "routed", "hooked"]:
         lo, hi = spread[name]
@@ -167,7 +172,8 @@ def main() -> None:
     print(f"eager / routed    {m['eager'] / m['routed']:.2f}x")
     cost = apply_measure
     print(f"apply's routing measure (overhead.measure, bursts of {overhead.BURST}, median of {overhead.REPEATS}): "
-          f"via {cost.via}, native {cost.native}, routed hit {cost.routed_hit_us:.2f} us, direct {cost.direct_us:.2f} us "
+          f"via {cost.via}, native {cost.native}, routed hit {cost.routed_hit_us:.2f} us, "
+          f"direct {cost.direct_us:.2f} us "
           f"({cost.routed_hit_us / cost.direct_us:.2f}x), the ATen calls {cost.aten_us:.2f} us, "
           f"a miss +{cost.miss_overhead_us:.2f} us")
 
