@@ -331,3 +331,20 @@ def test_a_damaged_run_folder_is_listed_as_damaged_and_shown_in_one_line(runs_di
     listing = run_cli("ls", "--runs-dir", str(runs_dir))
     assert listing.returncode == 0 and "damaged" in listing.stdout
     assert_one_line_error(run_cli("show", str(broken)), "is not a kernforge run folder")
+
+
+def test_a_time_budget_too_small_to_search_says_so_per_task(runs_dir: Path):
+    proc = run_cli("optimize", TINY_REL, "--backend", "cpu", "--time-budget", "1s", "--no-apply", "--json",
+                   "--runs-dir", str(runs_dir))
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    (task,) = data["tasks"]
+    assert task["candidates"] == 0
+    assert task["stopped"].startswith("not started: the time budget had 0 s left for it")
+    assert data["phases"]["capture"] > 0 and data["phases"]["candidates"] == 0
+
+
+def test_a_time_budget_that_is_no_duration_is_one_line():
+    proc = run_cli("optimize", TINY_REL, "--backend", "cpu", "--time-budget", "an hour")
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert "--time-budget 'an hour' is not a duration; write it like 90s, 30m, 2h or 1h30m" in proc.stderr

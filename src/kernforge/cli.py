@@ -171,7 +171,12 @@ def optimize(
                                          "time, with back-off (honouring Retry-After)"),
     strategy: str = typer.Option("mcts", help="search strategy: mcts (Monte Carlo Tree Search over many "
                                               "paths) or greedy (keep an improvement, revert a loss)"),
-    iterations: int = typer.Option(10, min=1, help="candidates evaluated per op: the search budget"),
+    iterations: int = typer.Option(10, min=1, help="candidates evaluated per op: the search budget (with "
+                                                   "--time-budget a cap, 50 unless given)"),
+    time_budget: str = typer.Option("", "--time-budget", help="the whole run's time, e.g. 30m or 2h, apply "
+                                                              "included: spread over the ops by what each can "
+                                                              "give the model; an op that stops improving "
+                                                              "stops early (empty: the iterations decide)"),
     top_k: int = typer.Option(2, "--top-k", min=1, help="how many of the hottest supported ops to search "
                                                           "(with --ops: at most this many of those it names, "
                                                           "where given)"),
@@ -215,7 +220,8 @@ def optimize(
     from kernforge.optimize import optimize as run_optimize
     from kernforge.propose import ProposerOptions
     from kernforge.optimize import resume as run_resume
-    from kernforge.report import profile_table, results_table
+    from kernforge.report import phases_line, profile_table, results_table
+    from kernforge.search.budget import BUDGETED_ITERATIONS
 
     _set_strict(strict)
     if (spec is None) == (resume is None):
@@ -229,7 +235,8 @@ def optimize(
     else:
         asked = [item.strip() for item in ops.split(",") if item.strip()]
         opts = OptimizeOptions(spec=spec, backend=backend, proposer=proposer, strategy=strategy,
-                               iterations=iterations, ops=asked,
+                               iterations=iterations if time_budget == "" or _given(ctx, "iterations")
+                               else BUDGETED_ITERATIONS, ops=asked, time_budget=time_budget,
                                top_k=top_k if _given(ctx, "top_k") or not asked else 0, runs_dir=runs_dir,
                                candidate_timeout_s=timeout, compile=compile_peer, parallel=parallel,
                                executor=executor, gpus=gpus, ray_address=ray_address, finalists=finalists,
@@ -252,8 +259,9 @@ def optimize(
     if not data["tasks"]:
         out.print(f"no op of this model has a {opts.proposer} template for the {result.backend} backend yet: "
                   "nothing was searched")
+    budget = f"a time budget of {opts.time_budget}, at most " if opts.time_budget else ""
     out.print(results_table(data["tasks"], title=f"{result.backend} backend on {result.device}, "
-                                                 f"{opts.strategy}, {opts.iterations} iterations per op, "
+                                                 f"{opts.strategy}, {budget}{opts.iterations} iterations per op, "
                                                  f"{result.wall_s:.0f} s"))
     for task in data["tasks"]:  # why each search ended: its budget spent, or why sooner
         if task["stopped"]:
@@ -261,6 +269,7 @@ def optimize(
                       markup=False, highlight=False)
     _print_llm_usage(data.get("llm"))
     _print_end_to_end(data.get("end_to_end"))
+    out.print(phases_line(data["phases"]), markup=False, highlight=False, soft_wrap=True)
     out.print(f"run folder: {result.run_dir}")
 
 

@@ -27,6 +27,7 @@ from kernforge.models import ModelOptions, load_model, run_forward
 from kernforge.phases import Stopwatch
 from kernforge.propose import ProposerOptions, Usage, get_proposer
 from kernforge.search import Node, TaskOutcome, get_strategy, search_task
+from kernforge.search.budget import MIN_TASK_S, TimeBudget, parse_duration, projected_gain
 from kernforge.search.engine import BUDGET_SPENT, FINALISTS, row_of
 from kernforge.store import RUN_FORMAT, RunStore
 from kernforge.store.events import (ApplyProgress, Captured, Event, NodeStarted, PhaseTimed, ProposalFailed,
@@ -58,6 +59,9 @@ class OptimizeOptions:
     # rank by eager time, or by what torch.compile leaves above each op's floor as well
     # (capture/compiled.py); auto: compile on a GPU, eager on a CPU (compiling there takes tens of s)
     rank_by: str = "auto"  # auto | eager | compile
+    # the whole run's time budget ("30m", "2h"; search/budget.py), apply included; "": none, the
+    # iterations alone decide
+    time_budget: str = ""
     llm: ProposerOptions = field(default_factory=ProposerOptions)  # --proposer llm | mixed
 
 
@@ -161,6 +165,7 @@ def optimize(opts: OptimizeOptions, on_event: OnEvent = lambda event: None) -> O
     compile_modes(opts.compile, "cpu")
     compile_ranking(opts.rank_by, "cpu")  # an unknown --rank-by fails before anything runs
     parallelism(opts.parallel, "cpu")
+    time_budget(opts, 0.0)  # a duration that does not parse fails before anything runs
     preflight(opts.executor, opts.ray_address)
     prep = prepare(opts.spec, opts.backend, opts.model, opts.runs_dir, _options(opts), on_event, opts.rank_by)
     backend, device, store, capture = prep.backend, prep.device, prep.store, prep.capture
@@ -257,6 +262,7 @@ def resume(run_dir: Path, on_event: OnEvent = lambda event: None, iterations: in
                             skipped=[(profiles[r["signature"]], r["reason"]) for r in skipped_rows
                                      if r["signature"] in profiles])
     store.rewrite_results([row_of(t, n) for t in tasks for n in previous[t.task_id]])
+    spent = sum(run_phases(store.events()).values())  # of a time budget, by the sessions before
     store.emit(run_started(config, resumed=True))
     store.emit(Resumed(done=sorted(done), recorded_nodes={k: len(v) for k, v in previous.items()}))
     for task in tasks:
@@ -264,7 +270,7 @@ def resume(run_dir: Path, on_event: OnEvent = lambda event: None, iterations: in
             result.outcomes.append(_finished_outcome(store, task, previous[task.task_id], budget))
     pending = [t for t in tasks if t.task_id not in done]
     try:
-        return _search_all(opts, result, store, backend, proposer, pending, previous, on_event, started)
+        return _search_all(opts, result, store, backend, proposer, pending, previous, on_event, started, spent)
     except KeyboardInterrupt:
         raise RunInterrupted(store.root) from None
 
@@ -285,13 +291,20 @@ def _resume_line(run_dir: Path, config: dict[str, Any], tasks: list[Any], previo
 
 def _search_all(opts: OptimizeOptions, result: OptimizeResult, store: RunStore, backend: Backend,
                 proposer: Any, tasks: list[Any], previous: dict[str, list[Node]], on_event: OnEvent,
-                started: float) -> OptimizeResult:
+                started: float, spent_s: float = 0.0) -> OptimizeResult:
     device = result.device
     executor = make_executor(opts.executor, device, parallelism(opts.parallel, device), opts.gpus,
                              opts.ray_address)
+    budget = time_budget(opts, started, spent_s)
+    weights = [projected_gain(_rank_gain(result.capture, task)) for task in tasks]
     try:
-        for task in tasks:
+        for i, task in enumerate(tasks):
             spent = proposer.budget_exhausted()
+            share = budget.share_s(weights[i:]) if budget else None
+            if share is not None and share < MIN_TASK_S:
+                more = len(tasks) - i - 1
+                spent = (f"not started: the time budget had {max(0.0, budget.left_s()):.0f} s left for it"
+                         f"{f' and {more} more' if more else ''}, too little to search")
             if spent:  # the run ends cleanly: what was found stands, the rest is said
                 result.outcomes.append(TaskOutcome(task=task, baseline=None, error=spent, stopped=spent))
                 continue
@@ -299,7 +312,7 @@ def _search_all(opts: OptimizeOptions, result: OptimizeResult, store: RunStore, 
                                   opts.iterations, opts.candidate_timeout_s,
                                   compile_modes=compile_modes(opts.compile, device),
                                   previous=previous.get(task.task_id), executor=executor,
-                                  finalists=opts.finalists)
+                                  finalists=opts.finalists, time_share_s=share)
             result.outcomes.append(outcome)
     finally:
         executor.close()
@@ -316,6 +329,22 @@ def _search_all(opts: OptimizeOptions, result: OptimizeResult, store: RunStore, 
     store.emit(RunEnded(wall_s=time.perf_counter() - started, tasks=len(result.outcomes),
                         winners=sum(o.best is not None for o in result.outcomes)))
     return result
+
+
+def time_budget(opts: OptimizeOptions, started: float, spent_s: float = 0.0) -> TimeBudget | None:
+    """The run's time budget, counted from `started` (time.perf_counter() when this process began),
+    less `spent_s` (what a resumed run's earlier sessions took), or None."""
+    if not opts.time_budget:
+        return None
+    return TimeBudget.starting(parse_duration(opts.time_budget), started, opts.apply, spent_s)
+
+
+def _rank_gain(capture: Capture, task: Any) -> float:
+    """What the ranking projected for the task's signature (eager or compiled, whichever is more)."""
+    for profile in capture.profiles:
+        if profile.signature == task.signature:
+            return profile.rank_gain
+    return task.gain_if_2x
 
 
 def _applied_before(store: RunStore) -> dict[str, Any] | None:

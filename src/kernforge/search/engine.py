@@ -19,6 +19,7 @@ from kernforge.evaluate.runner import discard_reference
 from kernforge.phases import Stopwatch
 from kernforge.propose import Failure, NoProposal, Proposal, Proposer
 from kernforge.propose.context import Attempt, ProposalContext, Seed, task_facts
+from kernforge.search.budget import PLATEAU
 from kernforge.search.siblings import task_seed
 from kernforge.search.strategy import Strategy
 from kernforge.store import RunStore
@@ -136,6 +137,10 @@ class SearchContext:
     # candidates since the last kept one; None until one is kept (a seed that failed here gives
     # no found point to stop at). A resumed task counts afresh: its budget may have been raised.
     since_kept: int | None = None
+    # A run with a time budget (search/budget.py): no candidate is started after `deadline`
+    # (time.perf_counter()), the task's share of the budget being `share_s`.
+    deadline: float | None = None
+    share_s: float = 0.0
 
     def __post_init__(self) -> None:
         if any(n.kept for n in self.previous):
@@ -175,6 +180,8 @@ class SearchContext:
 
     def budget_left(self) -> int:
         """Candidates that may still be started: the running ones are already spent."""
+        if not self.stopped and self.deadline is not None and time.perf_counter() >= self.deadline:
+            self.stopped = f"its {self.share_s:.0f} s share of the time budget spent"
         if self.stopped:
             return 0
         return self.iterations - self.evaluated - self.running
@@ -192,7 +199,8 @@ class SearchContext:
         elif self.since_kept is not None:
             self.since_kept += 1
         if self.patience and (self.since_kept or 0) >= self.patience and not self.stopped:
-            self.stopped = f"seeded from {self.seeded_from}; no improvement in {self.since_kept}"
+            self.stopped = (f"seeded from {self.seeded_from}; no improvement in {self.since_kept}" if self.seeded_from
+                            else f"stopped improving: no better candidate in the last {self.since_kept}")
 
     def _note(self, outcome: NoProposal) -> None:
         if outcome.kind == "budget":
@@ -217,6 +225,14 @@ def search_ended(ctx: SearchContext, proposer: str) -> str:
     return f"nothing new to try: the {proposer} proposer had no new variant of any node ({done})"
 
 
+def _patience(seeded: bool, deadline: float | None) -> int:
+    """Candidates in a row not better than the best before the task stops (0: never): a task
+    seeded from a sibling's winner, or any in a run with a time budget."""
+    if seeded:
+        return SEEDED_PATIENCE
+    return PLATEAU if deadline is not None else 0
+
+
 # Failures whose messages say what to fix; a crash or a time-out says little the generator can use.
 REPAIRABLE = ("compile_error", "runtime_error", "wrong_result", "cheat")
 
@@ -234,12 +250,16 @@ def search_task(
     previous: list[Node] | None = None,
     executor: Executor | None = None,
     finalists: int = FINALISTS,
+    time_share_s: float | None = None,
 ) -> TaskOutcome:
     """Search one task; `previous` holds the nodes a killed run had recorded (see --resume).
     The executor says where workers run and how many at once (default: one, here). When the
     budget is spent, the `finalists` best candidates are evaluated again one at a time, and
     only those second results decide the task's best (TaskOutcome.best). A task with a sibling
-    searched before it in the store starts from the sibling's best (siblings.py)."""
+    searched before it in the store starts from the sibling's best (siblings.py). A task of a run
+    with a time budget has `time_share_s` seconds from now, its baseline included, and stops
+    once it stopped improving (budget.py)."""
+    deadline = None if time_share_s is None else time.perf_counter() + time_share_s
     executor = executor or LocalExecutor(None, 1, None)
     task_dir = store.task_dir(task.task_id)
     task_path = task_dir / "task.json"
@@ -270,8 +290,9 @@ def search_task(
     ctx = SearchContext(task=task, iterations=iterations, propose=search.propose, start=search.start,
                         wait_any=search.wait_any, parallel=search.in_flight, inline=proposer.inline,
                         repairs=proposer.repairs, previous=list(outcome.nodes), evaluated=len(outcome.nodes),
-                        report_tree=search.write_tree, patience=SEEDED_PATIENCE if seed and seed.winner else 0,
-                        seeded_from=outcome.seeded_from)
+                        report_tree=search.write_tree, patience=_patience(bool(seed and seed.winner), deadline),
+                        seeded_from=outcome.seeded_from if seed and seed.winner else "", deadline=deadline,
+                        share_s=time_share_s or 0.0)
     search.ctx = ctx
 
     clock = Stopwatch()

@@ -1,0 +1,75 @@
+"""A whole run's time budget (--time-budget): spread over the ranked tasks by what each can give
+the model, re-spread after every task, so that time a task did not use goes to the ones after it.
+
+Each task gets, when it starts, its weight's part of the time left before the deadline, less what
+apply is kept: weight = the model's projected gain if the op ran 2x faster, eager or under
+torch.compile, whichever is more (Amdahl: OpProfile.rank_gain - 1). Its share covers its baseline,
+its candidates and its finalists: once it is spent no candidate is started (those running
+finish). A task whose share would be under MIN_TASK_S is not started: a baseline and one
+candidate do not fit. A budgeted task also stops once it stopped improving (PLATEAU candidates
+in a row after its best), and says so."""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+
+from kernforge.errors import UserError
+
+# Of the whole budget, kept for installing the winners and measuring the model, at most
+# APPLY_MOST_S: apply took 120-158 s for 1-5 kernels on the H200 (bench/results/h200/issue32/README.md).
+APPLY_SHARE = 0.25
+APPLY_MOST_S = 600.0
+MIN_TASK_S = 20.0
+# Candidates in a row not better than the task's best before a budgeted task stops: the MCTS
+# gives a subtree four expansions without a better result before it looks elsewhere (mcts.py).
+PLATEAU = 6
+# The iterations cap where --time-budget is given and --iterations is not: the time decides.
+BUDGETED_ITERATIONS = 50
+
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in "90s", "30m", "2h", "1h30m" or a plain number of seconds."""
+    cleaned = text.strip().lower().replace(" ", "")
+    if re.fullmatch(r"\d+(\.\d+)?", cleaned):
+        seconds = float(cleaned)
+    else:
+        parts = re.findall(r"(\d+(?:\.\d+)?)([smh])", cleaned)
+        if not parts or "".join(n + u for n, u in parts) != cleaned:
+            raise UserError(f"--time-budget '{text}' is not a duration; write it like 90s, 30m, 2h or 1h30m")
+        seconds = sum(float(n) * _UNITS[u] for n, u in parts)
+    if seconds <= 0:
+        raise UserError(f"--time-budget '{text}' must be more than nothing")
+    return seconds
+
+
+@dataclass
+class TimeBudget:
+    total_s: float
+    deadline: float  # time.perf_counter() at which the run should be done, apply included
+    reserve_s: float  # kept at the end for apply
+
+    @classmethod
+    def starting(cls, total_s: float, started: float, apply: bool, spent_s: float = 0.0) -> TimeBudget:
+        """A budget counted from `started` (time.perf_counter() when this process began the run),
+        of which `spent_s` went before (a resumed run's earlier sessions)."""
+        return cls(total_s=total_s, deadline=started + total_s - spent_s, reserve_s=min(APPLY_SHARE * total_s, APPLY_MOST_S) if apply else 0.0)
+
+    def left_s(self, now: float | None = None) -> float:
+        """Seconds left for the search, apply's part kept."""
+        return self.deadline - self.reserve_s - (time.perf_counter() if now is None else now)
+
+    def share_s(self, weights: list[float], now: float | None = None) -> float:
+        """The first of these tasks' share of what is left: its weight's part of all theirs."""
+        total = sum(weights)
+        left = max(0.0, self.left_s(now))
+        return left * weights[0] / total if total > 0 else left / max(1, len(weights))
+
+
+def projected_gain(rank_gain: float) -> float:
+    """A task's weight: the model's gain if the op ran 2x faster, never nothing (a task in the
+    ranking still gets a little time)."""
+    return max(rank_gain - 1.0, 1e-3)

@@ -1,0 +1,102 @@
+"""search/budget.py: --time-budget parsed, a run's time spread over its tasks by their projected
+gain and re-spread as they finish, a budgeted task stopped when its share is spent or when it
+stopped improving. No worker is started."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from helpers import scripted_context
+
+from kernforge.errors import UserError
+from kernforge.evaluate import EvalResult, Timing
+from kernforge.propose import Proposal
+from kernforge.search import Node, get_strategy
+from kernforge.search.budget import (APPLY_MOST_S, APPLY_SHARE, PLATEAU, TimeBudget, parse_duration,
+                                     projected_gain)
+from kernforge.search.engine import _patience, search_ended
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("90s", 90), ("30m", 1800), ("2h", 7200), ("1h30m", 5400),
+                                              ("45", 45), (" 1.5h ", 5400), ("2m30s", 150)])
+def test_durations_parse(text, seconds):
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "soon", "30x", "m30", "0", "0m", "30m fast"])
+def test_a_bad_duration_is_one_line_that_shows_the_form(text):
+    with pytest.raises(UserError, match="like 90s, 30m, 2h|more than nothing"):
+        parse_duration(text)
+
+
+def test_shares_follow_the_projected_gain_and_apply_keeps_its_part():
+    budget = TimeBudget.starting(1000.0, started=0.0, apply=True)
+    assert budget.reserve_s == APPLY_SHARE * 1000.0
+    left = 1000.0 - budget.reserve_s
+    weights = [projected_gain(1.3), projected_gain(1.1), projected_gain(1.1)]  # 0.3, 0.1, 0.1
+    assert budget.share_s(weights, now=0.0) == pytest.approx(left * 0.6)
+    # the first task took less than its share: the rest is spread over the two left, by weight
+    assert budget.share_s(weights[1:], now=300.0) == pytest.approx((left - 300.0) / 2)
+    assert budget.share_s(weights, now=2000.0) == 0.0  # past the deadline
+
+
+def test_apply_keeps_at_most_its_cap_and_nothing_without_apply():
+    assert TimeBudget.starting(10 * 3600.0, 0.0, apply=True).reserve_s == APPLY_MOST_S
+    assert TimeBudget.starting(600.0, 0.0, apply=False).reserve_s == 0.0
+
+
+def test_a_resumed_run_has_what_its_earlier_sessions_left():
+    budget = TimeBudget.starting(1000.0, started=50.0, apply=False, spent_s=400.0)
+    assert budget.left_s(now=50.0) == pytest.approx(600.0)
+
+
+def test_a_task_in_the_ranking_still_gets_a_little_time():
+    assert projected_gain(1.0) > 0 and projected_gain(0.9) > 0
+
+
+EAGER = Timing(p20_ms=0.95, p50_ms=1.0, p80_ms=1.05, runs=10, method="wall-clock")
+
+
+def ok(p50: float) -> EvalResult:
+    t = Timing(p20_ms=p50 * 0.98, p50_ms=p50, p80_ms=p50 * 1.02, runs=10, method="wall-clock")
+    return EvalResult(status="ok", timing=t, eager=EAGER, speedup_vs_eager=EAGER.p50_ms / p50,
+                      faster_than_eager=p50 < 0.9)
+
+
+def run_mcts(results: list[EvalResult], iterations: int, deadline: float | None = None, patience: int = 0,
+             seconds_each: float = 0.0):
+    nodes: list[Node] = []
+
+    def evaluate(proposal, parent, decide):
+        time.sleep(seconds_each)
+        node = Node(node_id=f"n{len(nodes):04d}", parent_id=parent.node_id if parent else None,
+                    proposal=proposal, result=results[len(nodes)])
+        node.kept = decide(node)
+        nodes.append(node)
+        return node
+
+    counter = iter(range(1000))
+    ctx = scripted_context(lambda parent: Proposal(f"candidate {next(counter)}", "scripted"), evaluate, iterations)
+    ctx.patience, ctx.deadline, ctx.share_s = patience, deadline, 12.0
+    get_strategy("mcts").run(ctx)
+    return nodes, ctx
+
+
+def test_no_candidate_starts_once_the_tasks_share_is_spent():
+    nodes, ctx = run_mcts([ok(1.0 - i / 100) for i in range(50)], iterations=50,
+                          deadline=time.perf_counter() + 0.25, seconds_each=0.05)
+    assert 3 <= len(nodes) < 50
+    assert search_ended(ctx, "builtin") == f"its 12 s share of the time budget spent ({len(nodes)} of 50 iterations)"
+
+
+def test_a_budgeted_task_stops_once_it_stopped_improving():
+    assert _patience(seeded=False, deadline=time.perf_counter() + 60) == PLATEAU
+    assert _patience(seeded=False, deadline=None) == 0  # without a budget the iterations decide
+    results = [ok(0.5), ok(0.4)] + [ok(0.6)] * 40
+    nodes, ctx = run_mcts(results, iterations=40, deadline=time.perf_counter() + 60, patience=PLATEAU)
+    assert len(nodes) == 2 + PLATEAU
+    assert search_ended(ctx, "builtin") == (f"stopped improving: no better candidate in the last {PLATEAU} "
+                                            f"({2 + PLATEAU} of 40 iterations)")
