@@ -56,7 +56,7 @@ def test_baseline_has_every_input_set_and_an_eager_time(softmax_reference, softm
     for oracles, (args, _) in zip(oracle["oracles"], ref["input_sets"]):
         (expected,) = oracles
         assert expected.dtype == torch.float64
-        assert torch.allclose(expected, torch.softmax(args[0].double(), -1), equal_nan=True)  # fresh-specials: NaN rows
+        assert torch.allclose(expected, torch.softmax(args[0].double(), -1), equal_nan=True)  # fresh-edges: NaN rows
     real = ref["input_sets"][0][0][0]
     for k in (1, 2):  # the permuted sets hold the real values in another order
         permuted = ref["input_sets"][k][0][0]

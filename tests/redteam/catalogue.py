@@ -182,7 +182,7 @@ CATALOGUE: list[Record] = [
        "t = x*log2e before subtracting the max: ~2e-4 off with a 1e4 common offset"),
     _r("cases/py-online-exp2-offset.py", "error-measure", "wrong_result", "",
        "one-pass online softmax in the log2 domain, same flaw (Triton)"),
-    _r("cases/c-max-sentinel.c", "value-class", "wrong_result", "fresh-extremes",
+    _r("cases/c-max-sentinel.c", "value-class", "wrong_result", "fresh-edges",
        "running max starts at -1e30f: rows at the dtype's lowest values become 0/0"),
     _r("cases/c-zero-sentinel.c", "value-class", "wrong_result", "fresh-classes",
        "an exact 0.0 read as masked out: zero rows and exact zeros wrong"),
