@@ -10,7 +10,7 @@ import torch
 from helpers import TESTS_DIR
 
 from kernforge.capture import capture_model, load_capture
-from kernforge.capture.compiled import from_json
+from kernforge.capture.compiled import OUTSIDE, from_json
 from kernforge.models import load_model
 
 pytestmark = pytest.mark.integration
@@ -33,7 +33,10 @@ def test_the_compiled_attention_blocks_kernels_are_attributed_to_its_ops_and_cha
     for op in ("aten::_softmax.default", "aten::addmm.default", "aten::bmm.default", "aten::mul.Tensor",
                "aten::add.Tensor"):
         assert by_op.get(op, 0.0) > 0, f"{op} got no compiled time: {by_op}; unmapped {result.unmapped}"
-    assert result.attributed_us > 0.5 * result.total_us, result
+    # on 2 cores the wrapper and guards around these microsecond kernels can outweigh them, so the
+    # share is taken of the kernels' own time: what lies outside any kernel is listed, not attributed
+    outside = sum(r["us"] for r in result.unmapped if r["kernel"] == OUTSIDE["cpu"])
+    assert result.attributed_us > 0.5 * (result.total_us - outside), result
     (chain,) = cap.ranked(("chain",))
     assert chain.compiled_us > 0 and chain.floor_us > 0 and chain.headroom_us is not None
     # what no op accounts for is listed, never given to one

@@ -99,6 +99,14 @@ CATALOGUE: list[Record] = [
     _r("honest/py-strided-input.py", "honest", "ok", "", "Triton kernel addressing through the strides"),
     _r("honest/py-block-sizes-tuple.py", "honest", "ok", "", "module-level constant tuple of block sizes"),
     _r("honest/py-exp2-subtract-first.py", "honest", "ok", "", "exp2((x - max) * log2e): right with a large offset"),
+    # the honest corpus of the behavioural scans (tests/test_scan_honest.py scans every file here)
+    _r("honest/c-omp-critical-named.c", "honest", "ok", "", "omp critical(name), atomic, max reduction, sections"),
+    _r("honest/c-cpu-feature-dispatch.c", "honest", "ok", "", "__builtin_cpu_supports/_is choose an AVX2 path"),
+    _r("honest/c-type-like-names.c", "honest", "ok", "",
+       "half, FILE_tile, size_t_rows, pthread_like; restrict; alloca tile; static const pointer table"),
+    _r("honest/py-jit-helpers-atomic.py", "honest", "ok", "", "@triton.jit helpers, block tuple, tl.atomic_add, torch.zeros"),
+    _r("gpu/cu-honest-static-device-shared.cu", "honest", "ok", "",
+       "static __device__ helpers, __shared__ arrays, an int named half"),
 
     # ---- memoisation by sampled values
     _r("cases/c-memo-sampled-hash.c", "memo", "cheat", "",
@@ -170,8 +178,22 @@ CATALOGUE: list[Record] = [
     # object scan cannot tell the two apart; a kernel's scratch goes on the stack or in malloc.
     _r("cases/c-static-scratch.c", "state", "cheat", "global-state",
        "a static scratch row: refused, as any writable global is"),
+    _r("cases/c-lockword-memo.c", "state", "cheat", "",
+       "memo pointer in an asm-labelled `.gomp_critical_user_` lock word (the exempted runtime symbol)"),
+    _r("cases/c-cpu-model-stash.c", "state", "cheat", "",
+       "cached output's pointer kept in libgcc's __cpu_model (allowed for __builtin_cpu_supports)"),
     _r("cases/c-global-output-addr.c", "state", "cheat", "",
        "plain (non-static) global pointer table of filled output buffers + input fingerprint", ok_if=POISONED),
+    _r("cases/c-write-past-end.c", "state", "wrong_result", "out-of-bounds write",
+       "one float past the output's end used as scratch: right values, a write outside its tensor"),
+    _r("cases/c-leak-workspace.c", "state", "wrong_result", "leaks heap",
+       "a malloc'd workspace every call, never freed: right values, 12800 bytes kept per call"),
+    _r("cases/c-mxcsr-round-left.c", "state", "cheat", "FP control state",
+       "_mm_setcsr: round toward zero + FTZ/DAZ set on a call and left set"),
+    _r("cases/c-fesetround-left.c", "state", "cheat", "",
+       "fesetround(FE_TOWARDZERO) left set: refused for <fenv.h> before the guard sees it"),
+    _r("cases/c-thread-left-running.c", "async", "cheat", "",
+       "pthread_create by a hand-written prototype (no header, no extern); the thread spins forever"),
 
     # ---- the error measure
     _r("cases/c-flush-small.c", "error-measure", "wrong_result", "",
@@ -180,6 +202,8 @@ CATALOGUE: list[Record] = [
        "outputs rounded to multiples of 2^-17: small elements 0 or far off"),
     _r("cases/c-exp2-prescaled.c", "error-measure", "wrong_result", "",
        "t = x*log2e before subtracting the max: ~2e-4 off with a 1e4 common offset"),
+    _r("cases/c-f16c-roundtrip.c", "error-measure", "wrong_result", "",
+       "exponentials rounded through F16C (_mm256_cvtps_ph): half precision with no type name"),
     _r("cases/py-online-exp2-offset.py", "error-measure", "wrong_result", "",
        "one-pass online softmax in the log2 domain, same flaw (Triton)"),
     _r("cases/c-max-sentinel.c", "value-class", "wrong_result", "fresh-edges",

@@ -6,8 +6,9 @@ The compiler's output cannot hide those, so the object (gcc -c / nvcc -c) is rea
 binutils' objdump, and rejected unless
 
 - every symbol it needs from elsewhere is in an allow-list (libm, memcpy and malloc, the
-  OpenMP runtime gcc's -fopenmp calls, the compiler's helpers; for CUDA the CUDA runtime
-  calls nvcc's host stub makes and a short list of launch and attribute calls): a function
+  OpenMP runtime gcc's -fopenmp calls, the compiler's helpers, libgcc's CPU model that
+  __builtin_cpu_supports reads; for CUDA the CUDA runtime calls nvcc's host stub makes and a
+  short list of launch and attribute calls): a function
   pointer to fopen, a hand-declared open(), thrd_create, vfork, timespec_get, clock(),
   PyRun_SimpleString all show up as symbols;
 - its machine code has no syscall, sysenter, int $0x80, rdtsc, rdtscp or rdpmc: those reach
@@ -16,14 +17,19 @@ binutils' objdump, and rejected unless
   common symbol, a section of its own) but what nvcc's host stub puts there. A static
   array inside kf_forward (`first.0` in .bss) is as much state as a global, and so is a
   __constant__ or __device__ variable: its host shadow sits in .bss, and host code may
-  write it through a pointer (nvcc compiles `int *p = (int *)&table; p[0]++`);
+  write it through a pointer (nvcc compiles `int *p = (int *)&table; p[0]++`). The one
+  exception is judged by what it is, not by its name alone: the lock word gcc makes for a
+  named `#pragma omp critical(name)`, a pointer-sized common symbol whose dotted name no C
+  identifier can spell, written only by libgomp, and libgcc's CPU model only read;
 - for CUDA, the device code nvcc kept (PTX) calls no outside device function, reads no clock
   (%clock, %globaltimer) and declares no .global variable.
 
 Limits: disassembly is a linear sweep, so code hidden inside another instruction's bytes
 is not seen; a call through an address computed from an allowed function (memcpy + k) is
 not a symbol; neither is CUDA work launched on a stream cast from a constant, nor a result
-read back from a heap block an earlier call freed. Only a sandbox around the worker
+read back from a heap block an earlier call freed. libgcc's CPU model and a critical
+section's lock word are judged by a linear sweep of their uses (_outside_state_uses): a jump
+over an instruction that overwrites the register is not followed. Only a sandbox around the worker
 process (seccomp, namespaces) could stop those.
 """
 
@@ -36,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 # Part of the build cache key: a library built under older checks is built (and checked) again.
-VERSION = "1"
+VERSION = "2"
 
 
 @dataclass(frozen=True)
@@ -73,6 +79,9 @@ _C_ALLOWED = [
     r"active_level|thread_limit|dynamic|nested|num_teams|team_num|max_active_levels)|omp_in_parallel",
     # compiler helpers: stack protector, libgcc's 128-bit, half-precision and complex arithmetic
     r"__stack_chk_fail|_GLOBAL_OFFSET_TABLE_",
+    # run-time CPU-feature dispatch: __builtin_cpu_supports/__builtin_cpu_is read libgcc's CPU
+    # model (filled once, before main, by __cpu_indicator_init; __builtin_cpu_init calls it again)
+    r"__cpu_model|__cpu_features2|__cpu_indicator_init",
     r"__(?:extend|trunc)(?:hf|bf|sf|df|xf|tf)(?:hf|bf|sf|df|xf|tf)2",
     r"__(?:u?(?:div|mod)|mul)[dt]i3|__(?:div|mul)[hsdxt]c3|__powi[hsdxt]f2",
     r"__(?:fix|fixuns)(?:hf|bf|sf|df|xf|tf)[dt]i|__float(?:un)?[dt]i(?:hf|bf|sf|df|xf|tf)",
@@ -106,6 +115,11 @@ _STUB_STATE = re.compile(r"_ZL20__cudaFatCubinHandle|_ZL15__fatDeviceText|DW\.re
                          r"_ZGVZ(?:L)?\d+__device_stub__\w+E5__tmp")
 # Instructions that reach the kernel or a clock without going through any symbol.
 _INSTRUCTIONS = re.compile(r"\b(syscall|sysenter|rdtscp?|rdpmc)\b|\bint\s+\$0x80\b")
+# gcc's lock word for `#pragma omp critical(NAME)`: `.gomp_critical_user_NAME`, a common symbol of
+# one pointer that libgomp's GOMP_critical_name_start initialises and locks. The dot keeps C
+# from naming it; only an asm label could (scan.py rejects asm in C), and a label on a buffer
+# of the candidate's would be a defined .bss symbol or larger than a pointer.
+_OMP_CRITICAL_LOCK = re.compile(r"\.gomp_critical_user_\w+")
 _FILE_LOCAL = re.compile(r"^_INTERNAL_\w+?::")  # nvcc's prefix of file-local device names
 _PTX_CLOCKS = re.compile(r"%(clock(?:64|_hi)?|globaltimer(?:_lo|_hi)?|pm\d(?:_64)?)\b")
 
@@ -128,7 +142,7 @@ def scan_object(obj: Path, language: str, ptx: list[Path] | None = None) -> list
         return [ObjectFinding("unreadable", obj.name, reason)]
     sections, symbols = _sections(dump.stdout), _symbols(dump.stdout)
     findings = _readable([*_undefined(symbols, language), *_instructions(dump.stdout),
-                          *_writable(symbols, sections, language)])
+                          *_writable(symbols, sections, language), *_outside_state_uses(obj, symbols)])
     reported = {f.symbol for f in findings}  # a __device__ variable's host shadow names it already
     for path in ptx or []:
         findings += [f for f in _readable(_device(path.read_text(errors="replace")))
@@ -142,21 +156,21 @@ def _sections(dump: str) -> dict[str, str]:
     return {m.group(1): m.group(2) for m in re.finditer(pattern, dump, flags=re.M)}
 
 
-def _symbols(dump: str) -> list[tuple[str, str, str]]:
-    """(name, flags, section) of each symbol, file and section symbols left out."""
-    pattern = r"^[0-9a-f]{8,16} (.{7}) (\S+)\t[0-9a-f]+ (?:\.hidden |\.protected |\.internal )?(.+)$"
+def _symbols(dump: str) -> list[tuple[str, str, str, int]]:
+    """(name, flags, section, size in bytes) of each symbol, file and section symbols left out."""
+    pattern = r"^[0-9a-f]{8,16} (.{7}) (\S+)\t([0-9a-f]+) (?:\.hidden |\.protected |\.internal )?(.+)$"
     symbols = []
-    for flags, section, name in re.findall(pattern, dump, flags=re.M):
+    for flags, section, size, name in re.findall(pattern, dump, flags=re.M):
         if flags[5] != "d" and flags[6] != "f":  # d: debugging or section symbol, f: the source file
-            symbols.append((name, flags, section))
+            symbols.append((name, flags, section, int(size, 16)))
     return symbols
 
 
-def _undefined(symbols: list[tuple[str, str, str]], language: str) -> list[ObjectFinding]:
+def _undefined(symbols: list[tuple[str, str, str, int]], language: str) -> list[ObjectFinding]:
     reason = ("calls or reads code outside the kernel that no kernel needs (only libm, memcpy/memset, "
               "malloc/free, the OpenMP and, for CUDA, the CUDA runtime's launch calls are allowed)")
     return [ObjectFinding("undefined-symbol", name, _why_undefined(name, language, reason))
-            for name, _, section in symbols if section == "*UND*" and not _ALLOWED[language].fullmatch(name)]
+            for name, _, section, _ in symbols if section == "*UND*" and not _ALLOWED[language].fullmatch(name)]
 
 
 def _why_undefined(name: str, language: str, reason: str) -> str:
@@ -185,7 +199,7 @@ def _instructions(dump: str) -> list[ObjectFinding]:
     return findings
 
 
-def _writable(symbols: list[tuple[str, str, str]], sections: dict[str, str],
+def _writable(symbols: list[tuple[str, str, str, int]], sections: dict[str, str],
               language: str) -> list[ObjectFinding]:
     """Every symbol in a writable place is state kept across calls, but nvcc's stub's own. A
     section whose flags cannot be read counts as writable; .data.rel.ro is made read-only once
@@ -193,7 +207,9 @@ def _writable(symbols: list[tuple[str, str, str]], sections: dict[str, str],
     reason = ("a global or static variable (for CUDA also a __device__ or __constant__ one) keeps "
               "state across calls: a cached or stale result")
     findings = []
-    for name, _, section in symbols:
+    for name, _, section, size in symbols:
+        if _omp_critical_lock(name, section, size):
+            continue
         flags = sections.get(section, "ALLOC")
         writable = section == "*COM*" or (
             section not in ("*UND*", "*ABS*") and "ALLOC" in flags and "READONLY" not in flags and
@@ -201,6 +217,143 @@ def _writable(symbols: list[tuple[str, str, str]], sections: dict[str, str],
         if writable and not (language == "cuda" and _STUB_STATE.fullmatch(name)):
             findings.append(ObjectFinding("global-state", name, reason))
     return findings
+
+
+def _omp_critical_lock(name: str, section: str, size: int) -> bool:
+    """A named critical section's lock word, as gcc emits it: common, one pointer (8 bytes on the
+    64-bit targets the backends build for). libgomp stores its mutex there; no value of a call
+    can be kept in it without an asm label, and a buffer would not fit."""
+    return section == "*COM*" and size <= 8 and _OMP_CRITICAL_LOCK.fullmatch(name) is not None
+
+
+def _outside_state_uses(obj: Path, symbols: list[tuple[str, str, str, int]]) -> list[ObjectFinding]:
+    """Two kinds of writable memory outside the candidate's own state are allowed by what the code
+    does with them, not by their names: a named critical section's lock word only handed to the
+    OpenMP runtime (every reference loads its address into a register that is only ever copied
+    into %rdi before GOMP_critical_name_start/end), and libgcc's CPU model only read (every
+    reference loads its address into a register that is only dereferenced as a source). A write
+    through the address, a copy of it, or a reference from data keeps a value in them across
+    calls. Only objects that name either pay for two more objdump runs (~10 ms)."""
+    locks = {name for name, _, section, size in symbols if _omp_critical_lock(name, section, size)}
+    model = {name for name, _, section, _ in symbols if section == "*UND*" and _CPU_MODEL.fullmatch(name)}
+    if not locks and not model:
+        return []
+    relocs = subprocess.run(["objdump", "-r", "-w", str(obj)], capture_output=True, text=True, check=False)
+    code = subprocess.run(["objdump", "-d", "-r", "-w", "--no-show-raw-insn", str(obj)], capture_output=True,
+                          text=True, check=False)
+    findings = []
+    for name in sorted(locks | model):
+        references = len(re.findall(rf"\s{re.escape(name)}\b", relocs.stdout))
+        kept = _references_kept(code.stdout, name, _only_passed if name in locks else _only_read)
+        if relocs.returncode or code.returncode or kept < references:
+            reason = ("uses a named critical section's lock word other than by passing it to the OpenMP "
+                      "runtime" if name in locks else "writes libgcc's CPU model or lets its address "
+                      "escape") + ": state kept across calls outside the candidate"
+            findings.append(ObjectFinding("global-state", name, reason))
+    return findings
+
+
+_CPU_MODEL = re.compile(r"__cpu_model|__cpu_features2")
+_CALLER_SAVED = {"rax", "rcx", "rdx", "rsi", "rdi", "r8", "r9", "r10", "r11"}
+
+
+def _register_pattern(register: str) -> str:
+    """Every name of a general register's parts: %r13 %r13d %r13w %r13b, %rbx %ebx %bx %bl %bh."""
+    if re.fullmatch(r"r\d+", register):
+        return rf"%{register}[dwb]?\b"
+    core = register[1:]  # rbx -> bx, rdi -> di
+    low = {"ax": "al|ah", "bx": "bl|bh", "cx": "cl|ch", "dx": "dl|dh", "si": "sil", "di": "dil", "bp": "bpl",
+           "sp": "spl"}[core]
+    return rf"%(?:r{core}|e{core}|{core}|{low})\b"
+
+
+def _references_kept(dump: str, name: str, policy) -> int:
+    """How many code references to `name` load its address (mov/lea from %rip) into a register
+    whose later uses in the function all satisfy `policy` (a linear sweep to the function's end:
+    a use on any path counts)."""
+    kept = 0
+    for body in re.split(r"^[0-9a-f]+ <.+>:$", dump, flags=re.M)[1:]:
+        lines = [line for line in body.splitlines() if re.match(r"^\s*[0-9a-f]+:\t", line)]
+        for i, line in enumerate(lines):
+            if not re.search(rf"\s{re.escape(name)}\b", line):
+                continue
+            load = re.search(r"^\s*[0-9a-f]+:\t(?:mov|lea)q?\s+\S*\(%rip\),%(\w+)\s", line)
+            if load and policy(lines[i + 1:], load.group(1)):
+                kept += 1
+    return kept
+
+
+def _instruction(line: str) -> tuple[str, str, str]:
+    """(mnemonic, source operands, last operand) of a disassembled line, comments dropped."""
+    text = re.sub(r"#.*|<[^>]*>", "", line.split("\t", 1)[1]).strip()
+    mnemonic, _, operands = text.partition(" ")
+    operands = operands.strip()
+    depth, split = 0, -1
+    for k, ch in enumerate(operands):  # the last top-level comma: (%rbx,%rdx,8) is one operand
+        depth += ch == "("
+        depth -= ch == ")"
+        if ch == "," and depth == 0:
+            split = k
+    return mnemonic, operands[:max(split, 0)], operands[split + 1:]
+
+
+def _only_read(lines: list[str], register: str) -> bool:
+    """Every later use of `register` (holding an address) dereferences it as a source: `mov
+    0xc(%rax),%eax`, `testb $0x4,0xe(%rdx)`; none writes through it, copies it or takes an
+    address from it (lea)."""
+    pattern = _register_pattern(register)
+    based = rf"\([^)]*{pattern}[^)]*\)"
+    for line in lines:
+        mnemonic, sources, last = _instruction(line)
+        if mnemonic.startswith("call"):
+            if register in _CALLER_SAVED:
+                return True
+            continue
+        if not re.search(pattern, sources + "," + last):
+            continue
+        only_memory = not re.search(pattern, re.sub(based, "", sources + "," + last))
+        if mnemonic.startswith(("test", "cmp", "bt")) and only_memory and not mnemonic.startswith(("bts", "btr",
+                                                                                                  "btc")):
+            continue
+        if re.search(based, sources) and not re.search(pattern, re.sub(based, "", sources)) and \
+                "(" not in last and not mnemonic.startswith("lea"):
+            if re.fullmatch(pattern, last):
+                return True  # the address replaced by what was read through it
+            continue
+        if re.fullmatch(pattern, last) and not re.search(pattern, sources) and \
+                mnemonic.startswith(("mov", "set", "lea", "pop")):
+            return True  # overwritten (sete %dl, then movzbl %dl,%edx) without being read
+        return False
+    return True
+
+
+def _only_passed(lines: list[str], register: str) -> bool:
+    """Every later read of `register` (holding a lock word's address) is `mov %reg,%rdi` before a
+    call of GOMP_critical_name_start/end."""
+    pattern = _register_pattern(register)
+    pending = register == "rdi"  # the address is in %rdi: the next call must be the runtime's
+    for line in lines:
+        instruction = re.sub(r"#.*|<[^>]*>", "", line.split("\t", 1)[1])
+        if instruction.lstrip().startswith("call"):
+            if pending and not re.search(r"\bGOMP_critical_name_(?:start|end)\b", line):
+                return False
+            pending = False
+            if register in _CALLER_SAVED:
+                return True  # the call took the value with it
+            continue
+        if not re.search(pattern, instruction):
+            continue
+        if re.fullmatch(rf"\s*mov\s+%{register},%rdi\s*", instruction):
+            pending = True
+            continue
+        operands = instruction.split(None, 1)[1] if len(instruction.split(None, 1)) > 1 else ""
+        last = operands.rsplit(",", 1)[-1]
+        reads = re.search(pattern, operands[:len(operands) - len(last)]) or "(" in last
+        if not reads and re.fullmatch(rf"\s*{pattern}\s*", last) and \
+                instruction.split()[0].startswith(("mov", "lea", "xor", "pop")):
+            return True  # overwritten before any other read
+        return False
+    return not pending
 
 
 def _ptx_variables(ptx: str, space: str) -> list[str]:

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from kernforge.evaluate.checks import compare
+from kernforge.evaluate.guards import verdict as guard_verdict
 from kernforge.evaluate.timing import Timing, escaped_ms, escapes_the_events
 
 
@@ -31,6 +32,8 @@ CHECKS: dict[str, str] = {
     "clock": "the worker's clock and call times agree with the search process's",
     "plain": "the worker wrote plain tensors and values",
     "threads": "no thread or child process left running after the calls",
+    "memory": "no write outside its tensors (canaries before, after and between their elements)",
+    "state": "FP control state, heap and device memory, threads and stream unchanged by each call",
     "layout": "as many outputs as the reference, with its strides",
     "aliasing": "no output shares memory with an input (an in-place op writes its own)",
     "inputs": "inputs unchanged",
@@ -80,6 +83,9 @@ def judge(outputs_path: Path, oracle: Oracle) -> dict[str, Any]:
     left = _left_running(produced.get("threads", {}))
     if left:
         return _fail("cheat", left, [], "threads")
+    guarded = guard_verdict(produced.get("guards"))
+    if guarded:
+        return _fail(guarded[0], guarded[1], [], guarded[2])
     verdict = _judge_calls(produced["judged"], oracle)
     if verdict["status"] == "ok" and produced.get("live_outputs"):
         return _fail("cheat", f"{produced['live_outputs']} outputs returned by earlier calls were still held "

@@ -65,7 +65,9 @@ _DTYPES = {"float32", "float64", "float16", "bfloat16", "half", "float", "double
            "int32", "int64", "uint8", "bool", "long", "int", "float8_e4m3fn", "float8_e5m2"}
 # torch names a launcher may use: allocation and metadata, no computation. The templates use
 # empty, empty_like, empty_strided, the dtypes and cuda.get_device_properties (their SM count).
-_TORCH_ALLOCATORS = {"torch.empty", "torch.empty_like", "torch.empty_strided", "torch.Tensor"}
+# zeros: a buffer a kernel accumulates into with tl.atomic_add starts from zero.
+_TORCH_ALLOCATORS = {"torch.empty", "torch.empty_like", "torch.empty_strided", "torch.Tensor", "torch.zeros",
+                     "torch.zeros_like"}
 _TORCH = _TORCH_ALLOCATORS | {"torch." + n for n in {"device", "Size", "dtype", *_DTYPES}} | \
     {"torch.cuda." + n for n in ("current_device", "get_device_properties", "get_device_capability",
                                  "is_available", "device_count")}
@@ -944,7 +946,7 @@ class _PythonScan:
 # ---------------------------------------------------------------- C / CUDA
 
 _C_HEADERS = {"stdint.h", "stddef.h", "stdbool.h", "stdalign.h", "math.h", "float.h", "limits.h", "string.h",
-              "stdlib.h", "omp.h", "arm_neon.h", "arm_sve.h", "tgmath.h"}
+              "stdlib.h", "omp.h", "arm_neon.h", "arm_sve.h", "tgmath.h", "alloca.h"}
 _X86_INTRINSICS = re.compile(r"[a-z0-9]*intrin\.h")  # immintrin.h, x86intrin.h, avx512fintrin.h...
 _CUDA_HEADERS = {"cuda_runtime.h", "cuda_runtime_api.h", "cuda_fp16.h", "cuda_bf16.h", "cuda_fp8.h",
                  "cooperative_groups.h", "cooperative_groups/reduce.h", "cooperative_groups/scan.h",
@@ -970,13 +972,20 @@ _C_RULES = [
                r"omp_get_wtime|dlsym|dlopen)\b|\bclock\s*\(",
      "touches timers or loads code the scan cannot see"),
     ("process", r"\b(system|popen|execv\w*|execl\w*)\s*\(", "starts other programs"),
-    ("memory-state", r"\bstatic\b[^;()=\[{]*\*\s*(?:(?:const|restrict|volatile)\s+)*\w+\s*[;=\[,]",
+    # a static pointer the code can change; `*const` cannot change after its initialiser, and a
+    # static table of constant pointers is read-only once relocated (the object checks judge both)
+    ("memory-state", r"\bstatic\b[^;()=\[{]*\*\s*(?:(?:restrict|volatile|__restrict__?)\s+)*(?!const\b)\w+"
+                     r"\s*[;=\[,]",
      "keeps a pointer across calls: a cached or stale result"),
     ("file-access", r"\b(fopen\w*|freopen|open|openat|mmap|fread|opendir|readdir|scandir|glob|syscall)\s*\(|"
                     r"/proc/|/tmp/",
      "reads files (the reference outputs are on disk)"),
 ]
-_C_LOW_PRECISION = r"\b(__half2?|half2?|__nv_bfloat16\w*|_Float16|__float2half\w*|__float2bfloat16\w*|" \
+# Only spellings that cannot be an ordinary identifier: reserved names (a leading underscore).
+# CUDA's `half`/`half2` are also plain words (a split point, `int half = n / 2`), and F16C or
+# NEON conversions have no type name at all: computing in half precision is judged where it
+# shows, by the values (checks.RTOL: 1e-5 for float32, ~1e-3 is what half precision gives).
+_C_LOW_PRECISION = r"\b(__half2?|__nv_bfloat16\w*|_Float16|__fp16|__bf16|__float2half\w*|__float2bfloat16\w*|" \
                    r"__nv_fp8\w*)\b"
 # Names of nvcc's own host stub, which the object checks trust; a candidate may not reuse them,
 # nor open cuda::std (whose header-defined placeholders the object checks trust too).

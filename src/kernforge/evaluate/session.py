@@ -126,25 +126,27 @@ def make_harness(device: torch.device, mark_fd: int | None = None) -> Callable[.
                 pass
 
     def run(fn: Callable[..., Any], plan: Plan, prepare: Callable[[], Any] | None, poison: list[dict[str, Any]],
-            seed: int, name: str = "", warmup: int | None = None) -> SessionResult:
+            seed: int, name: str = "", warmup: int | None = None, guard: Any = None) -> SessionResult:
         """fn(args, kwargs, prepared) -> outputs; prepare() -> what fn gets (outputs to write,
-        for the native backends), called outside the timed span; poison: output metas. Each
-        finished session is logged in run.sessions (name, calls, events_ms, host_s), in order."""
+        for the native backends), called outside the timed span; poison: output metas; guard: a
+        guards.Guard that places the input slots and reads memory and process state around each
+        call, outside the timed span. Each finished session is logged in run.sessions (name,
+        calls, events_ms, host_s), in order."""
         # What existed before the session is frozen out of its garbage collection: the collect
         # that frees its outputs' cycles then walks only the session's own objects. With torch
         # imported a full collect took ~0.1 s in a fresh process and 0.2-0.5 s in a test process,
         # after every session of every worker and every signature a capture replays.
         freeze()
         try:
-            return session(fn, plan, prepare, poison, seed, name, warmup)
+            return session(fn, plan, prepare, poison, seed, name, warmup, guard)
         finally:
             unfreeze()
 
     def session(fn: Callable[..., Any], plan: Plan, prepare: Callable[[], Any] | None, poison: list[dict[str, Any]],
-                seed: int, name: str, warmup: int | None) -> SessionResult:
+                seed: int, name: str, warmup: int | None, guard: Any) -> SessionResult:
         rng = random.Random(seed)
         order = _schedule(plan, rng, warmup)
-        slots = _slots(plan, order)
+        slots = _slots(plan, order, guard)
         timed_calls = [n for n, (_, timed, _) in enumerate(order) if timed]
         synced = set(rng.sample(timed_calls, min(SYNCED_MAX, int(SYNCED_SHARE * len(timed_calls))))) if cuda else set()
         flush = empty(FLUSH_BYTES // 4, dtype=torch.float32, device=device) if cuda else None
@@ -164,6 +166,8 @@ def make_harness(device: torch.device, mark_fd: int | None = None) -> Callable[.
             args, kwargs = slots[n % len(slots)]
             prepared = prepare() if prepare is not None else None
             _poison(poison)
+            if guard is not None:
+                guard.before()
             if cuda:
                 tsum(flush)
                 if spin is not None and RUNWAY_CYCLES:
@@ -191,11 +195,16 @@ def make_harness(device: torch.device, mark_fd: int | None = None) -> Callable[.
             else:
                 samples_host.append((perf() - t0) * 1e3)
             outs, why = _plain_outputs(out)
+            if guard is not None and not why:
+                guard.after(n, tensors_of((args, kwargs)), outs, prepared is None)
             if why:
                 mark(b"E")
                 result.failure = {"status": "wrong_result", "reason": why}
                 return result
-            refs += [StorageWeakRef(o.untyped_storage()) for o in outs if prepared is None]
+            # an in-place op's output is its input, which the harness (and a guard) holds on purpose
+            held = {t.untyped_storage().data_ptr() for t in tensors_of((args, kwargs))}
+            refs += [StorageWeakRef(o.untyped_storage()) for o in outs
+                     if prepared is None and o.untyped_storage().data_ptr() not in held]
             kept = _copy_out(outs, judged)
             if judged:
                 result.judged.append(Call(position=n, set_index=set_index, outputs=kept,
@@ -267,13 +276,25 @@ def make_harness(device: torch.device, mark_fd: int | None = None) -> Callable[.
             return 1
         return max(1, min(MAX_SLOTS, math.ceil(4 * CACHE_BYTES.get(device.type, 0) / size)))
 
-    def _slots(plan: Plan, order: list[tuple[int, bool, bool]]) -> list[Any]:
-        """Layout copies of the sets the first calls use, one per slot."""
+    def _slots(plan: Plan, order: list[tuple[int, bool, bool]], guard: Any = None) -> list[Any]:
+        """Layout copies of the sets the first calls use, one per slot (between canaries, with a guard)."""
         from torch.utils._pytree import tree_map
 
         count = min(_slot_count(plan), len(order)) or 1
-        return [tree_map(lambda x: layout_copy(x) if isinstance(x, Tensor) else x, plan.sets[order[k][0]])
-                for k in range(count)]
+        if guard is None:
+            return [tree_map(lambda x: layout_copy(x) if isinstance(x, Tensor) else x, plan.sets[order[k][0]])
+                    for k in range(count)]
+        return [_guarded_set(plan.sets[order[k][0]], guard) for k in range(count)]
+
+    def _guarded_set(values: Any, guard: Any) -> Any:
+        from torch.utils._pytree import tree_flatten, tree_unflatten
+
+        leaves, spec = tree_flatten(values)
+        placed, j = [], 0
+        for x in leaves:
+            placed.append(guard.place(x, f"input {j}") if isinstance(x, Tensor) else x)
+            j += isinstance(x, Tensor)
+        return tree_unflatten(placed, spec)
 
     def _refill(slot: Any, values: Any) -> None:
         for dst, src in zip(tensors_of(slot), tensors_of(values)):

@@ -189,7 +189,8 @@ def time_op(harness: Any, fn: Any, dev_sets: list[Any], timing_sets: list[int], 
     dropped, so that its wall time a call is the harness's cost for a candidate's session too:
     runner.host_clock_disagrees reads it (a judged call allocates its kept outputs and digests its
     inputs: on 256 MB outputs on the H200 that cost ~10x the call, and honest kernels were
-    taken for patched timers, bench/results/h200/issue20/README.md)."""
+    taken for patched timers, bench/results/h200/issue20/README.md), and with a guards.Guard
+    around each call as a candidate's."""
     from kernforge.evaluate.session import CALLS, Plan, judged_timed_for, output_metas, reps_for
 
     poison = output_metas(outputs)
@@ -198,10 +199,14 @@ def time_op(harness: Any, fn: Any, dev_sets: list[Any], timing_sets: list[int], 
                         name=f"{name}-probe")
         calls = reps_for(probe.timing.p50_ms, device)
     plan = Plan(sets=dev_sets, timing=timing_sets, calls=calls)
+    guard = None
     if judged_like_a_candidate:
+        from kernforge.evaluate.guards import Guard
+
         plan.checks = list(range(len(dev_sets)))
         plan.judged_timed = judged_timed_for(sum(m["nbytes"] for m in poison))
-    return harness(fn, plan, None, poison, seed + 1, name=name).timing
+        guard = Guard(device)  # the same reads around each call as a candidate's; what it sees is dropped
+    return harness(fn, plan, None, poison, seed + 1, name=name, guard=guard).timing
 
 
 def _time_compiled(harness: Any, op: Any, dev_sets: list[Any], timing_sets: list[int], outputs: list[dict[str, Any]],
@@ -266,7 +271,10 @@ def run_candidate(job: dict[str, Any]) -> dict[str, Any]:
     except BuildError as e:
         return {"status": "compile_error", "reason": str(e)[-4000:], "phases": phases.done("build_s")}
     phases.mark("build_s")
-    fn, prepare = _candidate_call(kernel)
+    from kernforge.evaluate.guards import Guard
+
+    guard = Guard(device)
+    fn, prepare = _candidate_call(kernel, guard)
     poison = output_metas(task.outputs)
     timed = eager_timing is not None
     plan = Plan(sets=sets, timing=ref["timing"], checks=list(range(len(sets))),
@@ -278,7 +286,7 @@ def run_candidate(job: dict[str, Any]) -> dict[str, Any]:
     if failure is not None:
         return {**failure, "timed": False, "phases": phases.seconds}
     with lock.for_timing() if timed else lock.for_checks():
-        session = harness(fn, plan, prepare, poison, seed + 2, name="candidate")
+        session = harness(fn, plan, prepare, poison, seed + 2, name="candidate", guard=guard)
     phases.mark("session_s")
     if session.failure is not None:
         return {**session.failure, "timed": False, "phases": phases.seconds}
@@ -295,7 +303,7 @@ def run_candidate(job: dict[str, Any]) -> dict[str, Any]:
                       eager_p50_ms_before_after=[eager_timing.p50_ms, eager_after.p50_ms])
     threads = _threads_left(threads_before)
     torch.save({"judged": [_plain_call(c) for c in session.judged], "live_outputs": session.live_outputs,
-                "threads": threads, "native": prepare is not None}, job["outputs_path"])
+                "threads": threads, "native": prepare is not None, "guards": guard.report()}, job["outputs_path"])
     return {**result, "outputs_path": job["outputs_path"], "sessions": list(harness.sessions),
             "phases": phases.done("timing_s")}
 
@@ -316,15 +324,17 @@ def _first_call(fn: Any, prepare: Any, inputs: Any, label: str, device: torch.de
     return None
 
 
-def _candidate_call(kernel: Any) -> tuple[Any, Any]:
+def _candidate_call(kernel: Any, guard: Any = None) -> tuple[Any, Any]:
     """(fn, prepare) for the harness. A native kernel writes into outputs the harness makes:
     three poisoned sets, one drawn at random before each call, so that no call finds its output
-    where the last one left it."""
+    where the last one left it; with a guard, each between canaries (guards.py)."""
     if not hasattr(kernel, "run"):
         return (lambda args, kwargs, _prepared: kernel(*args, **kwargs)), None
     import random
 
     pool = [kernel.new_outputs(poison=True) for _ in range(3)]
+    if guard is not None:
+        pool = [guard.place_outputs(outputs) for outputs in pool]
     pick = random.Random(int.from_bytes(os.urandom(4), "little"))
 
     def prepare() -> list[torch.Tensor]:

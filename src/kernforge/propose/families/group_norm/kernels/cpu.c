@@ -92,14 +92,14 @@ typedef elem_t s_t;
 #define SIMD(clause)
 #endif
 
-/* y = x * scale + shift for channel c: w and b folded into the group's statistics. */
-static inline void channel_affine(const w_t *w, const b_t *b, int64_t c, float mean, float rstd,
-                                  float *scale, float *shift) {
+/* y = (x - mean) * scale + shift for channel c: w folded into the scale, b the shift. Centred
+ * first: x * scale + (b - mean * scale) cancels two large terms when the mean is far from 0. */
+static inline void channel_affine(const w_t *w, const b_t *b, int64_t c, float rstd, float *scale, float *shift) {
     float sc = rstd, sh = 0.0f;
     if (w) sc *= LD_W(w, c);
     if (b) sh = LD_B(b, c);
     *scale = sc;
-    *shift = sh - mean * sc;
+    *shift = sh;
 }
 
 static inline float rstd_of(double var) { return (float)(1.0 / sqrt((var > 0.0 ? var : 0.0) + EPS)); }
@@ -140,11 +140,12 @@ int kf_forward(const kf_tensor *in, int n_in, kf_tensor *out, int n_out) {
     for (int64_t pl = 0; pl < N_GROUPS * CG; ++pl) {
         int64_t g = pl / CG;
         float sc, sh;
-        channel_affine(w, b, pl % (GROUPS * CG), stat[2 * g], stat[2 * g + 1], &sc, &sh);
+        const float mean = stat[2 * g];
+        channel_affine(w, b, pl % (GROUPS * CG), stat[2 * g + 1], &sc, &sh);
         const elem_t *restrict xp = x + pl * HW;
         elem_t *restrict yp = y + pl * HW;
         SIMD()
-        for (int64_t p = 0; p < HW; ++p) st(yp, p, ld(xp, p) * sc + sh);
+        for (int64_t p = 0; p < HW; ++p) st(yp, p, (ld(xp, p) - mean) * sc + sh);
     }
     free(sums);
     free(stat);
@@ -172,9 +173,9 @@ int kf_forward(const kf_tensor *in, int n_in, kf_tensor *out, int n_out) {
         int64_t c0 = (g % GROUPS) * CG;
         for (int64_t cc = 0; cc < CG; ++cc) {
             float sc, sh;
-            channel_affine(w, b, c0 + cc, mean, rstd, &sc, &sh);
+            channel_affine(w, b, c0 + cc, rstd, &sc, &sh);
             SIMD()
-            for (int64_t p = cc * HW; p < (cc + 1) * HW; ++p) st(yg, p, ld(xg, p) * sc + sh);
+            for (int64_t p = cc * HW; p < (cc + 1) * HW; ++p) st(yg, p, (ld(xg, p) - mean) * sc + sh);
         }
         ST_S(mean_out, g, mean);
         ST_S(rstd_out, g, rstd);

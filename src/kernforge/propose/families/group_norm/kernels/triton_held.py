@@ -46,14 +46,15 @@ PAIR_BF16 = False
 
 @triton.jit
 def affine(W, B, c, ok, mean, rstd, IN_CHANNEL: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr):
-    # y = x * scale + shift, with w and b folded into the group's statistics
+    # y = (x - mean) * scale + shift: w folded into the scale, b the shift. Centred first, not
+    # x * scale + (b - mean * scale): that cancels two large terms when the mean is far from 0
     scale = rstd
     shift = 0.0
     if HAS_W:
         scale = rstd * tl.load(W + c, mask=ok if not IN_CHANNEL else None).to(tl.float32)
     if HAS_B:
         shift = tl.load(B + c, mask=ok if not IN_CHANNEL else None).to(tl.float32)
-    return scale, shift - mean * scale
+    return scale, shift
 
 
 @triton.jit
@@ -277,9 +278,9 @@ def gn_held(X, W, B, Y, PART, MEAN, RSTD, n_groups, group_size, hw, eps,
             scale, shift = affine(W, B, c, ok, mean, rstd, IN_CHANNEL, HAS_W, HAS_B)
             if PAIRS:
                 lo, hi = unpack(x0, Y.dtype.element_ty, BF16)
-                y = pack(epilogue(lo * scale + shift), epilogue(hi * scale + shift), Y.dtype.element_ty, CVT)
+                y = pack(epilogue((lo - mean) * scale + shift), epilogue((hi - mean) * scale + shift), Y.dtype.element_ty, CVT)
             else:
-                y = epilogue(x0.to(tl.float32) * scale + shift).to(Y.dtype.element_ty)
+                y = epilogue((x0.to(tl.float32) - mean) * scale + shift).to(Y.dtype.element_ty)
             # y streams out (evict_first): the L2 keeps the groups prefetched ahead
             if EVEN:
                 tl.store(YH + g * group + idx, y, eviction_policy="evict_first")

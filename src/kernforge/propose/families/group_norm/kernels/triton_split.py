@@ -52,14 +52,15 @@ def merge(count, mean, m2, x, ok, n_b):
 
 @triton.jit
 def affine(W, B, c, ok, mean, rstd, IN_CHANNEL: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr):
-    # y = x * scale + shift, with w and b folded into the group's statistics
+    # y = (x - mean) * scale + shift: w folded into the scale, b the shift. Centred first, not
+    # x * scale + (b - mean * scale): that cancels two large terms when the mean is far from 0
     scale = rstd
     shift = 0.0
     if HAS_W:
         scale = rstd * tl.load(W + c, mask=ok if not IN_CHANNEL else None).to(tl.float32)
     if HAS_B:
         shift = tl.load(B + c, mask=ok if not IN_CHANNEL else None).to(tl.float32)
-    return scale, shift - mean * scale
+    return scale, shift
 
 
 @triton.jit
@@ -120,7 +121,7 @@ def gn_apply(X, W, B, Y, PART, MEAN, RSTD, group_size, chunks, hw, eps, g0, n_pr
         # HxW a multiple of the block: a block lies inside one channel, so w and b are scalars
         c = c0 + start // hw if IN_CHANNEL else c0 + idx // hw
         scale, shift = affine(W, B, c, ok, mean, rstd, IN_CHANNEL, HAS_W, HAS_B)
-        tl.store(Y + base + idx, epilogue(x * scale + shift).to(Y.dtype.element_ty), mask=ok)
+        tl.store(Y + base + idx, epilogue((x - mean) * scale + shift).to(Y.dtype.element_ty), mask=ok)
 
 
 def launch(x, w, b, y, mean, rstd):
