@@ -121,36 +121,26 @@ int kf_forward(const kf_tensor *in, int n_in, kf_tensor *out, int n_out) {
         const float mean = 0.0f;
         const float rstd = 1.0f / sqrtf((float)(ss / COLS) + EPS);
 #elif STATS == TWO_PASS
-        /* Deviations taken from the row's first value: a constant row's are then exactly 0, as
-         * eager's (rstd is 1/sqrt(eps) there: any rounding in them is magnified). The mean
-         * written out is the plain one: first + shifted mean would carry first's rounding. */
-        const float shift = ld(xr, 0);
-        float s = 0.0f, s0 = 0.0f;
-        SIMD(reduction(+:s, s0))
-        for (int64_t c = 0; c < COLS; ++c) { float v = ld(xr, c); s += v; s0 += v - shift; }
-        const float mean = s / COLS, centre = s0 / COLS;
+        float s = 0.0f;
+        SIMD(reduction(+:s))
+        for (int64_t c = 0; c < COLS; ++c) s += ld(xr, c);
+        const float mean = s / COLS;
         float ss = 0.0f;
         SIMD(reduction(+:ss))
-        for (int64_t c = 0; c < COLS; ++c) { float d = (ld(xr, c) - shift) - centre; ss += d * d; }
+        for (int64_t c = 0; c < COLS; ++c) { float d = ld(xr, c) - mean; ss += d * d; }
         const float rstd = 1.0f / sqrtf(ss / COLS + EPS);
-#define CENTRED(v) (((v) - shift) - centre)
 #else
-        /* Offsets from the first value, as in TWO_PASS: exact for a constant row. */
-        const double shift = ld(xr, 0);
         double s = 0.0, ss = 0.0;
         SIMD(reduction(+:s, ss))
-        for (int64_t c = 0; c < COLS; ++c) { double v = ld(xr, c) - shift; s += v; ss += v * v; }
+        for (int64_t c = 0; c < COLS; ++c) { double v = ld(xr, c); s += v; ss += v * v; }
         const double dmean = s / COLS;
         const double var = ss / COLS - dmean * dmean; /* may round below 0 */
-        const float mean = (float)(shift + dmean); /* a constant row's: exact */
+        const float mean = (float)dmean;
         const float rstd = 1.0f / sqrtf((float)(var > 0.0 ? var : 0.0) + EPS);
 #endif
         SIMD()
         for (int64_t c = 0; c < COLS; ++c) {
-#ifndef CENTRED
-#define CENTRED(v) ((v) - mean)
-#endif
-            float v = CENTRED(ld(xr, c)) * rstd;
+            float v = (ld(xr, c) - mean) * rstd;
 #if HAS_W
             v *= LD_W(w, c);
 #endif

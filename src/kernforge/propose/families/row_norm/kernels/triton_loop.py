@@ -34,20 +34,10 @@ def norm_rows_loop(X, W, B, Y, MEAN, RSTD, n_cols, eps, BLOCK_N: tl.constexpr, R
     count = tl.zeros([], tl.float32)
     mean = tl.zeros([], tl.float32)
     m2 = tl.zeros([], tl.float32)
-    # statistics of the offsets from the row's first value: a constant row's deviations are then
-    # exactly 0, as eager's; the mean written out is the plain sum's (first + the shifted mean
-    # would carry first's rounding)
-    total_sum = tl.zeros([], tl.float32)
-    if RMS:
-        first = tl.zeros([], tl.float32)
-    else:
-        first = tl.load(x_row).to(tl.float32)
     for start in tl.range(0, n_cols, BLOCK_N, num_stages=STAGES):
         cols = start + tl.arange(0, BLOCK_N)
         ok = cols < n_cols
-        raw = tl.load(x_row + cols, mask=ok, other=0.0).to(tl.float32)
-        total_sum += tl.sum(raw, axis=0)
-        x = tl.where(ok, raw - first, 0.0)
+        x = tl.load(x_row + cols, mask=ok, other=0.0).to(tl.float32)
         if RMS:
             m2 += tl.sum(x * x, axis=0)  # no centring: the mean stays 0
         else:
@@ -61,13 +51,13 @@ def norm_rows_loop(X, W, B, Y, MEAN, RSTD, n_cols, eps, BLOCK_N: tl.constexpr, R
             count = total
     rstd = tl.rsqrt(m2 / n_cols + eps)
     if not RMS:
-        tl.store(MEAN + row, (total_sum / n_cols).to(MEAN.dtype.element_ty))
+        tl.store(MEAN + row, mean.to(MEAN.dtype.element_ty))
     tl.store(RSTD + row, rstd.to(RSTD.dtype.element_ty))
     for start in tl.range(0, n_cols, BLOCK_N, num_stages=STAGES):
         cols = start + tl.arange(0, BLOCK_N)
         ok = cols < n_cols
         x = tl.load(x_row + cols, mask=ok, other=0.0).to(tl.float32)
-        y = ((x - first) - mean) * rstd  # mean: the shifted one (0 under RMS)
+        y = (x - mean) * rstd
         if HAS_W:
             y = y * tl.load(W + cols, mask=ok, other=0.0).to(tl.float32)
         if HAS_B:

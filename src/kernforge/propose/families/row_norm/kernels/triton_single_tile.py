@@ -52,13 +52,8 @@ def norm_rows(X, W, B, Y, MEAN, RSTD, n_rows, n_cols, eps, iters,
             rstd = tl.rsqrt(tl.sum(x * x, axis=1) / n_cols + eps)
             y = x * rstd[:, None]
         else:
-            # deviations taken from each row's first value: a constant row's are then exactly 0,
-            # as eager's (rstd is 1/sqrt(eps) there: rounding is magnified); the mean written out
-            # is the plain one (first + the shifted mean would carry first's rounding)
-            first = tl.load(X + rows.to(tl.int64) * n_cols, mask=row_ok, other=0.0).to(tl.float32)
             mean = tl.sum(x, axis=1) / n_cols
-            shifted = tl.where(mask, x - first[:, None], 0.0)
-            d = tl.where(mask, shifted - (tl.sum(shifted, axis=1) / n_cols)[:, None], 0.0)
+            d = tl.where(mask, x - mean[:, None], 0.0)
             rstd = tl.rsqrt(tl.sum(d * d, axis=1) / n_cols + eps)
             y = d * rstd[:, None]
             tl.store(MEAN + rows, mean.to(MEAN.dtype.element_ty), mask=row_ok)
