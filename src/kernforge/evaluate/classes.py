@@ -18,7 +18,7 @@ a random row:
              (label fresh-extremes); none fits: the set is left out
 
 Which tensors get a class is decided by what the reference does with it, never by a list of
-ops: floating tensors only (an index or mask keeps its captured values); a set on which eager
+ops: floating tensors only (the edges: the largest one only) (an index or mask keeps its captured values); a set on which eager
 raises, or breaks the checks' own rules for non-finite outputs (checks.compare: NaN or inf
 where the oracle is finite, NaN or infinities unlike the oracle's), is tried again with one
 floating tensor classed at a time, and keeps those the reference accepts; none: left out.
@@ -64,6 +64,12 @@ def _accepted_set(sample: Any, kind: str, rung: float, generator: torch.Generato
     floating = [k for k, x in enumerate(leaves) if isinstance(x, torch.Tensor) and x.is_floating_point()]
     if not floating:
         return None
+    if kind != "classes":
+        # The extremes and non-finite values go into the largest tensor only (the activation,
+        # not a norm's weight and bias): a weight near the dtype's largest value times a
+        # normalised value overflows or not by whether the product is fused with the bias add
+        # (eager's FMA), which says nothing about a kernel's correctness.
+        floating = [max(floating, key=lambda k: leaves[k].numel())]
     drawn = {k: class_tensor(leaves[k], kind, rung, generator) for k in floating}
 
     def with_classes(ks: list[int]) -> Any:
