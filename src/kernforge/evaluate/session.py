@@ -201,10 +201,7 @@ def make_harness(device: torch.device, mark_fd: int | None = None) -> Callable[.
                 mark(b"E")
                 result.failure = {"status": "wrong_result", "reason": why}
                 return result
-            # an in-place op's output is its input, which the harness (and a guard) holds on purpose
-            held = {t.untyped_storage().data_ptr() for t in tensors_of((args, kwargs))}
-            refs += [StorageWeakRef(o.untyped_storage()) for o in outs
-                     if prepared is None and o.untyped_storage().data_ptr() not in held]
+            refs += [StorageWeakRef(o.untyped_storage()) for o in outs if prepared is None]
             kept = _copy_out(outs, judged)
             if judged:
                 result.judged.append(Call(position=n, set_index=set_index, outputs=kept,
@@ -236,6 +233,8 @@ def make_harness(device: torch.device, mark_fd: int | None = None) -> Callable[.
             call.outputs = [t.cpu() for t in call.outputs]
             call.digests = [[int(v) for v in d.tolist()] for d in call.digests]
         del slots, args, kwargs, prepared
+        if guard is not None:
+            guard.finish()  # lets go of the input slots: an in-place op's outputs live in them
         scratch.clear()
         collect()  # Triton's interpreter holds launch arguments in reference cycles for a while
         result.live_outputs = sum(1 for r in refs if not r.expired())
