@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from kernforge.phases import PHASES
 from helpers import REPO_ROOT, SOFTMAX_OP, TINY_MODEL, run_cli, run_cli_subprocess
 
 pytestmark = pytest.mark.integration
@@ -154,7 +155,14 @@ def test_optimize_json(optimized):
         assert task["best_speedup_vs_eager"] == 1.0 and task["best_node"] is None
     skipped = {s["op"]: s["reason"] for s in data["skipped"]}
     assert skipped.get("aten::bmm.default") == "no built-in template for aten::bmm.default"
-    assert json.loads((run_dir / "summary.json").read_text())["tasks"] == data["tasks"]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["tasks"] == data["tasks"]
+    # where the time went, every phase the run went through timed; apply's own added by apply
+    phases = summary["phases"]
+    assert list(phases) == list(PHASES)
+    for phase in ("load", "capture", "baselines", "oracle", "candidates", "finalists", "apply"):
+        assert phases[phase] > 0, phase
+    assert phases["compile_peers"] < 0.05  # a CPU run compiles no peers by default
     config = json.loads((run_dir / "config.json").read_text())
     assert config["iterations"] == 2 and config["resolved_backend"] == "cpu"
 
@@ -198,6 +206,7 @@ def test_show_table(optimized):
     assert shown.returncode == 0, shown.stderr
     assert SOFTMAX_OP in shown.stdout
     assert "n0000" in shown.stdout and "n0001" in shown.stdout
+    assert "time by phase" in shown.stdout and "candidates" in shown.stdout
     assert f"run folder: {run_dir}" in shown.stdout
 
 

@@ -52,10 +52,12 @@ def _chain_of(module: nn.Module, *inputs: torch.Tensor) -> dict:
     return chain
 
 
-def _compiled_run(module: nn.Module, inputs: tuple, specs: list[runtime.KernelSpec]) -> tuple[object, runtime.Installation]:
-    """The module under torch.compile with the specs installed, compiled code reset before and after."""
+def _compiled_run(module: nn.Module, inputs: tuple, specs: list[runtime.KernelSpec],
+                  model: nn.Module | None = None) -> tuple[object, runtime.Installation]:
+    """The module under torch.compile with the specs installed (with `model`: at its modules too),
+    compiled code reset before and after."""
     runtime.reset_compiled_code()
-    installation = runtime.install(specs)
+    installation = runtime.install(specs, model)
     try:
         with torch.no_grad():
             return torch.compile(module)(*inputs), installation
@@ -229,6 +231,23 @@ def test_under_compile_the_chain_becomes_the_custom_op_in_the_graph(softmax_case
     counts = installation.counts[spec.op]
     assert counts.traced_by_kernel == {spec.name: 1} and counts.kernel == 0
     assert len(calls) == 1  # the compiled graph ran the kernel, through the custom op
+    torch.testing.assert_close(got, expected)
+
+
+def test_under_compile_a_chain_at_its_modules_becomes_the_custom_op_not_their_route():
+    """The routed modules' own call steps aside while dynamo traces (torch.compiler.is_compiling):
+    the graph holds the modules' own ops, and the graph pass puts the chain's op in their place."""
+    from test_fused_module import captured, model
+
+    net, x = model(), torch.randn(4, 32)
+    calls: list[int] = []
+    spec = _spec(captured(net, x), "chain_rms_norm_compiled", calls)
+    with torch.no_grad():
+        expected = net(x)
+    got, installation = _compiled_run(net, (x,), [spec], net)
+    counts = installation.counts[spec.op]
+    assert counts.traced_by_kernel == {spec.name: 2} and counts.kernel == 0 and counts.fallback == 0
+    assert len(calls) == 2  # the compiled graph ran the kernel at both modules, through the custom op
     torch.testing.assert_close(got, expected)
 
 

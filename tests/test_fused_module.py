@@ -104,3 +104,129 @@ def test_a_module_of_another_class_at_that_name_is_left_alone(case):
         assert installation.routed  # the instance no module holds now: placeholders as elsewhere
     finally:
         installation.remove()
+
+
+def _own_state(module: nn.Module) -> tuple[type, dict, dict]:
+    """The module as uninstall must leave it: its class, its attributes (the same objects) and its
+    tensors' values."""
+    return type(module), dict(module.__dict__), {k: v.clone() for k, v in module.state_dict().items()}
+
+
+def _same_state(module: nn.Module, state: tuple[type, dict, dict]) -> bool:
+    cls, attributes, tensors = state
+    now = module.state_dict()
+    return (type(module) is cls and module.__dict__.keys() == attributes.keys()
+            and all(module.__dict__[k] is v for k, v in attributes.items())
+            and now.keys() == tensors.keys() and all(torch.equal(now[k], v) for k, v in tensors.items()))
+
+
+@pytest.fixture
+def impl_calls(monkeypatch):
+    """The modules nn.Module's call handled (its _call_impl, which runs hooks and then forward)."""
+    seen: list[nn.Module] = []
+    call_impl = nn.Module._call_impl
+
+    def recording(self, *args, **kwargs):
+        seen.append(self)
+        return call_impl(self, *args, **kwargs)
+    monkeypatch.setattr(nn.Module, "_call_impl", recording)
+    return seen
+
+
+def test_the_routed_module_is_called_past_nn_modules_call_and_removal_restores_its_class(case, impl_calls):
+    net, x, spec, calls = case
+    norm = net[1]
+    before, printed = _own_state(norm), repr(net)
+    h = torch.randn(4, 32)
+    installation = runtime.install([spec], net)
+    try:
+        assert type(norm) is not RMSNorm and isinstance(norm, RMSNorm) and type(norm).__name__ == "RMSNorm"
+        assert repr(net) == printed
+        with torch.no_grad():
+            got = norm(h)
+        assert norm not in impl_calls and len(calls) == 1  # the kernel, straight from the module's call
+    finally:
+        installation.remove()
+    assert _same_state(norm, before) and repr(net) == printed
+    with torch.no_grad():
+        torch.testing.assert_close(got, norm(h))
+    assert norm in impl_calls  # nn.Module's call again
+
+
+def test_hooks_of_any_kind_take_nn_modules_call_which_still_routes(case, impl_calls):
+    """A hook on the module, or a global one, runs: the call goes through nn.Module's call, whose
+    forward is still the route's. Without them the route's own call serves again."""
+    from torch.nn.modules.module import register_module_forward_pre_hook
+
+    net, x, spec, calls = case
+    norm, h = net[1], torch.randn(4, 32)
+    installation = runtime.install([spec], net)
+    hooked: list[str] = []
+    try:
+        with torch.no_grad():
+            handle = norm.register_forward_hook(lambda *_: hooked.append("module"))
+            norm(h)
+            handle.remove()
+            handle = register_module_forward_pre_hook(lambda *_: hooked.append("global"))
+            norm(h)
+            handle.remove()
+            assert impl_calls.count(norm) == 2 and hooked == ["module", "global"]
+            norm(h)
+            assert impl_calls.count(norm) == 2
+    finally:
+        installation.remove()
+    assert len(calls) == 3 and installation.counts[spec.op].kernel == 3
+
+
+def test_a_forward_set_over_the_routes_is_called(case):
+    """A forward put on the instance after install (a library's wrapper) is what the module calls."""
+    net, x, spec, calls = case
+    norm, h = net[1], torch.randn(4, 32)
+    installation = runtime.install([spec], net)
+    try:
+        routed = norm.forward
+        norm.forward = lambda t: routed(t) * 2
+        with torch.no_grad():
+            got = norm(h)
+        del norm.forward
+    finally:
+        installation.remove()
+    with torch.no_grad():
+        torch.testing.assert_close(got, norm(h) * 2)
+    assert len(calls) == 1
+
+
+def test_a_parameter_set_anew_is_the_one_the_kernel_reads(case):
+    net, x, spec, calls = case
+    norm, h = net[1], torch.randn(4, 32)
+    installation = runtime.install([spec], net)
+    try:
+        norm.weight = nn.Parameter(torch.randn(32))
+        with torch.no_grad():
+            got = norm(h)
+    finally:
+        installation.remove()
+    assert len(calls) == 1
+    with torch.no_grad():
+        torch.testing.assert_close(got, norm(h))
+
+
+@pytest.mark.parametrize("apart", [False, True], ids=["one installation", "two"])
+def test_two_chains_at_one_module_come_off_in_reverse_and_leave_it_as_it_was(case, apart):
+    """The second route over the first (its forward, nn.Module's call where the first's class
+    calls): the later answers first, and removal, last in first out, leaves the module as it was."""
+    net, x, spec, calls = case
+    norm = net[1]
+    before = _own_state(norm)
+    second_calls: list[int] = []
+    second = chain_spec(captured(model(), x), "chain_rms_norm_second", second_calls)
+    installations = [runtime.install([spec], net), runtime.install([second], net)] if apart else [
+        runtime.install([spec, second], net)]
+    try:
+        with torch.no_grad():
+            norm(torch.randn(4, 32))
+        assert len(second_calls) == 1 and calls == []
+    finally:
+        for installation in reversed(installations):
+            installation.remove()
+    assert _same_state(norm, before)

@@ -149,3 +149,69 @@ def test_a_guarded_entry_runs_the_kernel_only_on_the_proved_tensors(run_dir):
         assert guarded(x, x) is None  # another arity
     with torch.enable_grad():
         assert guarded(x.clone().requires_grad_()) is None
+
+
+RMS_NORM_C = r"""
+#include <math.h>
+/* y = x * rsqrt(mean(x^2) + 1e-6) * w, row by row: test_fused_module's RMSNorm chain, float32 */
+int kf_forward(const kf_tensor *in, int n_in, kf_tensor *out, int n_out) {
+    if (n_in != 2 || n_out != 1 || in[0].dtype != KF_F32 || in[1].dtype != KF_F32) return 1;
+    const int64_t rows = in[0].sizes[0], cols = in[0].sizes[1];
+    const float *x = (const float *)in[0].data, *w = (const float *)in[1].data;
+    float *y = (float *)out[0].data;
+    for (int64_t r = 0; r < rows; ++r) {
+        float ss = 0.0f;
+        for (int64_t c = 0; c < cols; ++c) ss += x[r * cols + c] * x[r * cols + c];
+        const float rstd = 1.0f / sqrtf(ss / cols + 1e-6f);
+        for (int64_t c = 0; c < cols; ++c) y[r * cols + c] = x[r * cols + c] * rstd * w[c];
+    }
+    return 0;
+}
+"""
+
+
+def test_a_chain_at_its_module_takes_the_native_module_entry(tmp_path):
+    """dispatch.module_entry at a module's call: the chain's tensors gathered in C++ from the
+    call's argument and the module's weight (read at each call: one set anew is the one used),
+    counted in C++; another shape, or a hook, goes where it went before; removal leaves the
+    modules as they were."""
+    from test_fused_module import captured, model
+    from torch import nn
+
+    from kernforge.backends import cpu
+    from kernforge.backends.native import C_PRELUDE
+
+    net, x = model(), torch.randn(4, 32)
+    chain = captured(net, x)
+    source = tmp_path / "rms_norm.c"
+    source.write_text(C_PRELUDE + RMS_NORM_C)
+    library = cpu.build(source, tmp_path, chain.output_metas).library
+    spec = runtime.KernelSpec(name="chain_rms_norm_native_test", op=chain.op, args=chain.input_metas,
+                              outputs=chain.output_metas, backend="cpu", devices=frozenset({torch.device("cpu")}),
+                              entry=runtime.load_entry("cpu", library, chain.output_metas), chain=chain.to_json(),
+                              library=library)
+    norm, h, other = net[3], torch.randn(4, 32), torch.randn(3, 32)
+    with torch.no_grad():
+        expected = net(x)
+    classes = [type(m) for m in net]
+    installation = runtime.install([spec], net)
+    try:
+        assert spec.native is not None, spec.native_why
+        with torch.no_grad():
+            got = net(x)  # both norms: 2 kernel calls
+            norm.weight = nn.Parameter(torch.randn(32))
+            renewed = norm(h)
+            refused = norm(other)  # another shape: the module's own forward
+            handle = norm.register_forward_pre_hook(lambda *_: None)
+            hooked = norm(h)
+            handle.remove()
+        counts = installation.counts[spec.op]
+        assert counts.by_kernel == {spec.name: 4} and counts.fallback == 1
+    finally:
+        installation.remove()
+    assert [type(m) for m in net] == classes and not any("forward" in m.__dict__ for m in net.modules())
+    with torch.no_grad():
+        torch.testing.assert_close(got, expected)
+        torch.testing.assert_close(renewed, norm(h))
+        assert torch.equal(refused, norm(other))
+        torch.testing.assert_close(hooked, norm(h))

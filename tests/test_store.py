@@ -99,3 +99,45 @@ def test_list_runs_finds_run_folders(runs_dir: Path, monkeypatch):
     assert [s.root for s in found] == [a.root, b.root]  # sorted, oldest first
     assert unfinished.root not in [s.root for s in found]
     assert list_runs(runs_dir / "does-not-exist") == []
+
+
+# ---------------------------------------------------------------- the phase breakdown
+
+def test_phases_sum_per_phase_over_sessions_and_other_is_what_no_phase_covers():
+    from kernforge.phases import PHASES
+    from kernforge.store.events import PhaseTimed, RunEnded, RunStarted
+    from kernforge.store.reader import run_phases
+
+    events = [
+        RunStarted(time=100.0, began=90.0),  # 10 s loading before the first event
+        PhaseTimed(time=101.0, phase="load", seconds=10.0),
+        PhaseTimed(time=110.0, phase="capture", seconds=9.0),
+        PhaseTimed(time=120.0, phase="baselines", seconds=5.0, task="t0"),
+        PhaseTimed(time=150.0, phase="candidates", seconds=30.0, task="t0"),
+        # killed here: the session's wall is 90 -> 150; then resumed a day later
+        RunStarted(time=90_000.0),
+        PhaseTimed(time=90_020.0, phase="candidates", seconds=20.0, task="t0"),
+        RunEnded(time=90_030.0),
+        PhaseTimed(time=99_000.0, phase="apply", seconds=40.0),  # a later `kernforge apply`
+    ]
+    phases = run_phases(events)
+    assert list(phases) == list(PHASES)
+    assert phases["candidates"] == 50.0 and phases["apply"] == 40.0 and phases["load"] == 10.0
+    # walls 60 + 30 s, of which 54 + 20 s are phases; the day between and the apply are not "other"
+    assert phases["other"] == pytest.approx(16.0)
+
+
+def test_phases_of_a_run_from_before_them_are_all_other():
+    from kernforge.store.events import RunEnded, RunStarted
+    from kernforge.store.reader import run_phases
+
+    phases = run_phases([RunStarted(time=10.0), RunEnded(time=25.0)])
+    assert phases["other"] == 15.0 and sum(phases.values()) == 15.0
+
+
+def test_phases_line_names_each_phase_with_its_share():
+    from kernforge.report import phases_line
+
+    line = phases_line({"capture": 30.0, "candidates": 70.0, "oracle": 0.0})
+    assert line == "time by phase (100 s): capture 30.0 s (30%), candidates 70.0 s (70%)"
+    assert phases_line({}) == "time by phase: none recorded"

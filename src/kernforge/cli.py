@@ -581,8 +581,8 @@ def show(
 ) -> None:
     """Show one run: the result per op, the model end to end, every candidate tried (its time,
     speedup, status, source and rationale) and the best kernel's path."""
-    from kernforge.report import candidate_lines, eval_report, results_table, run_json
-    from kernforge.store.reader import read_run
+    from kernforge.report import candidate_lines, eval_report, phases_line, results_table, run_json
+    from kernforge.store.reader import read_run, run_phases
 
     root = Path(run) if Path(run).is_dir() else runs_dir / run
     if not (root / "config.json").is_file():
@@ -609,6 +609,7 @@ def show(
         out.print(line, markup=False, highlight=False, soft_wrap=True)
     if data and data.get("llm"):
         _print_llm_usage(data["llm"])
+    out.print(phases_line(run_phases(record.store.events())), markup=False, highlight=False, soft_wrap=True)
     out.print(f"run folder: {root}", markup=False, highlight=False, soft_wrap=True)
 
 

@@ -24,12 +24,14 @@ from kernforge.capture.compiled import compile_ranking, compile_warning
 from kernforge.errors import UserError
 from kernforge.evaluate.executors import make_executor, preflight
 from kernforge.models import ModelOptions, load_model, run_forward
+from kernforge.phases import Stopwatch
 from kernforge.propose import ProposerOptions, Usage, get_proposer
 from kernforge.search import Node, TaskOutcome, get_strategy, search_task
 from kernforge.search.engine import BUDGET_SPENT, FINALISTS, row_of
 from kernforge.store import RUN_FORMAT, RunStore
-from kernforge.store.events import (ApplyProgress, Captured, Event, NodeStarted, ProposalFailed, Resumed,
-                                    RunEnded, RunStarted, SearchStopped, TasksChosen)
+from kernforge.store.events import (ApplyProgress, Captured, Event, NodeStarted, PhaseTimed, ProposalFailed,
+                                    Resumed, RunEnded, RunStarted, SearchStopped, TasksChosen, read_events)
+from kernforge.store.reader import read_baseline, run_phases
 from kernforge.tasks import make_tasks
 
 
@@ -115,6 +117,7 @@ def prepare(spec: str, backend_name: str, model: ModelOptions, runs_dir: Path,
     `on_event` from the first one."""
     from kernforge.capture.compiled import compile_ranking
 
+    began, clock = time.time(), Stopwatch()
     backend = choose_backend(backend_name, torch.cuda.is_available())
     device = "cuda" if backend.name in ("triton", "cuda") and torch.cuda.is_available() else "cpu"
     loaded = load_model(spec, torch.device(device), model)
@@ -124,8 +127,11 @@ def prepare(spec: str, backend_name: str, model: ModelOptions, runs_dir: Path,
         store.listeners.append(on_event)
     environment = _environment(backend.name, device, loaded.name)
     store.write_json("config.json", {**config, **environment})
-    store.emit(run_started({**config, **environment}))
+    store.emit(run_started({**config, **environment}, began=began))
+    store.emit(PhaseTimed(phase="load", seconds=clock.lap()))
     capture = capture_model(loaded, store.capture_dir, under_compile=compile_ranking(rank_by, device))
+    for phase, seconds in capture.phases.items():
+        store.emit(PhaseTimed(phase=phase, seconds=seconds))
     store.emit(Captured(signatures=len(capture.profiles), op_time_ms=capture.total_time_us / 1e3,
                         ranked_by="compile" if capture.ranked_by_compile else "eager",
                         warning=compile_warning(capture)))
@@ -353,9 +359,10 @@ def _llm_label(options: ProposerOptions) -> str:
     return " ".join(part for part in (options.llm, options.llm_model) if part)
 
 
-def run_started(config: dict[str, Any], resumed: bool = False) -> RunStarted:
-    """The run_start event of a run with this config.json, from this process."""
-    return RunStarted(model=config.get("model_name", ""), backend=config.get("resolved_backend", ""),
+def run_started(config: dict[str, Any], resumed: bool = False, began: float = 0.0) -> RunStarted:
+    """The run_start event of a run with this config.json, from this process, which began the
+    run at `began` (time.time(); 0: now)."""
+    return RunStarted(began=began, model=config.get("model_name", ""), backend=config.get("resolved_backend", ""),
                       device=config.get("device", ""), device_name=config.get("device_name", ""),
                       proposer=config.get("proposer", ""), strategy=config.get("strategy", ""),
                       iterations=config.get("iterations", 0), resumed=resumed, pid=os.getpid(),
@@ -379,7 +386,6 @@ def usage_of(events: list[Event]) -> Usage:
 
 def _finished_outcome(store: RunStore, task: Any, nodes: list[Node], iterations: int) -> TaskOutcome:
     from kernforge.search.siblings import seeded_from
-    from kernforge.store.reader import read_baseline
 
     baseline = read_baseline(store, task.task_id)
     ended = [e.reason for e in store.events() if isinstance(e, SearchStopped) and e.task == task.task_id]
@@ -399,6 +405,7 @@ def summary(result: OptimizeResult) -> dict[str, Any]:
         "backend": result.backend,
         "device": result.device,
         "wall_s": result.wall_s,
+        "phases": run_phases(read_events(result.run_dir / "events.jsonl")),
         "tasks": [task_row(o) for o in result.outcomes],
         "skipped": [{"op": p.op, "signature": p.signature, "share": p.share, "reason": why}
                     for p, why in result.skipped],

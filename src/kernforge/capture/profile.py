@@ -31,6 +31,7 @@ from kernforge.capture.recorder import (
 )
 from kernforge.capture.serialize import placeholders_of, save_sample
 from kernforge.models import LoadedModel, run_forward
+from kernforge.phases import Stopwatch
 
 # A sample of real inputs per signature is kept on disk; these caps, on the bytes saved, keep a
 # large model's capture from filling the disk. Inputs over them leave a partly real sample: the
@@ -125,7 +126,9 @@ class Capture:
     repeats: int
     profiles: list[OpProfile]
     replayed: int = 0  # signatures whose time is their replay's
-    replay_s: float = 0.0  # wall time the replays took
+    # seconds in each step (capture, replay, compiled_profile, samples: kernforge.phases), for the
+    # run's phase breakdown; profile.json files from before it have none
+    phases: dict[str, float] = field(default_factory=dict)
     # capture/compiled.py's CompiledProfile as JSON, where the compiled model was profiled (its
     # "error" says why it could not be); None: ranked by eager time only, as was asked
     compiled: dict[str, Any] | None = None
@@ -202,6 +205,7 @@ def capture_model(
     kept_per_signature = max(1, samples_per_signature) if out_dir is None else samples_per_signature
     if out_dir is None:
         samples_per_signature = 0
+    clock = Stopwatch()
     _warm_up(loaded)
     forward_ms = _median_forward_ms(loaded)
     on_gpu = loaded.device.type == "cuda"
@@ -216,11 +220,11 @@ def capture_model(
         captured_ms = (time.perf_counter() - start) * 1e3
         recorders.append(recorder)
     recorded = _summarise(loaded, recorders, times, forward_ms, captured_ms, measured_us)
-    started = time.perf_counter()
+    record_s = clock.lap()
     replays = replay_signatures(recorders[0], recorded.profiles, loaded.device)
     times = [_with_replayed(rec.calls, t, replays) for rec, t in zip(recorders, times)]
     capture = _summarise(loaded, recorders, times, forward_ms, captured_ms, measured_us)
-    capture.replay_s = time.perf_counter() - started
+    capture.phases = {"capture": record_s, "replay": clock.lap()}
     capture.replayed = _mark_replayed(capture.profiles, recorded.profiles, replays)
     chains = find_chains(recorders[0].calls, recorders[0].returned_ids, recorders[0].module_calls)
     capture.profiles += [_chain_profile(ch, recorders[0].calls, times, capture.total_time_us, replays)
@@ -230,11 +234,13 @@ def capture_model(
         from kernforge.capture.compiled import profile_compiled, to_json
 
         capture.compiled = to_json(profile_compiled(loaded, capture.profiles))
+    capture.phases["compiled_profile"] = clock.lap()
     if out_dir is not None:
         _save(capture, recorders[0], times[0], out_dir)
         # what the op samples left of the total cap (recorders[0].bytes_left) goes to the chains
         _save_chain_samples(loaded, capture, chains, recorders[0].calls, out_dir, samples_per_signature,
                             sample_cap_bytes, max(0, recorders[0].bytes_left))
+        capture.phases["samples"] = clock.lap()
         (out_dir / "profile.json").write_text(json.dumps(asdict(capture), indent=1))
     return capture
 

@@ -29,6 +29,7 @@ from kernforge.evaluate.forked import kill_worker
 from kernforge.evaluate.judge import Oracle, judge, timing_verdict
 from kernforge.evaluate.scan import Finding, scan_source
 from kernforge.evaluate.timing import Timing, clearly_faster, confirmed_by_sync
+from kernforge.phases import Stopwatch
 from kernforge.tasks import load_task
 
 LOG_TAIL_LINES = 30
@@ -94,6 +95,9 @@ class Baseline:
     compiled: dict[str, dict[str, Any]] = field(default_factory=dict)
     # The machine's facts for the proposer's prompt (evaluate.hardware); {} from baselines before them
     hardware: dict[str, Any] = field(default_factory=dict)
+    # Seconds of the baseline's wall time in each run phase (baselines, oracle, compile_peers:
+    # kernforge.phases); {} from baselines before them
+    phases: dict[str, float] = field(default_factory=dict)
 
     @property
     def compiled_p50_ms(self) -> float | None:
@@ -308,18 +312,29 @@ def evaluate_baseline(task_path: Path, reference_path: Path, device: str, job_di
     job = {"mode": "baseline", "task_path": str(task_path), "reference_path": str(reference_path),
            "oracle_path": str(oracle_file), "device": device, "backend": "none",
            "compile_modes": list(compile_modes)}
+    clock = Stopwatch()
     try:
         result, tail, _ = (executor.run if executor else run_job)(job, job_dir, timeout_s)
         if result is None:
             raise RuntimeError(f"the baseline for {task_path.parent.name} failed: {tail}")
         if result.get("status", "ok") != "ok":  # a task the baseline found it cannot judge, with why
             raise RuntimeError(result["reason"])
+        worker_s = clock.lap()
         load_oracle(reference_path, oracle_file)
     finally:
         oracle_file.unlink(missing_ok=True)
     return Baseline(eager=Timing(**result["eager"]), device_name=result["device_name"],
                     labels=result["labels"], eager_errors=result["eager_errors"],
-                    compiled=result.get("compiled", {}), hardware=result.get("hardware", {}))
+                    compiled=result.get("compiled", {}), hardware=result.get("hardware", {}),
+                    phases=_baseline_phases(result.get("phases", {}), worker_s, clock.lap()))
+
+
+def _baseline_phases(worker: dict[str, float], worker_s: float, load_s: float) -> dict[str, float]:
+    """The baseline's wall time by run phase: the oracle's share (made in the worker, loaded
+    here), the compile peers', and the rest (the worker's start and imports included)."""
+    oracle, peers = worker.get("oracle", 0.0) + load_s, worker.get("compile_peers", 0.0)
+    return {"baselines": max(0.0, worker_s - worker.get("oracle", 0.0) - peers), "oracle": oracle,
+            "compile_peers": peers}
 
 
 def evaluate_candidate(task_path: Path, reference_path: Path, source: Path, backend: str, device: str,

@@ -58,6 +58,7 @@ def run_baseline(job: dict[str, Any]) -> dict[str, Any]:
     from kernforge.evaluate.inputs import digest, drawn_set, make_sets, mutated_inputs, tensors_of
     from kernforge.tasks import load_task, reference_of
 
+    phases = Phases()
     task = load_task(Path(job["task_path"]))
     device = torch.device(job["device"])
     op = reference_of(task)  # an ATen op, or a chain's replay
@@ -85,6 +86,7 @@ def run_baseline(job: dict[str, Any]) -> dict[str, Any]:
                 "dtypes": dtypes, "outputs_meta": task.outputs, "mutated": mutated}, job["reference_path"])
     del real
     sets = mapped_reference(Path(job["reference_path"]))["input_sets"]
+    phases.mark("baselines")
     oracles, bounds, eager_errors, digests = [], [], [], []
     for inputs in sets:
         kept, bound, errors = _reference(op, inputs, device)
@@ -96,6 +98,7 @@ def run_baseline(job: dict[str, Any]) -> dict[str, Any]:
                 "dtypes": dtypes, "labels": labels, "timing": timing_sets, "mutated": mutated,
                 "outputs_meta": task.outputs}, job["oracle_path"])
     del oracles, bounds  # 2.5x every set's outputs (float64 and bfloat16): not needed to time
+    phases.mark("oracle")
     harness = make_harness(device)
     dev_sets = [on_device(s, device) for s in sets]
     # Timed under the device's lock, as candidates are, so that another search on the machine
@@ -105,10 +108,12 @@ def run_baseline(job: dict[str, Any]) -> dict[str, Any]:
     with lock.for_timing():
         timing = time_op(harness, eager_fn, dev_sets, timing_sets, task.outputs, device)
         hardware = measure_hardware(device)  # its bandwidth is timed too: under the lock, after eager's
+    phases.mark("baselines")
     compiled = {mode: _time_compiled(harness, op, dev_sets, timing_sets, task.outputs, device, mode, lock)
                 for mode in job.get("compile_modes", [])}
+    phases.mark("compile_peers")
     return {"status": "ok", "eager": timing.__dict__, "compiled": compiled, "eager_errors": eager_errors,
-            "labels": labels, "device_name": device_name(device), "hardware": hardware}
+            "labels": labels, "device_name": device_name(device), "hardware": hardware, "phases": phases.seconds}
 
 
 def mapped_reference(reference_path: Path) -> dict[str, Any]:
@@ -373,8 +378,9 @@ class Phases:
         self._last = time.perf_counter()
 
     def mark(self, name: str) -> None:
+        """The time since the last mark, added to `name` (a step may come back)."""
         now = time.perf_counter()
-        self.seconds[name] = now - self._last
+        self.seconds[name] = self.seconds.get(name, 0.0) + now - self._last
         self._last = now
 
     def done(self, name: str) -> dict[str, float]:

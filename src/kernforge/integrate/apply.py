@@ -21,8 +21,8 @@ from kernforge.errors import UserError
 from kernforge.integrate import endtoend as e2e
 from kernforge.integrate import overhead, runtime
 from kernforge.integrate.install import Patch, compile_caches_off, patch
-from kernforge.store.reader import RunRecord, read_run
-from kernforge.store.events import Applied
+from kernforge.store.reader import RunRecord, read_run, run_phases
+from kernforge.store.events import Applied, PhaseTimed
 
 FRESH_SETS = 2  # fresh input sets checked beside the captured one
 
@@ -530,10 +530,11 @@ def _finish(record: RunRecord, report: ApplyReport, started: float) -> ApplyRepo
     report.wall_s = time.perf_counter() - started
     store = record.store
     store.write_json("integrate/apply.json", report.to_json())
-    summary_path = record.root / "summary.json"
-    if summary_path.is_file():
+    store.emit(PhaseTimed(phase="apply", seconds=report.wall_s))
+    if (record.root / "summary.json").is_file():
         summary = store.read_json("summary.json")
         summary["end_to_end"] = report.to_json()
+        summary["phases"] = run_phases(store.events())
         store.write_json("summary.json", summary)
     store.emit(Applied(kernels=[k.kernel for k in report.kernels],
                        speedups={k: v["speedup"] for k, v in report.speedups.items()}))

@@ -26,6 +26,7 @@
 #include <atomic>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -422,22 +423,74 @@ py::object wrapped(std::vector<at::Tensor> out) {
   return py::object(result);
 }
 
-py::object call_guarded(const GuardedEntry& g, const py::args& args) {
-  if (args.size() != g.checks.size()) return py::none();
+// The entry's outputs where every value is a tensor as proved, else nothing.
+std::optional<std::vector<at::Tensor>> run_guarded(const GuardedEntry& g, const std::vector<PyObject*>& values) {
+  if (values.size() != g.checks.size()) return std::nullopt;
   const bool grad_wanted = at::GradMode::is_enabled();
   std::vector<at::Tensor> inputs;
-  inputs.reserve(args.size());
-  for (size_t i = 0; i < args.size(); ++i) {
-    PyObject* value = args[i].ptr();
-    if (!THPVariable_Check(value)) return py::none();
-    const at::Tensor& t = THPVariable_Unpack(value);
-    if (!plain_tensor_as_proved(g.checks[i], t, grad_wanted)) return py::none();
+  inputs.reserve(values.size());
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (!THPVariable_Check(values[i])) return std::nullopt;
+    const at::Tensor& t = THPVariable_Unpack(values[i]);
+    if (!plain_tensor_as_proved(g.checks[i], t, grad_wanted)) return std::nullopt;
     inputs.push_back(t);
   }
   if (g.default_stream_only && !inputs.empty() && inputs[0].is_cuda() && current_stream(inputs[0].device()) != nullptr)
-    return py::none();
-  return wrapped(g.entry->run(inputs));
+    return std::nullopt;
+  return g.entry->run(inputs);
 }
+
+py::object call_guarded(const GuardedEntry& g, const py::args& args) {
+  std::vector<PyObject*> values;
+  values.reserve(args.size());
+  for (auto a : args) values.push_back(a.ptr());
+  auto out = run_guarded(g, values);
+  return out ? wrapped(std::move(*out)) : py::none();
+}
+
+// A guarded entry at a module's call (fused.module_route): its tensors gathered from the call's
+// positional arguments and from the dicts that hold the module's parameters (read at every call:
+// a parameter set anew is seen), its calls counted as a router's are. Gathering and counting here
+// rather than in Python took ~0.3 us off a module route's call on a 2-core CPU.
+struct ModuleEntry {
+  struct Source {
+    Py_ssize_t at;  // the argument's position, or -1: the value of `name` in `dict`
+    py::object dict, name;
+  };
+  std::shared_ptr<GuardedEntry> guarded;
+  std::vector<Source> sources;
+  int64_t kernel = 0, fallback = 0;  // the GIL is held throughout
+
+  // The kernel's first output (what the module returns), or None where a value is missing or
+  // not as proved: the caller runs the module's own forward then.
+  py::object call(const py::tuple& args) {
+    std::vector<PyObject*> values;
+    values.reserve(sources.size());
+    for (const auto& s : sources) {
+      PyObject* value = nullptr;
+      if (s.at >= 0) {
+        if (s.at < PyTuple_GET_SIZE(args.ptr())) value = PyTuple_GET_ITEM(args.ptr(), s.at);
+      } else {
+        value = PyDict_GetItemWithError(s.dict.ptr(), s.name.ptr());  // borrowed
+        if (value == nullptr && PyErr_Occurred()) throw py::error_already_set();
+      }
+      if (value == nullptr) {
+        ++fallback;
+        return py::none();
+      }
+      values.push_back(value);
+    }
+    auto out = run_guarded(*guarded, values);
+    if (!out || out->empty()) {
+      ++fallback;
+      return py::none();
+    }
+    ++kernel;
+    return py::reinterpret_steal<py::object>(THPVariable_Wrap(std::move(out->front())));
+  }
+
+  py::tuple counts() const { return py::make_tuple(std::vector<int64_t>{kernel}, fallback); }
+};
 
 }  // namespace
 
@@ -460,6 +513,19 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     g->default_stream_only = default_stream_only;
     return g;
   }, "an entry behind a guard on its tensors (a module's forward)");
+  py::class_<ModuleEntry, std::shared_ptr<ModuleEntry>>(m, "ModuleEntry")
+      .def("__call__", &ModuleEntry::call, "the kernel's first output on the call's arguments, else None")
+      .def("counts", &ModuleEntry::counts, "([kernel calls], fallbacks)");
+  m.def("make_module_entry", [](std::shared_ptr<GuardedEntry> guarded, const py::list& sources) {
+    auto e = std::make_shared<ModuleEntry>();
+    e->guarded = std::move(guarded);
+    for (auto item : sources) {
+      auto t = item.cast<py::tuple>();
+      e->sources.push_back(ModuleEntry::Source{t[0].cast<Py_ssize_t>(), py::reinterpret_borrow<py::object>(t[1]),
+                                               py::reinterpret_borrow<py::object>(t[2])});
+    }
+    return e;
+  }, "a guarded entry at a module's call: sources are (argument position, None, '') or (-1, dict, name)");
   m.def("make_entry", &make_entry, "an installed kernel's call without Python, from its plan (dispatch.py)");
   py::class_<Snapshot>(m, "Snapshot");
   m.def("snapshot", &snapshot, "the kernel serving (op name, overload, dispatch key) now");

@@ -14,7 +14,9 @@ the same work without Python:
 - a router per ATen op and dispatch key, over the Python one: the proved calls' guards checked
   on the dispatcher's stack, the entry run where one holds, else the kernel that served the key
   before kernforge; calls carrying the Python key (fake tensors under torch.compile, subclasses)
-  go on to the Python router.
+  go on to the Python router;
+- a module entry per module a chain is installed at (fused.py): the entry's guard on tensors
+  gathered from the module call's arguments and its parameters' dicts, its calls counted.
 
 Where nothing can be built (no compiler, a torch without the headers), the Python router serves
 alone and one warning line says so. KERNFORGE_NATIVE_DISPATCH=0 turns this off.
@@ -454,6 +456,16 @@ def guarded_entry(spec: Any, alignment: int) -> Any:
         raise NotNative(spec.native_why or "no native entry")
     checks = [_check(meta, "Tensor", spec.devices, alignment) for meta in spec.args]
     return native_module().make_guarded(checks, spec.native, spec.backend == "cuda")
+
+
+def module_entry(spec: Any, alignment: int, sources: list[tuple[int, Any, str]]) -> Any:
+    """guarded_entry at a module's call (fused.module_route): called with the call's positional
+    arguments (one tuple), it gathers the kernel's tensors by `sources`, each (an argument's
+    position, None, "") or (-1, the dict holding a parameter, its name), read at every call, and
+    returns the kernel's first output (what the module returns), or None where a value is missing
+    or not as proved; counts() gives ([kernel calls], fallbacks), as a router's registration does.
+    Raises NotNative where the kernel has no C++ entry."""
+    return native_module().make_module_entry(guarded_entry(spec, alignment), sources)
 
 
 def snapshot(op_name: str, key: str) -> Any:

@@ -26,6 +26,10 @@ with torch's pattern matcher (the chain traced through inductor's own decomposit
 it reads as the graph does; an intermediate used outside the match stops it), checks what
 the matcher leaves out (every constant, dtype and device; each input's shape, strides,
 dtype and alignment) and puts the custom op kernforge::<name> in the chain's place.
+
+At a module. A chain that is exactly a module's forward (an RMSNorm) is installed on the module
+instead, where the model is given: the module's call runs the kernel behind one guard on its
+arguments and parameters, with no placeholder (the last section of this file).
 """
 
 from __future__ import annotations
@@ -492,26 +496,53 @@ def _current_patterns() -> CompilePatterns | None:
 
 
 # ---------------------------------------------------------------------------- at the module boundary
+#
+# A chain that is exactly a module's forward (capture's "module" entry) is installed on the module:
+# - route(args): the chain's inputs gathered from the call's positional arguments and the dicts
+#   holding the module's parameters, and the kernel's output where each is as proved (guard and
+#   launch in C++ where the kernel has a C++ entry, dispatch.module_entry), else None: the caller
+#   runs the module's own forward;
+# - the module's forward (an attribute of the instance): route(args) where the call is one the
+#   chain can take and nothing compiles, else the own forward. nn.Module's call reaches it where a
+#   hook is set, and so does a caller of forward itself;
+# - its class's __call__ (calling_class: a subclass of its class made for this instance): route(args)
+#   straight from the module's call where nn.Module's call would only have called that forward,
+#   else nn.Module's call.
+# Under torch.compile the own forward is traced, and the graph pass puts the chain's op in.
+# On this project's 2-core CPU (bench/results/cpu/issue32/module_route.txt, a Gemma RMSNorm's C
+# kernel, 1.6 us called directly) the module's call cost 2.3 us over its guarded entry through
+# nn.Module's call, a forward in Python and nn.Module's __getattr__ for the weight; 0.4 us through
+# the class's __call__ and module_entry, ~0.2 of it the checks nn.Module's call would make (its
+# hooks, module.compile()) and is_compiling.
 
 
 @dataclass
 class ModuleRoute:
-    """A module whose forward is the chain's kernel behind a guard, and how to put it back."""
+    """A module whose call is the chain's kernel behind a guard, and how to put it back: its
+    forward, and its class where the route gave it one of its own."""
 
     module: torch.nn.Module
     had_own_forward: bool  # the instance carried a forward of its own before (kept, then restored)
     own_forward: Any = None
+    own_class: type | None = None  # its class before install, where route_class replaced it
+    route_class: type | None = None
 
     def remove(self) -> None:
         if self.had_own_forward:
             self.module.forward = self.own_forward
         else:
             self.module.__dict__.pop("forward", None)
+        if self.route_class is None:
+            return
+        if type(self.module) is self.route_class:
+            self.module.__class__ = self.own_class
+        else:  # a class set over the route's since (torch's parametrize): it stays, the route's call goes
+            del self.route_class.__call__
 
 
 def module_routes(plan: ChainPlan, model: torch.nn.Module, counts: runtime.RouteCounts) -> list[ModuleRoute]:
-    """The chain installed as the forward of every module capture found it to be (the chain's
-    "module" entry: same name and class here), where the model holds them."""
+    """The chain installed at every module capture found it to be (the chain's "module" entry:
+    same name and class here), where the model holds them."""
     boundary = (plan.spec.chain or {}).get("module")
     if not boundary:
         return []
@@ -523,17 +554,130 @@ def module_routes(plan: ChainPlan, model: torch.nn.Module, counts: runtime.Route
             continue
         if f"{type(module).__module__}.{type(module).__qualname__}" != boundary["class"]:
             continue  # the model was changed since the run: leave the module as it is
-        had_own = "forward" in module.__dict__
-        route = ModuleRoute(module, had_own, module.__dict__.get("forward"))
-        module.forward = guarded_forward(plan, module, boundary, counts)
-        routes.append(route)
+        routes.append(_install_route(plan, module, boundary, counts))
     return routes
+
+
+def _install_route(plan: ChainPlan, module: torch.nn.Module, boundary: dict[str, Any],
+                   counts: runtime.RouteCounts) -> ModuleRoute:
+    route = ModuleRoute(module, "forward" in module.__dict__, module.__dict__.get("forward"))
+    original = route.own_forward if route.had_own_forward else type(module).forward.__get__(module)
+    n_args = int(boundary["args"])
+    run, counter = module_route(plan, module, boundary)
+    counts.counters.append((counter, [plan.spec.name]))
+    module.forward = forward = guarded_forward(run, original, n_args)
+    own_class = type(module)
+    try:
+        route_class = calling_class(module, run, original, n_args, forward)
+        if route_class is not None:
+            module.__class__ = route_class
+            route.own_class, route.route_class = own_class, route_class
+    except TypeError:  # a class that will not be subclassed or swapped so (metaclass, layout): nn.Module's call
+        pass
+    return route
 
 
 def covers_every_instance(plan: ChainPlan, routes: list[ModuleRoute]) -> bool:
     """Whether the module routes hold every occurrence capture saw (then no placeholder is needed)."""
     boundary = (plan.spec.chain or {}).get("module") or {}
     return bool(routes) and len(routes) == boundary.get("instances", -1)
+
+
+def _sources(module: torch.nn.Module, boundary: dict[str, Any]) -> list[tuple[int, Any, str]]:
+    """Each chain input: (an argument's position, None, ""), or (-1, the dict holding a parameter
+    or buffer, its name). The dict is its owner's _parameters or _buffers, read at each call, so a
+    parameter set anew is seen; nn.Module's __getattr__, which finds it there, costs ~450 ns a
+    lookup on this project's 2-core CPU against ~12 for the dict. A tensor gone from the dict since
+    (torch's parametrize moves a weight out) leaves the call to the module's own forward."""
+    sources: list[tuple[int, Any, str]] = []
+    for kind, where in boundary["inputs"]:
+        if kind == "arg":
+            sources.append((int(where), None, ""))
+            continue
+        path, _, attr = str(where).rpartition(".")
+        owner = module.get_submodule(path) if path else module
+        sources.append((-1, owner._buffers if attr in owner._buffers else owner._parameters, attr))
+    return sources
+
+
+def module_route(plan: ChainPlan, module: torch.nn.Module,
+                 boundary: dict[str, Any]) -> tuple[Callable[[tuple], Any], Any]:
+    """(route(args), its counter: counts() -> ([kernel calls], fallbacks)). route(args) is the
+    kernel's output on the chain's inputs (the call's arguments and the module's parameters) where
+    each is as proved, on plain tensors with no gradient wanted, else None; for a call of the
+    proved arity, no keywords, outside compile."""
+    spec, sources = plan.spec, _sources(module, boundary)
+    try:
+        native = runtime.dispatch.module_entry(spec, runtime.ALIGNMENT, sources)
+        return native, native
+    except runtime.dispatch.NotNative:
+        pass
+    proved, grad_enabled, tally = _proved_tensors(plan), torch.is_grad_enabled, runtime.Tally()
+
+    def route(args: tuple) -> Any:
+        try:
+            tensors = [args[at] if at >= 0 else held[attr] for at, held, attr in sources]
+        except KeyError:
+            tensors = None
+        if tensors is None or runtime._RUNNING[0] or not proved(tensors, grad_enabled()):
+            tally.fallback += 1
+            return None
+        tally.kernel += 1
+        out = runtime._run(spec, tuple(tensors), {}, tensors)
+        return out[0] if isinstance(out, (tuple, list)) else out
+    return route, tally
+
+
+def guarded_forward(route: Callable[[tuple], Any], original: Callable[..., Any], n_args: int) -> Callable[..., Any]:
+    """The module's forward: route(args) for a call of the proved arity with no keywords, outside
+    torch.compile (whose tracing takes the own forward), else (or where the route refuses) the
+    own forward."""
+    is_compiling = torch.compiler.is_compiling
+
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        if kwargs or len(args) != n_args or is_compiling():
+            return original(*args, **kwargs)
+        out = route(args)
+        return original(*args) if out is None else out
+    return forward
+
+
+def calling_class(module: torch.nn.Module, route: Callable[[tuple], Any], original: Callable[..., Any],
+                  n_args: int, forward: Callable[..., Any]) -> type | None:
+    """A subclass of the module's class, for this instance alone, whose __call__ is the route's
+    forward without nn.Module's call, where that call would only call it: the instance's forward
+    still `forward`, no hook of the module's nor a global one, no module.compile(), not compiling;
+    else nn.Module's call. (Under a TorchScript trace nn.Module's call would add only its scope's
+    name: neither records the kernel.) Its name, module and qualified name are the class's, so
+    that the model prints and is matched as before. None where the class has a __call__ of its own."""
+    cls = type(module)
+    module_call = torch.nn.Module.__call__
+    if cls.__call__ is not module_call:
+        return None
+    from torch.nn.modules import module as nn_module
+
+    is_compiling = torch.compiler.is_compiling
+    # The hooks' dicts, read at each call: the instance's through its __dict__ (a key costs ~15 ns,
+    # an attribute ~30 through nn.Module's __getattr__ hook), the global ones themselves (torch
+    # fills and empties them, never rebinds them). A copy of the module (deepcopy) shares this
+    # class but not this dict: its calls take nn.Module's.
+    own = module.__dict__
+    forward_pre, forward_post = nn_module._global_forward_pre_hooks, nn_module._global_forward_hooks
+    backward_pre, backward_post = nn_module._global_backward_pre_hooks, nn_module._global_backward_hooks
+
+    def __call__(self: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:  # noqa: N807
+        try:
+            if (self is not module or kwargs or len(args) != n_args or own["forward"] is not forward
+                    or own["_forward_pre_hooks"] or own["_forward_hooks"] or own["_backward_pre_hooks"]
+                    or own["_backward_hooks"] or forward_pre or forward_post or backward_pre or backward_post
+                    or "_compiled_call_impl" in own or is_compiling()):
+                return module_call(self, *args, **kwargs)
+        except KeyError:  # a forward deleted, a module made without nn.Module's __init__
+            return module_call(self, *args, **kwargs)
+        out = route(args)
+        return original(*args) if out is None else out
+    return type(cls.__name__, (cls,), {"__call__": __call__, "__module__": cls.__module__,
+                                       "__qualname__": cls.__qualname__})
 
 
 def _proved_tensors(plan: ChainPlan) -> Callable[[list[Any], bool], bool]:
@@ -564,62 +708,3 @@ def _proved_tensors(plan: ChainPlan) -> Callable[[list[Any], bool], bool]:
             return torch.cuda.current_stream(tensors[0].device).cuda_stream == 0
         return True
     return proved
-
-
-def guarded_forward(plan: ChainPlan, module: torch.nn.Module, boundary: dict[str, Any],
-                    counts: runtime.RouteCounts) -> Callable[..., Any]:
-    """forward(*args): the kernel on the chain's inputs (arguments and parameters) where each is
-    as proved, on plain tensors with no gradient wanted; else the module's own forward. Under
-    torch.compile the own forward is traced, and the graph pass puts the chain's op in."""
-    spec, n_args = plan.spec, int(boundary["args"])
-    original = type(module).forward.__get__(module) if "forward" not in module.__dict__ else module.forward
-    # Each chain input: an argument's position, or (the module holding a parameter, its name).
-    sources: list[tuple[int, Any, str]] = []
-    for kind, where in boundary["inputs"]:
-        if kind == "arg":
-            sources.append((int(where), None, ""))
-        else:
-            owner, _, attr = str(where).rpartition(".")
-            sources.append((-1, module.get_submodule(owner) if owner else module, attr))
-    proved = _proved_tensors(plan)
-    is_compiling, grad_enabled = torch.compiler.is_compiling, torch.is_grad_enabled
-    native = _native_guarded(spec)
-    if native is not None:
-        return _native_forward(native, original, n_args, sources, counts, spec.name)
-
-    def forward(*args: Any, **kwargs: Any) -> Any:
-        if kwargs or len(args) != n_args or runtime._RUNNING[0] or is_compiling():
-            return original(*args, **kwargs)
-        tensors = [args[at] if at >= 0 else getattr(owner, attr) for at, owner, attr in sources]
-        if not proved(tensors, grad_enabled()):
-            counts.fell_back()
-            return original(*args)
-        counts.took(spec.name)
-        out = runtime._run(spec, tuple(tensors), {}, tensors)
-        return out[0] if isinstance(out, (tuple, list)) else out
-    return forward
-
-
-def _native_guarded(spec: runtime.KernelSpec) -> Any | None:
-    try:
-        return runtime.dispatch.guarded_entry(spec, runtime.ALIGNMENT)
-    except runtime.dispatch.NotNative:
-        return None
-
-
-def _native_forward(guarded: Any, original: Callable[..., Any], n_args: int, sources: list[tuple[int, Any, str]],
-                    counts: runtime.RouteCounts, name: str) -> Callable[..., Any]:
-    """The module route with its guard and launch in C++ (dispatch.guarded_entry): what is left in
-    Python is gathering the chain's inputs. Under torch.compile the own forward is traced."""
-    is_compiling = torch.compiler.is_compiling
-
-    def forward(*args: Any, **kwargs: Any) -> Any:
-        if kwargs or len(args) != n_args or is_compiling():
-            return original(*args, **kwargs)
-        out = guarded(*[args[at] if at >= 0 else getattr(owner, attr) for at, owner, attr in sources])
-        if out is None:
-            counts.fell_back()
-            return original(*args)
-        counts.took(name)
-        return out[0] if isinstance(out, tuple) else out
-    return forward

@@ -5,11 +5,12 @@ from kernforge.report.tables import (
     capture_summary,
     end_to_end_tables,
     eval_report,
+    phases_line,
     profile_table,
     results_table,
     run_json,
     runs_table,
 )
 
-__all__ = ["candidate_lines", "capture_summary", "end_to_end_tables", "eval_report", "profile_table", "results_table",
+__all__ = ["candidate_lines", "capture_summary", "end_to_end_tables", "eval_report", "phases_line", "profile_table", "results_table",
            "run_json", "runs_table"]

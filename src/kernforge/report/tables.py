@@ -166,6 +166,7 @@ def run_json(record: Any, summary: dict[str, Any] | None) -> dict[str, Any]:
     (numbers, booleans and nulls, results.tsv's columns plus its source path), and each task's
     best kernel."""
     from kernforge.search.engine import row_of
+    from kernforge.store.reader import run_phases
 
     results, best = [], []
     for task in record.tasks:
@@ -181,7 +182,8 @@ def run_json(record: Any, summary: dict[str, Any] | None) -> dict[str, Any]:
                      "speedup_vs_eager": final.speedup_vs_eager if final else None,
                      "source_path": str(record.source_of(task.task.task_id, winner)) if winner else None})
     return {"model": record.config.get("model_name"), "kind": record.config.get("kind", "search"),
-            "config": record.config, "summary": summary, "results": results, "best": best}
+            "config": record.config, "summary": summary, "results": results, "best": best,
+            "phases": run_phases(record.store.events())}
 
 
 def runs_table(runs: list[dict[str, Any]]) -> Table:
@@ -266,3 +268,11 @@ def _effect(speedup: float | None, verdict: str) -> str:
     if speedup is None or verdict.startswith("not "):
         return verdict
     return f"{speedup:.3f}x, {verdict}"
+
+
+def phases_line(seconds: dict[str, float]) -> str:
+    """Where a run's time went, in one line: each phase that took any, with its share."""
+    total = sum(seconds.values())
+    parts = [f"{name.replace('_', ' ')} {s:.1f} s ({100 * s / total:.0f}%)" for name, s in seconds.items()
+             if s >= 0.05 and total]
+    return f"time by phase ({total:.0f} s): " + ", ".join(parts) if parts else "time by phase: none recorded"

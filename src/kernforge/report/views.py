@@ -19,7 +19,8 @@ from kernforge.evaluate.judge import CHECKS
 from kernforge.propose.context import task_facts
 from kernforge.report.svg import Series, TreePoint, line_plot_svg, tree_svg
 from kernforge.search.engine import Node
-from kernforge.store.reader import NodeState, PartialRun, TaskState
+from kernforge.phases import PHASES
+from kernforge.store.reader import NodeState, PartialRun, TaskState, run_phases
 
 LOG_LIMIT = 64_000  # characters of a log shown; the rest is in the file
 
@@ -87,7 +88,16 @@ def run_header(run: PartialRun, now: float) -> dict[str, Any]:
             "model_ms": (run.profile or {}).get("forward_ms"), "best_speedup": max(best) if best else None,
             "end_to_end": end_to_end(run), "counts": dict(sorted(counts.items())),
             "llm": llm_usage(run), "elapsed_s": elapsed_s(run, now), "problems": run.problems,
-            "versions": c.get("versions", {})}
+            "versions": c.get("versions", {}), "phases": phase_rows(run.events)}
+
+
+def phase_rows(events: list[Any]) -> list[dict[str, Any]]:
+    """Where the run's time went, by phase (kernforge.phases): those that took any, with their
+    share of the whole and what each covers."""
+    seconds = run_phases(events)
+    total = sum(seconds.values())
+    return [{"phase": name.replace("_", " "), "seconds": s, "share": s / total if total else 0.0,
+             "what": PHASES.get(name, "")} for name, s in seconds.items() if s >= 0.05]
 
 
 def llm_usage(run: PartialRun) -> dict[str, Any] | None:

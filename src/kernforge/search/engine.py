@@ -16,12 +16,13 @@ from kernforge.backends import Backend
 from kernforge.evaluate import Baseline, EvalResult, evaluate_baseline, evaluate_candidate
 from kernforge.evaluate.executors import Executor, LocalExecutor
 from kernforge.evaluate.runner import discard_reference
+from kernforge.phases import Stopwatch
 from kernforge.propose import Failure, NoProposal, Proposal, Proposer
 from kernforge.propose.context import Attempt, ProposalContext, Seed, task_facts
 from kernforge.search.siblings import task_seed
 from kernforge.search.strategy import Strategy
 from kernforge.store import RunStore
-from kernforge.store.events import (Confirmed, NodeFinished, NodeStarted, ProposalFailed, SearchStopped,
+from kernforge.store.events import (Confirmed, NodeFinished, NodeStarted, PhaseTimed, ProposalFailed, SearchStopped,
                                     TaskEnded, TaskStarted)
 from kernforge.tasks import KernelTask, save_task
 
@@ -254,6 +255,8 @@ def search_task(
         store.emit(SearchStopped(task=task.task_id, reason=outcome.stopped))
         return outcome
     store.write_json(f"tasks/{task.task_id}/baseline.json", asdict(baseline))
+    for phase, seconds in baseline.phases.items():
+        store.emit(PhaseTimed(phase=phase, seconds=seconds, task=task.task_id))
     seed = task_seed(store, task, backend.name, resumed=bool(previous))
     store.emit(TaskStarted(task=task.task_id, op=task.op, shape=task.shape_text, dtype=task.dtype_text,
                            share=task.share, iterations=iterations,
@@ -271,13 +274,16 @@ def search_task(
                         seeded_from=outcome.seeded_from)
     search.ctx = ctx
 
+    clock = Stopwatch()
     try:
         strategy.run(ctx)
         outcome.stopped = search_ended(ctx, proposer.name)
+        store.emit(PhaseTimed(phase="candidates", seconds=clock.lap(), task=task.task_id))
         store.emit(SearchStopped(task=task.task_id, reason=outcome.stopped))
         for node in pick_finalists(outcome.nodes, finalists):
             if node.confirmed is None:  # a resumed task keeps the re-evaluations it finished
                 search.confirm(node)
+        store.emit(PhaseTimed(phase="finalists", seconds=clock.lap(), task=task.task_id))
         store.db.set_task_state(task.task_id, "done")
     finally:
         # on an error or a kill, the candidates still running are lost (a resume redoes them);

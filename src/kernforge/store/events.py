@@ -20,6 +20,7 @@ is an UnknownEvent with its fields, not an error.
     apply_progress  a step of installing the winners into the model
     applied         the winners installed and the model measured end to end
     run_end         the search is over; summary.json is written
+    phase           a phase of the run (kernforge.phases) took so many seconds, for a task or the run
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ class RunStarted(Event):
     resumed: bool = False
     pid: int = 0  # the search process: a dashboard on the same host asks whether it still runs
     host: str = ""
+    began: float = 0.0  # when the process began the run (loading the model); 0: at this event
 
 
 @dataclass(kw_only=True)
@@ -188,6 +190,14 @@ class RunEnded(Event):
 
 
 @dataclass(kw_only=True)
+class PhaseTimed(Event):
+    kind: ClassVar[str] = "phase"
+    phase: str = ""  # a key of kernforge.phases.PHASES
+    seconds: float = 0.0
+    task: str = ""  # the task it was spent on, or "" for the run's own phases
+
+
+@dataclass(kw_only=True)
 class UnknownEvent(Event):
     """A line of a kind this kernforge does not know (a newer one wrote it): kept, not fatal."""
     name: str = ""
@@ -199,7 +209,7 @@ class UnknownEvent(Event):
 
 EVENTS: dict[str, type[Event]] = {cls.kind: cls for cls in (
     RunStarted, Captured, TasksChosen, Resumed, TaskStarted, NodeStarted, NodeFinished, ProposalFailed,
-    Confirmed, SearchStopped, TaskEnded, ApplyProgress, Applied, RunEnded)}
+    Confirmed, SearchStopped, TaskEnded, ApplyProgress, Applied, RunEnded, PhaseTimed)}
 
 
 def event_from_json(data: dict[str, Any]) -> Event:

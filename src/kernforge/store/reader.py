@@ -15,12 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from kernforge.errors import UserError
+from kernforge.phases import PHASES
 from kernforge.evaluate import Baseline, EvalResult, Timing
 from kernforge.propose import Proposal
 from kernforge.search.engine import Node, TaskOutcome, previous_nodes
 from kernforge.search.siblings import seeded_from
 from kernforge.store.events import (Event, EventTail, NodeFinished, NodeStarted, RunEnded, RunStarted,
-                                    SearchStopped, TaskEnded, TasksChosen, TaskStarted)
+                                    PhaseTimed, SearchStopped, TaskEnded, TasksChosen, TaskStarted)
 from kernforge.store.run import RUN_FORMAT, RunStore
 from kernforge.tasks import KernelTask
 
@@ -380,3 +381,31 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True  # someone else's process with that id: alive, say so
     return True
+
+
+# ---------------------------------------------------------------- where the run's time went
+
+def run_phases(events: list[Event]) -> dict[str, float]:
+    """Seconds per phase (kernforge.phases.PHASES, in its order), summed over the run's sessions
+    (a resumed run has several) and any later `kernforge apply`. "other" is each session's wall
+    time, from its start to its run_end (or its last event, if it was killed), that no phase
+    accounts for."""
+    totals = dict.fromkeys(PHASES, 0.0)
+    wall = accounted = 0.0
+    began: float | None = None
+    last = 0.0
+    for event in events:
+        if isinstance(event, RunStarted):
+            if began is not None:
+                wall += last - began
+            began = event.began or event.time
+        if isinstance(event, PhaseTimed):
+            totals[event.phase] = totals.get(event.phase, 0.0) + event.seconds
+            accounted += event.seconds if began is not None else 0.0
+        last = event.time
+        if isinstance(event, RunEnded) and began is not None:
+            wall, began = wall + last - began, None
+    if began is not None:
+        wall += last - began
+    totals["other"] = max(0.0, wall - accounted)
+    return totals
