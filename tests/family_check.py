@@ -22,6 +22,7 @@ output of the op (a norm's mean and rstd too) is compared.
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -119,9 +120,28 @@ def input_sets(op: str, args: list[Any]) -> list[tuple[str, list[Any]]]:
         nan = materialise(args, gen, 1.0)
         _two_nans(nan[0])
         sets.append(("nan", nan))  # a NaN wins: the reductions that meet one give NaN, as eager
+    if op in NORMALISED_EXTENT:
+        constant = materialise(args, gen, 1.0)
+        _constant_every_other(constant[0], NORMALISED_EXTENT[op](args))
+        sets.append(("constant", constant))
     if _overflows_when_scaled(op, args):
         sets = sets[:1]
     return sets
+
+
+# The elements a norm's statistics are taken over, from its arguments: a row (layer norm's
+# normalized_shape), a group (group norm's C / groups channels of HxW).
+NORMALISED_EXTENT = {"aten::native_layer_norm.default": lambda args: math.prod(args[1]),
+                     "aten::native_group_norm.default": lambda args: args[4] // args[6] * args[5]}
+
+
+def _constant_every_other(x: torch.Tensor, extent: int) -> None:
+    """In place: every other run of `extent` elements (a norm's row or group) one value, its
+    first. Eager's Welford mean of such a run is the value exactly, so its deviations are exactly
+    0 and its outputs exactly b, and rstd = 1/sqrt(eps) magnifies any rounding of a kernel's mean
+    (a plain sum / n gave 0.0003; the value-class sets draw such rows, evaluate/classes.py)."""
+    runs = x.view(-1, extent)  # the sweep's norm inputs are contiguous
+    runs[::2] = runs[::2, :1].clone()
 
 
 INDEXED_OPS = ("aten::max.dim", "aten::min.dim", "aten::argmax.default", "aten::argmin.default",

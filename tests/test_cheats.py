@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 from helpers import c_softmax_source
+from test_evaluate import LABELS
 
 from kernforge.backends.native import C_PRELUDE
 from kernforge.evaluate.checks import RTOL
@@ -545,7 +546,7 @@ def test_honest_c_softmax_from_the_builtin_proposer_is_accepted_and_timed(evalua
     result = evaluate_source(proposal.source, backend="cpu", suffix=".c")
     assert result.status == "ok", result.reason + result.log_tail
     assert result.reason == ""
-    assert len(result.errors) == 8  # every input set (test_evaluate.LABELS)
+    assert len(result.errors) == len(LABELS)  # every input set
     assert all(e[0] <= RTOL[torch.float32] for e in result.errors)
     assert result.timed and result.timing is not None and result.timing.p50_ms > 0
     assert result.eager is not None and result.eager.p50_ms > 0
@@ -564,7 +565,7 @@ def test_honest_triton_softmax_is_accepted(source, evaluate_source, softmax_task
     result = evaluate_source(source, backend="triton", suffix=".py")
     assert result.status == "ok", result.reason + result.log_tail
     assert result.reason == ""
-    assert len(result.errors) == 8  # every input set (test_evaluate.LABELS)
+    assert len(result.errors) == len(LABELS)  # every input set
     assert all(e[0] <= RTOL[torch.float32] for e in result.errors)
     assert result.timed is False and result.timing is None  # the interpreter is never timed
 

@@ -18,6 +18,7 @@ from helpers import CORRECT_BODY, c_softmax_source
 from kernforge.capture import Placeholder, capture_model, load_sample
 from kernforge.evaluate import evaluate_baseline, evaluate_candidate
 from kernforge.evaluate.checks import RTOL, compare, element_bound, normalised_error
+from kernforge.evaluate.classes import CLASS_KINDS
 from kernforge.evaluate.inputs import FRESH_KINDS
 from kernforge.evaluate.runner import discard_reference, oracle_for
 from kernforge.evaluate.timing import Timing, clearly_faster
@@ -27,7 +28,8 @@ from kernforge.tasks import make_tasks, save_task
 
 pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("evaluate")]  # one worker: module fixtures made once
 
-LABELS = ["real0", "real0-permuted0", "real0-permuted1", *(f"fresh-{k}" for k in FRESH_KINDS)]
+LABELS = ["real0", "real0-permuted0", "real0-permuted1", *(f"fresh-{k}" for k in FRESH_KINDS),
+          *(f"fresh-{k}" for k in CLASS_KINDS)]
 
 
 # ---------------------------------------------------------------- baseline
@@ -54,7 +56,7 @@ def test_baseline_has_every_input_set_and_an_eager_time(softmax_reference, softm
     for oracles, (args, _) in zip(oracle["oracles"], ref["input_sets"]):
         (expected,) = oracles
         assert expected.dtype == torch.float64
-        assert torch.allclose(expected, torch.softmax(args[0].double(), -1))
+        assert torch.allclose(expected, torch.softmax(args[0].double(), -1), equal_nan=True)  # fresh-edges: NaN rows
     real = ref["input_sets"][0][0][0]
     for k in (1, 2):  # the permuted sets hold the real values in another order
         permuted = ref["input_sets"][k][0][0]

@@ -218,6 +218,6 @@ def test_proposals_start_at_the_start_rule_and_never_repeat(op, args, backend):
 
 def test_moves_are_explained():
     for name, old, new in (("variant", "single_tile", "loop"), ("persistent", False, True),
-                           ("stats", "two_pass", "one_pass_double"), ("cache_row", True, False),
+                           ("stats", "welford", "one_pass_double"), ("cache_row", True, False),
                            ("block_n", 512, 1024), ("threads_per_row", 64, 32), ("vec", 4, 8)):
         assert row_norm.explain(name, old, new) != "try a neighbouring value", name

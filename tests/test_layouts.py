@@ -64,7 +64,7 @@ import triton.language as tl
 def relu_in_place(X, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     x = tl.load(X + offs, mask=offs < n)
-    tl.store(X + offs, tl.maximum(x, 0.0), mask=offs < n)
+    tl.store(X + offs, tl.where(x < 0.0, 0.0, x), mask=offs < n)  # NaN stays NaN, as in torch
 
 
 def kf_forward(x):

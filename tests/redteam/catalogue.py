@@ -43,6 +43,7 @@ CLASSES = {
     "error-measure": "weakness of the error measure (small elements, offset data)",
     "judge-crash": "crashing (or taking over) the judge with what is returned",
     "side-stream": "side streams / work escaping the timing events (GPU)",
+    "value-class": "right only on values normal draws never hold (extremes, zeros, ties, NaN/inf)",
     "honest": "honest but tricky: must be accepted",
 }
 
@@ -205,6 +206,12 @@ CATALOGUE: list[Record] = [
        "exponentials rounded through F16C (_mm256_cvtps_ph): half precision with no type name"),
     _r("cases/py-online-exp2-offset.py", "error-measure", "wrong_result", "",
        "one-pass online softmax in the log2 domain, same flaw (Triton)"),
+    _r("cases/c-max-sentinel.c", "value-class", "wrong_result", "fresh-edges",
+       "running max starts at -1e30f: rows at the dtype's lowest values become 0/0"),
+    _r("cases/c-zero-sentinel.c", "value-class", "wrong_result", "fresh-classes",
+       "an exact 0.0 read as masked out: zero rows and exact zeros wrong"),
+    _r("cases/c-ties-shortcut.c", "value-class", "wrong_result", "fresh-classes",
+       "first two elements equal taken as a constant row: ties wrong"),
 
     # ---- crashing or taking over the judge
     _r("cases/py-tensor-subclass.py", "judge-crash", "cheat|wrong_result|runtime_error", "",

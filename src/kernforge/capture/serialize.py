@@ -25,7 +25,7 @@ class Placeholder:
     are the captured values' range for an integer or bool tensor (two numbers, read at capture),
     which a draw must stay within: an index drawn outside its dimension makes eager raise (a
     device-side assert on a GPU). storage_offset is the model's; a draw, like a saved real tensor
-    (layout_copy), starts its storage at the first element it spans."""
+    (layout_copy), keeps it modulo ALIGN_BYTES (its alignment), not its distance from the start."""
 
     shape: tuple[int, ...]
     stride: tuple[int, ...]
@@ -116,14 +116,39 @@ def flat_span(t: torch.Tensor) -> torch.Tensor:
     return torch.as_strided(t, (extent(t),), (1,), t.storage_offset())
 
 
+# A copy keeps its tensor's storage offset modulo this many bytes: the address's alignment as the
+# model gives it (torch's allocators align a storage at 64 bytes on a CPU, 512 on a GPU), so that a
+# kernel that assumes 16-byte alignment or offset 0 meets a view x[1:] as misaligned as it is.
+ALIGN_BYTES = 512
+
+
+def aligned_offset(t: torch.Tensor | Any) -> int:
+    """The elements a copy of t starts after in its storage: t's offset modulo ALIGN_BYTES."""
+    offset = t.storage_offset() if isinstance(t, torch.Tensor) else t.storage_offset
+    element = t.element_size() if isinstance(t, torch.Tensor) else torch.empty((), dtype=t.torch_dtype).element_size()
+    return offset % max(1, ALIGN_BYTES // element)
+
+
+def strided_like(span: torch.Tensor, like: Any) -> torch.Tensor:
+    """span's values (extent(like) of them, 1-D) in like's layout: shape, strides and the
+    offset's alignment (aligned_offset); like is a tensor or a Placeholder."""
+    pad = aligned_offset(like)
+    if pad:
+        span = torch.cat([span.new_zeros(pad), span])
+    return torch.as_strided(span, tuple(like.shape), tuple(like.stride() if isinstance(like, torch.Tensor)
+                                                            else like.stride), pad)
+
+
 def layout_copy(t: torch.Tensor, device: torch.device | str | None = None) -> torch.Tensor:
     """A detached copy with the same shape and strides, on `device`: gaps between rows and stride-0
-    (broadcast) dimensions kept. clone() makes a non-dense view contiguous, and copy_() into
-    empty_strided refuses a stride-0 destination (an expanded model input ended in a traceback)."""
+    (broadcast) dimensions kept, and the storage offset's alignment (aligned_offset). clone() makes
+    a non-dense view contiguous, and copy_() into empty_strided refuses a stride-0 destination (an
+    expanded model input ended in a traceback)."""
     device = t.device if device is None else device
-    span = torch.empty(extent(t), dtype=t.dtype, device=device)
-    span.copy_(flat_span(t.detach()))
-    return torch.as_strided(span, t.shape, t.stride(), 0)
+    pad = aligned_offset(t)
+    span = torch.empty(pad + extent(t), dtype=t.dtype, device=device)
+    span[pad:].copy_(flat_span(t.detach()))
+    return torch.as_strided(span, t.shape, t.stride(), pad)
 
 
 def strided_copy(x: Any) -> Any:

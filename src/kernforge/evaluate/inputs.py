@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
-from kernforge.capture.serialize import Placeholder, extent, flat_span, layout_copy
+from kernforge.capture.serialize import Placeholder, extent, flat_span, layout_copy, strided_like
 
 
 # Fresh sets, drawn for every floating tensor (integer tensors are kept as captured):
@@ -78,7 +78,7 @@ def draw_placeholder(p: Placeholder, generator: torch.Generator) -> torch.Tensor
         span = torch.randint(p.low, p.high + 1, (p.extent,), generator=generator, dtype=dtype)
     else:
         raise ValueError(f"no values can be drawn for a {p.dtype} input {list(p.shape)} without a recorded range")
-    return torch.as_strided(span, p.shape, p.stride, 0)
+    return strided_like(span, p)
 
 
 def fresh_set(sample: Any, kind: str, generator: torch.Generator) -> Any:
@@ -87,8 +87,7 @@ def fresh_set(sample: Any, kind: str, generator: torch.Generator) -> Any:
     def draw(x: Any) -> Any:
         if not (isinstance(x, torch.Tensor) and x.is_floating_point()):
             return x
-        span = _draw(extent(x), kind, x, generator).to(x.dtype)
-        return torch.as_strided(span, x.shape, x.stride(), 0)
+        return strided_like(_draw(extent(x), kind, x, generator).to(x.dtype), x)
     return tree_map(draw, sample)
 
 
@@ -118,7 +117,7 @@ def permuted_set(sample: Any, generator: torch.Generator) -> Any:
             return x
         span = flat_span(x.detach())
         order = torch.randperm(span.numel(), generator=generator)
-        return torch.as_strided(span[order].contiguous(), x.shape, x.stride(), 0)
+        return strided_like(span[order].contiguous(), x)
     return tree_map(permute, sample)
 
 

@@ -62,13 +62,17 @@ def run_baseline(job: dict[str, Any]) -> dict[str, Any]:
     task = load_task(Path(job["task_path"]))
     device = torch.device(job["device"])
     op = reference_of(task)  # an ATen op, or a chain's replay
-    seed = job.get("seed", 0)
+    # Afresh per worker unless the job names one: fresh sets no kernel can replay from a fixed seed.
+    seed = job["seed"] if job.get("seed") is not None else int.from_bytes(os.urandom(4), "little")
     # Tensors the capture kept as placeholders are drawn here, from a stream of their own (make_sets'
     # generator, seeded alike, would repeat these values in its fresh sets).
     draws = torch.Generator().manual_seed(seed + 1)
     real = [drawn_set(load_sample(Path(p)), draws) for p in task.samples]
     drawn = task.real_inputs != "all"
     sets, labels, timing_sets = make_sets(real, seed, "drawn" if drawn else "real")
+    for label, classed in _class_sets(op, real[0], seed, device):
+        sets.append(classed)
+        labels.append(label)
     why = _why_drawn_sets_fail(op, sets, labels, task.outputs, device) if drawn else None
     if why:
         return {"status": "error", "reason": f"the inputs over the sample cap cannot be drawn: {why}"}
@@ -159,6 +163,19 @@ def _bounds_and_errors(kept: list[Any], eager: list[Any]) -> tuple[list[Any], li
     bounds = [element_bound(o, e, e.dtype) if e.is_floating_point() else None for o, e in pairs]
     errors = [normalised_error(e, o) if e.is_floating_point() else 0.0 for o, e in pairs]
     return bounds, errors
+
+
+def _class_sets(op: Any, sample: Any, seed: int, device: torch.device) -> list[tuple[str, Any]]:
+    """The value-class sets (evaluate.classes) the reference accepts on this signature."""
+    from kernforge.evaluate.checks import outputs_list, upcast
+    from kernforge.evaluate.classes import class_sets, reference_accepts
+
+    def oracle(inputs: Any) -> list[Any]:
+        args, kwargs = to_device(inputs, device)
+        return outputs_list(_oracle(op, args, kwargs, upcast))
+
+    accepts = reference_accepts(lambda inputs: _eager(op, inputs, device), oracle)
+    return class_sets(sample, torch.Generator().manual_seed(seed + 2), accepts)
 
 
 def _why_drawn_sets_fail(op: Any, sets: list[Any], labels: list[str], captured: list[dict[str, Any]],

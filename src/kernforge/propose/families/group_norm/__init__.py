@@ -24,7 +24,9 @@ L2), took 0.0768 ms held (1.21x the floor) against the queue's 0.0990 (1.57x)
 
 Variance: where a block is read whole, each block's (count, mean, M2) is merged with Chan's
 formula; the waiting variants sum x minus one value of the chunk, so that a large mean
-does not swamp the spread.
+does not swamp the spread. Every kernel gives a constant group's mean as its value exactly,
+so its outputs are exactly b, as eager's: rstd = 1/sqrt(eps) there magnifies any rounding of
+the mean (the value-class sets draw such groups, evaluate/classes.py).
 """
 
 from __future__ import annotations

@@ -9,6 +9,8 @@
 // block's: its statistics, then its normalisation, in one launch. Threads read packs of VEC
 // values (one 4-16 byte load each). Sums are in float, the squares of x minus the chunk's first
 // value: the shift keeps a large mean from swamping the spread in sum(d^2) - n (mean - shift)^2.
+// A constant group's mean is its value exactly (mean_of, and the partials' mean refined), so
+// its outputs are exactly 0, as eager's Welford gives: rstd = 1/sqrt(eps) magnifies any rounding.
 #include <cuda_runtime.h>
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
@@ -74,49 +76,55 @@ struct alignas(sizeof(elem_t) * VEC) pack_t {
 template <typename T>
 static __device__ __forceinline__ float to_float(T v) { return static_cast<float>(v); }
 
-// Every thread ends with the block's sums of a and b.
-static __device__ __forceinline__ void block_sum(float &a, float &b) {
-    __shared__ float sa[WARPS], sb[WARPS];
+// Every thread ends with the block's sums of v[0..N).
+template <int N> static __device__ __forceinline__ void block_sum(float (&v)[N]) {
+    __shared__ float sv[N][WARPS];
     for (int offset = 16; offset > 0; offset >>= 1) {
-        a += __shfl_xor_sync(FULL_MASK, a, offset);
-        b += __shfl_xor_sync(FULL_MASK, b, offset);
+#pragma unroll
+        for (int i = 0; i < N; ++i) v[i] += __shfl_xor_sync(FULL_MASK, v[i], offset);
     }
     const int warp = threadIdx.x / 32;
     __syncthreads();  // the arrays may still be read by a previous call's last loop
     if (threadIdx.x % 32 == 0) {
-        sa[warp] = a;
-        sb[warp] = b;
+#pragma unroll
+        for (int i = 0; i < N; ++i) sv[i][warp] = v[i];
     }
     __syncthreads();
-    a = 0.0f;
-    b = 0.0f;
 #pragma unroll
-    for (int w = 0; w < WARPS; ++w) {
-        a += sa[w];
-        b += sb[w];
+    for (int i = 0; i < N; ++i) {
+        v[i] = 0.0f;
+#pragma unroll
+        for (int w = 0; w < WARPS; ++w) v[i] += sv[i][w];
     }
 }
 
-// (mean, M2) of values [start, end) of the group at xg: the mean from the sum of x, M2 from the
-// squares of x minus xg[start] (the mean as the shift plus the shifted mean would carry the
-// shift's rounding: 1e-7 on a mean of 2e-3).
+// The mean of n values from their sum and the sum of their deviations from k: k + shifted / n
+// where the mean lies within k / 2 of k (nothing cancels, and a constant chunk's is k exactly),
+// else total / n (k + shifted / n would carry k's rounding: 1e-7 on a mean of 2e-3).
+static __device__ __forceinline__ float mean_of(float total, float shifted, float k, float n) {
+    return fabsf(shifted) <= 0.5f * n * fabsf(k) ? k + shifted / n : total / n;
+}
+
+// (mean, M2) of values [start, end) of the group at xg: the mean from the sum of x or of x minus
+// xg[start] (mean_of), M2 from the squares of x minus xg[start].
 static __device__ __forceinline__ void chunk_moments(const elem_t *__restrict__ xg, int64_t start, int64_t end,
                                                      float &mean, float &m2) {
     const float shift = to_float(xg[start]);
-    float s = 0.0f, ss = 0.0f;
+    float sums[3] = {0.0f, 0.0f, 0.0f};  // x, x - shift, (x - shift)^2
     for (int64_t e = start + (int64_t)threadIdx.x * VEC; e < end; e += THREADS * VEC) {
         const pack_t p = *reinterpret_cast<const pack_t *>(xg + e);
 #pragma unroll
         for (int k = 0; k < VEC; ++k) {
             const float v = to_float(p.v[k]);
-            s += v;
-            ss += (v - shift) * (v - shift);
+            sums[0] += v;
+            sums[1] += v - shift;
+            sums[2] += (v - shift) * (v - shift);
         }
     }
-    block_sum(s, ss);
+    block_sum(sums);
     const float n = (float)(end - start);
-    mean = s / n;
-    m2 = fmaxf(ss - n * (mean - shift) * (mean - shift), 0.0f);
+    mean = mean_of(sums[0], sums[1], shift, n);
+    m2 = fmaxf(sums[2] - n * (mean - shift) * (mean - shift), 0.0f);
 }
 
 // Values [start, end) of group g normalised: y = x * scale[c] + shift[c].
@@ -180,21 +188,26 @@ __global__ void __launch_bounds__(THREADS) gn_apply(const elem_t *__restrict__ x
                                                     s_t *__restrict__ rstd_out) {
     const int64_t g = blockIdx.x / CHUNKS, i = blockIdx.x % CHUNKS;
     const float *pg = part + 2 * g * CHUNKS;
-    float total = 0.0f, unused = 0.0f;
+    float total[1] = {0.0f};
     for (int64_t j = threadIdx.x; j < CHUNKS; j += THREADS) {
         const float n = (float)((j + 1) * CHUNK < GROUP_SIZE ? CHUNK : GROUP_SIZE - j * CHUNK);
-        total += n * pg[2 * j];
+        total[0] += n * pg[2 * j];
     }
-    block_sum(total, unused);
-    const float mean = total / GROUP_SIZE;
-    float m2 = 0.0f;
-    unused = 0.0f;
+    block_sum(total);
+    const float first = total[0] / GROUP_SIZE;
+    // M2 and the partials' deviations about that first mean, which they refine: a constant
+    // group's mean comes out as its value exactly (n * mean rounds; the deviations are a few ulps)
+    float about[2] = {0.0f, 0.0f};
     for (int64_t j = threadIdx.x; j < CHUNKS; j += THREADS) {
         const float n = (float)((j + 1) * CHUNK < GROUP_SIZE ? CHUNK : GROUP_SIZE - j * CHUNK);
-        const float dev = pg[2 * j] - mean;
-        m2 += pg[2 * j + 1] + n * dev * dev;
+        const float dev = pg[2 * j] - first;
+        about[0] += pg[2 * j + 1] + n * dev * dev;
+        about[1] += n * dev;
     }
-    block_sum(m2, unused);
+    block_sum(about);
+    const float shift = about[1] / GROUP_SIZE;
+    const float mean = first + shift;
+    const float m2 = fmaxf(about[0] - GROUP_SIZE * shift * shift, 0.0f);  // about the refined mean
     const float rstd = rsqrtf(m2 / GROUP_SIZE + (float)EPS);
     if (i == 0 && threadIdx.x == 0) {
         mean_out[g] = s_t(mean);

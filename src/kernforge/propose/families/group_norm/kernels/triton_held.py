@@ -85,30 +85,39 @@ def pack(lo, hi, TY: tl.constexpr, CVT: tl.constexpr):
 
 
 @triton.jit
-def add_pairs(a, b, c, d):
-    return a + c, b + d
-
-
-@triton.jit
 def add_triples(a, b, c, d, e, f):
-    return tl.maximum(a, d), b + e, c + f
+    return a + d, b + e, c + f
 
 
 @triton.jit
-def sum_pairs(a, b, ROWS: tl.constexpr):
-    # Sums of two [ROWS, C] tiles: over the rows first, in each thread ROWS-long chains side by
+def add_quads(a, b, c, d, e, f, g, h):
+    return tl.maximum(a, e), b + f, c + g, d + h
+
+
+@triton.jit
+def sum_triples(a, b, c, ROWS: tl.constexpr):
+    # Sums of three [ROWS, C] tiles: over the rows first, in each thread ROWS-long chains side by
     # side, then across the program (a [CHUNK] tile would add a thread's values in one long chain)
     if ROWS > 1:
-        a, b = tl.reduce((a, b), 0, add_pairs)
-    return tl.reduce((a, b), 0, add_pairs)
+        a, b, c = tl.reduce((a, b, c), 0, add_triples)
+    return tl.reduce((a, b, c), 0, add_triples)
+
+
+@triton.jit
+def mean_of(total, shifted, k, n):
+    # The mean of n values from their sum and the sum of their deviations from k: k + shifted / n
+    # where the mean lies within k / 2 of k (nothing cancels, and a constant chunk's or group's is
+    # k exactly, as eager's Welford gives: rstd = 1/sqrt(eps) magnifies any rounding of it), else
+    # total / n (k + shifted / n would carry k's rounding: 1e-7 on a mean of 2e-3, in float32)
+    return tl.where(tl.abs(shifted) <= 0.5 * n * tl.abs(k), k + shifted / n, total / n)
 
 
 @triton.jit
 def publish_slice(PART, x, k, ok, n, g, pid, CHUNKS: tl.constexpr, EVEN: tl.constexpr, ROWS: tl.constexpr,
                   PAIRS: tl.constexpr, TY: tl.constexpr, BF16: tl.constexpr):
     # (mean, M2) of one program's chunk of group g to PART[g] as bits, with one reduction across
-    # the program: the sum of x, for the mean, and of (x - k)^2, k a value of the chunk, for M2,
-    # so that a large mean cancels nothing. Returns the mean. PART[g] holds the chunks' means,
+    # the program: the sums of x and of x - k, for the mean (mean_of), and of (x - k)^2, k a value
+    # of the chunk, for M2, so that a large mean cancels nothing. Returns the mean. PART[g] holds the chunks' means,
     # then their M2s. The bits are their own flag: PART starts as -1 (a NaN that no arithmetic
     # gives; a result with those bits is stored as another NaN), so a reader that finds no -1 has
     # them all, with no counter and no fence: a release fence would wait for every load the
@@ -120,14 +129,14 @@ def publish_slice(PART, x, k, ok, n, g, pid, CHUNKS: tl.constexpr, EVEN: tl.cons
         if not EVEN:
             dl = tl.where(ok, dl, 0.0)
             dh = tl.where(ok, dh, 0.0)
-        s, q = sum_pairs(lo + hi, dl * dl + dh * dh, ROWS)  # masked-off words hold 0
+        s, sd, q = sum_triples(lo + hi, dl + dh, dl * dl + dh * dh, ROWS)  # masked-off words hold 0
     else:
         x = x.to(tl.float32)
         d = x - k
         if not EVEN:
             d = tl.where(ok, d, 0.0)
-        s, q = sum_pairs(x, d * d, ROWS)  # masked-off lanes of x hold 0
-    mean = s / n
+        s, sd, q = sum_triples(x, d, d * d, ROWS)  # masked-off lanes of x hold 0
+    mean = mean_of(s, sd, k, n)
     mean_bits = mean.to(tl.int32, bitcast=True)
     m2_bits = tl.maximum(q - n * (mean - k) * (mean - k), 0.0).to(tl.int32, bitcast=True)
     tl.store(PART + 2 * g * CHUNKS + pid, tl.where(mean_bits == -1, 0x7FC00000, mean_bits))
@@ -147,11 +156,12 @@ def peek(PART, g, CHUNKS: tl.constexpr, CHUNKS_P2: tl.constexpr):
 
 @triton.jit
 def gather(mean_bits, m2_bits, k, counts):
-    # One reduction: partials still missing (-1), the group's sum, and Chan's M2 sum about k
+    # One reduction: partials still missing (-1), the group's sum and its sum about k, and Chan's
+    # M2 sum about k
     means = mean_bits.to(tl.float32, bitcast=True)
     dev = means - k
-    return tl.reduce((((mean_bits == -1) | (m2_bits == -1)).to(tl.int32), counts * means,
-                      m2_bits.to(tl.float32, bitcast=True) + counts * dev * dev), 0, add_triples)
+    return tl.reduce((((mean_bits == -1) | (m2_bits == -1)).to(tl.int32), counts * means, counts * dev,
+                      m2_bits.to(tl.float32, bitcast=True) + counts * dev * dev), 0, add_quads)
 
 
 @triton.jit
@@ -164,11 +174,11 @@ def settle(PART, g, mean_bits, m2_bits, k, group_size, eps, CHUNK: tl.constexpr,
     # its chunks' spread, so k - mean is a few standard deviations and nothing cancels.
     j = tl.arange(0, CHUNKS_P2)
     counts = tl.where(j < CHUNKS, tl.minimum(tl.maximum(group_size - j * CHUNK, 0), CHUNK), 0).to(tl.float32)
-    missing, a, b = gather(mean_bits, m2_bits, k, counts)
+    missing, a, ad, b = gather(mean_bits, m2_bits, k, counts)
     while missing > 0:
         mean_bits, m2_bits = peek(PART, g, CHUNKS, CHUNKS_P2)
-        missing, a, b = gather(mean_bits, m2_bits, k, counts)
-    mean = a / group_size
+        missing, a, ad, b = gather(mean_bits, m2_bits, k, counts)
+    mean = mean_of(a, ad, k, group_size)
     return mean, tl.rsqrt(tl.maximum(b / group_size - (mean - k) * (mean - k), 0.0) + eps)
 
 

@@ -35,9 +35,13 @@ NUM_WARPS = 2
 
 @triton.jit
 def merge(count, mean, m2, x, ok, n_b):
-    # Chan's formula: fold one block's (n_b, mean_b, M2_b) into the running statistics.
+    # Chan's formula: fold one block's (n_b, mean_b, M2_b) into the running statistics. The
+    # block's mean corrected by the mean of the deviations from it: a constant block's is its
+    # value exactly (the deviations are a few ulps), so a constant group's outputs are exactly 0,
+    # as eager's Welford gives; rstd = 1/sqrt(eps) there magnifies any rounding of sum / n
     n_b = n_b.to(tl.float32)
     mean_b = tl.sum(x, axis=0) / tl.maximum(n_b, 1.0)
+    mean_b += tl.sum(tl.where(ok, x - mean_b, 0.0), axis=0) / tl.maximum(n_b, 1.0)
     d = tl.where(ok, x - mean_b, 0.0)
     total = count + n_b
     delta = mean_b - mean

@@ -54,16 +54,26 @@ def affine(W, B, c, ok, mean, rstd, IN_CHANNEL: tl.constexpr, HAS_W: tl.constexp
 
 
 @triton.jit
+def mean_of(total, shifted, k, n):
+    # The mean of n values from their sum and the sum of their deviations from k: k + shifted / n
+    # where the mean lies within k / 2 of k (nothing cancels, and a constant chunk's is k exactly,
+    # as eager's Welford gives: rstd = 1/sqrt(eps) magnifies any rounding of it), else total / n
+    # (k + shifted / n would carry k's rounding: 1e-7 on a mean of 2e-3, in float32)
+    return tl.where(tl.abs(shifted) <= 0.5 * n * tl.abs(k), k + shifted / n, total / n)
+
+
+@triton.jit
 def chunk_stats(X, PART, g, i, group_size, CHUNK: tl.constexpr, BLOCK: tl.constexpr, UNROLL: tl.constexpr,
                 CHUNKS: tl.constexpr, EVICT: tl.constexpr):
     # Pass 1 of chunk i of group g: (mean, M2) to PART. Sums per lane, reduced across the program
     # once at the end: a block's loads never wait on a reduction, which one program per SM cannot
-    # afford. The mean from the sum of x; M2 from the squares of x minus the chunk's first value,
-    # so that a large mean does not swamp the variance (the mean as that shift plus the shifted
-    # sum's mean would carry the shift's rounding: 1e-7 on a mean of 2e-3, in float32).
+    # afford. The mean from the sum of x or from the sum of x minus the chunk's first value
+    # (mean_of); M2 from the squares of x minus that value, so that a large mean does not swamp
+    # the variance.
     base = g.to(tl.int64) * group_size
     shift = tl.load(X + base + i * CHUNK).to(tl.float32)
     s = tl.zeros([BLOCK], tl.float32)
+    sd = tl.zeros([BLOCK], tl.float32)
     ss = tl.zeros([BLOCK], tl.float32)
     for off in range(0, CHUNK, BLOCK * UNROLL):
         # UNROLL blocks a trip, loaded as one tile: more bytes in flight per SM, which one
@@ -77,12 +87,14 @@ def chunk_stats(X, PART, g, i, group_size, CHUNK: tl.constexpr, BLOCK: tl.conste
         d = tl.where(ok, x - shift, 0.0)
         if UNROLL == 1:
             s += x
+            sd += d
             ss += d * d
         else:
             s += tl.sum(x, axis=0)
+            sd += tl.sum(d, axis=0)
             ss += tl.sum(d * d, axis=0)
     n = tl.minimum(group_size - i * CHUNK, CHUNK).to(tl.float32)
-    mean = tl.sum(s, axis=0) / n
+    mean = mean_of(tl.sum(s, axis=0), tl.sum(sd, axis=0), shift, n)
     m2 = tl.maximum(tl.sum(ss, axis=0) - n * (mean - shift) * (mean - shift), 0.0)
     tl.store(PART + 2 * (g * CHUNKS + i), mean)
     tl.store(PART + 2 * (g * CHUNKS + i) + 1, m2)
@@ -116,6 +128,9 @@ def group_stats(PART, g, group_size, eps, CHUNK: tl.constexpr, CHUNKS: tl.conste
         m2s = tl.load(part + 1, mask=ok, other=0.0)
     counts = tl.where(ok, tl.minimum(tl.maximum(group_size - j * CHUNK, 0), CHUNK), 0).to(tl.float32)
     mean = tl.sum(counts * means, axis=0) / group_size
+    # refined by the partials' mean deviation from it: a constant group's is its value exactly
+    # (counts * means rounds; the deviations are a few ulps)
+    mean += tl.sum(counts * (means - mean), axis=0) / group_size
     dev = means - mean
     return mean, tl.rsqrt(tl.sum(m2s + counts * dev * dev, axis=0) / group_size + eps)
 

@@ -40,9 +40,13 @@ WAVE_GROUPS = 0
 
 @triton.jit
 def merge(count, mean, m2, x, ok, n_b):
-    # Chan's formula: fold one block's (n_b, mean_b, M2_b) into the running statistics.
+    # Chan's formula: fold one block's (n_b, mean_b, M2_b) into the running statistics. The
+    # block's mean corrected by the mean of the deviations from it: a constant block's is its
+    # value exactly (the deviations are a few ulps), so a constant group's outputs are exactly 0,
+    # as eager's Welford gives; rstd = 1/sqrt(eps) there magnifies any rounding of sum / n
     n_b = n_b.to(tl.float32)
     mean_b = tl.sum(x, axis=0) / tl.maximum(n_b, 1.0)
+    mean_b += tl.sum(tl.where(ok, x - mean_b, 0.0), axis=0) / tl.maximum(n_b, 1.0)
     d = tl.where(ok, x - mean_b, 0.0)
     total = count + n_b
     delta = mean_b - mean
@@ -73,6 +77,9 @@ def group_stats(PART, g, chunks, group_size, eps, CHUNK: tl.constexpr, CHUNKS_P2
     m2s = tl.load(part + 1, mask=ok, other=0.0)
     counts = tl.where(ok, tl.minimum(tl.maximum(group_size - j * CHUNK, 0), CHUNK), 0).to(tl.float32)
     mean = tl.sum(counts * means, axis=0) / group_size
+    # refined by the partials' mean deviation from it: a constant group's is its value exactly
+    # (counts * means rounds; the deviations are a few ulps)
+    mean += tl.sum(counts * (means - mean), axis=0) / group_size
     dev = means - mean
     return mean, tl.rsqrt(tl.sum(m2s + counts * dev * dev, axis=0) / group_size + eps)
 

@@ -3,9 +3,11 @@
 //
 // y = (x - mean) * rstd * w + b, with mean and rstd written per row (RMS: mean is 0, only
 // rstd is written, no bias). A block holds ROWS_PER_BLOCK rows; each row's threads read it
-// in packs of VEC elements (one 4-16 byte load each). Each thread sums its own elements into
-// (count, mean, M2), exact two-pass over values it holds; the row's threads merge theirs
-// with Chan's formula (warp shuffles, then shared memory when a row spans several warps).
+// in packs of VEC elements (one 4-16 byte load each). Each thread takes its own elements into
+// (count, mean, M2) by Welford's update; the row's threads merge theirs with Chan's formula
+// (warp shuffles, then shared memory when a row spans several warps), as ATen's CPU layer
+// norm does: a constant row's means are all its value exactly, so its outputs are exactly 0
+// (a sum / n is off by the sum's rounding, which rstd = 1/sqrt(eps) magnified to 0.0003).
 // CACHE_ROW keeps the row's packs in registers, so x is read once (the memory floor);
 // without it each pack's statistics are merged as it is read, and the row is read again to
 // write y. Weight, bias and statistics are the input's dtype or float32 (W_F32, B_F32,
@@ -90,19 +92,24 @@ static __device__ __forceinline__ void merge(float &n, float &mean, float &m2, f
     n = total;
 }
 
-#if !CACHE_ROW
-// Merge one pack's (VEC, mean, M2), two-pass over its values, into a thread's running triple.
-static __device__ __forceinline__ void add_pack(const float *v, float &n, float &mean, float &m2) {
-    float centre = 0.0f;
-#if !RMS
-#pragma unroll
-    for (int k = 0; k < VEC; ++k) centre += v[k];
-    centre *= 1.0f / VEC;
+// Welford's update by the value that is the `count`th of (mean, M2); RMS: the mean stays 0.
+static __device__ __forceinline__ void welford(float v, int count, float &mean, float &m2) {
+#if RMS
+    m2 += v * v;
+#else
+    const float d = v - mean;
+    mean += d * (1.0f / count);  // count is a constant of an unrolled loop: no division
+    m2 += d * (v - mean);
 #endif
-    float ss = 0.0f;
+}
+
+#if !CACHE_ROW
+// Merge one pack's (VEC, mean, M2), Welford over its values, into a thread's running triple.
+static __device__ __forceinline__ void add_pack(const float *v, float &n, float &mean, float &m2) {
+    float pack_mean = 0.0f, pack_m2 = 0.0f;
 #pragma unroll
-    for (int k = 0; k < VEC; ++k) ss += (v[k] - centre) * (v[k] - centre);
-    merge(n, mean, m2, (float)VEC, centre, ss);
+    for (int k = 0; k < VEC; ++k) welford(v[k], k + 1, pack_mean, pack_m2);
+    merge(n, mean, m2, (float)VEC, pack_mean, pack_m2);
 }
 #endif
 
@@ -176,30 +183,16 @@ __global__ void __launch_bounds__(BLOCK_THREADS) norm_rows(const elem_t *__restr
             for (int k = 0; k < VEC; ++k) v[i][k] = to_float(p.v[k]);
         }
     }
-    // This thread's values, exact two-pass: their mean, then their squared deviations.
-    float held = 0.0f, centre = 0.0f;
+    // This thread's values by Welford's update: the packs it holds are its first ones (c grows
+    // with i), so the value (i, k) is its (i * VEC + k + 1)th.
 #pragma unroll
     for (int i = 0; i < ITEMS; ++i) {
         if (((int64_t)i * THREADS_PER_ROW + t) * VEC < COLS) {
-            held += VEC;
+            n += VEC;
 #pragma unroll
-            for (int k = 0; k < VEC; ++k) centre += v[i][k];
+            for (int k = 0; k < VEC; ++k) welford(v[i][k], i * VEC + k + 1, mean, m2);
         }
     }
-#if RMS
-    centre = 0.0f;
-#else
-    centre = held > 0.0f ? centre / held : 0.0f;
-#endif
-    float ss = 0.0f;
-#pragma unroll
-    for (int i = 0; i < ITEMS; ++i) {
-        if (((int64_t)i * THREADS_PER_ROW + t) * VEC < COLS) {
-#pragma unroll
-            for (int k = 0; k < VEC; ++k) ss += (v[i][k] - centre) * (v[i][k] - centre);
-        }
-    }
-    merge(n, mean, m2, held, centre, ss);
 #else
     for (int64_t c = (int64_t)t * VEC; c < COLS; c += THREADS_PER_ROW * VEC) {
         const pack_t<elem_t> p = load_pack(xr, c);

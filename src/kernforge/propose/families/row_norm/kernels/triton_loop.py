@@ -42,7 +42,10 @@ def norm_rows_loop(X, W, B, Y, MEAN, RSTD, n_cols, eps, BLOCK_N: tl.constexpr, R
             m2 += tl.sum(x * x, axis=0)  # no centring: the mean stays 0
         else:
             n_b = tl.minimum(n_cols - start, BLOCK_N).to(tl.float32)
+            # corrected by the mean of the deviations: a constant block's mean is its value
+            # exactly, so Chan's delta is 0 and a constant row's outputs exactly 0, as eager's
             mean_b = tl.sum(x, axis=0) / n_b
+            mean_b += tl.sum(tl.where(ok, x - mean_b, 0.0), axis=0) / n_b
             d = tl.where(ok, x - mean_b, 0.0)
             total = count + n_b
             delta = mean_b - mean

@@ -3,8 +3,9 @@
 kf-op: aten::native_layer_norm.default
 
 ROWS_PER_PROGRAM whole rows per program, each row held in registers: x is read once (the
-memory floor) and the statistics are exact two-pass; the weight and bias are loaded once
-per program. BLOCK_N is the row length rounded up to a power of two. PERSISTENT launches a
+memory floor) and the statistics are exact two-pass (the mean corrected by the mean of the
+deviations from it: exact on a constant row); the weight and bias are loaded once per
+program. BLOCK_N is the row length rounded up to a power of two. PERSISTENT launches a
 few programs per SM that walk the row blocks, keeping the weight in registers.
 """
 import math
@@ -52,7 +53,12 @@ def norm_rows(X, W, B, Y, MEAN, RSTD, n_rows, n_cols, eps, iters,
             rstd = tl.rsqrt(tl.sum(x * x, axis=1) / n_cols + eps)
             y = x * rstd[:, None]
         else:
+            # the mean corrected by the mean of the deviations from it: a constant row's is then
+            # its value exactly (those deviations are a few ulps, summed exactly), so its outputs
+            # are exactly 0, as eager's Welford gives; sum / n alone is off by the sum's rounding,
+            # which rstd = 1/sqrt(eps) magnified to 0.0003
             mean = tl.sum(x, axis=1) / n_cols
+            mean += tl.sum(tl.where(mask, x - mean[:, None], 0.0), axis=1) / n_cols
             d = tl.where(mask, x - mean[:, None], 0.0)
             rstd = tl.rsqrt(tl.sum(d * d, axis=1) / n_cols + eps)
             y = d * rstd[:, None]
