@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Issue 32 end to end on the H200: `kernforge optimize` (builtin proposer, chains, --no-apply), then
-# `kernforge apply` (eager, patched eager, compile, patched compile, and each under CUDA graphs:
-# eager captured whole, compile's reduce-overhead), and for the language models apply again with
-# sdpa attention. Each model's files go to $OUT/<model>/, packed into $OUT/e2e-<models>.tgz.
-#   bash bench/h200_issue32_e2e.sh gemma qwen     (vae needs .whl carried: diffusers' wheel)
-# env: TOP_K (4), ITERATIONS (3), SEARCH_LIMIT (s, 300), APPLY_LIMIT (s, 240), SDPA (1)
+# A model end to end on a GPU: `kernforge optimize` (builtin proposer, chains, top-k, a time
+# budget for the search, --no-apply), then `kernforge apply` (eager, patched eager, compile,
+# patched compile, and each under CUDA graphs: eager captured whole, compile's reduce-overhead),
+# and for the language models apply again with sdpa attention. Each model's files go to
+# $OUT/<model>/ (the run's summary, results, events and phases kept even when a limit cut it),
+# packed into $OUT/e2e-<models>.tgz.
+#   bash bench/gpu_e2e.sh gemma qwen     (vae needs .whl carried: diffusers' wheel)
+# env: TOP_K (8), BUDGET (the search's --time-budget, 5m), ITERATIONS (cap, 20), APPLY_LIMIT (s, 240), SDPA (1)
 set -uo pipefail
 export PYTHONPATH=src PYTHONUNBUFFERED=1
 out=${OUT:-/tmp/kf-e2e-out}
@@ -27,16 +29,20 @@ for mode in "$@"; do
   dir=$out/$mode
   mkdir -p "$dir"
   start=$(date +%s)
-  timeout "${SEARCH_LIMIT:-300}" python3 -m kernforge optimize "$model" "${opts[@]}" --backend triton --fuse \
-    --top-k "${TOP_K:-4}" --iterations "${ITERATIONS:-3}" --finalists 1 --compile none --no-apply \
-    --runs-dir "$runs/$mode" > "$dir/search.log" 2>&1
+  # --no-apply: the budget is the search's; the safety limit is the budget and a minute
+  budget_s=$(python3 -c "import sys; sys.path.insert(0, 'src'); from kernforge.search.budget import parse_duration; print(int(parse_duration('${BUDGET:-5m}')))")
+  timeout $(( budget_s + 60 )) python3 -m kernforge optimize "$model" "${opts[@]}" --backend triton --fuse \
+    --top-k "${TOP_K:-8}" --time-budget "${BUDGET:-5m}" --iterations "${ITERATIONS:-20}" --finalists 1 \
+    --compile none --no-apply --runs-dir "$runs/$mode" > "$dir/search.log" 2>&1
   echo "$mode search: exit $? after $(( $(date +%s) - start )) s" | tee -a "$out/gpu.txt"
   run=$(ls -d "$runs/$mode"/* | tail -1)
-  cp "$run/summary.json" "$run/results.tsv" "$dir/" 2>/dev/null
+  cp "$run/summary.json" "$run/results.tsv" "$run/events.jsonl" "$dir/" 2>/dev/null
+  python3 -m kernforge show "$run" 2>/dev/null | grep "time by phase" | tee -a "$out/gpu.txt"
   start=$(date +%s)
   timeout "${APPLY_LIMIT:-240}" python3 -m kernforge apply "$run" > "$dir/apply.log" 2>&1
   echo "$mode apply: exit $? after $(( $(date +%s) - start )) s" | tee -a "$out/gpu.txt"
   cp "$run/integrate/apply.json" "$dir/$mode-apply.json" 2>/dev/null && applied+=("$dir/$mode-apply.json")
+  cp "$run/events.jsonl" "$dir/" 2>/dev/null
   if [ "$lm" = 1 ] && [ "${SDPA:-1}" = 1 ]; then
     start=$(date +%s)
     timeout "${APPLY_LIMIT:-240}" python3 -m kernforge apply "$run" --attention sdpa > "$dir/apply-sdpa.log" 2>&1
