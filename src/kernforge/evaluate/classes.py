@@ -94,54 +94,70 @@ def _safe(accepts: Callable[[Any], bool], inputs: Any) -> bool:
 
 def class_tensor(like: torch.Tensor, kind: str, rung: float, generator: torch.Generator) -> torch.Tensor:
     """Values of class set `kind` in `like`'s layout (shape, strides, offset's alignment): one
-    row class per run of last-dimension elements in storage order, cycled from a random row."""
+    row class per run of last-dimension elements in storage order, cycled from a random row.
+    Drawn on the generator's device, each class for all its rows at once: a row at a time cost a
+    few kernel launches a row, and 262144 rows of 8 took 2.56 s on the CPU, now 0.51 s
+    (bench/results/cpu/issue34/README.md)."""
     n = extent(like)
     row = max(1, like.shape[-1]) if like.dim() else 1
     rows = (n + row - 1) // row
     names = {"classes": ROW_CLASSES, "edges": EDGE_ROWS, "extremes": EXTREME_ROWS}[kind]
-    start = int(torch.randint(len(names), (1,), generator=generator))
-    values = torch.randn(rows, row, generator=generator, dtype=torch.float64)
-    for r in range(rows):
-        values[r] = _row(names[(start + r) % len(names)], values[r], like.dtype, rung, generator)
+    device = generator.device
+    start = int(torch.randint(len(names), (1,), generator=generator, device=device))
+    values = torch.randn(rows, row, generator=generator, dtype=torch.float64, device=device)
+    which = (torch.arange(rows, device=device) + start) % len(names)
+    for k, name in enumerate(names):
+        chosen = (which == k).nonzero().flatten()
+        if chosen.numel():
+            values[chosen] = _rows(name, values[chosen], like.dtype, rung, generator)
     return strided_like(values.flatten()[:n].to(like.dtype), like)
 
 
-def _row(name: str, normal: torch.Tensor, dtype: torch.dtype, rung: float, generator: torch.Generator) -> torch.Tensor:
+def _rows(name: str, normal: torch.Tensor, dtype: torch.dtype, rung: float, generator: torch.Generator) -> torch.Tensor:
+    """Rows of class `name` (one per row of `normal`, N(0, 1) float64), each drawn alike."""
     info = torch.finfo(dtype)
-    n = normal.numel()
-    pick = torch.rand(n, generator=generator, dtype=torch.float64)
+    device = normal.device
+
+    def uniform() -> torch.Tensor:
+        return torch.rand(normal.shape, generator=generator, dtype=torch.float64, device=device)
+
+    def integers(low: int, high: int) -> torch.Tensor:
+        return torch.randint(low, high, normal.shape, generator=generator, dtype=torch.float64, device=device)
+
     if name == "negative":
         return -normal.abs() - 1e-3
     if name == "positive":
         return normal.abs() + 1e-3
     if name == "zero_row":
         return torch.zeros_like(normal)
-    if name == "zeros":  # about a third exact zeros, never all of a row of more than two
-        return torch.where(pick < 1 / 3, torch.zeros_like(normal), normal)
+    if name == "zeros":  # about a third exact zeros among normal values
+        return torch.where(uniform() < 1 / 3, torch.zeros_like(normal), normal)
     if name == "ties":  # five levels: the largest value repeated, equal neighbours
-        return torch.randint(-2, 3, (n,), generator=generator, dtype=torch.float64) * 0.5
+        return integers(-2, 3) * 0.5
     if name == "constant":
-        return torch.full_like(normal, float(normal[0]))
+        return normal[:, :1].expand_as(normal).clone()
     if name == "subnormal":  # below the smallest normal of the dtype, down to a few of its ulps
         bits = round(-math.log2(info.eps))  # mantissa bits: 23 for float32, 10 for float16
-        exponent = torch.rand(n, generator=generator, dtype=torch.float64) * (bits - 1) + 1
+        exponent = uniform() * (bits - 1) + 1
         return torch.sign(normal) * info.smallest_normal * torch.pow(2.0, -exponent)
     if name == "integers":  # whole numbers, exact in every float dtype: sums and products exact
-        return torch.randint(-8, 9, (n,), generator=generator, dtype=torch.float64)
+        return integers(-8, 9)
     big = float(info.max) ** rung
     if name in ("max", "min", "both"):
-        magnitude = big * (1 - 0.5 * pick)  # (max/2, max]: distinct values near the top
+        magnitude = big * (1 - 0.5 * uniform())  # (max/2, max]: distinct values near the top
         sign = {"max": 1.0, "min": -1.0}.get(name)
-        signs = torch.where(torch.rand(n, generator=generator) < 0.5, -1.0, 1.0).to(torch.float64)
+        signs = torch.where(uniform() < 0.5, -1.0, 1.0)
         return magnitude * (signs if sign is None else sign)
     if name in ("nan", "posinf", "neginf", "mixed"):
         values = normal.clone()
         specials = {"nan": [float("nan")], "posinf": [float("inf")], "neginf": [float("-inf")],
                     "mixed": [float("nan"), float("inf"), float("-inf")]}[name]
-        # never at the row's first element only: a kernel that checks x[0] is not a NaN-aware one
-        where = torch.randperm(n, generator=generator)[:max(1, min(len(specials), n))]
-        for k, index in enumerate(where.tolist()):
-            values[index] = specials[k % len(specials)]
+        # at random positions of each row, never at its first element only: a kernel that checks
+        # x[0] is not a NaN-aware one
+        count = max(1, min(len(specials), values.shape[1]))
+        where = uniform().topk(count, dim=1).indices
+        for k in range(count):
+            values.scatter_(1, where[:, k:k + 1], specials[k % len(specials)])
         return values
     return normal
 
@@ -157,7 +173,8 @@ def reference_accepts(eager: Callable[[Any], list[Any]], oracle: Callable[[Any],
         refs = [o for o in oracle(inputs) if isinstance(o, torch.Tensor)]
         if len(outs) != len(refs):
             return False
-        kept = [in_output_range(r.cpu(), e.dtype) if e.is_floating_point() else r.cpu() for r, e in zip(refs, outs)]
-        why, _ = compare([e.cpu() for e in outs], kept, [None] * len(outs), [e.dtype for e in outs])
+        kept = [in_output_range(r.to(e.device), e.dtype) if e.is_floating_point() else r.to(e.device)
+                for r, e in zip(refs, outs)]
+        why, _ = compare(outs, kept, [None] * len(outs), [e.dtype for e in outs], where=None)  # where eager ran
         return why is None
     return accepts

@@ -73,9 +73,9 @@ def drawn_set(sample: Any, generator: torch.Generator) -> Any:
 def draw_placeholder(p: Placeholder, generator: torch.Generator) -> torch.Tensor:
     dtype = p.torch_dtype
     if dtype.is_floating_point:
-        span = torch.randn(p.extent, generator=generator, dtype=dtype)  # in its dtype: no float64 copy
+        span = torch.randn(p.extent, generator=generator, dtype=dtype, device=generator.device)  # no float64 copy
     elif p.low is not None and p.high is not None:
-        span = torch.randint(p.low, p.high + 1, (p.extent,), generator=generator, dtype=dtype)
+        span = torch.randint(p.low, p.high + 1, (p.extent,), generator=generator, dtype=dtype, device=generator.device)
     else:
         raise ValueError(f"no values can be drawn for a {p.dtype} input {list(p.shape)} without a recorded range")
     return strided_like(span, p)
@@ -92,19 +92,21 @@ def fresh_set(sample: Any, kind: str, generator: torch.Generator) -> Any:
 
 
 def _draw(n: int, kind: str, like: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    values = torch.randn(n, generator=generator, dtype=torch.float64)
+    device = generator.device
+    values = torch.randn(n, generator=generator, dtype=torch.float64, device=device)
     if kind == "large":
         return values * 100.0
     if kind == "offset":
         return values + (100.0 if like.element_size() <= 2 else 1e4)
     if kind == "wide":
         r = 3.0 if like.element_size() <= 2 else 6.0
-        exponent = torch.rand(n, generator=generator, dtype=torch.float64) * 2 * r - r
+        exponent = torch.rand(n, generator=generator, dtype=torch.float64, device=device) * 2 * r - r
         return torch.sign(values) * torch.pow(10.0, exponent)
     if kind == "mixed" and like.dim() >= 1 and like.shape[-1] > 0:
         # a scale per run of last-dimension elements in storage order: per row for a dense tensor
         row = max(1, like.shape[-1])
-        scales = torch.pow(10.0, torch.rand((n + row - 1) // row, generator=generator, dtype=torch.float64) * 5 - 3)
+        scales = torch.pow(10.0, torch.rand((n + row - 1) // row, generator=generator, dtype=torch.float64,
+                                            device=device) * 5 - 3)
         return values * scales.repeat_interleave(row)[:n]
     return values
 
@@ -115,17 +117,20 @@ def permuted_set(sample: Any, generator: torch.Generator) -> Any:
     def permute(x: Any) -> Any:
         if not (isinstance(x, torch.Tensor) and x.is_floating_point()) or extent(x) < 2:
             return x
-        span = flat_span(x.detach())
-        order = torch.randperm(span.numel(), generator=generator)
+        span = flat_span(x.detach()).to(generator.device)
+        order = torch.randperm(span.numel(), generator=generator, device=generator.device)
         return strided_like(span[order].contiguous(), x)
     return tree_map(permute, sample)
 
 
-def make_sets(real: list[Any], seed: int, name: str = "real") -> tuple[list[Any], list[str], list[int]]:
+def make_sets(real: list[Any], seed: int, name: str = "real",
+              device: torch.device | str = "cpu") -> tuple[list[Any], list[str], list[int]]:
     """(sets, labels, timing): every set the candidate is judged on, and which of them the timed
-    calls rotate among (the real sets, then permuted copies of them up to TIMING_SETS). name
-    labels the real sets: "drawn" where their tensors over the sample caps were drawn."""
-    generator = torch.Generator().manual_seed(seed)
+    calls rotate among (the real sets, then permuted copies of them up to TIMING_SETS), all in
+    host memory. name labels the real sets: "drawn" where their tensors over the sample caps were
+    drawn. The values are drawn on `device` (a GPU draws a 134M-element set in milliseconds, where
+    the CPU's generator took seconds: bench/results/cpu/issue34/README.md)."""
+    generator = torch.Generator(device=device).manual_seed(seed)
     sets, labels = list(real), [f"{name}{i}" for i in range(len(real))]
     for k in range(max(0, TIMING_SETS - len(real))):
         sets.append(permuted_set(real[k % len(real)], generator))
@@ -134,7 +139,12 @@ def make_sets(real: list[Any], seed: int, name: str = "real") -> tuple[list[Any]
     for kind in FRESH_KINDS:
         sets.append(fresh_set(real[0], kind, generator))
         labels.append(f"fresh-{kind}")
-    return sets, labels, timing
+    return [on_host(s) for s in sets], labels, timing
+
+
+def on_host(value: Any) -> Any:
+    """Every tensor of a set in host memory, its layout kept (copied only where it is elsewhere)."""
+    return on_device(value, torch.device("cpu"))
 
 
 def mutated_inputs(schema: Any) -> list[int]:

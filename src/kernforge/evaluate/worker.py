@@ -55,7 +55,7 @@ def main(job_path: str) -> int:
 def run_baseline(job: dict[str, Any]) -> dict[str, Any]:
     from kernforge.capture import encode_value, load_sample
     from kernforge.evaluate.hardware import measure_hardware
-    from kernforge.evaluate.inputs import digest, drawn_set, make_sets, mutated_inputs, tensors_of
+    from kernforge.evaluate.inputs import digest, drawn_set, make_sets, mutated_inputs, on_host, tensors_of
     from kernforge.tasks import load_task, reference_of
 
     phases = Phases()
@@ -66,12 +66,14 @@ def run_baseline(job: dict[str, Any]) -> dict[str, Any]:
     seed = job["seed"] if job.get("seed") is not None else int.from_bytes(os.urandom(4), "little")
     # Tensors the capture kept as placeholders are drawn here, from a stream of their own (make_sets'
     # generator, seeded alike, would repeat these values in its fresh sets).
-    draws = torch.Generator().manual_seed(seed + 1)
-    real = [drawn_set(load_sample(Path(p)), draws) for p in task.samples]
+    # Drawn on a GPU where the task runs on one: the CPU's generator took tens of seconds for the
+    # VAE's 134M-element sets (bench/results/cpu/issue34/README.md).
+    draws = torch.Generator(device=device).manual_seed(seed + 1)
+    real = [on_host(drawn_set(load_sample(Path(p)), draws)) for p in task.samples]
     drawn = task.real_inputs != "all"
-    sets, labels, timing_sets = make_sets(real, seed, "drawn" if drawn else "real")
+    sets, labels, timing_sets = make_sets(real, seed, "drawn" if drawn else "real", device)
     for label, classed in _class_sets(op, real[0], seed, device):
-        sets.append(classed)
+        sets.append(on_host(classed))
         labels.append(label)
     why = _why_drawn_sets_fail(op, sets, labels, task.outputs, device) if drawn else None
     if why:
@@ -175,7 +177,7 @@ def _class_sets(op: Any, sample: Any, seed: int, device: torch.device) -> list[t
         return outputs_list(_oracle(op, args, kwargs, upcast))
 
     accepts = reference_accepts(lambda inputs: _eager(op, inputs, device), oracle)
-    return class_sets(sample, torch.Generator().manual_seed(seed + 2), accepts)
+    return class_sets(sample, torch.Generator(device=device).manual_seed(seed + 2), accepts)
 
 
 def _why_drawn_sets_fail(op: Any, sets: list[Any], labels: list[str], captured: list[dict[str, Any]],
