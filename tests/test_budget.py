@@ -100,3 +100,24 @@ def test_a_budgeted_task_stops_once_it_stopped_improving():
     assert len(nodes) == 2 + PLATEAU
     assert search_ended(ctx, "builtin") == (f"stopped improving: no better candidate in the last {PLATEAU} "
                                             f"({2 + PLATEAU} of 40 iterations)")
+
+
+def test_a_task_whose_baseline_took_its_share_still_evaluates_one_candidate():
+    nodes, ctx = run_mcts([ok(0.5)] * 5, iterations=5, deadline=time.perf_counter() - 1.0)
+    assert len(nodes) == 1
+    assert search_ended(ctx, "builtin") == "its 12 s share of the time budget spent (1 of 5 iterations)"
+
+
+def test_the_next_baseline_is_expected_from_the_seconds_per_byte_of_those_before():
+    from kernforge.search.budget import FixedCosts, task_bytes
+
+    big = [{"shape": [1, 128, 1024, 1024], "dtype": "torch.bfloat16", "stride": [1, 1, 1, 1]}, None, None, 1, 32]
+    out = [{"shape": [1, 128, 1024, 1024], "dtype": "torch.bfloat16", "stride": [1, 1, 1, 1]},
+           {"shape": [1, 32], "dtype": "torch.float32", "stride": [32, 1]}]
+    assert task_bytes(big, out) == 2 * 2 * 128 * 1024 * 1024 + 32 * 4  # both bf16 tensors, 32 floats
+    assert task_bytes([[{"shape": [4, 4], "dtype": "torch.float32"}], {"x": {"shape": [2], "dtype": "int64"}}],
+                      []) == 64 + 16
+    costs = FixedCosts()
+    assert costs.expected_s(10**9) == 0.0  # nothing known before the first baseline
+    costs.add(74.0, 537_000_000)
+    assert costs.expected_s(268_500_000) == pytest.approx(37.0)

@@ -27,7 +27,8 @@ from kernforge.models import ModelOptions, load_model, run_forward
 from kernforge.phases import Stopwatch
 from kernforge.propose import ProposerOptions, Usage, get_proposer
 from kernforge.search import Node, TaskOutcome, get_strategy, search_task
-from kernforge.search.budget import MIN_TASK_S, TimeBudget, parse_duration, projected_gain
+from kernforge.search.budget import (MIN_TASK_S, FixedCosts, TimeBudget, parse_duration, projected_gain,
+                                     task_bytes)
 from kernforge.search.engine import BUDGET_SPENT, FINALISTS, row_of
 from kernforge.store import RUN_FORMAT, RunStore
 from kernforge.store.events import (ApplyProgress, Captured, Event, NodeStarted, PhaseTimed, ProposalFailed,
@@ -297,14 +298,12 @@ def _search_all(opts: OptimizeOptions, result: OptimizeResult, store: RunStore, 
                              opts.ray_address)
     budget = time_budget(opts, started, spent_s)
     weights = [projected_gain(_rank_gain(result.capture, task)) for task in tasks]
+    fixed = FixedCosts()
     try:
         for i, task in enumerate(tasks):
-            spent = proposer.budget_exhausted()
             share = budget.share_s(weights[i:]) if budget else None
-            if share is not None and share < MIN_TASK_S:
-                more = len(tasks) - i - 1
-                spent = (f"not started: the time budget had {max(0.0, budget.left_s()):.0f} s left for it"
-                         f"{f' and {more} more' if more else ''}, too little to search")
+            spent = proposer.budget_exhausted() or (_no_time(budget, share, fixed, task, len(tasks) - i - 1)
+                                                   if budget else "")
             if spent:  # the run ends cleanly: what was found stands, the rest is said
                 result.outcomes.append(TaskOutcome(task=task, baseline=None, error=spent, stopped=spent))
                 continue
@@ -313,6 +312,8 @@ def _search_all(opts: OptimizeOptions, result: OptimizeResult, store: RunStore, 
                                   compile_modes=compile_modes(opts.compile, device),
                                   previous=previous.get(task.task_id), executor=executor,
                                   finalists=opts.finalists, time_share_s=share)
+            if outcome.baseline is not None:
+                fixed.add(sum(outcome.baseline.phases.values()), task_bytes(task.args, task.outputs))
             result.outcomes.append(outcome)
     finally:
         executor.close()
@@ -337,6 +338,19 @@ def time_budget(opts: OptimizeOptions, started: float, spent_s: float = 0.0) -> 
     if not opts.time_budget:
         return None
     return TimeBudget.starting(parse_duration(opts.time_budget), started, opts.apply, spent_s)
+
+
+def _no_time(budget: TimeBudget, share: float | None, fixed: FixedCosts, task: Any, more: int) -> str:
+    """Why a task of a budgeted run is not started, or "": its share under MIN_TASK_S, or under
+    what its baseline is expected to take."""
+    left = f"{max(0.0, budget.left_s()):.0f} s left for it{f' and {more} more' if more else ''}"
+    expected = fixed.expected_s(task_bytes(task.args, task.outputs))
+    if share is None or share < MIN_TASK_S:
+        return f"not started: the time budget had {left}, too little to search"
+    if expected > share:
+        return (f"not started: its baseline would take about {expected:.0f} s (as the run's others did for "
+                f"their size), more than its {share:.0f} s share of the {left}")
+    return ""
 
 
 def _rank_gain(capture: Capture, task: Any) -> float:

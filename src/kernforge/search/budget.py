@@ -5,15 +5,19 @@ Each task gets, when it starts, its weight's part of the time left before the de
 apply is kept: weight = the model's projected gain if the op ran 2x faster, eager or under
 torch.compile, whichever is more (Amdahl: OpProfile.rank_gain - 1). Its share covers its baseline,
 its candidates and its finalists: once it is spent no candidate is started (those running
-finish). A task whose share would be under MIN_TASK_S is not started: a baseline and one
-candidate do not fit. A budgeted task also stops once it stopped improving (PLATEAU candidates
-in a row after its best), and says so."""
+finish), though a task whose baseline took its whole share still evaluates one candidate. A task
+is not started where its share is under MIN_TASK_S, or under what its baseline is expected to
+take (the seconds per input byte of the baselines so far, FixedCosts): its share then goes to
+the tasks after it. A budgeted task also stops once it stopped improving (PLATEAU candidates in
+a row after its best), and says so."""
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from kernforge.errors import UserError
 
@@ -73,3 +77,41 @@ def projected_gain(rank_gain: float) -> float:
     """A task's weight: the model's gain if the op ran 2x faster, never nothing (a task in the
     ranking still gets a little time)."""
     return max(rank_gain - 1.0, 1e-3)
+
+
+@dataclass
+class FixedCosts:
+    """What the run's baselines took, to expect the next one's: seconds per byte of the task's
+    inputs and outputs (the VAE's group norm on an H100: 74 s for a 268 MB input, its oracle
+    included: bench/results/h100/issue32/vae-phases)."""
+
+    seconds: float = 0.0
+    nbytes: int = 0
+
+    def add(self, seconds: float, nbytes: int) -> None:
+        self.seconds += seconds
+        self.nbytes += nbytes
+
+    def expected_s(self, nbytes: int) -> float:
+        return self.seconds * nbytes / self.nbytes if self.nbytes else 0.0
+
+
+def task_bytes(args: Any, outputs: list[dict[str, Any]]) -> int:
+    """The bytes of a task's tensor inputs (nested as the task records them) and outputs."""
+    return _meta_bytes(args) + _meta_bytes(outputs)
+
+
+def _meta_bytes(value: Any) -> int:
+    if isinstance(value, dict) and "shape" in value and "dtype" in value:
+        numel = math.prod(int(size) for size in value["shape"])
+        return numel * _ELEMENT_BYTES.get(str(value["dtype"]).replace("torch.", ""), 4)
+    if isinstance(value, dict):
+        return sum(_meta_bytes(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(_meta_bytes(v) for v in value)
+    return 0
+
+
+_ELEMENT_BYTES = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4, "int16": 2,
+                  "int8": 1, "uint8": 1, "bool": 1, "complex64": 8, "complex128": 16,
+                  "float8_e4m3fn": 1, "float8_e5m2": 1}

@@ -181,6 +181,8 @@ class SearchContext:
     def budget_left(self) -> int:
         """Candidates that may still be started: the running ones are already spent."""
         if not self.stopped and self.deadline is not None and time.perf_counter() >= self.deadline:
+            if self.evaluated + self.running == 0:
+                return 1  # the baseline took the share: one candidate, or its cost bought nothing
             self.stopped = f"its {self.share_s:.0f} s share of the time budget spent"
         if self.stopped:
             return 0
