@@ -298,3 +298,14 @@ def test_a_clock_disagreement_is_a_verdict_only_when_a_second_run_repeats_it(mon
         assert result.ok and result.retimed == slow
     else:
         assert result.status == "cheat" and result.reason.count("by the search process's clock") == 2
+
+
+def test_the_oracle_is_read_from_its_mapping_after_its_file_is_gone(tmp_path):
+    from kernforge.evaluate.runner import load_oracle, oracle_for
+
+    oracle_file = tmp_path / "oracle.pt"
+    torch.save({"oracles": [[torch.arange(6.0)]], "labels": ["real0"]}, oracle_file)
+    oracle = load_oracle(tmp_path / "reference.pt", oracle_file)
+    assert not oracle_file.exists()  # no other process can open it by name
+    assert oracle_for(tmp_path / "reference.pt") is oracle
+    assert torch.equal(oracle.data["oracles"][0][0], torch.arange(6.0))

@@ -73,7 +73,8 @@ class Oracle:
 def judge(outputs_path: Path, oracle: Oracle) -> dict[str, Any]:
     """status ("ok", "wrong_result" or "cheat"), reason, and the error of each set's outputs."""
     try:
-        produced = torch.load(outputs_path, weights_only=True, map_location="cpu")
+        # mapped, not read: a candidate's judged outputs of a 134M-element op are gigabytes
+        produced = torch.load(outputs_path, weights_only=True, map_location="cpu", mmap=True)
     except Exception as e:  # noqa: BLE001 - anything but plain data in the file is the candidate's doing
         return _fail("cheat", f"the worker's outputs are not plain tensors and values ({type(e).__name__}: "
                               f"{str(e).splitlines()[0][:200] if str(e) else ''})", [], "plain")
