@@ -12,8 +12,8 @@ from helpers import c_softmax_source
 from kernforge.evaluate import Baseline, EvalResult, Timing
 from kernforge.propose import Proposal, Usage
 from kernforge.store import RunStore
-from kernforge.store.events import (Applied, Confirmed, NodeFinished, NodeStarted, RunEnded, RunStarted, TaskEnded,
-                                    TasksChosen, TaskStarted)
+from kernforge.store.events import (Applied, Confirmed, NodeFinished, NodeStarted, PhaseTimed, RunEnded, RunStarted,
+                                    TaskEnded, TasksChosen, TaskStarted)
 from kernforge.tasks import save_task
 
 EAGER = Timing(p20_ms=0.095, p50_ms=0.100, p80_ms=0.105, runs=50, method="cuda-events")
@@ -65,6 +65,8 @@ def write_run(runs_dir: Path, task, *, finished: bool = True, pid: int | None = 
     task_dir = store.task_dir(task.task_id)
     save_task(task, task_dir / "task.json")
     store.write_json(f"tasks/{task.task_id}/baseline.json", asdict(BASELINE))
+    store.emit(PhaseTimed(phase="capture", seconds=12.0))
+    store.emit(PhaseTimed(phase="baselines", seconds=3.0, task=task.task_id))
     store.emit(TaskStarted(task=task.task_id, op=task.op, shape=task.shape_text, dtype=task.dtype_text,
                            share=task.share, iterations=4, eager_p50_ms=EAGER.p50_ms))
     for node_id, parent, result, origin in NODES:

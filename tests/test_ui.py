@@ -55,6 +55,8 @@ def test_a_run_page_has_its_header_hot_ops_skipped_ops_and_plots(client, run, so
     gain = 1 / (1 - softmax_task.share + softmax_task.share / (0.100 / 0.052))
     assert f"{gain:.2f}x" in hot  # Amdahl's projection for the model
     assert "no built-in template for aten::bmm.default" in page
+    phases = page[page.index('class="card phases"'):]
+    assert "time by phase" in phases and "capture <b>0m12s</b>" in phases and "baselines <b>0m03s</b>" in phases
     assert page.count("<svg") >= 2 and "best speedup vs eager" in page
     # live parts: each is re-fetched on the run's event stream
     assert f'sse-connect="/runs/{run.root.name}/events"' in page and 'hx-trigger="sse:update' in page
