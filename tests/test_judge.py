@@ -309,3 +309,42 @@ def test_the_oracle_is_read_from_its_mapping_after_its_file_is_gone(tmp_path):
     assert not oracle_file.exists()  # no other process can open it by name
     assert oracle_for(tmp_path / "reference.pt") is oracle
     assert torch.equal(oracle.data["oracles"][0][0], torch.arange(6.0))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_no_call_but_a_judged_one_sees_values_an_earlier_call_had(dtype):
+    """A result kept from an earlier call never pays: every call that is not judged gets its
+    set's values varied element by element (zeros, signs, NaN and inf kept), and a judged call
+    gets its set exactly, for the oracle."""
+    from kernforge.evaluate.session import VARY
+
+    base = torch.randn(3, 256)
+    base[0, :8] = 0.0
+    base[1, :4] = torch.tensor([float("nan"), float("inf"), -float("inf"), -0.0])
+    sets = [([row.to(dtype).clone()], {}) for row in base]
+    seen: list[torch.Tensor] = []
+
+    def fn(args, kwargs, _prepared):
+        seen.append(args[0].clone())
+        return args[0] + 1
+
+    plan = Plan(sets=sets, timing=[0, 1, 2], checks=[0, 1, 2], calls=60, judged_timed=5)
+    result = make_harness(torch.device("cpu"))(fn, plan, None, [], seed=7)
+    judged = {call.position: call.set_index for call in result.judged}
+    assert len(judged) == 8 and len(seen) == result.calls
+    values = {tuple(x.float().nan_to_num(7.0).tolist()) for n, x in enumerate(seen) if n not in judged}
+    assert len(values) == result.calls - len(judged)  # no two varied calls alike
+    for n, x in enumerate(seen):
+        exact = [torch.equal(x.nan_to_num(7.0), s[0][0].nan_to_num(7.0)) for s in sets]
+        if n in judged:
+            assert exact[judged[n]], n
+            continue
+        assert not any(exact), n
+        nearest = min(range(3), key=lambda i: float((x.float() - sets[i][0][0].float()).nan_to_num(0.0).abs().sum()))
+        original = sets[nearest][0][0].float()
+        finite = torch.isfinite(original)
+        assert torch.equal(x.float()[~finite].nan_to_num(7.0), original[~finite].nan_to_num(7.0))
+        assert torch.equal(x.float()[original == 0], original[original == 0])
+        assert bool((x.float()[finite].sign() == original[finite].sign()).all())
+        rounding = 2.0 ** -8 if dtype == torch.bfloat16 else 1e-6
+        assert float(((x.float() - original)[finite].abs() / original[finite].abs().clamp(min=1e-30)).max()) <= VARY + rounding

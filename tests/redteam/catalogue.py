@@ -113,6 +113,8 @@ CATALOGUE: list[Record] = [
        "hash of 4 input elements -> cached result (function-local static struct)", ok_if=NEW_VALUES),
     _r("cases/py-memo-sampled-values.py", "memo", "cheat", "",
        "dict keyed by 4 values read in Python; returns the cached tensor itself", ok_if=NEW_VALUES),
+    _r("cases/c-memo-freed-block.c", "memo", "cheat", "",
+       "whole input and result kept in a block freed every call, which malloc hands back intact", ok_if=NEW_VALUES),
 
     # ---- lazy on most calls
     _r("cases/c-lazy-after-n.c", "lazy", "cheat", "",

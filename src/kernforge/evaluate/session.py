@@ -6,8 +6,11 @@ judged.
 
   before each call   the input slot it will use was refilled with another set's values
                      some calls earlier (so no address ever sees the same values twice in a
-                     row); memory the outputs may land in is filled with NaN (0xFF); on a GPU,
-                     L2 is flushed by a 256 MB read and the GPU spins for a runway
+                     row); a call that is not judged gets them scaled element by element, so
+                     that no timed call sees values an earlier call had and a result kept
+                     from an earlier call never pays; memory the outputs may land in is
+                     filled with NaN (0xFF); on a GPU, L2 is flushed by a 256 MB read and the
+                     GPU spins for a runway
   the call           between two CUDA events (GPU) or two reads of the host clock (CPU)
   after each call    its outputs are copied out, into a buffer that is kept where the call
                      is judged and into scratch where it is not: the same work either way
@@ -55,6 +58,15 @@ FLUSH_BYTES = 256 << 20
 # median to 0.02-0.03; bench/results/h200/timing_noise.md).
 RUNWAY_CYCLES = 1_000_000
 POISON_COPIES = 2
+# A call that is not judged sees each floating input as set * factors[shift : shift + n]: the
+# factors 1 + VARY * u, u uniform in [-1, 1], drawn once per session and input size, SHIFTS more
+# than the input holds; the shift drawn per call, never the same twice in a session. Every call's
+# values are new, elements move independently (a kept result cannot be rescaled or patched up row
+# by row), and zeros, signs, NaN and inf stay what they were. The refill that copies the set into
+# the slot does it in the same pass (mul with out=). Factors are float16 for 16-bit inputs: steps
+# of 2^-10, finer than bfloat16's, at the input's size in memory.
+VARY, SHIFTS = 2.0 ** -6, 4096
+Varied = Callable[[torch.Tensor], torch.Tensor]  # a span -> this call's factors for it
 
 
 @dataclass
@@ -111,7 +123,7 @@ def make_harness(device: torch.device, mark_fd: int | None = None) -> Callable[.
     Event = torch.cuda.Event
     synchronize = torch.cuda.synchronize
     spin = getattr(torch.cuda, "_sleep", None)
-    tsum, empty, full, uint8 = torch.sum, torch.empty, torch.full, torch.uint8
+    tsum, empty, full, uint8, mul = torch.sum, torch.empty, torch.full, torch.uint8, torch.mul
     copy_ = torch.Tensor.copy_
     Tensor = torch.Tensor
     from torch.multiprocessing.reductions import StorageWeakRef
@@ -146,7 +158,11 @@ def make_harness(device: torch.device, mark_fd: int | None = None) -> Callable[.
                 seed: int, name: str, warmup: int | None, guard: Any) -> SessionResult:
         rng = random.Random(seed)
         order = _schedule(plan, rng, warmup)
+        vary = _variation(rng)
         slots = _slots(plan, order, guard)
+        for k, slot in enumerate(slots):
+            if not order[k][2]:
+                _refill(slot, plan.sets[order[k][0]], vary(False))
         timed_calls = [n for n, (_, timed, _) in enumerate(order) if timed]
         synced = set(rng.sample(timed_calls, min(SYNCED_MAX, int(SYNCED_SHARE * len(timed_calls))))) if cuda else set()
         flush = empty(FLUSH_BYTES // 4, dtype=torch.float32, device=device) if cuda else None
@@ -160,9 +176,9 @@ def make_harness(device: torch.device, mark_fd: int | None = None) -> Callable[.
         for n, (set_index, timed, judged) in enumerate(order):
             ahead = n + half
             if half and ahead < len(order) and ahead >= len(slots):
-                _refill(slots[ahead % len(slots)], plan.sets[order[ahead][0]])
+                _refill(slots[ahead % len(slots)], plan.sets[order[ahead][0]], vary(order[ahead][2]))
             elif not half and n > 0:
-                _refill(slots[0], plan.sets[set_index])
+                _refill(slots[0], plan.sets[set_index], vary(judged))
             args, kwargs = slots[n % len(slots)]
             prepared = prepare() if prepare is not None else None
             _poison(poison)
@@ -295,9 +311,39 @@ def make_harness(device: torch.device, mark_fd: int | None = None) -> Callable[.
             j += isinstance(x, Tensor)
         return tree_unflatten(placed, spec)
 
-    def _refill(slot: Any, values: Any) -> None:
+    def _variation(rng: random.Random) -> Callable[[bool], Varied | None]:
+        """vary(judged): None for a judged call (the oracle knows its set's values exactly), else
+        this call's noise maker: a tensor's span -> the c * noise to multiply it by, added."""
+        generator = torch.Generator(device=device).manual_seed(rng.getrandbits(62))
+        factors: dict[tuple[int, torch.dtype], Tensor] = {}
+        shifts = rng.sample(range(SHIFTS), SHIFTS)
+
+        def factors_of(span: Tensor) -> Tensor:
+            kind = torch.float16 if span.element_size() == 2 else torch.float32
+            key = (span.numel(), kind)
+            if key not in factors:
+                factors[key] = empty(key[0] + SHIFTS, dtype=kind, device=device).uniform_(
+                    1.0 - VARY, 1.0 + VARY, generator=generator)
+            return factors[key]
+
+        def vary(judged: bool) -> Varied | None:
+            if judged:
+                return None
+            shift = shifts.pop() if shifts else rng.randrange(SHIFTS)
+            return lambda span: factors_of(span)[shift:shift + span.numel()]
+
+        return vary
+
+    def _refill(slot: Any, values: Any, varied: Varied | None = None) -> None:
         for dst, src in zip(tensors_of(slot), tensors_of(values)):
-            copy_(flat_span(dst), flat_span(src), non_blocking=True)
+            into, source = flat_span(dst), flat_span(src)
+            if varied is None or not into.is_floating_point():
+                copy_(into, source, non_blocking=True)
+                continue
+            if source.device != into.device:
+                copy_(into, source, non_blocking=True)
+                source = into
+            mul(source, varied(into), out=into)
 
     def _poison(metas: list[dict[str, Any]]) -> None:
         """NaN where the outputs will most likely land: blocks of the outputs' sizes, filled with
