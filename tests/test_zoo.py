@@ -58,6 +58,18 @@ def test_resnet50_defaults_to_batch_8_at_224():
     assert x.shape == (8, 3, 224, 224)
 
 
+@pytest.mark.parametrize("name", ["attention", "resnet50"])
+def test_the_examples_without_a_config_are_smaller_at_scale_small(name):
+    """--scale small is honoured by the examples built in code (the language models and the VAE
+    read a config named by the scale: the tests below load the small ones)."""
+    from kernforge.models.loader import _from_example
+
+    _, full, _ = _from_example(name, ModelOptions(scale="full"))
+    _, small, _ = _from_example(name, SMALL)
+    sizes = [(a.numel(), b.numel()) for a, b in zip(full, small) if isinstance(a, torch.Tensor)]
+    assert sizes and all(s <= f for f, s in sizes) and any(s < f for f, s in sizes), (name, sizes)
+
+
 @pytest.fixture(scope="module")
 def resnet50_capture():
     torch.manual_seed(0)

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 BATCH, SEQ, DIM, HEADS = 4, 512, 256, 8
+SMALL = {"batch": 1, "seq": 64, "dim": 64, "heads": 4}  # --scale small: a CPU's minute
 
 
 class Model(nn.Module):
@@ -34,3 +35,13 @@ def get_inputs():
 
 def get_init_inputs():
     return [DIM, HEADS]
+
+
+def build(opts):
+    """As kernforge loads the example: --scale, --batch-size and --seq-len honoured (the file is
+    also a KernelBench-form model, read through get_inputs() when given as a path)."""
+    small = opts.scale == "small"
+    dim, heads = (SMALL["dim"], SMALL["heads"]) if small else (DIM, HEADS)
+    batch = opts.batch(SMALL["batch"] if small else BATCH)
+    seq = opts.tokens(SMALL["seq"] if small else SEQ)
+    return Model(dim, heads), (torch.randn(batch, seq, dim),)

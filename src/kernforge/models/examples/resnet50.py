@@ -1,6 +1,7 @@
 """ResNet-50 from torchvision, random weights; the seed workload for adaptive_avg_pool2d.
 
-Its pooling sees (N, 2048, 7, 7) at 224 x 224 input; batch 8 by default, 32 on a GPU run.
+Its pooling sees (N, 2048, 7, 7) at 224 x 224 input; batch 8 by default, 32 on a GPU run;
+--scale small: batch 1 at 64 x 64 (a (1, 2048, 2, 2) pooling input).
 """
 
 from kernforge.models.options import ModelOptions
@@ -8,5 +9,6 @@ from kernforge.models.zoo import torchvision_model
 
 
 def build(opts: ModelOptions):
-    return torchvision_model("resnet50", ModelOptions(**{**opts.__dict__,
-                                                         "batch_size": opts.batch(8)}))
+    small = opts.scale == "small"
+    return torchvision_model("resnet50", ModelOptions(**{**opts.__dict__, "batch_size": opts.batch(1 if small else 8),
+                                                         "resolution": opts.side(64 if small else 224)}))
