@@ -45,3 +45,14 @@ def test_kernels_that_make_the_model_slower_together_are_dropped_in_eager():
     again = [KernelEffect(task="t0", op="chain:a", kernel="k0", op_speedup_vs_eager=7.5, installed_eager=True)]
     drop_if_slower(faster, again)
     assert again[0].installed_eager
+
+
+def test_ls_shows_the_model_end_to_end_as_apply_measured_it():
+    from kernforge.cli import _end_to_end_cell
+
+    report = {"speedups": {"patched eager vs eager": {"speedup": 1.3312, "verdict": "faster"},
+                           "compile vs eager": {"speedup": 2.5, "verdict": "faster"},
+                           "patched compile vs compile": {"speedup": 1.004, "verdict": "within noise"}}}
+    assert _end_to_end_cell(report) == "1.33x eager (faster), 1.00x compile (within noise)"
+    assert _end_to_end_cell(None) == "not applied"
+    assert _end_to_end_cell({"error": "apply failed: the model raised"}).startswith("apply failed:")

@@ -725,16 +725,37 @@ def _run_overview(store: Any) -> dict[str, Any]:
         record = read_run(store.root)
     except UserError:
         return {"run": store.root.name, "model": "?", "backend": "?", "device": "?", "tasks": 0,
-                "best_speedup": None, "state": "damaged"}
+                "best_speedup": None, "end_to_end": "-", "state": "damaged"}
     winners = [t.winner for t in record.tasks if t.winner is not None]
     speedups = [w.final.speedup_vs_eager for w in winners if w.final.speedup_vs_eager]
     if record.config.get("kind") == "eval":  # eval_file.EVAL_KIND, without importing torch here
         state = _evaluation_state(record)
     else:
         state = "finished" if (store.root / "summary.json").is_file() else "incomplete"
+    summary = store.read_json("summary.json") if (store.root / "summary.json").is_file() else {}
     return {"run": store.root.name, "model": record.config.get("model_name", "?"), "backend": record.backend,
             "device": record.device, "tasks": len(record.tasks), "best_speedup": max(speedups) if speedups else None,
-            "state": state}
+            "end_to_end": _end_to_end_cell(summary.get("end_to_end")), "state": state}
+
+
+# `ls`'s end-to-end cell: the patched model against the unpatched one, eager then compiled
+END_TO_END_SHOWN = (("patched eager vs eager", "eager"), ("patched compile vs compile", "compile"))
+
+
+def _end_to_end_cell(report: dict[str, Any] | None) -> str:
+    """The model end to end as apply measured it ("1.33x eager (faster), 1.10x compile (within
+    noise)"), "not applied", or apply's error in a few words."""
+    if not report:
+        return "not applied"
+    if report.get("error"):
+        return f"apply failed: {str(report['error'])[:60]}"
+    parts = []
+    for key, label in END_TO_END_SHOWN:
+        entry = (report.get("speedups") or {}).get(key)
+        if entry and entry.get("speedup"):
+            verdict = str(entry.get("verdict", ""))
+            parts.append(f"{entry['speedup']:.2f}x {label}" + (f" ({verdict})" if len(verdict) < 20 else ""))
+    return ", ".join(parts) or "no timing"
 
 
 def _evaluation_state(record: Any) -> str:

@@ -188,11 +188,11 @@ def run_json(record: Any, summary: dict[str, Any] | None) -> dict[str, Any]:
 
 def runs_table(runs: list[dict[str, Any]]) -> Table:
     table = Table(title="runs")
-    for name in ("run", "model", "backend", "device", "tasks", "best speedup", "state"):
+    for name in ("run", "model", "backend", "device", "tasks", "best speedup", "end to end", "state"):
         table.add_column(name)
     for r in runs:
         table.add_row(r["run"], r["model"], r["backend"], r["device"], str(r["tasks"]),
-                      _speedup(r["best_speedup"]), r["state"])
+                      _speedup(r["best_speedup"]), r.get("end_to_end", "-"), r["state"])
     return table
 
 
