@@ -89,9 +89,28 @@ def test_llm_model_overrides_the_named_model() -> None:
     assert parse_llm_spec("anthropic:", "claude-haiku-4-5")[1] == "claude-haiku-4-5"
 
 
-def test_url_without_model_names_llm_model() -> None:
-    with pytest.raises(UserError, match="--llm-model NAME"):
-        parse_llm_spec("http://127.0.0.1:8000/v1", None)
+def test_url_without_model_leaves_the_model_to_the_server() -> None:
+    assert parse_llm_spec("http://127.0.0.1:8000/v1", None) == ("openai", "", "http://127.0.0.1:8000/v1")
+
+
+def test_a_server_of_one_model_needs_no_llm_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    with FakeLLM("openai", [Scripted("ok")], models=("coder-only",)) as llm:
+        monkeypatch.setenv("KERNFORGE_LLM_API_KEY", KEY)
+        provider = make_provider(llm.url)
+        assert provider.model == "coder-only" and provider.label == f"{llm.url} coder-only"
+        assert provider.complete("", HI, 5).text == "ok"
+    assert llm.completions[0]["model"] == "coder-only"
+
+
+def test_a_server_of_several_models_or_no_list_asks_for_llm_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KERNFORGE_LLM_API_KEY", KEY)
+    with FakeLLM("openai", [Scripted("never")], models=("coder-b", "coder-a")) as llm:
+        with pytest.raises(UserError) as several:
+            make_provider(llm.url)
+    assert str(several.value) == f"{llm.url} serves 2 models (coder-a, coder-b): pick one with --llm-model NAME"
+    with FakeLLM("openai", [Scripted("never")], serve_models=False) as llm:
+        with pytest.raises(UserError, match="did not list its models .*--llm-model NAME"):
+            make_provider(llm.url)
 
 
 @pytest.mark.parametrize("spec", ["gpt-4.1", "gemini:pro", "openai:", "ftp://host/v1", ""])

@@ -154,7 +154,8 @@ def optimize(
                                  "http://HOST:PORT/v1 (vLLM, Ollama, llama.cpp; KERNFORGE_LLM_API_KEY if it "
                                  "wants one)"),
     llm_model: str = typer.Option("", "--llm-model", envvar="KERNFORGE_LLM_MODEL",
-                                  help="the model, where --llm is a URL (or to override it)"),
+                                  help="the model, where --llm is a URL serving several (a server of one "
+                                       "needs none), or to override it"),
     llm_max_tokens: int = typer.Option(0, "--llm-max-tokens", min=0,
                                        help="the run's token budget, every LLM call together (0: none); when "
                                             "spent, what is in flight finishes and the run ends cleanly"),

@@ -177,5 +177,5 @@ def get_proposer(name: str, options: ProposerOptions | None = None, spent: Usage
                         "put the key in KERNFORGE_LLM_API_KEY and give the URL without them")
     if name != "builtin" and not options.llm:
         raise UserError(f"--proposer {name} needs an LLM: give --llm openai:MODEL, anthropic:MODEL "
-                        "or http://HOST:PORT/v1 (with --llm-model)")
+                        "or http://HOST:PORT/v1 (with --llm-model where it serves several models)")
     return REGISTRY[name](options, spent or Usage())

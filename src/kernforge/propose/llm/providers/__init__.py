@@ -80,13 +80,11 @@ class Provider(Protocol):
 
 
 def parse_llm_spec(spec: str, model: str | None) -> tuple[str, str, str | None]:
-    """(provider name, model, base_url or None) from --llm and --llm-model; --llm-model wins."""
+    """(provider name, model, base_url or None) from --llm and --llm-model; --llm-model wins. A
+    server's URL without a model gives "": the provider asks the server which it serves."""
     spec = spec.strip()
     if spec.startswith(("http://", "https://")):
-        if not model:
-            raise UserError(f"--llm {spec} is a server: give the model the server serves with "
-                            "--llm-model NAME")
-        return "openai", model, spec.rstrip("/")
+        return "openai", model or "", spec.rstrip("/")  # no model: the server's only one (openai_chat)
     name, _, named_model = spec.partition(":")
     if name not in REGISTRY or not (model or named_model):
         raise UserError(f"--llm '{spec}' is not a model spec: use {SPEC_FORMS}")

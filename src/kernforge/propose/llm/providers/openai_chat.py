@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from kernforge.errors import UserError
 from kernforge.propose.llm.providers import (
     Completion,
     Message,
@@ -33,7 +34,7 @@ class OpenAIChat:
             key, self._key_var = env_key(("OPENAI_API_KEY",), None, self.label)
         else:
             self.label = f"{base_url} {model}"
-            key, self._key_var = env_key(_URL_KEY_VARS, "none", self.label)
+            key, self._key_var = env_key(_URL_KEY_VARS, "none", base_url)
         self.model = model
         self._secret = key
         self._timeout_s = timeout_s
@@ -41,6 +42,9 @@ class OpenAIChat:
         self._client = self._sdk.OpenAI(api_key=key, base_url=base_url, timeout=timeout_s,
                                         max_retries=retries)
         self.endpoint = str(self._client.base_url).rstrip("/")
+        if not model:  # a server's URL alone: the model it serves, where it serves one
+            self.model = self._the_served_model()
+            self.label = f"{base_url} {self.model}"
         # Newer OpenAI models refuse max_tokens; the first such refusal switches for good.
         self._token_param = "max_tokens"
 
@@ -87,6 +91,21 @@ class OpenAIChat:
             return [m.id for m in client.models.list()]
         except self._sdk.APIError as e:
             raise provider_error(e, self._sdk, self.label, self._secret, self._timeout_s) from None
+
+    def _the_served_model(self) -> str:
+        """The one model the server lists; else a UserError asking for --llm-model (naming the
+        models where it serves several)."""
+        try:
+            served = sorted(self._served_models())
+        except ProviderError as e:
+            raise UserError(f"{self.endpoint} did not list its models ({e.kind}): give the model with "
+                            "--llm-model NAME") from None
+        if len(served) == 1:
+            return served[0]
+        if not served:
+            raise UserError(f"{self.endpoint} lists no model: give the model with --llm-model NAME")
+        shown = ", ".join(served[:8]) + (f" and {len(served) - 8} more" if len(served) > 8 else "")
+        raise UserError(f"{self.endpoint} serves {len(served)} models ({shown}): pick one with --llm-model NAME")
 
     def _check_failure(self, err: ProviderError) -> Exception:
         return check_failure(err, self.endpoint, self.model, self._key_var, self._timeout_s)
