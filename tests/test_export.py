@@ -306,10 +306,12 @@ def test_the_package_installs_and_runs_where_kernforge_is_not(exported: Path, fr
     site = Path(subprocess.run([str(fresh_venv / "bin" / "python"), "-c",
                                 "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                                capture_output=True, text=True, check=True).stdout.strip())
-    pip = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation",
+    pip = subprocess.run([sys.executable, "-m", "pip", "install", "-v", "--no-deps", "--no-build-isolation",
                           "--no-index", "--target", str(site), str(exported)],
                          capture_output=True, text=True, timeout=300)
     assert pip.returncode == 0, pip.stdout + pip.stderr
+    # -v shows the build backend's output: no setuptools warning about the package's layout
+    assert "Warning" not in pip.stdout + pip.stderr, pip.stdout + pip.stderr
     script = tmp_path / "use_package.py"
     script.write_text(textwrap.dedent(FRESH_SCRIPT).replace("PACKAGE", PACKAGE))
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}

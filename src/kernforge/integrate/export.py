@@ -328,6 +328,8 @@ dependencies = {json.dumps(dependencies)}
 
 [tool.setuptools]
 packages = ["{package}"]
+# the kernel and build folders are data, listed below: not namespace packages setuptools warns of
+include-package-data = false
 
 [tool.setuptools.package-data]
 {package} = ["{loader.MANIFEST}", "kernels/*", "{dispatch.SOURCE.name}", "{dispatch.PREBUILT}/*/*"]
