@@ -15,7 +15,7 @@ from typing import Any
 from kernforge.backends import Backend
 from kernforge.evaluate import Baseline, EvalResult, evaluate_baseline, evaluate_candidate
 from kernforge.evaluate.executors import Executor, LocalExecutor
-from kernforge.evaluate.runner import discard_reference
+from kernforge.evaluate.runner import discard_reference, stop_workers
 from kernforge.phases import Stopwatch
 from kernforge.propose import Failure, NoProposal, Proposal, Proposer
 from kernforge.propose.context import Attempt, ProposalContext, Seed, task_facts
@@ -308,6 +308,9 @@ def search_task(
                 search.confirm(node)
         store.emit(PhaseTimed(phase="finalists", seconds=clock.lap(), task=task.task_id))
         store.db.set_task_state(task.task_id, "done")
+    except KeyboardInterrupt:
+        stop_workers()  # Ctrl-C: the candidates in flight are lost (a resume redoes them); no wait for them
+        raise
     finally:
         # on an error or a kill, the candidates still running are lost (a resume redoes them);
         # their workers are let finish so that none outlives the reference below
