@@ -23,8 +23,8 @@ from kernforge.search.budget import PLATEAU
 from kernforge.search.siblings import task_seed
 from kernforge.search.strategy import Strategy
 from kernforge.store import RunStore
-from kernforge.store.events import (Confirmed, NodeFinished, NodeStarted, PhaseTimed, ProposalFailed, SearchStopped,
-                                    TaskEnded, TaskStarted)
+from kernforge.store.events import (Confirmed, NodeFinished, NodeStarted, PhaseStarted, PhaseTimed, ProposalFailed,
+                                    SearchStopped, TaskEnded, TaskStarted)
 from kernforge.tasks import KernelTask, save_task
 
 BASELINE_TIMEOUT_S = 600.0
@@ -298,11 +298,13 @@ def search_task(
     search.ctx = ctx
 
     clock = Stopwatch()
+    store.emit(PhaseStarted(phase="candidates", done=len(outcome.nodes), total=iterations, task=task.task_id))
     try:
         strategy.run(ctx)
         outcome.stopped = search_ended(ctx, proposer.name)
         store.emit(PhaseTimed(phase="candidates", seconds=clock.lap(), task=task.task_id))
         store.emit(SearchStopped(task=task.task_id, reason=outcome.stopped))
+        store.emit(PhaseStarted(phase="finalists", task=task.task_id))
         for node in pick_finalists(outcome.nodes, finalists):
             if node.confirmed is None:  # a resumed task keeps the re-evaluations it finished
                 search.confirm(node)
