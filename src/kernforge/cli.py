@@ -229,7 +229,7 @@ def optimize(
     if resume is not None:
         _warn_ignored_on_resume(ctx)
         given = _given(ctx, "iterations")
-        with _interruptible(), _progress(quiet=as_json) as on_event:  # what it continues: said even with --json
+        with _interruptible(resume), _progress(quiet=as_json) as on_event:  # what it continues: said even with --json
             result = run_resume(resume, on_event, iterations=iterations if given else None,
                                 say=lambda line: err.print(line, markup=False, highlight=False, soft_wrap=True))
     else:
@@ -292,8 +292,14 @@ def _warn_ignored_on_resume(ctx: typer.Context) -> None:
 
 
 class _interruptible:
-    """Ctrl-C during a run: one line with its folder and the command that continues it, exit 130.
-    Every candidate that finished is already in the folder (the search records each as it ends)."""
+    """Ctrl-C during a run: one line, exit 130, never a traceback. Once the run folder exists the
+    line names the exact command that continues it: every candidate that finished is already in
+    the folder (the search records each as it ends), and what had not finished (the capture, the
+    choice of tasks, a task's search, apply) is done again on resume. Before the folder exists
+    there is nothing to continue, and no folder is left. `resumed` is the folder being resumed."""
+
+    def __init__(self, resumed: Path | None = None) -> None:
+        self.resumed = resumed
 
     def __enter__(self) -> None:
         return None
@@ -301,14 +307,17 @@ class _interruptible:
     def __exit__(self, kind: type | None, error: BaseException | None, tb: object) -> None:
         from kernforge.optimize import RunInterrupted
 
-        if isinstance(error, RunInterrupted):
-            err.print(f"interrupted: {error.run_dir} keeps every candidate that finished; continue with: "
-                      f"kernforge optimize --resume {shlex.quote(str(error.run_dir))}", markup=False,
+        if not isinstance(error, KeyboardInterrupt):
+            return
+        run_dir = error.run_dir if isinstance(error, RunInterrupted) else self.resumed
+        if run_dir is not None:
+            err.print(f"interrupted: {run_dir} keeps every candidate that finished; continue with: "
+                      f"kernforge optimize --resume {shlex.quote(str(run_dir))}", markup=False,
                       highlight=False, soft_wrap=True)
-            raise typer.Exit(130)
-        if isinstance(error, KeyboardInterrupt):
-            err.print("interrupted before the search began", markup=False, highlight=False)
-            raise typer.Exit(130)
+        else:
+            err.print("interrupted before the run folder was made: nothing to resume", markup=False,
+                      highlight=False)
+        raise typer.Exit(130)
 
 
 def _print_llm_usage(usage: dict[str, Any] | None) -> None:
@@ -863,6 +872,6 @@ def main() -> None:
         err.print("aborted", markup=False, highlight=False)
         sys.exit(1)
     except KeyboardInterrupt:
-        err.print("interrupted; the run folder keeps every candidate that finished")
+        err.print("interrupted", markup=False, highlight=False)
         sys.exit(130)
     sys.exit(code if isinstance(code, int) else 0)
