@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.console import Console
+from rich.console import Console, Group
 from rich.live import Live
+from rich.spinner import Spinner
 from rich.table import Table
 
 from kernforge.errors import UserError
@@ -762,10 +763,14 @@ class _progress:
         self.quiet = quiet
         self.live: Live | None = None
         self.rows: dict[str, dict[str, str]] = {}
+        # the phase under way (its phase_start event), above the table; the candidates phase counts on
+        self.phase: Any = None
+        self.phase_done: int | None = None
+        self.status = Spinner("dots", text="starting")
 
     def __enter__(self):
         if err.is_terminal and not self.quiet:
-            self.live = Live(self._table(), console=err, refresh_per_second=4, transient=False)
+            self.live = Live(self._view(), console=err, refresh_per_second=4, transient=False)
             self.live.start()
         return self.on_event
 
@@ -778,6 +783,11 @@ class _progress:
 
         if self.quiet:
             return
+        if isinstance(event, ev.PhaseStarted):
+            self.phase, self.phase_done = event, event.done
+        elif isinstance(event, ev.NodeFinished) and self.phase is not None and self.phase.task == event.task:
+            self.phase_done = event.candidates
+        self._update_status()
         if isinstance(event, ev.Captured):
             ranked = ", ranked under torch.compile" if event.ranked_by == "compile" else ""
             self._say(f"captured {event.signatures} op signatures, {event.op_time_ms:.2f} ms of op time per "
@@ -814,7 +824,18 @@ class _progress:
         elif isinstance(event, ev.ApplyProgress):
             self._say(event.line)
         if self.live:
-            self.live.update(self._table())
+            self.live.update(self._view())
+
+    def _update_status(self) -> None:
+        from kernforge.phases import phase_text
+
+        if self.phase is not None:
+            where = f" · {self.phase.task}" if self.phase.task else ""
+            self.status.update(text=phase_text(self.phase.phase, self.phase_done, self.phase.total) + where)
+
+    def _view(self) -> Group:
+        """The status line, then the table: one Spinner kept across updates, so that it turns."""
+        return Group(self.status, self._table())
 
     def _table(self) -> Table:
         table = Table(title="kernforge search", title_justify="left", expand=False)
