@@ -100,7 +100,8 @@ def test_ctrl_c_in_capture_baselines_and_apply_then_resume_finishes(tmp_path: Pa
     runs_dir = tmp_path / "runs"
     runs_dir.mkdir()
     # capture: the folder is there, its capture is not; resume captures again and chooses the tasks
-    proc = start(["optimize", SLOW_MODEL, *ARGS, "--runs-dir", str(runs_dir)], forward_s=0.15)
+    # capture's warm-up alone runs forwards for 1 s (capture/profile.py WARMUP_S): time to be interrupted
+    proc = start(["optimize", SLOW_MODEL, *ARGS, "--runs-dir", str(runs_dir)], forward_s=0.05)
     done = ctrl_c_when(proc, phase_began(runs_dir, "capture"), "capture")
     (run_dir,) = runs_dir.iterdir()
     command = resume_command(done, run_dir)
@@ -108,7 +109,7 @@ def test_ctrl_c_in_capture_baselines_and_apply_then_resume_finishes(tmp_path: Pa
 
     # a task's baseline
     seen = len(events(run_dir))
-    done = ctrl_c_when(start(command, forward_s=0.15), phase_began(runs_dir, "baselines", seen), "baselines")
+    done = ctrl_c_when(start(command, forward_s=0.05), phase_began(runs_dir, "baselines", seen), "baselines")
     assert resume_command(done, run_dir) == command
     assert "capture did not finish" in done.stderr and "choosing them now" in done.stderr
     assert kinds(run_dir, "captured") == 1 and kinds(run_dir, "tasks") == 1
