@@ -164,5 +164,6 @@ def test_phase_start_events_read_back_and_old_logs_without_them_still_load(tmp_p
                                "total": 4.5})
     assert isinstance(torn, PhaseStarted) and (torn.phase, torn.done, torn.total) == ("apply", None, None)
     assert (damaged.done, damaged.total) == (None, None)
-    assert phase_now([PhaseStarted(phase="candidates", done=0, total=4, task="t0"),
-                      NodeFinished(task="t0", candidates=2)]) == "candidates (2/4)"
+    searching = [PhaseStarted(phase="candidates", done=0, total=4, task="t0"), NodeFinished(task="t0", candidates=2)]
+    assert phase_now(searching) == "candidates (2/4)"
+    assert phase_now([*searching, RunStarted(resumed=True)]) == ""  # resumed: not yet in any phase

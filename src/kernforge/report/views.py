@@ -20,7 +20,7 @@ from kernforge.propose.context import task_facts
 from kernforge.report.svg import Series, TreePoint, line_plot_svg, tree_svg
 from kernforge.search.engine import Node
 from kernforge.phases import PHASES, phase_text
-from kernforge.store.events import NodeFinished, PhaseStarted
+from kernforge.store.events import NodeFinished, PhaseStarted, RunStarted
 from kernforge.store.reader import NodeState, PartialRun, TaskState, run_phases
 
 LOG_LIMIT = 64_000  # characters of a log shown; the rest is in the file
@@ -95,8 +95,10 @@ def run_header(run: PartialRun, now: float) -> dict[str, Any]:
 
 def phase_now(events: list[Any]) -> str:
     """What the run is doing, from its latest phase_start: "capture", "candidates (3/10)" (a
-    search's count goes on with the task's finished nodes); "" for a run from before the event."""
-    starts = [i for i, e in enumerate(events) if isinstance(e, PhaseStarted)]
+    search's count goes on with the task's finished nodes); "" for a run from before the event.
+    Only this session's count: a resumed run is not still in the phase its last session was cut in."""
+    session = max((i for i, e in enumerate(events) if isinstance(e, RunStarted)), default=0)
+    starts = [i for i, e in enumerate(events) if i >= session and isinstance(e, PhaseStarted)]
     if not starts:
         return ""
     latest = events[starts[-1]]
