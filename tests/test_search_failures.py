@@ -100,8 +100,11 @@ def test_a_search_leaves_events_and_a_commit_per_kept_improvement(softmax_captur
     events = store.events()
     # why the search ended (the budget), then the one correct candidate is a finalist: evaluated
     # again, alone, after the budget is spent
-    assert [e.kind for e in events if e.kind != "phase"] == [
+    assert [e.kind for e in events if e.kind not in ("phase", "phase_start")] == [
         "task_start", "node_start", "node", "node_start", "node", "search_stopped", "confirm", "task_end"]
+    # the phases under way, as a status line shows them: the search counts its candidates
+    assert [(e.phase, e.done, e.total) for e in events if e.kind == "phase_start"] == [
+        ("candidates", 0, 2), ("finalists", None, None)]
     # the task's time by phase: the baseline worker's parts, the candidates, the finalists
     phases = {e.phase for e in events if e.kind == "phase"}
     assert {"baselines", "candidates", "finalists"} <= phases, phases

@@ -141,3 +141,29 @@ def test_phases_line_names_each_phase_with_its_share():
     line = phases_line({"capture": 30.0, "candidates": 70.0, "oracle": 0.0})
     assert line == "time by phase (100 s): capture 30.0 s (30%), candidates 70.0 s (70%)"
     assert phases_line({}) == "time by phase: none recorded"
+
+
+# ---------------------------------------------------------------- the phase under way
+
+def test_phase_start_events_read_back_and_old_logs_without_them_still_load(tmp_path: Path):
+    from kernforge.report.views import phase_now
+    from kernforge.store.events import NodeFinished, PhaseStarted, RunStarted, event_from_json
+
+    store = RunStore.create(tmp_path, "m")
+    store.emit(RunStarted(model="m"))
+    assert phase_now(store.events()) == ""  # a log from before phase_start: nothing said
+    store.emit(PhaseStarted(phase="capture"))
+    store.emit(PhaseStarted(phase="baselines", done=1, total=3, task="t1"))
+    *_, capture, baselines = store.events()
+    assert (capture.phase, capture.done, capture.total, capture.task) == ("capture", None, None, "")
+    assert (baselines.phase, baselines.done, baselines.total, baselines.task) == ("baselines", 1, 3, "t1")
+    assert phase_now(store.events()) == "baselines (1/3)"
+    # a line cut short of its counts, or with counts of the wrong type, reads with none
+    torn = event_from_json({"time": 1.0, "kind": "phase_start", "phase": "apply"})
+    damaged = event_from_json({"time": 1.0, "kind": "phase_start", "phase": "candidates", "done": "two",
+                               "total": 4.5})
+    assert isinstance(torn, PhaseStarted) and (torn.phase, torn.done, torn.total) == ("apply", None, None)
+    assert (damaged.done, damaged.total) == (None, None)
+    searching = [PhaseStarted(phase="candidates", done=0, total=4, task="t0"), NodeFinished(task="t0", candidates=2)]
+    assert phase_now(searching) == "candidates (2/4)"
+    assert phase_now([*searching, RunStarted(resumed=True)]) == ""  # resumed: not yet in any phase

@@ -252,3 +252,22 @@ def test_records_of_the_wrong_shape_are_left_out_and_said(client, runs_dir: Path
     page = client.get(f"/runs/{store.root.name}/")
     assert page.status_code == 200 and "aten::x" in page.text and "summary is not the record" in page.text
     assert client.get("/").status_code == 200
+
+
+def test_the_run_header_says_the_phase_under_way_while_the_run_runs(client, runs_dir: Path, softmax_task):
+    from kernforge.store.events import PhaseStarted
+
+    store = write_run(runs_dir, softmax_task, finished=False)
+    header = f"/runs/{store.root.name}/fragments/header"
+    assert "now:" not in client.get(header).text  # a run from before phase_start events
+    store.emit(PhaseStarted(phase="compiled_profile"))
+    assert "now: compiled profile</span>" in client.get(header).text
+    store.emit(PhaseStarted(phase="candidates", done=1, total=4, task=softmax_task.task_id))
+    assert "now: candidates (1/4)" in client.get(header).text
+    # the search's count goes on with the task's nodes; another task's do not count
+    store.emit(NodeFinished(task=softmax_task.task_id, node="n0005", status="ok", candidates=3))
+    store.emit(NodeFinished(task="t9-other", node="n0000", status="ok", candidates=9))
+    assert "now: candidates (3/4)" in client.get(header).text
+    finished = write_run(runs_dir, softmax_task)
+    finished.emit(PhaseStarted(phase="apply"))
+    assert "now:" not in client.get(f"/runs/{finished.root.name}/fragments/header").text

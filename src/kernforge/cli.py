@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.console import Console
+from rich.console import Console, Group
 from rich.live import Live
+from rich.spinner import Spinner
 from rich.table import Table
 
 from kernforge.errors import UserError
@@ -230,7 +231,7 @@ def optimize(
     if resume is not None:
         _warn_ignored_on_resume(ctx)
         given = _given(ctx, "iterations")
-        with _interruptible(), _progress(quiet=as_json) as on_event:  # what it continues: said even with --json
+        with _interruptible(resume), _progress(quiet=as_json) as on_event:  # what it continues: said even with --json
             result = run_resume(resume, on_event, iterations=iterations if given else None,
                                 say=lambda line: err.print(line, markup=False, highlight=False, soft_wrap=True))
     else:
@@ -293,8 +294,14 @@ def _warn_ignored_on_resume(ctx: typer.Context) -> None:
 
 
 class _interruptible:
-    """Ctrl-C during a run: one line with its folder and the command that continues it, exit 130.
-    Every candidate that finished is already in the folder (the search records each as it ends)."""
+    """Ctrl-C during a run: one line, exit 130, never a traceback. Once the run folder exists the
+    line names the exact command that continues it: every candidate that finished is already in
+    the folder (the search records each as it ends), and what had not finished (the capture, the
+    choice of tasks, a task's search, apply) is done again on resume. Before the folder exists
+    there is nothing to continue, and no folder is left. `resumed` is the folder being resumed."""
+
+    def __init__(self, resumed: Path | None = None) -> None:
+        self.resumed = resumed
 
     def __enter__(self) -> None:
         return None
@@ -302,14 +309,17 @@ class _interruptible:
     def __exit__(self, kind: type | None, error: BaseException | None, tb: object) -> None:
         from kernforge.optimize import RunInterrupted
 
-        if isinstance(error, RunInterrupted):
-            err.print(f"interrupted: {error.run_dir} keeps every candidate that finished; continue with: "
-                      f"kernforge optimize --resume {shlex.quote(str(error.run_dir))}", markup=False,
+        if not isinstance(error, KeyboardInterrupt):
+            return
+        run_dir = error.run_dir if isinstance(error, RunInterrupted) else self.resumed
+        if run_dir is not None:
+            err.print(f"interrupted: {run_dir} keeps every candidate that finished; continue with: "
+                      f"kernforge optimize --resume {shlex.quote(str(run_dir))}", markup=False,
                       highlight=False, soft_wrap=True)
-            raise typer.Exit(130)
-        if isinstance(error, KeyboardInterrupt):
-            err.print("interrupted before the search began", markup=False, highlight=False)
-            raise typer.Exit(130)
+        else:
+            err.print("interrupted before the run folder was made: nothing to resume", markup=False,
+                      highlight=False)
+        raise typer.Exit(130)
 
 
 def _print_llm_usage(usage: dict[str, Any] | None) -> None:
@@ -775,10 +785,14 @@ class _progress:
         self.quiet = quiet
         self.live: Live | None = None
         self.rows: dict[str, dict[str, str]] = {}
+        # the phase under way (its phase_start event), above the table; the candidates phase counts on
+        self.phase: Any = None
+        self.phase_done: int | None = None
+        self.status = Spinner("dots", text="starting")
 
     def __enter__(self):
         if err.is_terminal and not self.quiet:
-            self.live = Live(self._table(), console=err, refresh_per_second=4, transient=False)
+            self.live = Live(self._view(), console=err, refresh_per_second=4, transient=False)
             self.live.start()
         return self.on_event
 
@@ -791,6 +805,11 @@ class _progress:
 
         if self.quiet:
             return
+        if isinstance(event, ev.PhaseStarted):
+            self.phase, self.phase_done = event, event.done
+        elif isinstance(event, ev.NodeFinished) and self.phase is not None and self.phase.task == event.task:
+            self.phase_done = event.candidates
+        self._update_status()
         if isinstance(event, ev.Captured):
             ranked = ", ranked under torch.compile" if event.ranked_by == "compile" else ""
             self._say(f"captured {event.signatures} op signatures, {event.op_time_ms:.2f} ms of op time per "
@@ -827,7 +846,18 @@ class _progress:
         elif isinstance(event, ev.ApplyProgress):
             self._say(event.line)
         if self.live:
-            self.live.update(self._table())
+            self.live.update(self._view())
+
+    def _update_status(self) -> None:
+        from kernforge.phases import phase_text
+
+        if self.phase is not None:
+            where = f" · {self.phase.task}" if self.phase.task else ""
+            self.status.update(text=phase_text(self.phase.phase, self.phase_done, self.phase.total) + where)
+
+    def _view(self) -> Group:
+        """The status line, then the table: one Spinner kept across updates, so that it turns."""
+        return Group(self.status, self._table())
 
     def _table(self) -> Table:
         table = Table(title="kernforge search", title_justify="left", expand=False)
@@ -885,6 +915,6 @@ def main() -> None:
         err.print("aborted", markup=False, highlight=False)
         sys.exit(1)
     except KeyboardInterrupt:
-        err.print("interrupted; the run folder keeps every candidate that finished")
+        err.print("interrupted", markup=False, highlight=False)
         sys.exit(130)
     sys.exit(code if isinstance(code, int) else 0)

@@ -23,18 +23,18 @@ from kernforge.capture import Capture, OpProfile, capture_model
 from kernforge.capture.compiled import compile_ranking, compile_warning
 from kernforge.errors import UserError
 from kernforge.evaluate.executors import make_executor, preflight
-from kernforge.models import ModelOptions, load_model, run_forward
-from kernforge.phases import Stopwatch
+from kernforge.models import LoadedModel, ModelOptions, load_model, run_forward
 from kernforge.propose import ProposerOptions, Usage, get_proposer
 from kernforge.search import Node, TaskOutcome, get_strategy, search_task
 from kernforge.search.budget import (MIN_TASK_S, FixedCosts, TimeBudget, parse_duration, projected_gain,
                                      task_bytes)
 from kernforge.search.engine import BUDGET_SPENT, FINALISTS, row_of
 from kernforge.store import RUN_FORMAT, RunStore
-from kernforge.store.events import (ApplyProgress, Captured, Event, NodeStarted, PhaseTimed, ProposalFailed,
-                                    Resumed, RunEnded, RunStarted, SearchStopped, TasksChosen, read_events)
+from kernforge.store.events import (ApplyProgress, Captured, Event, NodeStarted, PhaseStarted, PhaseTimed,
+                                    ProposalFailed, Resumed, RunEnded, RunStarted, SearchStopped, TasksChosen,
+                                    read_events)
 from kernforge.store.reader import read_baseline, run_phases
-from kernforge.tasks import make_tasks
+from kernforge.tasks import KernelTask, make_tasks
 
 
 @dataclass
@@ -108,43 +108,82 @@ def compile_modes(choice: str, device: str) -> tuple[str, ...]:
 
 
 @dataclass
-class Prepared:
+class Loaded:
     backend: Backend
     device: str
-    store: RunStore
-    capture: Capture
+    model: LoadedModel
+    began: float  # time.time() when loading began: the run's start
 
 
-def prepare(spec: str, backend_name: str, model: ModelOptions, runs_dir: Path,
-            config: dict[str, Any], on_event: OnEvent | None = None, rank_by: str = "eager") -> Prepared:
-    """Choose the backend and device, load the model, make the run folder and capture (under
-    torch.compile too where rank_by asks, capture/compiled.py); the store's events go to
-    `on_event` from the first one."""
-    from kernforge.capture.compiled import compile_ranking
-
-    began, clock = time.time(), Stopwatch()
+def load_for_run(spec: str, backend_name: str, model: ModelOptions, on_event: OnEvent) -> Loaded:
+    """Choose the backend and device, load the model and run it once: a model that fails is
+    reported, and a Ctrl-C here stopped, before a run folder is made. The load phase is told to
+    `on_event` alone (the terminal's status line): there is no folder to write it to yet."""
+    began = time.time()
+    on_event(PhaseStarted(phase="load"))
     backend = choose_backend(backend_name, torch.cuda.is_available())
     device = "cuda" if backend.name in ("triton", "cuda") and torch.cuda.is_available() else "cpu"
     loaded = load_model(spec, torch.device(device), model)
-    run_forward(loaded)  # a forward that raises is reported before a run folder is made
-    store = RunStore.create(runs_dir, loaded.name)
-    if on_event is not None:
-        store.listeners.append(on_event)
-    environment = _environment(backend.name, device, loaded.name)
-    store.write_json("config.json", {**config, **environment})
-    store.emit(run_started({**config, **environment}, began=began))
-    store.emit(PhaseTimed(phase="load", seconds=clock.lap()))
-    capture = capture_model(loaded, store.capture_dir, under_compile=compile_ranking(rank_by, device))
+    run_forward(loaded)
+    return Loaded(backend=backend, device=device, model=loaded, began=began)
+
+
+def new_run_folder(runs_dir: Path, loaded: Loaded, config: dict[str, Any], on_event: OnEvent | None) -> RunStore:
+    """The run folder, once its database and config.json are written: from then on a Ctrl-C
+    leaves a folder that `optimize --resume` continues. One that comes before removes the folder,
+    which holds nothing to resume from."""
+    store = RunStore.create(runs_dir, loaded.model.name)
+    try:
+        if on_event is not None:
+            store.listeners.append(on_event)
+        environment = _environment(loaded.backend.name, loaded.device, loaded.model.name)
+        store.db.add_tasks([])  # run.db exists: resume's test of a run folder
+        store.write_json("config.json", {**config, **environment})
+        store.emit(run_started({**config, **environment}, began=loaded.began))
+        store.emit(PhaseTimed(phase="load", seconds=time.time() - loaded.began))
+    except KeyboardInterrupt:
+        shutil.rmtree(store.root, ignore_errors=True)
+        raise
+    return store
+
+
+def capture_run(store: RunStore, loaded: Loaded, rank_by: str) -> Capture:
+    """The model's ops captured into the run folder (under torch.compile too where rank_by asks,
+    capture/compiled.py); what an interrupted capture left there is dropped first."""
+    shutil.rmtree(store.capture_dir, ignore_errors=True)
+    capture = capture_model(loaded.model, store.capture_dir,
+                            under_compile=compile_ranking(rank_by, loaded.device),
+                            on_phase=lambda phase: store.emit(PhaseStarted(phase=phase)))
     for phase, seconds in capture.phases.items():
         store.emit(PhaseTimed(phase=phase, seconds=seconds))
     store.emit(Captured(signatures=len(capture.profiles), op_time_ms=capture.total_time_us / 1e3,
                         ranked_by="compile" if capture.ranked_by_compile else "eager",
                         warning=compile_warning(capture)))
-    del loaded  # the workers need the memory, on a GPU most of all
+    return capture
+
+
+def release(loaded: Loaded) -> None:
+    """Drop the model once captured: the workers need its memory, on a GPU most of all."""
+    loaded.model = None  # type: ignore[assignment]
     gc.collect()
-    if device == "cuda":
+    if loaded.device == "cuda":
         torch.cuda.empty_cache()
-    return Prepared(backend=backend, device=device, store=store, capture=capture)
+
+
+def choose_tasks(store: RunStore, capture: Capture, opts: OptimizeOptions, proposer: Any,
+                 backend: Backend) -> tuple[list[KernelTask], list[tuple[OpProfile, str]]]:
+    """The tasks to search (and the hotter ops skipped, with why), recorded in the run: skipped.json,
+    the database, then the `tasks` event, the mark that the choice is made."""
+    only = asked_signatures(capture, opts.ops)
+    tasks, skipped = make_tasks(capture, store.capture_dir, opts.top_k or len(capture.profiles),
+                                lambda t: proposer.why_unsupported(t, backend.name), fuse=opts.fuse, only=only)
+    store.write_json("skipped.json", [{"op": p.op, "signature": p.signature, "share": p.share, "reason": why}
+                                      for p, why in skipped])
+    store.db.add_tasks([(t.task_id, asdict(t)) for t in tasks])
+    store.emit(TasksChosen(tasks=[{"task": t.task_id, "op": t.op, "shape": t.shape_text, "share": t.share}
+                                  for t in tasks],
+                           skipped=[{"op": p.op, "share": p.share, "reason": why} for p, why in skipped]))
+    return tasks, skipped
 
 
 # Candidates evaluated at once on a GPU: their builds and checks overlap, their timings take
@@ -168,24 +207,19 @@ def optimize(opts: OptimizeOptions, on_event: OnEvent = lambda event: None) -> O
     parallelism(opts.parallel, "cpu")
     time_budget(opts, 0.0)  # a duration that does not parse fails before anything runs
     preflight(opts.executor, opts.ray_address)
-    prep = prepare(opts.spec, opts.backend, opts.model, opts.runs_dir, _options(opts), on_event, opts.rank_by)
-    backend, device, store, capture = prep.backend, prep.device, prep.store, prep.capture
+    loaded = load_for_run(opts.spec, opts.backend, opts.model, on_event)
+    store = new_run_folder(opts.runs_dir, loaded, _options(opts), on_event)
+    backend, device = loaded.backend, loaded.device
     try:
-        only = asked_signatures(capture, opts.ops)
-    except UserError:
-        shutil.rmtree(store.root, ignore_errors=True)  # a folder with nothing chosen to search
-        raise
-    tasks, skipped = make_tasks(capture, store.capture_dir, opts.top_k or len(capture.profiles),
-                                lambda t: proposer.why_unsupported(t, backend.name), fuse=opts.fuse, only=only)
-    store.write_json("skipped.json", [{"op": p.op, "signature": p.signature, "share": p.share, "reason": why}
-                                      for p, why in skipped])
-    store.db.add_tasks([(t.task_id, asdict(t)) for t in tasks])
-    store.emit(TasksChosen(tasks=[{"task": t.task_id, "op": t.op, "shape": t.shape_text, "share": t.share}
-                                  for t in tasks],
-                           skipped=[{"op": p.op, "share": p.share, "reason": why} for p, why in skipped]))
-    result = OptimizeResult(run_dir=store.root, options=opts, backend=backend.name, device=device, capture=capture,
-                            skipped=skipped)
-    try:
+        capture = capture_run(store, loaded, opts.rank_by)
+        release(loaded)
+        try:
+            tasks, skipped = choose_tasks(store, capture, opts, proposer, backend)
+        except UserError:
+            shutil.rmtree(store.root, ignore_errors=True)  # a folder with nothing chosen to search
+            raise
+        result = OptimizeResult(run_dir=store.root, options=opts, backend=backend.name, device=device,
+                                capture=capture, skipped=skipped)
         return _search_all(opts, result, store, backend, proposer, tasks, {}, on_event, started)
     except KeyboardInterrupt:
         raise RunInterrupted(store.root) from None
@@ -225,9 +259,7 @@ def resume(run_dir: Path, on_event: OnEvent = lambda event: None, iterations: in
     are, an unfinished one goes on from its recorded nodes with what is left of its budget. A
     larger `iterations` raises the budget of every task, finished ones included, whose search
     goes on from its saved tree; `say` gets one line on what is continued, with what budget."""
-    from kernforge.capture import load_capture
     from kernforge.search.engine import previous_nodes
-    from kernforge.tasks import KernelTask
 
     started = time.perf_counter()
     if not (run_dir / "config.json").is_file() or not (run_dir / "run.db").is_file():
@@ -248,32 +280,61 @@ def resume(run_dir: Path, on_event: OnEvent = lambda event: None, iterations: in
     device = config["device"]
     if device == "cuda" and not torch.cuda.is_available():
         raise UserError("this run was made on a GPU and none is visible here; resume it on a GPU machine")
-    capture = load_capture(store.capture_dir)
-    recorded = store.db.tasks()
-    tasks = [KernelTask(**data) for _, _, data in recorded]
-    previous = {t.task_id: previous_nodes(store, t.task_id) for t in tasks}
-    # a finished task is searched again only where the budget grew past what it evaluated
-    done = {task_id for task_id, state, _ in recorded
-            if state == "done" and (budget == opts.iterations or len(previous[task_id]) >= budget)}
-    say(_resume_line(run_dir, config, tasks, previous, done, opts.iterations, budget))
-    opts.iterations = budget
-    skipped_rows = store.read_json("skipped.json") if (run_dir / "skipped.json").is_file() else []
-    profiles = {p.signature: p for p in capture.profiles}
-    result = OptimizeResult(run_dir=store.root, options=opts, backend=backend.name, device=device, capture=capture,
-                            skipped=[(profiles[r["signature"]], r["reason"]) for r in skipped_rows
-                                     if r["signature"] in profiles])
-    store.rewrite_results([row_of(t, n) for t in tasks for n in previous[t.task_id]])
     spent = sum(run_phases(store.events()).values())  # of a time budget, by the sessions before
     store.emit(run_started(config, resumed=True))
-    store.emit(Resumed(done=sorted(done), recorded_nodes={k: len(v) for k, v in previous.items()}))
-    for task in tasks:
-        if task.task_id in done:
-            result.outcomes.append(_finished_outcome(store, task, previous[task.task_id], budget))
-    pending = [t for t in tasks if t.task_id not in done]
     try:
+        capture = _finished_capture(store, opts, backend, say)
+        if not _tasks_chosen(store):
+            say(f"{run_dir}: its tasks were not chosen before it stopped; choosing them now")
+            choose_tasks(store, capture, opts, proposer, backend)
+        recorded = store.db.tasks()
+        tasks = [KernelTask(**data) for _, _, data in recorded]
+        previous = {t.task_id: previous_nodes(store, t.task_id) for t in tasks}
+        # a finished task is searched again only where the budget grew past what it evaluated
+        done = {task_id for task_id, state, _ in recorded
+                if state == "done" and (budget == opts.iterations or len(previous[task_id]) >= budget)}
+        say(_resume_line(run_dir, config, tasks, previous, done, opts.iterations, budget))
+        opts.iterations = budget
+        result = OptimizeResult(run_dir=store.root, options=opts, backend=backend.name, device=device,
+                                capture=capture, skipped=_recorded_skips(store, capture))
+        store.rewrite_results([row_of(t, n) for t in tasks for n in previous[t.task_id]])
+        store.emit(Resumed(done=sorted(done), recorded_nodes={k: len(v) for k, v in previous.items()}))
+        for task in tasks:
+            if task.task_id in done:
+                result.outcomes.append(_finished_outcome(store, task, previous[task.task_id], budget))
+        pending = [t for t in tasks if t.task_id not in done]
         return _search_all(opts, result, store, backend, proposer, pending, previous, on_event, started, spent)
     except KeyboardInterrupt:
         raise RunInterrupted(store.root) from None
+
+
+def _finished_capture(store: RunStore, opts: OptimizeOptions, backend: Backend,
+                      say: Callable[[str], None]) -> Capture:
+    """The run's capture, or a new one where the run stopped before its capture was written
+    (profile.json, written last and whole, is missing): the model loaded and captured again."""
+    from kernforge.capture import load_capture
+
+    if (store.capture_dir / "profile.json").is_file():
+        return load_capture(store.capture_dir)
+    say(f"{store.root}: its capture did not finish before it stopped; capturing the model again")
+    loaded = load_for_run(opts.spec, backend.name, opts.model, store.emit)
+    store.emit(PhaseTimed(phase="load", seconds=time.time() - loaded.began))
+    capture = capture_run(store, loaded, opts.rank_by)
+    release(loaded)
+    return capture
+
+
+def _tasks_chosen(store: RunStore) -> bool:
+    """Whether the run chose its tasks: the `tasks` event, or tasks in the database (a run whose
+    Ctrl-C fell between the two, or one from before the event)."""
+    return bool(store.db.tasks()) or any(isinstance(e, TasksChosen) for e in store.events())
+
+
+def _recorded_skips(store: RunStore, capture: Capture) -> list[tuple[OpProfile, str]]:
+    """The hotter ops the run skipped, with why, as skipped.json keeps them."""
+    rows = store.read_json("skipped.json") if (store.root / "skipped.json").is_file() else []
+    profiles = {p.signature: p for p in capture.profiles}
+    return [(profiles[r["signature"]], r["reason"]) for r in rows if r["signature"] in profiles]
 
 
 def _resume_line(run_dir: Path, config: dict[str, Any], tasks: list[Any], previous: dict[str, list[Node]],
@@ -307,6 +368,9 @@ def _search_all(opts: OptimizeOptions, result: OptimizeResult, store: RunStore, 
             if spent:  # the run ends cleanly: what was found stands, the rest is said
                 result.outcomes.append(TaskOutcome(task=task, baseline=None, error=spent, stopped=spent))
                 continue
+            # tasks done so far of all the run's, finished ones of an earlier session included
+            store.emit(PhaseStarted(phase="baselines", done=len(result.outcomes),
+                                    total=len(result.outcomes) + len(tasks) - i, task=task.task_id))
             outcome = search_task(task, store, backend, device, proposer, get_strategy(opts.strategy),
                                   opts.iterations, opts.candidate_timeout_s,
                                   compile_modes=compile_modes(opts.compile, device),
@@ -376,6 +440,7 @@ def _apply(store: RunStore, compile_model: bool) -> dict[str, Any]:
     from kernforge.integrate.apply import apply_run
 
     run_dir = store.root
+    store.emit(PhaseStarted(phase="apply"))
     store.emit(ApplyProgress(line="installing the winners into the model"))
     try:
         return apply_run(run_dir, compile_model=compile_model,

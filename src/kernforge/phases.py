@@ -35,3 +35,10 @@ class Stopwatch:
         now = time.perf_counter()
         seconds, self._last = now - self._last, now
         return seconds
+
+
+def phase_text(phase: str, done: int | None = None, total: int | None = None) -> str:
+    """A phase as the terminal's status line and the dashboard's header name it: "capture",
+    "candidates (3/10)" where its work is counted."""
+    counted = f" ({done}/{total})" if done is not None and total is not None else ""
+    return phase.replace("_", " ") + counted

@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -191,8 +192,13 @@ def capture_model(
     sample_cap_bytes: int | None = None,
     total_cap_bytes: int | None = None,
     under_compile: bool = False,
+    on_phase: Callable[[str], None] = lambda phase: None,
 ) -> Capture:
     """Record `repeats` forward passes after a warm-up; save input samples and the call log under out_dir.
+    `on_phase` is told each phase (kernforge.phases) as it begins: capture, replay, ...
+
+    profile.json is written last, whole or not at all: a folder that has it holds a finished
+    capture (what a resumed run checks before it captures again).
 
     under_compile: also profile the model under torch.compile and set each candidate's compiled
     time, floor and headroom (capture/compiled.py), which the ranking then uses; a model that
@@ -211,6 +217,7 @@ def capture_model(
     if out_dir is None:
         samples_per_signature = 0
     clock = Stopwatch()
+    on_phase("capture")
     _warm_up(loaded)
     forward_ms = _median_forward_ms(loaded)
     on_gpu = loaded.device.type == "cuda"
@@ -226,6 +233,7 @@ def capture_model(
         recorders.append(recorder)
     recorded = _summarise(loaded, recorders, times, forward_ms, captured_ms, measured_us)
     record_s = clock.lap()
+    on_phase("replay")
     replays = replay_signatures(recorders[0], recorded.profiles, loaded.device)
     times = [_with_replayed(rec.calls, t, replays) for rec, t in zip(recorders, times)]
     capture = _summarise(loaded, recorders, times, forward_ms, captured_ms, measured_us)
@@ -238,15 +246,19 @@ def capture_model(
     if under_compile:
         from kernforge.capture.compiled import profile_compiled, to_json
 
+        on_phase("compiled_profile")
         capture.compiled = to_json(profile_compiled(loaded, capture.profiles))
     capture.phases["compiled_profile"] = clock.lap()
     if out_dir is not None:
+        on_phase("samples")
         _save(capture, recorders[0], times[0], out_dir)
         # what the op samples left of the total cap (recorders[0].bytes_left) goes to the chains
         _save_chain_samples(loaded, capture, chains, recorders[0].calls, out_dir, samples_per_signature,
                             sample_cap_bytes, max(0, recorders[0].bytes_left))
         capture.phases["samples"] = clock.lap()
-        (out_dir / "profile.json").write_text(json.dumps(asdict(capture), indent=1))
+        written = out_dir / "profile.json.tmp"
+        written.write_text(json.dumps(asdict(capture), indent=1))
+        written.replace(out_dir / "profile.json")
     return capture
 
 

@@ -102,10 +102,7 @@ class ForkServer:
 def kill_worker(worker: Any) -> None:
     """Kill a worker's process group and reap the worker. A forked worker that has not yet made
     its own group (killed in its first milliseconds) is killed by its pid."""
-    try:
-        os.killpg(worker.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+    kill_group(worker.pid)
     if worker.poll() is None:
         try:
             os.kill(worker.pid, signal.SIGKILL)
@@ -114,10 +111,22 @@ def kill_worker(worker: Any) -> None:
     worker.wait()
 
 
+def kill_group(pid: int) -> None:
+    """SIGKILL to the process group a worker leads (it made its own session), without reaping it."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 def _run_job(job_path: str, env: dict[str, str], log_path: str,
              marks: multiprocessing.connection.Connection) -> None:
     """In the forked worker: a process group of its own, the job's environment and log, then the
-    worker's main as `python -m kernforge.evaluate.worker JOB` would run it."""
+    worker's main as `python -m kernforge.evaluate.worker JOB` would run it. Ctrl-C is ignored:
+    it reaches the whole foreground process group, and until setsid() below this worker is in it;
+    the search process handles it and ends its workers (runner.stop_workers), with no traceback
+    of theirs in a log."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     os.setsid()
     log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(log, 1)

@@ -145,6 +145,8 @@ def run_job(job: dict[str, Any], job_dir: Path, timeout_s: float, env_extra: dic
                                         stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                                         env={**env, "KF_MARK_FD": str(marks.write_fd)}, pass_fds=(marks.write_fd,))
             marks.started(proc.pid)
+        with _RUNNING_LOCK:
+            _RUNNING.add(proc)
         try:
             proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -153,6 +155,8 @@ def run_job(job: dict[str, Any], job_dir: Path, timeout_s: float, env_extra: dic
             return None, f"timed out after {timeout_s:.0f} s\n{tail}", time.perf_counter() - started
         finally:
             kill_worker(proc)  # nothing the candidate started may outlive its worker
+            with _RUNNING_LOCK:
+                _RUNNING.discard(proc)
     wall = time.perf_counter() - started
     result_path = Path(job["result_path"])
     if proc.returncode == 0 and result_path.exists():
@@ -261,6 +265,22 @@ class PrestartedWorkers:
 
 
 WORKERS = PrestartedWorkers()
+
+# The workers of the jobs running now. On Ctrl-C their results are lost anyway (only the search
+# thread records a node, and it is the one interrupted; a resume evaluates them again), so
+# stop_workers ends them rather than let the search wait up to a candidate's time-out for them.
+_RUNNING: set[Any] = set()
+_RUNNING_LOCK = threading.Lock()
+
+
+def stop_workers() -> None:
+    """Kill every running job's worker and the waiting prestarted ones (each job's thread reaps its
+    own): for an interrupted search that must end now."""
+    with _RUNNING_LOCK:
+        running = list(_RUNNING)
+    for proc in running:
+        forked.kill_group(proc.pid)
+    WORKERS.close()
 
 
 # reference (inputs) path -> the task's oracle, held in this process only: the baseline worker

@@ -19,7 +19,8 @@ from kernforge.evaluate.judge import CHECKS
 from kernforge.propose.context import task_facts
 from kernforge.report.svg import Series, TreePoint, line_plot_svg, tree_svg
 from kernforge.search.engine import Node
-from kernforge.phases import PHASES
+from kernforge.phases import PHASES, phase_text
+from kernforge.store.events import NodeFinished, PhaseStarted, RunStarted
 from kernforge.store.reader import NodeState, PartialRun, TaskState, run_phases
 
 LOG_LIMIT = 64_000  # characters of a log shown; the rest is in the file
@@ -88,7 +89,24 @@ def run_header(run: PartialRun, now: float) -> dict[str, Any]:
             "model_ms": (run.profile or {}).get("forward_ms"), "best_speedup": max(best) if best else None,
             "end_to_end": end_to_end(run), "counts": dict(sorted(counts.items())),
             "llm": llm_usage(run), "elapsed_s": elapsed_s(run, now), "problems": run.problems,
-            "versions": c.get("versions", {}), "phases": phase_rows(run.events)}
+            "versions": c.get("versions", {}), "phases": phase_rows(run.events),
+            "now": phase_now(run.events) if run.status == "running" else ""}
+
+
+def phase_now(events: list[Any]) -> str:
+    """What the run is doing, from its latest phase_start: "capture", "candidates (3/10)" (a
+    search's count goes on with the task's finished nodes); "" for a run from before the event.
+    Only this session's count: a resumed run is not still in the phase its last session was cut in."""
+    session = max((i for i, e in enumerate(events) if isinstance(e, RunStarted)), default=0)
+    starts = [i for i, e in enumerate(events) if i >= session and isinstance(e, PhaseStarted)]
+    if not starts:
+        return ""
+    latest = events[starts[-1]]
+    done = latest.done
+    if latest.phase == "candidates":
+        done = max([done or 0] + [e.candidates for e in events[starts[-1]:]
+                                  if isinstance(e, NodeFinished) and e.task == latest.task])
+    return phase_text(latest.phase, done, latest.total)
 
 
 def phase_rows(events: list[Any]) -> list[dict[str, Any]]:

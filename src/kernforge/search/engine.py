@@ -15,7 +15,7 @@ from typing import Any
 from kernforge.backends import Backend
 from kernforge.evaluate import Baseline, EvalResult, evaluate_baseline, evaluate_candidate
 from kernforge.evaluate.executors import Executor, LocalExecutor
-from kernforge.evaluate.runner import discard_reference
+from kernforge.evaluate.runner import discard_reference, stop_workers
 from kernforge.phases import Stopwatch
 from kernforge.propose import Failure, NoProposal, Proposal, Proposer
 from kernforge.propose.context import Attempt, ProposalContext, Seed, task_facts
@@ -23,8 +23,8 @@ from kernforge.search.budget import PLATEAU
 from kernforge.search.siblings import task_seed
 from kernforge.search.strategy import Strategy
 from kernforge.store import RunStore
-from kernforge.store.events import (Confirmed, NodeFinished, NodeStarted, PhaseTimed, ProposalFailed, SearchStopped,
-                                    TaskEnded, TaskStarted)
+from kernforge.store.events import (Confirmed, NodeFinished, NodeStarted, PhaseStarted, PhaseTimed, ProposalFailed,
+                                    SearchStopped, TaskEnded, TaskStarted)
 from kernforge.tasks import KernelTask, save_task
 
 BASELINE_TIMEOUT_S = 600.0
@@ -298,16 +298,21 @@ def search_task(
     search.ctx = ctx
 
     clock = Stopwatch()
+    store.emit(PhaseStarted(phase="candidates", done=len(outcome.nodes), total=iterations, task=task.task_id))
     try:
         strategy.run(ctx)
         outcome.stopped = search_ended(ctx, proposer.name)
         store.emit(PhaseTimed(phase="candidates", seconds=clock.lap(), task=task.task_id))
         store.emit(SearchStopped(task=task.task_id, reason=outcome.stopped))
+        store.emit(PhaseStarted(phase="finalists", task=task.task_id))
         for node in pick_finalists(outcome.nodes, finalists):
             if node.confirmed is None:  # a resumed task keeps the re-evaluations it finished
                 search.confirm(node)
         store.emit(PhaseTimed(phase="finalists", seconds=clock.lap(), task=task.task_id))
         store.db.set_task_state(task.task_id, "done")
+    except KeyboardInterrupt:
+        stop_workers()  # Ctrl-C: the candidates in flight are lost (a resume redoes them); no wait for them
+        raise
     finally:
         # on an error or a kill, the candidates still running are lost (a resume redoes them);
         # their workers are let finish so that none outlives the reference below

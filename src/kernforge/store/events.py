@@ -21,6 +21,7 @@ is an UnknownEvent with its fields, not an error.
     applied         the winners installed and the model measured end to end
     run_end         the search is over; summary.json is written
     phase           a phase of the run (kernforge.phases) took so many seconds, for a task or the run
+    phase_start     a phase of the run begins, with how much of its countable work is done
 """
 
 from __future__ import annotations
@@ -198,6 +199,17 @@ class PhaseTimed(Event):
 
 
 @dataclass(kw_only=True)
+class PhaseStarted(Event):
+    """What the run is doing now, for a status line and the dashboard's header; its end is the
+    matching `phase` event (or the next phase_start)."""
+    kind: ClassVar[str] = "phase_start"
+    phase: str = ""  # a key of kernforge.phases.PHASES
+    done: int | None = None  # work of the phase finished (tasks, for baselines and candidates); None: not counted
+    total: int | None = None
+    task: str = ""  # the task it works on, or "" for the run's own phases
+
+
+@dataclass(kw_only=True)
 class UnknownEvent(Event):
     """A line of a kind this kernforge does not know (a newer one wrote it): kept, not fatal."""
     name: str = ""
@@ -209,7 +221,7 @@ class UnknownEvent(Event):
 
 EVENTS: dict[str, type[Event]] = {cls.kind: cls for cls in (
     RunStarted, Captured, TasksChosen, Resumed, TaskStarted, NodeStarted, NodeFinished, ProposalFailed,
-    Confirmed, SearchStopped, TaskEnded, ApplyProgress, Applied, RunEnded, PhaseTimed)}
+    Confirmed, SearchStopped, TaskEnded, ApplyProgress, Applied, RunEnded, PhaseTimed, PhaseStarted)}
 
 
 def event_from_json(data: dict[str, Any]) -> Event:
