@@ -375,3 +375,31 @@ def _manifest_kernel_name(run_dir: Path) -> str:
 
     winner = winners(read_run(run_dir))[0]
     return runtime.kernel_name(winner.op, winner.source.read_bytes())
+
+
+def test_install_on_another_model_says_so_in_one_line(exported: Path):
+    """The model a package was proved in is named in its manifest; another one is installed on
+    (its calls of the proved shapes still take the kernel, the others run the original), with a
+    one-line warning, and the model it was proved in gets none."""
+    import warnings
+
+    manifest = _manifest(exported)
+    assert manifest["model_class"] == "Model" and manifest["model_parameters"] == 48 * 48 + 48
+    package = loader.Package(exported / PACKAGE)
+    with pytest.warns(loader.ModelMismatchWarning) as caught:
+        installation = package.install(torch.nn.Linear(3, 5))
+    try:
+        assert installation is not None
+        (line,) = [str(w.message) for w in caught]
+        assert "\n" not in line and "Model of 2,352 parameters, not this Linear of 20" in line, line
+    finally:
+        package.uninstall()
+    sys.path.insert(0, str(TINY_MODEL.parent))
+    try:
+        from tiny_softmax import Model
+    finally:
+        sys.path.remove(str(TINY_MODEL.parent))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", loader.ModelMismatchWarning)
+        assert package.install(Model()) is not None
+    package.uninstall()

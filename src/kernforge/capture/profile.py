@@ -138,6 +138,10 @@ class Capture:
     # capture/compiled.py's CompiledProfile as JSON, where the compiled model was profiled (its
     # "error" says why it could not be); None: ranked by eager time only, as was asked
     compiled: dict[str, Any] | None = None
+    # what an exported package's install() compares the model it is given with (integrate/loader):
+    # the root module's class and its parameter count; "" and 0 in profile.json files from before
+    model_class: str = ""
+    model_parameters: int = 0
 
     @property
     def ranked_by_compile(self) -> bool:
@@ -514,7 +518,8 @@ def _summarise(loaded: LoadedModel, recorders: list[Recorder], times: list[dict[
     profiles.sort(key=lambda p: p.time_us, reverse=True)
     return Capture(model=loaded.name, device=str(loaded.device), forward_ms=forward_ms,
                    captured_ms=captured_ms, total_time_us=total, measured_total_us=measured_us,
-                   repeats=len(recorders), profiles=profiles)
+                   repeats=len(recorders), profiles=profiles, model_class=type(loaded.module).__qualname__,
+                   model_parameters=sum(p.numel() for p in loaded.module.parameters()))
 
 
 def _profile(call: Call, calls: int, us: float, total: float) -> OpProfile:

@@ -58,6 +58,11 @@ class KernelLoadWarning(UserWarning):
     """One kernel could not be loaded here: its op runs the original."""
 
 
+class ModelMismatchWarning(UserWarning):
+    """install() was given another model than the one the kernels were proved in: installed, and
+    only its calls of the proved shapes and dtypes take them."""
+
+
 # ---------------------------------------------------------------------------- the package
 
 
@@ -91,6 +96,9 @@ class Package:
             return None
         if model is not None:
             check_model(model, manifest["device"]["type"])
+            mismatch = model_mismatch(model, manifest)
+            if mismatch:
+                warnings.warn(f"{self.name}: {mismatch}", ModelMismatchWarning, stacklevel=2)
         self.uninstall()
         specs, self.skipped = self._load(manifest, devices)
         for name, why in self.skipped.items():
@@ -210,6 +218,19 @@ def check_model(model: torch.nn.Module, device_type: str) -> None:
     if where and device_type not in where:
         raise ValueError(f"the model lives on {', '.join(sorted(where))} and these kernels were proved on "
                          f"{device_type}; move the model there first (model.to('{device_type}'))")
+
+
+def model_mismatch(model: torch.nn.Module, manifest: dict[str, Any]) -> str | None:
+    """Why `model` is not the one the kernels were proved in (its class or parameter count),
+    or None. Installing stays safe either way: a call the guards do not know runs the original."""
+    proved_class, proved_count = manifest.get("model_class", ""), manifest.get("model_parameters", 0)
+    if not proved_class:  # exported before the manifest kept the model's identity
+        return None
+    count = sum(p.numel() for p in model.parameters())
+    if type(model).__qualname__ == proved_class and count == proved_count:
+        return None
+    return (f"these kernels were proved in a {proved_class} of {proved_count:,} parameters, not this "
+            f"{type(model).__qualname__} of {count:,}: only its calls of the proved shapes take them")
 
 
 def _gpu_text(name: str, arch: str | None) -> str:
