@@ -243,3 +243,20 @@ def _rendered(table) -> str:
     console = Console(width=400, record=True)
     console.print(table)
     return console.export_text()
+
+
+def test_the_profile_table_says_which_ops_a_listed_chain_holds():
+    """A chain's share is its ops' shares again: each op whose calls all run inside a listed chain
+    says which, and the table says its share column does not add up across them."""
+    softmax = _op("sm", "aten::_softmax.default", 600.0, calls=2)
+    add = _op("add", "aten::add.Tensor", 200.0, calls=3)  # one call outside the chain
+    chain = _op("ch", "chain:add+_softmax", 800.0, calls=2, kind="chain",
+                chain={"covers": {"sm": 2, "add": 2}})
+    for p in (softmax, add, chain):
+        p.share = p.time_us / 1000.0
+    cap = Capture(model="m", device="cpu", forward_ms=1.0, captured_ms=1.0, total_time_us=1000.0,
+                  measured_total_us=1000.0, repeats=1, profiles=[chain, softmax, add])
+    table = _rendered(profile_table(cap, include_kinds=("compute", "chain")))
+    assert "60.0% in #1" in table and "20.0% in #1" not in table and "20.0%" in table
+    assert "does not add up" in table
+    assert "in #" not in _rendered(profile_table(cap))  # the chain not listed: nothing to say

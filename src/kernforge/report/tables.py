@@ -25,11 +25,28 @@ def profile_table(capture: Capture, limit: int = 25, include_kinds: tuple[str, .
     names = ("rank", "op", "module", "shape", "dtype", "calls", "time ms", "share", "if 2x faster")
     for name in names + (COMPILED_COLUMNS if compiled else ()):
         table.add_column(name, justify="left" if name in text_columns else "right")
-    for i, p in enumerate(capture.ranked(include_kinds)[:limit]):
+    shown = capture.ranked(include_kinds)[:limit]
+    inside = _chains_holding(shown)
+    for i, p in enumerate(shown):
+        share = f"{p.share:.1%}" + (f" in #{inside[p.signature]}" if p.signature in inside else "")
         row = [str(i + 1), p.op, _short_module(p.module), p.shape_text, p.dtype_text, str(p.calls),
-               f"{p.time_us / 1e3:.3f}", f"{p.share:.1%}", f"{p.gain_if_2x:.3f}x"]
+               f"{p.time_us / 1e3:.3f}", share, f"{p.gain_if_2x:.3f}x"]
         table.add_row(*row, *(_compiled_cells(p) if compiled else ()))
+    if inside:
+        table.caption = ("a fused chain's share is the share of its ops (\"in #N\": inside the chain ranked N), "
+                         "not more time: the column does not add up across them")
     return table
+
+
+def _chains_holding(shown: list[Any]) -> dict[str, int]:
+    """op signature -> the rank of the first listed chain whose calls hold all of that op's."""
+    inside: dict[str, int] = {}
+    for rank, p in enumerate(shown, 1):
+        for signature, count in ((p.chain or {}).get("covers") or {}).items():
+            op = next((q for q in shown if q.signature == signature), None)
+            if op is not None and count >= op.calls:
+                inside.setdefault(signature, rank)
+    return inside
 
 
 def _compiled_cells(p: Any) -> list[str]:
