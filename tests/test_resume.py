@@ -135,7 +135,7 @@ def test_resuming_a_finished_run_searches_nothing_more(resumed):
 
 def test_new_nodes_never_take_the_id_of_a_recorded_one(killed, tmp_path):
     """A gap left by a candidate lost in flight (n0001 here) is not filled: n0002 is kept as it was."""
-    from kernforge.search.engine import previous_nodes
+    from kernforge.search.nodes import previous_nodes
     from kernforge.store import RunStore
 
     run_dir = killed_copy(killed, tmp_path)

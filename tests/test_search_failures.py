@@ -125,7 +125,7 @@ def test_a_search_leaves_events_and_a_commit_per_kept_improvement(softmax_captur
 
 
 def test_a_resumed_task_keeps_the_finalists_it_had_evaluated_again(softmax_capture, tmp_path: Path):
-    from kernforge.search.engine import previous_nodes
+    from kernforge.search.nodes import previous_nodes
 
     _, _, task = softmax_capture
     store = RunStore.create(tmp_path / "runs", "finalists")

@@ -28,7 +28,8 @@ from kernforge.propose import ProposerOptions, Usage, get_proposer
 from kernforge.search import Node, TaskOutcome, get_strategy, search_task
 from kernforge.search.budget import (MIN_TASK_S, FixedCosts, TimeBudget, parse_duration, projected_gain,
                                      task_bytes)
-from kernforge.search.engine import BUDGET_SPENT, FINALISTS, row_of
+from kernforge.search.engine import BUDGET_SPENT, FINALISTS
+from kernforge.search.nodes import row_of
 from kernforge.store import RUN_FORMAT, RunStore
 from kernforge.store.events import (ApplyProgress, Captured, Event, NodeStarted, PhaseStarted, PhaseTimed,
                                     ProposalFailed, Resumed, RunEnded, RunStarted, SearchStopped, TasksChosen,
@@ -259,7 +260,7 @@ def resume(run_dir: Path, on_event: OnEvent = lambda event: None, iterations: in
     are, an unfinished one goes on from its recorded nodes with what is left of its budget. A
     larger `iterations` raises the budget of every task, finished ones included, whose search
     goes on from its saved tree; `say` gets one line on what is continued, with what budget."""
-    from kernforge.search.engine import previous_nodes
+    from kernforge.search.nodes import previous_nodes
 
     started = time.perf_counter()
     if not (run_dir / "config.json").is_file() or not (run_dir / "run.db").is_file():

@@ -182,7 +182,7 @@ def run_json(record: Any, summary: dict[str, Any] | None) -> dict[str, Any]:
     """`kernforge show --json`: the config, the summary and every candidate as a typed row
     (numbers, booleans and nulls, results.tsv's columns plus its source path), and each task's
     best kernel."""
-    from kernforge.search.engine import row_of
+    from kernforge.search.nodes import row_of
     from kernforge.store.reader import run_phases
 
     results, best = [], []

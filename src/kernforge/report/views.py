@@ -18,7 +18,7 @@ from kernforge.backends.build_report import resource_usage, summarise
 from kernforge.evaluate.judge import CHECKS
 from kernforge.propose.context import task_facts
 from kernforge.report.svg import Series, TreePoint, line_plot_svg, tree_svg
-from kernforge.search.engine import Node
+from kernforge.search.nodes import Node
 from kernforge.phases import PHASES, phase_text
 from kernforge.store.events import NodeFinished, PhaseStarted, RunStarted
 from kernforge.store.reader import NodeState, PartialRun, TaskState, run_phases

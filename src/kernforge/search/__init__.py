@@ -1,6 +1,7 @@
 """search: explore candidates for one task with a strategy, under an iteration budget."""
 
-from kernforge.search.engine import Node, SearchContext, TaskOutcome, search_task
+from kernforge.search.engine import SearchContext, search_task
+from kernforge.search.nodes import Node, TaskOutcome
 from kernforge.search.strategy import STRATEGIES, Strategy, get_strategy
 
 __all__ = ["STRATEGIES", "Node", "SearchContext", "Strategy", "TaskOutcome", "get_strategy", "search_task"]

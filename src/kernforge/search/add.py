@@ -19,8 +19,9 @@ from kernforge.evaluate import evaluate_baseline
 from kernforge.evaluate.executors import LocalExecutor
 from kernforge.evaluate.runner import discard_reference
 from kernforge.propose import Proposal
-from kernforge.search.engine import BASELINE_TIMEOUT_S, Node, TaskJobs, TaskOutcome, previous_nodes
-from kernforge.search.strategy import keeps
+from kernforge.search.engine import BASELINE_TIMEOUT_S, TaskJobs
+from kernforge.search.nodes import Node, TaskOutcome, previous_nodes
+from kernforge.search.greedy import keeps
 from kernforge.store import RunStore
 from kernforge.tasks import KernelTask
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 import time
@@ -13,13 +12,14 @@ from pathlib import Path
 from typing import Any
 
 from kernforge.backends import Backend
-from kernforge.evaluate import Baseline, EvalResult, evaluate_baseline, evaluate_candidate
+from kernforge.evaluate import evaluate_baseline, evaluate_candidate
 from kernforge.evaluate.executors import Executor, LocalExecutor
 from kernforge.evaluate.runner import discard_reference, stop_workers
 from kernforge.phases import Stopwatch
 from kernforge.propose import Failure, NoProposal, Proposal, Proposer
 from kernforge.propose.context import Attempt, ProposalContext, Seed, task_facts
 from kernforge.search.budget import PLATEAU
+from kernforge.search.nodes import Node, TaskOutcome, repair_depth, row_of
 from kernforge.search.siblings import task_seed
 from kernforge.search.strategy import Strategy
 from kernforge.store import RunStore
@@ -32,57 +32,6 @@ BASELINE_TIMEOUT_S = 600.0
 # candidates are timed while others build and check, and on an H200 with 8 in flight the same
 # kernel measured 0.0186 ms in one search and 0.058 ms in another.
 FINALISTS = 3
-
-
-@dataclass
-class Node:
-    node_id: str
-    parent_id: str | None
-    proposal: Proposal
-    result: EvalResult
-    kept: bool = False
-    confirmed: EvalResult | None = None  # its finalist's re-evaluation, when it was one
-    repair_depth: int = 0  # failed candidates in a row ending here (0: this one is correct)
-
-    @property
-    def final(self) -> EvalResult:
-        """The result that counts: the finalist's re-evaluation where there is one."""
-        return self.confirmed or self.result
-
-
-@dataclass
-class TaskOutcome:
-    task: KernelTask
-    baseline: Baseline | None
-    nodes: list[Node] = field(default_factory=list)
-    error: str = ""  # why the task could not be searched at all
-    # why its search ended, always said once it has: the budget spent, nothing new to try, a
-    # limit on failed proposals, an LLM budget, a baseline that failed, a seeded start that
-    # nothing improved on (search_ended)
-    stopped: str = ""
-    seeded_from: str = ""  # the sibling's task and node it started from (Seed.label), or ""
-
-    @property
-    def best(self) -> Node | None:
-        """The fastest correct candidate that beat eager beyond the noise, if any. Once finalists
-        were re-evaluated, only they count, by their second result: a kernel must pass its
-        checks twice and beat eager twice, the second time with nothing else running."""
-        finalists = [n for n in self.nodes if n.confirmed is not None]
-        if finalists:
-            faster = [n for n in finalists if n.confirmed.ok and n.confirmed.faster_than_eager]
-            return max(faster, key=lambda n: n.confirmed.speedup_vs_eager) if faster else None
-        faster = [n for n in self.nodes if n.result.ok and n.result.faster_than_eager]
-        return min(faster, key=lambda n: n.result.timing.p50_ms) if faster else None
-
-    @property
-    def correct(self) -> list[Node]:
-        return [n for n in self.nodes if n.result.ok]
-
-    def status_counts(self) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for n in self.nodes:
-            counts[n.result.status] = counts.get(n.result.status, 0) + 1
-        return counts
 
 
 # Proposals in a row that came back with nothing (an endpoint down, replies with no code) before
@@ -537,37 +486,10 @@ class TaskJobs:
         self.pool.shutdown(wait=True, cancel_futures=True)
 
 
-def repair_depth(node: Node, earlier: list[Node]) -> int:
-    """Failed candidates in a row ending at `node` (0 when it is correct), from its parent's."""
-    if node.result.ok:
-        return 0
-    parent = next((n for n in earlier if n.node_id == node.parent_id), None)
-    return 1 + (parent.repair_depth if parent else 0)
-
-
 def pick_finalists(nodes: list[Node], count: int) -> list[Node]:
     """The `count` correct, timed candidates with the best speedups over their own eager."""
     timed = [n for n in nodes if n.result.ok and n.result.speedup_vs_eager is not None]
     return sorted(timed, key=lambda n: n.result.speedup_vs_eager, reverse=True)[:count]
-
-
-def previous_nodes(store: RunStore, task_id: str) -> list[Node]:
-    """The nodes a task recorded before the run stopped, rebuilt from the database and the files,
-    in the order they finished: with several in flight, the strategies decided in that order (a
-    later id can have been kept before an earlier one beat it), so a rebuilt tree or greedy's
-    last kept node must see them so too."""
-    nodes = []
-    for rec in sorted(store.db.nodes(task_id), key=lambda r: r.finished):
-        path = store.root / rec.source_path
-        source = path.read_text() if path.exists() else ""
-        proposal = Proposal.from_record(source, {**rec.params, "rationale": rec.rationale})
-        confirm = store.root / "tasks" / task_id / "nodes" / rec.node / "confirm.json"
-        confirmed = EvalResult.from_json(json.loads(confirm.read_text())) if confirm.is_file() else None
-        node = Node(node_id=rec.node, parent_id=rec.parent, proposal=proposal,
-                    result=EvalResult.from_json(rec.result), kept=rec.kept, confirmed=confirmed)
-        node.repair_depth = repair_depth(node, nodes)
-        nodes.append(node)
-    return nodes
 
 
 def _commit_message(node: Node) -> str:
@@ -575,21 +497,3 @@ def _commit_message(node: Node) -> str:
     speed = f"{r.speedup_vs_eager:.3f}x vs eager" if r.speedup_vs_eager else f"correct, not timed{': ' if r.noisy else ''}{r.noisy}"
     timing = f" (p50 {r.timing.p50_ms:.4f} ms, eager {r.eager.p50_ms:.4f} ms)" if r.timing and r.eager else ""
     return f"{node.node_id}: {speed}{timing}\n\n{node.proposal.rationale}\n"
-
-
-def row_of(task: KernelTask, node: Node) -> dict[str, Any]:
-    r = node.result
-    return {
-        "task": task.task_id, "node": node.node_id, "parent": node.parent_id or "",
-        "status": r.status, "failure_reason": r.reason or r.noisy,  # noisy: correct, its timing spoilt
-        "p50_ms": r.timing.p50_ms if r.timing else None,
-        "p20_ms": r.timing.p20_ms if r.timing else None,
-        "p80_ms": r.timing.p80_ms if r.timing else None,
-        "eager_p50_ms": r.eager.p50_ms if r.eager else None,
-        "speedup_vs_eager": r.speedup_vs_eager, "faster_than_eager": r.faster_than_eager,
-        "kept": node.kept, "eval_s": r.wall_s, "rationale": node.proposal.rationale,
-        "origin": node.proposal.origin, "model": node.proposal.model,
-        "llm_tokens": node.proposal.usage.tokens, "llm_cost_usd": node.proposal.usage.cost_usd,
-    }
-
-

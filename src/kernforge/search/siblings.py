@@ -17,11 +17,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kernforge.propose.context import Attempt, Seed
+from kernforge.search.nodes import TaskOutcome, previous_nodes
 from kernforge.store import RunStore
 from kernforge.tasks import KernelTask
 
 if TYPE_CHECKING:
-    from kernforge.search.engine import Node
+    from kernforge.search.nodes import Node
 
 SEED_FILE = "seed.json"
 
@@ -51,7 +52,6 @@ def find_seed(store: RunStore, task: KernelTask, backend: str) -> Seed | None:
     beyond the noise, confirmed), the fastest; where none won, the fastest correct candidate, so
     that a sibling's working point still spares this task the climb to it. None: no sibling has
     a correct candidate."""
-    from kernforge.search.engine import TaskOutcome, previous_nodes
 
     run_backend = _run_backend(store, backend)
     seeds = []
@@ -104,7 +104,6 @@ def _seed_of(store: RunStore, sibling: KernelTask, node: Node, winner: bool) -> 
 def _read_seed(store: RunStore, task_id: str) -> Seed | None:
     """A seed.json read back as the Seed it named, its candidate rebuilt from the sibling's nodes;
     None where the sibling or its node is no longer in the folder."""
-    from kernforge.search.engine import previous_nodes
 
     data = store.read_json(f"tasks/{task_id}/{SEED_FILE}")
     sibling = next((KernelTask(**d) for t, _, d in store.db.tasks() if t == data.get("task")), None)

@@ -18,7 +18,7 @@ from kernforge.errors import UserError
 from kernforge.phases import PHASES
 from kernforge.evaluate import Baseline, EvalResult, Timing
 from kernforge.propose import Proposal
-from kernforge.search.engine import Node, TaskOutcome, previous_nodes
+from kernforge.search.nodes import Node, TaskOutcome, previous_nodes
 from kernforge.search.siblings import seeded_from
 from kernforge.store.events import (Event, EventTail, NodeFinished, NodeStarted, RunEnded, RunStarted,
                                     PhaseTimed, SearchStopped, TaskEnded, TasksChosen, TaskStarted)
