@@ -1,9 +1,9 @@
-"""The kernel contracts the README gives for hand-written kernels, against the code.
+"""The kernel contracts docs/writing-kernels.md gives for hand-written kernels, against the code.
 
 The shipped header (kernforge/include/kernforge.h) holds the backends' prelude character for
-character and lays out kf_tensor as the ctypes struct the harness passes; the README's
-examples pass the static scan, and its C example builds against the header and runs
-through the cpu backend.
+character and lays out kf_tensor as the ctypes struct the harness passes; the example files
+under docs/examples/, each named by docs/writing-kernels.md, pass the static scan, and the C
+example builds against the header and runs through the cpu backend.
 """
 
 from __future__ import annotations
@@ -26,16 +26,27 @@ from kernforge.evaluate.scan import scan_source
 
 pytestmark = pytest.mark.integration
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+GUIDE = ROOT / "docs" / "writing-kernels.md"
+EXAMPLES = ROOT / "docs" / "examples"
+EXAMPLE_NAMES = ("softmax_body.c", "softmax_body.cu", "softmax.py")
 HEADER = resources.files("kernforge").joinpath("include", "kernforge.h")
 needs_gcc = pytest.mark.skipif(cpu.unavailable_reason() is not None, reason="gcc is not installed")
 
 
-def readme_example(name: str) -> str:
-    """The fenced block after the README's `<!-- kf-example: NAME -->` line."""
-    match = re.search(rf"<!-- kf-example: {re.escape(name)} -->\n```\w*\n(.*?)```", README.read_text(), re.S)
-    assert match, f"the README has no example {name}"
-    return match.group(1)
+def guide_example(name: str) -> str:
+    """docs/examples/NAME, the file docs/writing-kernels.md links as `(examples/NAME)`."""
+    assert f"(examples/{name})" in GUIDE.read_text(), f"docs/writing-kernels.md does not link examples/{name}"
+    path = EXAMPLES / name
+    assert path.is_file(), f"docs/examples/ has no {name}"
+    return path.read_text()
+
+
+def test_guide_links_every_example_file():
+    """Every file under docs/examples/ is one of the checked examples, and the guide links each."""
+    assert sorted(p.name for p in EXAMPLES.iterdir()) == sorted(EXAMPLE_NAMES)
+    guide = GUIDE.read_text()
+    assert [name for name in EXAMPLE_NAMES if f"(examples/{name})" not in guide] == []
 
 
 def header_text() -> str:
@@ -43,13 +54,13 @@ def header_text() -> str:
 
 
 def candidate(body: str) -> str:
-    """What the README says to evaluate: the header, then the kernel (`cat "$KF_H" body > file`)."""
+    """What docs/writing-kernels.md says to evaluate: the header, then the kernel (`cat "$KF_H" body > file`)."""
     return header_text() + body
 
 
 def test_header_ships_in_the_package():
     assert HEADER.is_file()
-    assert '"include/*.h"' in (README.parent / "pyproject.toml").read_text()
+    assert '"include/*.h"' in (ROOT / "pyproject.toml").read_text()
 
 
 def test_header_holds_the_prelude_verbatim():
@@ -65,8 +76,8 @@ def test_header_names_no_op():
 
 @pytest.mark.parametrize("name, language", [("softmax_body.c", "c"), ("softmax_body.cu", "cuda"),
                                             ("softmax.py", "triton")])
-def test_readme_examples_pass_the_scan_and_name_their_op(name: str, language: str):
-    source = readme_example(name) if language == "triton" else candidate(readme_example(name))
+def test_guide_examples_pass_the_scan_and_name_their_op(name: str, language: str):
+    source = guide_example(name) if language == "triton" else candidate(guide_example(name))
     assert scan_source(source, language, "float32") == []
     assert declared_op(source) == "aten::_softmax.default"
 
@@ -103,22 +114,22 @@ def test_header_layout_is_the_harness_struct(tmp_path: Path):
 
 
 @needs_gcc
-def test_readme_c_example_compiles_against_the_header_alone(tmp_path: Path):
-    """The README's `gcc -include "$KF_H" -c softmax_body.c` step, warnings as errors."""
+def test_guide_c_example_compiles_against_the_header_alone(tmp_path: Path):
+    """docs/writing-kernels.md's `gcc -include "$KF_H" -c softmax_body.c` step, warnings as errors."""
     body = tmp_path / "softmax_body.c"
-    body.write_text(readme_example("softmax_body.c"))
+    body.write_text(guide_example("softmax_body.c"))
     subprocess.run(["gcc", "-std=c11", "-fopenmp", "-Wall", "-Werror", "-include", str(HEADER), "-c",
                     str(body), "-o", str(tmp_path / "softmax.o")], check=True, capture_output=True)
 
 
 @needs_gcc
 @pytest.mark.parametrize("shape, transpose", [((3, 5, 37), False), ((37,), False), ((6, 9), True)])
-def test_readme_c_example_runs_through_the_cpu_backend(tmp_path: Path, shape: tuple[int, ...],
+def test_guide_c_example_runs_through_the_cpu_backend(tmp_path: Path, shape: tuple[int, ...],
                                                        transpose: bool):
     """Built as the evaluator builds it (object scan included) and called on odd shapes, a
     transposed input among them: softmax over the last dim, within fp32 rounding."""
     source = tmp_path / "softmax.c"
-    source.write_text(candidate(readme_example("softmax_body.c")))
+    source.write_text(candidate(guide_example("softmax_body.c")))
     x = torch.randn(*shape)
     x = x.t() if transpose else x  # (9, 6) with strides (1, 9): rows are not contiguous
     out = {"shape": list(x.shape), "dtype": "torch.float32", "stride": list(x.stride()), "device": "cpu"}
@@ -127,10 +138,10 @@ def test_readme_c_example_runs_through_the_cpu_backend(tmp_path: Path, shape: tu
 
 
 @needs_gcc
-def test_readme_c_example_refuses_another_dtype_with_its_code(tmp_path: Path):
+def test_guide_c_example_refuses_another_dtype_with_its_code(tmp_path: Path):
     """A non-zero return is the call's failure, with the code in the message."""
     source = tmp_path / "softmax.c"
-    source.write_text(candidate(readme_example("softmax_body.c")))
+    source.write_text(candidate(guide_example("softmax_body.c")))
     x = torch.randn(4, 8, dtype=torch.float64)
     out = {"shape": [4, 8], "dtype": "torch.float64", "stride": [8, 1], "device": "cpu"}
     kernel = cpu.build(source, tmp_path / "build", [out])

@@ -3,7 +3,7 @@ appear on the task page without a reload, a click opens a node with its source a
 
 Debian's chromium, driven by Playwright through its executable_path (no browser download;
 scripts/test.sh installs the package). KERNFORGE_SCREENSHOTS=DIR keeps a PNG of each view
-there (docs/screenshots/ holds the ones the README shows).
+there (docs/screenshots/ holds the ones docs/dashboard.md shows).
 """
 
 from __future__ import annotations
