@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from family_check import family_for, make_task, tensor
 
-from kernforge.evaluate.timing import time_callable
+from kernforge.evaluate.session import time_callable
 from kernforge.importing import import_path
 from kernforge.propose.builtin import Hardware
 from kernforge.propose.builtin.space import Space

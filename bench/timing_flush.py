@@ -16,7 +16,7 @@ import torch
 from triton.testing import do_bench
 
 from kernforge.evaluate import timing
-from kernforge.evaluate.timing import time_callable
+from kernforge.evaluate.session import time_callable
 
 
 def ops() -> list[tuple[str, object]]:

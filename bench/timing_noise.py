@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from family_check import family_for, make_task, tensor
 from probe_templates import hardware, load
 
-from kernforge.evaluate import timing
+from kernforge.evaluate import session
 
 
 def split_softmax():
@@ -50,7 +50,7 @@ def main() -> int:
     cases = [("split softmax", functools.partial(candidate, x, -1, False)),
              ("eager softmax", functools.partial(torch.softmax, x, -1))]
     print("| kernel | host | runway | p20 ms | p50 ms | p80 ms | spread |\n|---|---|---|---|---|---|---|")
-    default_runway = timing.RUNWAY_CYCLES
+    default_runway = session.RUNWAY_CYCLES
     for host in ("quiet", "busy"):
         stop = multiprocessing.Event()
         burners = []
@@ -61,16 +61,16 @@ def main() -> int:
         try:
             for name, fn in cases:
                 for runway in (0, default_runway):
-                    timing.RUNWAY_CYCLES = runway
+                    session.RUNWAY_CYCLES = runway
                     for _ in range(2):
-                        t = timing.time_callable(fn, torch.device("cuda"))
+                        t = session.time_callable(fn, torch.device("cuda"))
                         print(f"| {name} | {host} | {runway} | {t.p20_ms:.4f} | {t.p50_ms:.4f} | {t.p80_ms:.4f} "
                               f"| {t.spread:.2f} |", flush=True)
         finally:
             stop.set()
             for b in burners:
                 b.join()
-    timing.RUNWAY_CYCLES = default_runway
+    session.RUNWAY_CYCLES = default_runway
     return 0
 
 

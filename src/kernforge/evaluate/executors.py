@@ -18,22 +18,11 @@ from __future__ import annotations
 
 import os
 import queue
-import tempfile
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from kernforge.errors import UserError
-
-JobResult = tuple[dict[str, Any] | None, str, float]
-
-
-class Executor(Protocol):
-    capacity: int  # jobs it can run at once
-
-    def run(self, job: dict[str, Any], job_dir: Path, timeout_s: float) -> JobResult: ...
-
-    def close(self) -> None: ...
-
+from kernforge.evaluate.jobs import Executor, JobResult, machine_lock_dir
 
 class LocalExecutor:
     """Worker processes on this machine, one slot per (GPU, k): a job takes a free slot and
@@ -61,14 +50,6 @@ class LocalExecutor:
 
     def close(self) -> None:
         pass
-
-
-def machine_lock_dir() -> Path:
-    """Device locks are per machine, not per run: two searches on one GPU (or one CPU) must not
-    time beside each other either."""
-    path = Path(tempfile.gettempdir()) / "kernforge-locks"
-    path.mkdir(exist_ok=True)
-    return path
 
 
 def device_lock_name(gpu: int | None) -> str:

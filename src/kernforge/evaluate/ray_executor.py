@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from kernforge.errors import UserError
-from kernforge.evaluate.executors import JobResult, machine_lock_dir
+from kernforge.evaluate.jobs import JobResult, machine_lock_dir
 
 # Files a job names, by its key: (key, sent to the node, brought back from it).
 _SENT = ("task_path", "reference_path", "source")

@@ -17,20 +17,22 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 import kernforge
 from kernforge.backends import get_backend
 from kernforge.evaluate import forked
-from kernforge.evaluate.executors import Executor
 from kernforge.evaluate.forked import kill_worker
 from kernforge.evaluate.judge import Oracle, judge, timing_verdict
 from kernforge.evaluate.scan import Finding, scan_source
 from kernforge.evaluate.timing import Timing, clearly_faster, confirmed_by_sync
 from kernforge.phases import Stopwatch
 from kernforge.tasks import load_task
+
+if TYPE_CHECKING:
+    from kernforge.evaluate.jobs import Executor
 
 LOG_TAIL_LINES = 30
 

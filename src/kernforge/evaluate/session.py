@@ -385,6 +385,15 @@ def make_harness(device: torch.device, mark_fd: int | None = None) -> Callable[.
     return run
 
 
+def time_callable(fn: Callable[[], Any], device: torch.device) -> Timing:
+    """fn() timed as the evaluator times a call (for the probes in bench/): one session of calls
+    with no inputs and nothing judged."""
+    harness = make_harness(device)
+    probe = harness(lambda a, k, p: fn(), Plan(sets=[([], {})], timing=[0], calls=CALLS[0]), None, [], 0)
+    calls = reps_for(probe.timing.p50_ms, device)
+    return harness(lambda a, k, p: fn(), Plan(sets=[([], {})], timing=[0], calls=calls), None, [], 1).timing
+
+
 def _meta(t: torch.Tensor) -> dict[str, Any]:
     return {"shape": list(t.shape), "stride": list(t.stride()), "dtype": str(t.dtype), **_storage(t)}
 

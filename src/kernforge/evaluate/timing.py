@@ -10,11 +10,9 @@ escaped the events.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import torch
 
 
 @dataclass
@@ -43,17 +41,6 @@ def timing_from(samples_ms: list[float], method: str, **cross_checks: Any) -> Ti
     pick = lambda q: ordered[min(len(ordered) - 1, int(q * len(ordered)))]  # noqa: E731
     return Timing(p20_ms=pick(0.2), p50_ms=pick(0.5), p80_ms=pick(0.8), runs=len(ordered), method=method,
                   **cross_checks)
-
-
-def time_callable(fn: Callable[[], Any], device: torch.device) -> Timing:
-    """fn() timed as the evaluator times a call (for the probes in bench/): one session of calls
-    with no inputs and nothing judged."""
-    from kernforge.evaluate.session import CALLS, Plan, make_harness, reps_for
-
-    harness = make_harness(device)
-    probe = harness(lambda a, k, p: fn(), Plan(sets=[([], {})], timing=[0], calls=CALLS[0]), None, [], 0)
-    calls = reps_for(probe.timing.p50_ms, device)
-    return harness(lambda a, k, p: fn(), Plan(sets=[([], {})], timing=[0], calls=calls), None, [], 1).timing
 
 
 def clearly_faster(candidate: Timing, baseline: Timing) -> bool:

@@ -13,7 +13,8 @@ from typing import Any
 
 from kernforge.backends import Backend
 from kernforge.evaluate import evaluate_baseline, evaluate_candidate
-from kernforge.evaluate.executors import Executor, LocalExecutor
+from kernforge.evaluate.executors import LocalExecutor
+from kernforge.evaluate.jobs import Executor
 from kernforge.evaluate.runner import discard_reference, stop_workers
 from kernforge.phases import Stopwatch
 from kernforge.propose import Failure, NoProposal, Proposal, Proposer
