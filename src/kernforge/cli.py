@@ -265,9 +265,11 @@ def optimize(
     out.print(results_table(data["tasks"], title=f"{result.backend} backend on {result.device}, "
                                                  f"{opts.strategy}, {budget}{opts.iterations} iterations per op, "
                                                  f"{result.wall_s:.0f} s"))
+    from kernforge.tasks import task_label
+
     for task in data["tasks"]:  # why each search ended: its budget spent, or why sooner
         if task["stopped"]:
-            out.print(f"{task['task'].split('-')[0]} {task['op']}: search ended, {task['stopped']}",
+            out.print(f"{task_label(task['task'])} {task['op']}: search ended, {task['stopped']}",
                       markup=False, highlight=False)
     _print_llm_usage(data.get("llm"))
     _print_end_to_end(data.get("end_to_end"))

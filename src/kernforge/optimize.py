@@ -35,7 +35,7 @@ from kernforge.store.events import (ApplyProgress, Captured, Event, NodeStarted,
                                     ProposalFailed, Resumed, RunEnded, RunStarted, SearchStopped, TasksChosen,
                                     read_events)
 from kernforge.store.reader import read_baseline, run_phases
-from kernforge.tasks import KernelTask, make_tasks
+from kernforge.tasks import KernelTask, make_tasks, task_label
 
 
 @dataclass
@@ -342,7 +342,7 @@ def _resume_line(run_dir: Path, config: dict[str, Any], tasks: list[Any], previo
                  done: set[str], recorded_budget: int, budget: int) -> str:
     """What --resume continues and with what budget, in one line."""
     what = f"{config.get('model_name', '?')}, {config.get('resolved_backend', '?')} backend, {config.get('strategy')}"
-    per_task = ", ".join(f"{t.task_id.split('-')[0]} {t.op} {len(previous[t.task_id])}/{budget}"
+    per_task = ", ".join(f"{task_label(t.task_id)} {t.op} {len(previous[t.task_id])}/{budget}"
                          + (" done" if t.task_id in done else "") for t in tasks)
     grown = f", raised from {recorded_budget}" if budget != recorded_budget else ", the run's own"
     if len(done) == len(tasks):

@@ -140,10 +140,21 @@ def _without_covered(tasks: list[KernelTask], chosen: dict[str, OpProfile], cove
     return kept
 
 
+def make_task_id(rank: int, signature: str) -> str:
+    """A task's id: its rank in the run's list, then its signature (t0-3f9a...)."""
+    return f"t{rank}-{signature}"
+
+
+def task_label(task_id: str) -> str:
+    """The rank part of a task id ("t0"), what lines about many tasks name a task by."""
+    rank, _, _signature = task_id.partition("-")
+    return rank
+
+
 def _renumbered(tasks: list[KernelTask]) -> list[KernelTask]:
     """Task ids by final rank (t0, t1, ...), as the list reads after chains took their pieces' places."""
     for rank, task in enumerate(tasks):
-        task.task_id = f"t{rank}-{task.signature}"
+        task.task_id = make_task_id(rank, task.signature)
     return tasks
 
 
@@ -175,7 +186,7 @@ def why_not_drawable(profile: OpProfile) -> str | None:
 
 def _task_from_profile(profile: OpProfile, capture_dir: Path, device: str, rank: int) -> KernelTask:
     return KernelTask(
-        task_id=f"t{rank}-{profile.signature}",
+        task_id=make_task_id(rank, profile.signature),
         op=profile.op,
         signature=profile.signature,
         args=profile.args,
