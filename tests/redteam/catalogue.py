@@ -27,9 +27,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from kernforge.evaluate.runner import STATUSES as EVALUATOR_STATUSES
+
 HERE = Path(__file__).resolve().parent
-STATUSES = frozenset({"ok", "cheat", "wrong_result", "runtime_error", "compile_error", "crash", "timeout",
-                      "out_of_memory"})
+STATUSES = frozenset(EVALUATOR_STATUSES)
 
 # The classes of the brief, one word each.
 CLASSES = {

@@ -17,7 +17,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import torch
 
@@ -37,10 +37,14 @@ if TYPE_CHECKING:
 LOG_TAIL_LINES = 30
 
 
+# What a candidate's evaluation came to: correct, or the first way it failed.
+Status = Literal["ok", "compile_error", "runtime_error", "wrong_result", "cheat", "out_of_memory", "crash", "timeout"]
+STATUSES: tuple[Status, ...] = get_args(Status)
+
+
 @dataclass
 class EvalResult:
-    # ok | compile_error | runtime_error | wrong_result | cheat | out_of_memory | crash | timeout
-    status: str
+    status: Status
     reason: str = ""
     errors: list[list[float]] = field(default_factory=list)  # per input set, per output
     timing: Timing | None = None

@@ -15,7 +15,7 @@ from kernforge.backends import Backend
 from kernforge.evaluate import evaluate_baseline, evaluate_candidate
 from kernforge.evaluate.executors import LocalExecutor
 from kernforge.evaluate.jobs import Executor
-from kernforge.evaluate.runner import discard_reference, stop_workers
+from kernforge.evaluate.runner import Status, discard_reference, stop_workers
 from kernforge.phases import Stopwatch
 from kernforge.propose import Failure, NoProposal, Proposal, Proposer
 from kernforge.propose.context import Attempt, ProposalContext, Seed, task_facts
@@ -186,7 +186,7 @@ def _patience(seeded: bool, deadline: float | None) -> int:
 
 
 # Failures whose messages say what to fix; a crash or a time-out says little the generator can use.
-REPAIRABLE = ("compile_error", "runtime_error", "wrong_result", "cheat")
+REPAIRABLE: tuple[Status, ...] = ("compile_error", "runtime_error", "wrong_result", "cheat")
 
 
 def search_task(
