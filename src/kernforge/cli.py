@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import sys
 from pathlib import Path
@@ -15,7 +14,8 @@ from rich.live import Live
 from rich.spinner import Spinner
 from rich.table import Table
 
-from kernforge.errors import UserError
+from kernforge.errors import UserError, set_strict
+from kernforge.errors import strict as strict_mode
 
 try:  # typer 0.2x carries its own copy of click
     from typer._click import exceptions as click_errors
@@ -516,7 +516,7 @@ def apply_command(
     except UserError:
         raise
     except Exception as e:  # a kernel failing inside the model: one line (KERNFORGE_STRICT=1 re-raises)
-        if os.environ.get("KERNFORGE_STRICT") == "1":
+        if strict_mode():
             raise
         raise UserError(f"apply failed: {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}; "
                         "the model was left unpatched (KERNFORGE_STRICT=1 shows the traceback)") from None
@@ -891,9 +891,8 @@ def _counts_text(counts: dict[str, int]) -> str:
 
 
 def _set_strict(strict: bool) -> None:
-    """The judge reads KERNFORGE_STRICT (evaluate.runner.evaluate_candidate)."""
     if strict:
-        os.environ["KERNFORGE_STRICT"] = "1"
+        set_strict(True)
 
 
 def main() -> None:

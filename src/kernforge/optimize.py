@@ -21,7 +21,7 @@ import kernforge
 from kernforge.backends import Backend, choose_backend
 from kernforge.capture import Capture, OpProfile, capture_model
 from kernforge.capture.compiled import compile_ranking, compile_warning
-from kernforge.errors import UserError
+from kernforge.errors import UserError, strict
 from kernforge.evaluate.executors import make_executor, preflight
 from kernforge.models import LoadedModel, ModelOptions, load_model, run_forward
 from kernforge.propose import ProposerOptions, Usage, get_proposer
@@ -447,7 +447,7 @@ def _apply(store: RunStore, compile_model: bool) -> dict[str, Any]:
         return apply_run(run_dir, compile_model=compile_model,
                          on_progress=lambda line: store.emit(ApplyProgress(line=line))).to_json()
     except Exception as e:  # noqa: BLE001 - a kernel that fails in the model must not lose the search's results
-        if os.environ.get("KERNFORGE_STRICT") == "1" and not isinstance(e, UserError):
+        if strict() and not isinstance(e, UserError):
             raise
         data = store.read_json("summary.json")
         data["end_to_end"] = {"error": str(e) if isinstance(e, UserError) else

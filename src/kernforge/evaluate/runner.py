@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 import torch
 
 import kernforge
+from kernforge.errors import strict
 from kernforge.backends import get_backend
 from kernforge.evaluate import forked
 from kernforge.evaluate.forked import kill_worker
@@ -402,7 +403,7 @@ def _judged_run(job: dict[str, Any], job_dir: Path, timeout_s: float, executor: 
     try:
         return _verdict(result, tail, wall, oracle_for(reference_path))
     except Exception as e:  # noqa: BLE001 - a candidate that breaks the judge is a rejected candidate
-        if os.environ.get("KERNFORGE_STRICT") == "1":
+        if strict():
             raise
         return EvalResult(status="crash", reason=f"kernforge failed while judging this candidate's outputs: "
                                                  f"{type(e).__name__}: {str(e)[:300]}", log_tail=tail, wall_s=wall,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -12,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from kernforge.backends import Backend
+from kernforge.errors import strict
 from kernforge.evaluate import evaluate_baseline, evaluate_candidate
 from kernforge.evaluate.executors import LocalExecutor
 from kernforge.evaluate.jobs import Executor
@@ -365,7 +365,7 @@ class TaskJobs:
             with self.thinking:
                 proposal = self.proposer.propose(ctx)
         except Exception as e:  # noqa: BLE001 - a proposer's bug must not end a night's search
-            if os.environ.get("KERNFORGE_STRICT") == "1":
+            if strict():
                 raise
             proposal = NoProposal(f"the {self.proposer.name} proposer failed: {type(e).__name__}: {e}"[:300], "retry")
         if not isinstance(proposal, (Proposal, NoProposal)):
