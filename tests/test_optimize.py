@@ -8,7 +8,8 @@ import pytest
 
 from kernforge.errors import UserError
 from kernforge.evaluate import Baseline, EvalResult, Timing
-from kernforge.optimize import OptimizeOptions, optimize, task_row
+from kernforge.optimize import OptimizeOptions, optimize
+from kernforge.search.nodes import task_row
 from kernforge.propose import Proposal
 from kernforge.search import Node, TaskOutcome
 

@@ -9,7 +9,6 @@ import shutil
 import socket
 import subprocess
 import time
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -28,8 +27,8 @@ from kernforge.propose import ProposerOptions, Usage, get_proposer
 from kernforge.search import Node, TaskOutcome, get_strategy, search_task
 from kernforge.search.budget import (MIN_TASK_S, FixedCosts, TimeBudget, parse_duration, projected_gain,
                                      task_bytes)
-from kernforge.search.engine import BUDGET_SPENT, FINALISTS
-from kernforge.search.nodes import row_of
+from kernforge.search.engine import FINALISTS
+from kernforge.search.nodes import BUDGET_SPENT, row_of, task_row
 from kernforge.store import RUN_FORMAT, RunStore
 from kernforge.store.events import (ApplyProgress, Captured, Event, NodeStarted, PhaseStarted, PhaseTimed,
                                     ProposalFailed, Resumed, RunEnded, RunStarted, SearchStopped, TasksChosen,
@@ -521,67 +520,6 @@ def summary(result: OptimizeResult) -> dict[str, Any]:
         **({"llm": {"model": _llm_label(result.options.llm), **asdict(result.llm_usage)}} if result.llm_usage else {}),
         **({"end_to_end": result.end_to_end} if result.end_to_end is not None else {}),
     }
-
-
-def task_row(outcome: TaskOutcome) -> dict[str, Any]:
-    """One line of the result table: the best speedup is 1.0 unless a kernel beat eager beyond noise."""
-    task, best = outcome.task, outcome.best
-    eager = best.final.eager if best else (outcome.baseline.eager if outcome.baseline else None)
-    compiled = outcome.baseline.compiled_p50_ms if outcome.baseline else None
-    timed = any(n.result.timed for n in outcome.nodes)
-    return {
-        "task": task.task_id,
-        "op": task.op,
-        "shape": task.shape_text,
-        "dtype": task.dtype_text,
-        "share": task.share,
-        "eager_p50_ms": eager.p50_ms if eager else None,
-        "best_p50_ms": best.final.timing.p50_ms if best else None,
-        "best_speedup_vs_eager": best.final.speedup_vs_eager if best else (1.0 if timed else None),
-        "best_node": best.node_id if best else None,
-        "compile_p50_ms": compiled,
-        "best_speedup_vs_compile": (compiled / best.final.timing.p50_ms) if best and compiled else None,
-        "finalists": {n.node_id: {"search_speedup_vs_eager": n.result.speedup_vs_eager,
-                                  "status": n.confirmed.status,
-                                  "speedup_vs_eager": n.confirmed.speedup_vs_eager}
-                      for n in outcome.nodes if n.confirmed is not None},
-        "verdict": _verdict(outcome, best, timed),
-        "real_inputs": task.real_inputs,  # all | partial | none (over the sample cap: drawn)
-        "candidates": len(outcome.nodes),
-        "correct": len(outcome.correct),
-        "status_counts": outcome.status_counts(),
-        "error": outcome.error,
-        "stopped": outcome.stopped,
-        "seeded_from": outcome.seeded_from,  # the sibling's task/node its search started from, or ""
-    }
-
-
-def _verdict(outcome: TaskOutcome, best: Node | None, timed: bool) -> str:
-    """What came of the task; one searched on drawn inputs (real ones over the sample cap) says so."""
-    if outcome.error:
-        return f"not searched: {outcome.error}"
-    if best is not None:
-        verdict = "faster kernel found"
-    elif not outcome.correct:
-        verdict = "no correct kernel found" + _commonest_failure(outcome)
-    elif not timed:
-        verdict = "correct kernel found (interpreter: not timed)"
-    else:
-        verdict = "no faster kernel found"
-    early = outcome.stopped and not outcome.stopped.startswith(BUDGET_SPENT)  # a spent budget is the row's `stopped`
-    notes = [n for n in (outcome.task.inputs_note, f"stopped early: {outcome.stopped}" if early else "") if n]
-    return "; ".join([verdict, *notes])
-
-
-def _commonest_failure(outcome: TaskOutcome) -> str:
-    """Why nothing worked, when one reason dominates: one template tripping a scan rule or a
-    compiler difference fails every candidate the same way, and a user should see it first."""
-    failed = [n.result for n in outcome.nodes if not n.result.ok]
-    if not failed:
-        return ""
-    reasons = Counter((r.status, (r.reason.splitlines() or [""])[0][:160]) for r in failed)
-    (status, reason), count = reasons.most_common(1)[0]
-    return f" ({count} of {len(outcome.nodes)} {status}" + (f": {reason})" if reason else ")")
 
 
 def _options(opts: Any) -> dict[str, Any]:

@@ -140,7 +140,7 @@ def task_best(task: TaskState) -> float | None:
 def hot_rows(run: PartialRun) -> list[dict[str, Any]]:
     """The result table's rows (optimize.task_row, the terminal's and summary.json's) with what a
     live view adds: the task's state, its candidates in flight, the projected model gain."""
-    from kernforge.optimize import task_row
+    from kernforge.search.nodes import task_row
 
     rows = []
     for t in run.tasks:

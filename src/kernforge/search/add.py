@@ -20,7 +20,7 @@ from kernforge.evaluate.executors import LocalExecutor
 from kernforge.evaluate.runner import discard_reference
 from kernforge.propose import Proposal
 from kernforge.search.engine import BASELINE_TIMEOUT_S, TaskJobs
-from kernforge.search.nodes import Node, TaskOutcome, previous_nodes
+from kernforge.search.nodes import Node, TaskOutcome, previous_nodes, task_row
 from kernforge.search.greedy import keeps
 from kernforge.store import RunStore
 from kernforge.tasks import KernelTask
@@ -101,7 +101,6 @@ def _parent(nodes: list[Node], parent: str | None) -> Node | None:
 
 def _rewrite_summary(store: RunStore, outcome: TaskOutcome) -> None:
     """summary.json's row for the task made again with the new node (when the run has a summary)."""
-    from kernforge.optimize import task_row
 
     if not (store.root / "summary.json").is_file():
         return

@@ -20,7 +20,7 @@ from kernforge.phases import Stopwatch
 from kernforge.propose import Failure, NoProposal, Proposal, Proposer
 from kernforge.propose.context import Attempt, ProposalContext, Seed, task_facts
 from kernforge.search.budget import PLATEAU
-from kernforge.search.nodes import Node, TaskOutcome, repair_depth, row_of
+from kernforge.search.nodes import BUDGET_SPENT, Node, TaskOutcome, repair_depth, row_of
 from kernforge.search.siblings import task_seed
 from kernforge.search.strategy import Strategy
 from kernforge.store import RunStore
@@ -163,7 +163,6 @@ class SearchContext:
                 self.stopped = f"{self.failed_in_a_row} proposals in a row failed, the last: {outcome.reason}"
 
 
-BUDGET_SPENT = "budget spent"  # how search_ended's reason starts when the search ran its course
 
 
 def search_ended(ctx: SearchContext, proposer: str) -> str:
