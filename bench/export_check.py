@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 
 from kernforge.integrate.export import export_run
-from kernforge.store.reader import read_run
+from kernforge.search.runs import read_run
 
 CHECK = r'''
 import json, shutil, sys, warnings

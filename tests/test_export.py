@@ -28,7 +28,7 @@ import kernforge
 from kernforge.backends.cpu import GCC_COMMAND
 from kernforge.errors import UserError
 from kernforge.integrate import export, loader, runtime
-from kernforge.store.reader import read_run
+from kernforge.search.runs import read_run
 
 pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("export")]  # one worker: module fixtures made once
 

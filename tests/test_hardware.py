@@ -13,7 +13,7 @@ import torch
 from kernforge.evaluate import hardware
 from kernforge.evaluate.hardware import measure_hardware
 from kernforge.store import RunStore
-from kernforge.store.reader import read_baseline
+from kernforge.search.runs import read_baseline
 
 pytestmark = pytest.mark.integration
 

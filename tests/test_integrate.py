@@ -24,7 +24,7 @@ import kernforge
 from kernforge.errors import UserError
 from kernforge.integrate import runtime
 from kernforge.integrate.endtoend import judge_outputs, oracle_of
-from kernforge.store.reader import read_run
+from kernforge.search.runs import read_run
 
 sys.path.insert(0, str(TINY_MODEL.parent))
 import tiny_softmax  # noqa: E402

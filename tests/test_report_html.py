@@ -11,7 +11,7 @@ from helpers import SOFTMAX_OP, run_cli
 from run_folders import write_run
 
 from kernforge.report.html import report
-from kernforge.store.reader import read_run_partial
+from kernforge.search.runs import read_run_partial
 
 pytestmark = pytest.mark.integration
 

@@ -13,7 +13,7 @@ from helpers import TESTS_DIR
 from kernforge.optimize import OptimizeOptions, optimize, resume
 from kernforge.report import candidate_lines
 from kernforge.store.events import TaskStarted
-from kernforge.store.reader import read_run
+from kernforge.search.runs import read_run
 
 pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("siblings")]  # one worker: the run made once
 

@@ -106,7 +106,7 @@ def test_list_runs_finds_run_folders(runs_dir: Path, monkeypatch):
 def test_phases_sum_per_phase_over_sessions_and_other_is_what_no_phase_covers():
     from kernforge.phases import PHASES
     from kernforge.store.events import PhaseTimed, RunEnded, RunStarted
-    from kernforge.store.reader import run_phases
+    from kernforge.search.runs import run_phases
 
     events = [
         RunStarted(time=100.0, began=90.0),  # 10 s loading before the first event
@@ -129,7 +129,7 @@ def test_phases_sum_per_phase_over_sessions_and_other_is_what_no_phase_covers():
 
 def test_phases_of_a_run_from_before_them_are_all_other():
     from kernforge.store.events import RunEnded, RunStarted
-    from kernforge.store.reader import run_phases
+    from kernforge.search.runs import run_phases
 
     phases = run_phases([RunStarted(time=10.0), RunEnded(time=25.0)])
     assert phases["other"] == 15.0 and sum(phases.values()) == 15.0

@@ -208,7 +208,7 @@ def test_old_event_lines_read_back(tmp_path: Path):
 
 
 def test_the_best_so_far_counts_a_speedup_only_beyond_the_noise(run, softmax_task):
-    from kernforge.store.reader import read_run_partial
+    from kernforge.search.runs import read_run_partial
 
     task = views.find_task(read_run_partial(run.root), softmax_task.task_id)
     # n0000 is correct at 1.06x but inside eager's noise (p80 over eager's p20): eager's 1.0; n0001

@@ -579,7 +579,7 @@ def report(
     """One self-contained HTML file (no script, no outside asset) with the run's tables, plots and
     search trees, and a Markdown summary beside it: for sharing a run without a server."""
     from kernforge.report.html import report as make_report
-    from kernforge.store.reader import read_run_partial
+    from kernforge.search.runs import read_run_partial
 
     root = Path(run) if Path(run).is_dir() else runs_dir / run
     if not (root / "config.json").is_file() and not (root / "events.jsonl").is_file():
@@ -604,7 +604,7 @@ def show(
     """Show one run: the result per op, the model end to end, every candidate tried (its time,
     speedup, status, source and rationale) and the best kernel's path."""
     from kernforge.report import candidate_lines, eval_report, phases_line, results_table, run_json
-    from kernforge.store.reader import read_run, run_phases
+    from kernforge.search.runs import read_run, run_phases
 
     root = Path(run) if Path(run).is_dir() else runs_dir / run
     if not (root / "config.json").is_file():
@@ -732,7 +732,7 @@ def _group_skipped(skipped: list[dict[str, Any]]) -> dict[str, str]:
 
 def _run_overview(store: Any) -> dict[str, Any]:
     """One row of `kernforge ls`, from the run's typed record; a folder that cannot be read says so."""
-    from kernforge.store.reader import read_run
+    from kernforge.search.runs import read_run
 
     try:
         record = read_run(store.root)

@@ -33,7 +33,7 @@ from kernforge.store import RUN_FORMAT, RunStore
 from kernforge.store.events import (ApplyProgress, Captured, Event, NodeStarted, PhaseStarted, PhaseTimed,
                                     ProposalFailed, Resumed, RunEnded, RunStarted, SearchStopped, TasksChosen,
                                     read_events)
-from kernforge.store.reader import read_baseline, run_phases
+from kernforge.search.runs import read_baseline, run_phases
 from kernforge.tasks import KernelTask, make_tasks, task_label
 
 

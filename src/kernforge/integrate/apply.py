@@ -21,7 +21,7 @@ from kernforge.errors import UserError
 from kernforge.integrate import endtoend as e2e
 from kernforge.integrate import overhead, runtime
 from kernforge.integrate.install import Patch, compile_caches_off, patch
-from kernforge.store.reader import RunRecord, read_run, run_phases
+from kernforge.search.runs import RunRecord, read_run, run_phases
 from kernforge.store.events import Applied, PhaseTimed
 
 FRESH_SETS = 2  # fresh input sets checked beside the captured one

@@ -36,7 +36,7 @@ from kernforge.backends import BuildError, get_backend, native_abi
 from kernforge.errors import UserError
 from kernforge.integrate import dispatch, fused, loader, runtime
 from kernforge.integrate.install import Winner, installable, placement, winners
-from kernforge.store.reader import RunRecord, read_run
+from kernforge.search.runs import RunRecord, read_run
 
 # Shipped verbatim: each is torch-only and imports its neighbours relatively outside kernforge.
 SHIPPED_MODULES = (runtime, fused, loader, native_abi, importing, dispatch)

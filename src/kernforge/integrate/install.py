@@ -19,7 +19,7 @@ import torch
 from kernforge.errors import UserError
 from kernforge.integrate import runtime
 from kernforge.integrate.runtime import compile_caches_off  # noqa: F401 - apply's, with patch's one copy
-from kernforge.store.reader import RunRecord, read_run
+from kernforge.search.runs import RunRecord, read_run
 
 
 @dataclass

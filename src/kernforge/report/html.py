@@ -21,7 +21,7 @@ from pygments.lexers import get_lexer_by_name
 from pygments.util import ClassNotFound
 
 from kernforge.report import views
-from kernforge.store.reader import PartialRun, TaskState
+from kernforge.search.runs import PartialRun, TaskState
 
 TEMPLATES = Path(__file__).parent / "templates"
 STATIC = Path(__file__).parent / "static"

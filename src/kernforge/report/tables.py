@@ -183,7 +183,7 @@ def run_json(record: Any, summary: dict[str, Any] | None) -> dict[str, Any]:
     (numbers, booleans and nulls, results.tsv's columns plus its source path), and each task's
     best kernel."""
     from kernforge.search.nodes import row_of
-    from kernforge.store.reader import run_phases
+    from kernforge.search.runs import run_phases
 
     results, best = [], []
     for task in record.tasks:

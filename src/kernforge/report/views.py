@@ -1,6 +1,6 @@
 """What the dashboard and the shared report show, made from a run folder as far as it can be read.
 
-Each function takes a PartialRun (store.reader.read_run_partial) and returns plain data for a
+Each function takes a PartialRun (search.runs.read_run_partial) and returns plain data for a
 template: the runs list's row, a run's header and hot-op table, the plots, a task's tree and a
 node's details. The live dashboard (ui/) and `kernforge report` render the same views.
 """
@@ -21,7 +21,7 @@ from kernforge.report.svg import Series, TreePoint, line_plot_svg, tree_svg
 from kernforge.search.nodes import Node
 from kernforge.phases import PHASES, phase_text
 from kernforge.store.events import NodeFinished, PhaseStarted, RunStarted
-from kernforge.store.reader import NodeState, PartialRun, TaskState, run_phases
+from kernforge.search.runs import NodeState, PartialRun, TaskState, run_phases
 
 LOG_LIMIT = 64_000  # characters of a log shown; the rest is in the file
 

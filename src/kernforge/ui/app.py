@@ -2,7 +2,7 @@
 
 It only reads. Every URL names a run by its folder's name under the runs folder, a task and a
 node by their ids, all checked against what the run holds, so no path outside the runs folder
-can be reached; a folder that cannot be read as a whole shows what can be (store.reader's
+can be reached; a folder that cannot be read as a whole shows what can be (search.runs's
 read_run_partial), and an error in one page is that page's error, never the server's.
 Pages refresh their parts when the run's events.jsonl grows: the browser holds one
 server-sent-events stream per run page (htmx's sse extension) and re-fetches a part on it.
@@ -25,7 +25,7 @@ from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 from kernforge.report import html, views
 from kernforge.store.events import EventTail
-from kernforge.store.reader import PartialRun, read_run_partial
+from kernforge.search.runs import PartialRun, read_run_partial
 
 STATIC = Path(__file__).parent / "static"
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,200}$")  # a run folder's, a task's or a node's name
