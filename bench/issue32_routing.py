@@ -20,7 +20,7 @@ import torch
 
 from kernforge.capture.chains import find_chains
 from kernforge.capture.recorder import ModuleTracker, Recorder
-from kernforge.integrate import overhead, runtime
+from kernforge.integrate import kernels, overhead, runtime
 from kernforge.models import load_model
 from kernforge.models.options import ModelOptions
 
@@ -55,7 +55,7 @@ def stand_in(chain, device: torch.device, k: int) -> runtime.KernelSpec:
     fill = _zero_kernel() if device.type == "cuda" else torch.Tensor.zero_
 
     def entry(*_inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        return tuple(fill(torch.empty_strided(m["shape"], m["stride"], dtype=runtime._dtype(m["dtype"]),
+        return tuple(fill(torch.empty_strided(m["shape"], m["stride"], dtype=kernels.dtype_named(m["dtype"]),
                                               device=device)) for m in metas)
     name = f"bench{k}_" + "".join(ch if ch.isalnum() else "_" for ch in chain.op)[:60]  # one custom op each
     return runtime.KernelSpec(name=name, op=chain.op, args=chain.input_metas, outputs=metas, backend="triton" if device.type == "cuda" else "cpu",

@@ -13,7 +13,7 @@ from torch import nn
 
 from kernforge.capture.chains import find_chains
 from kernforge.capture.recorder import ModuleTracker, Recorder
-from kernforge.integrate import fused, runtime
+from kernforge.integrate import fused, kernels, runtime
 from kernforge.tasks import ChainReference
 
 pytestmark = pytest.mark.integration
@@ -68,7 +68,7 @@ def _compiled_run(module: nn.Module, inputs: tuple, specs: list[runtime.KernelSp
 
 def _spec(chain, name: str, calls: list[int]) -> runtime.KernelSpec:
     oracle = ChainReference(chain.to_json()).in_float64()
-    dtypes = [runtime._dtype(m["dtype"]) for m in chain.output_metas]
+    dtypes = [kernels.dtype_named(m["dtype"]) for m in chain.output_metas]
 
     def kernel(*inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
         calls.append(1)

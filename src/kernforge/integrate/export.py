@@ -5,7 +5,7 @@
       README.md
       PACKAGE/                   default kernforge_<model>_kernels
         __init__.py              install(model=None, force=False), uninstall()
-        loader.py runtime.py fused.py native_abi.py importing.py dispatch.py dispatch.cpp
+        loader.py runtime.py kernels.py fused.py native_abi.py importing.py dispatch.py dispatch.cpp
         prebuilt/dispatch-KEY/   dispatch.cpp built for the exporting torch and Python
                                  kernforge's own files, verbatim
         manifest.json            per kernel: op, schema, guard, outputs, speedups; the device;
@@ -34,12 +34,12 @@ import kernforge
 from kernforge import importing
 from kernforge.backends import BuildError, get_backend, native_abi
 from kernforge.errors import UserError
-from kernforge.integrate import dispatch, fused, loader, runtime
+from kernforge.integrate import dispatch, fused, kernels, loader, runtime
 from kernforge.integrate.install import Winner, installable, placement, winners
 from kernforge.search.runs import RunRecord, read_run
 
 # Shipped verbatim: each is torch-only and imports its neighbours relatively outside kernforge.
-SHIPPED_MODULES = (runtime, fused, loader, native_abi, importing, dispatch)
+SHIPPED_MODULES = (runtime, kernels, fused, loader, native_abi, importing, dispatch)
 
 
 @dataclass
@@ -184,7 +184,7 @@ def _ship_kernel(run: RunRecord, winner: Winner, pkg: Path) -> dict[str, Any]:
     shutil.copyfile(winner.source, pkg / source)
     return {"name": name, "task": winner.task_id, "node": winner.node_id, "op": winner.op,
             "signature": winner.signature, "chain": winner.chain,
-            "schema": chain_schema(winner) if winner.chain else str(runtime._resolve(winner.op)._schema),
+            "schema": chain_schema(winner) if winner.chain else str(kernels.resolve(winner.op)._schema),
             "guard": winner.args, "outputs": winner.outputs, "backend": winner.backend,
             "source": source, "library": library, "build": build,
             "speedup_vs_eager": winner.speedup_vs_eager, "p50_ms": winner.p50_ms,

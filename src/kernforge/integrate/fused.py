@@ -42,9 +42,9 @@ from typing import Any
 import torch
 
 if __name__.startswith("kernforge."):
-    from kernforge.integrate import runtime
-else:  # inside an exported package, where runtime.py sits beside this file
-    from . import runtime  # type: ignore[no-redef]
+    from kernforge.integrate import dispatch, kernels
+else:  # inside an exported package, where kernels.py sits beside this file
+    from . import dispatch, kernels  # type: ignore[no-redef]
 
 Ref = tuple[int, int]  # (step, output position)
 
@@ -78,26 +78,26 @@ class Step:
 class ChainPlan:
     """A chain spec made ready to run: its steps resolved, every intermediate's layout known."""
 
-    def __init__(self, spec: runtime.KernelSpec):
+    def __init__(self, spec: kernels.KernelSpec):
         chain = spec.chain or {}
         self.spec = spec
-        self.steps = [Step(runtime._resolve(s["op"]), s["args"], s["kwargs"]) for s in chain["steps"]]
+        self.steps = [Step(kernels.resolve(s["op"]), s["args"], s["kwargs"]) for s in chain["steps"]]
         self.outputs: list[Ref] = [(int(j), int(k)) for j, k in chain["outputs"]]
-        self.input_checks = [runtime._tensor_check(m) for m in spec.args]
+        self.input_checks = [kernels.tensor_check(m) for m in spec.args]
         self.current: ChainRun | None = None  # the run waiting for a source step, in eager
         self.constant_checks: dict[int, Callable[[Any, list], bool]] = {}  # by id of the constant
         for step in self.steps:
             step.returns = len(step.op._schema.returns)
-            step.source = not runtime.reads_a_step((step.args, step.kwargs))
+            step.source = not kernels.reads_a_step((step.args, step.kwargs))
             first = next((k for k, a in enumerate(step.args) if _is_ref(a) and "input" in a), None)
             if first is not None:
                 meta = spec.args[step.args[first]["input"]]
-                step.quick = (first, tuple(meta["shape"]), runtime._dtype(meta["dtype"]))
+                step.quick = (first, tuple(meta["shape"]), kernels.dtype_named(meta["dtype"]))
         self._layouts()
 
     def _layouts(self) -> None:
         """Each step's outputs on the meta device: the placeholders' shapes, strides and dtypes."""
-        inputs = [torch.empty_strided(m["shape"], m["stride"], dtype=runtime._dtype(m["dtype"]), device="meta")
+        inputs = [torch.empty_strided(m["shape"], m["stride"], dtype=kernels.dtype_named(m["dtype"]), device="meta")
                   for m in self.spec.args]
         values = replay(self.steps, inputs)
         for step, outs in zip(self.steps, values):
@@ -139,10 +139,10 @@ class _original_ops:  # noqa: N801 - used as a statement: `with _original_ops():
     """Routes off for the block: a replay must not start another chain of its own."""
 
     def __enter__(self) -> None:
-        runtime._RUNNING[0] += 1
+        kernels.RUNNING[0] += 1
 
     def __exit__(self, *exc: object) -> None:
-        runtime._RUNNING[0] -= 1
+        kernels.RUNNING[0] -= 1
 
 
 # ---------------------------------------------------------------------------- eager
@@ -158,7 +158,7 @@ def _version(t: torch.Tensor) -> int:
 class ChainRun:
     """One occurrence of a chain in progress: the inputs bound so far and the next step."""
 
-    def __init__(self, plan: ChainPlan, counts: runtime.RouteCounts):
+    def __init__(self, plan: ChainPlan, counts: kernels.RouteCounts):
         self.plan, self.counts = plan, counts
         self.inputs: list[torch.Tensor | None] = [None] * len(plan.spec.args)
         self.versions: list[int] = [0] * len(plan.spec.args)
@@ -185,7 +185,7 @@ class ChainRun:
             known = self.inputs[i] if self.inputs[i] is not None else bound.get(i)
             if known is not None:
                 return value is known
-            if not (isinstance(value, torch.Tensor) and runtime._plain(value)
+            if not (isinstance(value, torch.Tensor) and kernels.plain(value)
                     and self.plan.input_checks[i](value, [])):
                 return False
             bound[i] = value
@@ -200,7 +200,7 @@ class ChainRun:
             return isinstance(value, torch.device)  # the inputs' device is checked with them
         check = self.plan.constant_checks.get(id(template))
         if check is None:  # built once per constant: every call of a routed step is matched
-            check = self.plan.constant_checks[id(template)] = runtime._check_for(template)
+            check = self.plan.constant_checks[id(template)] = kernels.check_for(template)
         return check(value, [])
 
     def take(self, bound: list[tuple[int, torch.Tensor]]) -> None:
@@ -227,7 +227,7 @@ class ChainRun:
             raise RuntimeError(f"an input of the fused chain kernforge::{spec.name} ({spec.op}) was written "
                                "in place between the chain's steps; the fused kernel would read the new value. "
                                "Remove this kernel (kernforge.patch(..., only=...)) for this model")
-        out = runtime._run(spec, tuple(self.inputs), {}, list(self.inputs))
+        out = kernels.run_kernel(spec, tuple(self.inputs), {}, list(self.inputs))
         out = tuple(out) if isinstance(out, (tuple, list)) else (out,)
         self.results = dict(zip(self.plan.outputs, out))
         self.counts.took(spec.name)
@@ -280,7 +280,7 @@ class _Pending(torch.Tensor):
     @classmethod
     def __torch_dispatch__(cls, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
-        runs = {id(v._run): v._run for v in runtime._flat((args, kwargs)) if isinstance(v, _Pending)}
+        runs = {id(v._run): v._run for v in kernels.flat((args, kwargs)) if isinstance(v, _Pending)}
         if len(runs) == 1:
             run = next(iter(runs.values()))
             if not run.abandoned and run.next < len(run.plan.steps):
@@ -301,7 +301,7 @@ def _realised(value: Any) -> Any:
     return value
 
 
-def enter(plan: ChainPlan, op: Any, args: tuple, kwargs: dict, counts: runtime.RouteCounts) -> Any | None:
+def enter(plan: ChainPlan, op: Any, args: tuple, kwargs: dict, counts: kernels.RouteCounts) -> Any | None:
     """A router's call of one of the chain's source steps: the step the chain's current run
     waits for (a weight's cast), or its first step (a new run); placeholders where the call is
     the proved one, else None (the call goes on as it would)."""
@@ -319,7 +319,7 @@ def enter(plan: ChainPlan, op: Any, args: tuple, kwargs: dict, counts: runtime.R
     return None
 
 
-def start(plan: ChainPlan, args: tuple, kwargs: dict, counts: runtime.RouteCounts) -> Any | None:
+def start(plan: ChainPlan, args: tuple, kwargs: dict, counts: kernels.RouteCounts) -> Any | None:
     """The chain's first step: a new run, where the call is the proved one on plain tensors
     this kernel may run on, else None."""
     run = ChainRun(plan, counts)
@@ -327,7 +327,7 @@ def start(plan: ChainPlan, args: tuple, kwargs: dict, counts: runtime.RouteCount
     if bound is None:
         return None
     tensors = [t for _, t in bound]
-    if runtime._grad_needed(tensors) or not runtime._runnable_here(plan.spec, tensors):
+    if kernels.grad_needed(tensors) or not kernels.runnable_here(plan.spec, tensors):
         return None
     run.take(bound)
     plan.current = run
@@ -373,7 +373,7 @@ def _canonical(outputs: list[Any], inputs: dict[Any, str]) -> tuple[Any, ...]:
 class CompilePatterns:
     """The installed chains' patterns for inductor's post-grad pass."""
 
-    def __init__(self, chosen: list[tuple[ChainPlan, runtime.RouteCounts]]):
+    def __init__(self, chosen: list[tuple[ChainPlan, kernels.RouteCounts]]):
         from torch._inductor import pattern_matcher as pm
         from torch._subclasses.fake_tensor import unset_fake_temporarily
 
@@ -386,10 +386,10 @@ class CompilePatterns:
             for plan, counts in chosen:
                 self._register(pm, plan, counts)
 
-    def _register(self, pm: Any, plan: ChainPlan, counts: runtime.RouteCounts) -> None:
+    def _register(self, pm: Any, plan: ChainPlan, counts: kernels.RouteCounts) -> None:
         spec = plan.spec
         device = min(spec.devices, key=lambda d: (d.type, d.index or 0)) if spec.devices else torch.device("cpu")
-        examples = [torch.empty_strided(m["shape"], m["stride"], dtype=runtime._dtype(m["dtype"]), device=device)
+        examples = [torch.empty_strided(m["shape"], m["stride"], dtype=kernels.dtype_named(m["dtype"]), device=device)
                     .zero_() for m in spec.args]
 
         def search(*inputs: Any) -> Any:
@@ -397,7 +397,7 @@ class CompilePatterns:
             outs = [values[j][k] for j, k in plan.outputs]
             return outs[0] if len(outs) == 1 else tuple(outs)
 
-        custom_op = runtime._custom_op(spec)
+        custom_op = kernels.custom_op(spec, lambda chain: search)
 
         def replace(*inputs: Any) -> Any:
             counts.custom_op += 1
@@ -430,7 +430,7 @@ class CompilePatterns:
 
 
 def _leaves(value: Any) -> list[Any]:
-    return [v for v in runtime._flat(value) if isinstance(v, torch.fx.Node)]
+    return [v for v in kernels.flat(value) if isinstance(v, torch.fx.Node)]
 
 
 def compile_pass_class() -> type:
@@ -455,10 +455,10 @@ def compile_pass_class() -> type:
     return ChainGraphPass
 
 
-def hold_compile_pass(plans: list[ChainPlan], counts: dict[str, runtime.RouteCounts]) -> None:
+def hold_compile_pass(plans: list[ChainPlan], counts: dict[str, kernels.RouteCounts]) -> None:
     """The chains join the graph pass, which inductor runs while any chain is installed (after
     nothing, before any post-grad pre-pass the user had set)."""
-    state = runtime._STATE
+    state = kernels.STATE
     for plan in plans:
         state.chains[plan.spec.name] = (plan, counts[plan.spec.op])
     if state.chain_pass is None:
@@ -470,7 +470,7 @@ def hold_compile_pass(plans: list[ChainPlan], counts: dict[str, runtime.RouteCou
 
 def release_compile_pass(plans: list[ChainPlan]) -> None:
     """The chains leave the pass; the last one out puts inductor's setting back."""
-    state = runtime._STATE
+    state = kernels.STATE
     for plan in plans:
         if state.chains.get(plan.spec.name, (None,))[0] is plan:
             del state.chains[plan.spec.name]
@@ -484,7 +484,7 @@ def release_compile_pass(plans: list[ChainPlan]) -> None:
 
 def _current_patterns() -> CompilePatterns | None:
     """The patterns of the chains installed for compile's graphs now (built once per set)."""
-    state = runtime._STATE
+    state = kernels.STATE
     chosen = [(plan, counts) for plan, counts in state.chains.values() if plan.spec.under_compile]
     if not chosen:
         return None
@@ -540,7 +540,7 @@ class ModuleRoute:
             del self.route_class.__call__
 
 
-def module_routes(plan: ChainPlan, model: torch.nn.Module, counts: runtime.RouteCounts) -> list[ModuleRoute]:
+def module_routes(plan: ChainPlan, model: torch.nn.Module, counts: kernels.RouteCounts) -> list[ModuleRoute]:
     """The chain installed at every module capture found it to be (the chain's "module" entry:
     same name and class here), where the model holds them."""
     boundary = (plan.spec.chain or {}).get("module")
@@ -559,7 +559,7 @@ def module_routes(plan: ChainPlan, model: torch.nn.Module, counts: runtime.Route
 
 
 def _install_route(plan: ChainPlan, module: torch.nn.Module, boundary: dict[str, Any],
-                   counts: runtime.RouteCounts) -> ModuleRoute:
+                   counts: kernels.RouteCounts) -> ModuleRoute:
     route = ModuleRoute(module, "forward" in module.__dict__, module.__dict__.get("forward"))
     original = route.own_forward if route.had_own_forward else type(module).forward.__get__(module)
     n_args = int(boundary["args"])
@@ -608,22 +608,22 @@ def module_route(plan: ChainPlan, module: torch.nn.Module,
     proved arity, no keywords, outside compile."""
     spec, sources = plan.spec, _sources(module, boundary)
     try:
-        native = runtime.dispatch.module_entry(spec, runtime.ALIGNMENT, sources)
+        native = dispatch.module_entry(spec, kernels.ALIGNMENT, sources)
         return native, native
-    except runtime.dispatch.NotNative:
+    except dispatch.NotNative:
         pass
-    proved, grad_enabled, tally = _proved_tensors(plan), torch.is_grad_enabled, runtime.Tally()
+    proved, grad_enabled, tally = _proved_tensors(plan), torch.is_grad_enabled, kernels.Tally()
 
     def route(args: tuple) -> Any:
         try:
             tensors = [args[at] if at >= 0 else held[attr] for at, held, attr in sources]
         except KeyError:
             tensors = None
-        if tensors is None or runtime._RUNNING[0] or not proved(tensors, grad_enabled()):
+        if tensors is None or kernels.RUNNING[0] or not proved(tensors, grad_enabled()):
             tally.fallback += 1
             return None
         tally.kernel += 1
-        out = runtime._run(spec, tuple(tensors), {}, tensors)
+        out = kernels.run_kernel(spec, tuple(tensors), {}, tensors)
         return out[0] if isinstance(out, (tuple, list)) else out
     return route, tally
 
@@ -683,18 +683,18 @@ def calling_class(module: torch.nn.Module, route: Callable[[tuple], Any], origin
 def _proved_tensors(plan: ChainPlan) -> Callable[[list[Any], bool], bool]:
     """The guard of a module route, in one loop: each tensor plain, of the proved dtype, shape,
     strides, alignment and device, none wanting a gradient, on the default stream for a CUDA
-    library (runtime._runnable_here's rule). On the H200 a module's guarded forward cost 5.1-5.4 us
+    library (kernels.runnable_here's rule). On the H200 a module's guarded forward cost 5.1-5.4 us
     over its entry, where placeholders at a 10-step chain's steps cost 221-229 us
     (bench/results/h200/issue32/README.md)."""
     spec = plan.spec
     devices = {d.index if d.type == "cuda" else -1 for d in spec.devices}
     expected = []
     for meta in spec.args:
-        dtype = runtime._dtype(meta["dtype"])
+        dtype = kernels.dtype_named(meta["dtype"])
         element = torch.empty((), dtype=dtype).element_size()
-        align = runtime.ALIGNMENT // element if runtime.ALIGNMENT % element == 0 else 1
+        align = kernels.ALIGNMENT // element if kernels.ALIGNMENT % element == 0 else 1
         expected.append((dtype, torch.Size(meta["shape"]), tuple(meta["stride"]), align))
-    plain = runtime._plain
+    plain = kernels.plain
     on_default_stream = spec.backend == "cuda"
 
     def proved(tensors: list[Any], grad: bool) -> bool:

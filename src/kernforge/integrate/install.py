@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from kernforge.errors import UserError
-from kernforge.integrate import runtime
+from kernforge.integrate import kernels, runtime
 from kernforge.integrate.runtime import compile_caches_off  # noqa: F401 - apply's, with patch's one copy
 from kernforge.search.runs import RunRecord, read_run
 
@@ -62,7 +62,7 @@ def installable(winner: Winner) -> str | None:
     """None, or why this winner cannot be installed: an op that writes its inputs or returns a
     view of one is not a pure function, and a custom op must be one. (A chain is pure: capture
     leaves in-place ops out of chains.)"""
-    schema = None if winner.chain else runtime._resolve(winner.op)._schema
+    schema = None if winner.chain else kernels.resolve(winner.op)._schema
     if schema is not None and (any(a.alias_info is not None for a in schema.arguments) or any(
             r.alias_info is not None for r in schema.returns)):
         return "writes or aliases its inputs (in-place or view op): not installable as a custom op"

@@ -18,7 +18,7 @@ import torch
 from torch.utils._pytree import tree_map
 
 from kernforge.capture.serialize import extent
-from kernforge.integrate import fused, runtime
+from kernforge.integrate import fused, kernels, runtime
 
 BURST = 200
 REPEATS = 7
@@ -87,7 +87,7 @@ def measure(spec: runtime.KernelSpec, all_specs: list[runtime.KernelSpec], devic
     miss_args, miss_kwargs = refused_inputs(args, kwargs)
     small = torch.randn(64, device=device)
     runtime.prepare_native(spec)
-    tensors = [t for t in runtime._flat((args, kwargs)) if isinstance(t, torch.Tensor)]
+    tensors = [t for t in kernels.flat((args, kwargs)) if isinstance(t, torch.Tensor)]
     hit_args, miss_call_args = args, miss_args
     if module is not None:  # called as the model calls it, its arguments picked once, as direct's are
         hit_args, miss_call_args = module_arguments(spec, args), module_arguments(spec, miss_args)
@@ -143,7 +143,7 @@ def call_of(spec: runtime.KernelSpec, module: torch.nn.Module | None = None) -> 
     if module is not None:
         return module
     if spec.chain is None:
-        return runtime._resolve(spec.op)
+        return kernels.resolve(spec.op)
     steps = fused.ChainPlan(spec).steps
     return lambda *inputs: fused.replay(steps, list(inputs))
 

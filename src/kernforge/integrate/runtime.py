@@ -1,7 +1,7 @@
 """Installed kernels: an ATen op routed to a proved kernel where a guard holds, else the original.
 
 This file needs only torch (and triton for Triton kernels): kernforge's `patch` uses it, and
-`kernforge export` copies it, with fused.py, native_abi.py and importing.py, into every exported
+`kernforge export` copies it, with kernels.py, fused.py, native_abi.py and importing.py, into every exported
 package, so that a package installs the same way without kernforge.
 
 How a call is routed. For each installed op, a Python kernel is registered on the ATen op
@@ -27,7 +27,6 @@ import hashlib
 import importlib
 import re
 import sys
-import types
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -41,56 +40,16 @@ if __name__.startswith("kernforge."):
     from kernforge.backends.native_abi import bind_entry, call_entry, empty_like_meta
     from kernforge.importing import import_path
     from kernforge.integrate import dispatch
+    from kernforge.integrate.kernels import (ALIGNMENT, CURRENT, RUNNING, STATE, KernelSpec, RouteCounts, custom_op,
+                                             dtype_named, flat, grad_needed, make_guard, make_rebuild, plain,
+                                             resolve, run_kernel, runnable_here, tensor_metas)
 else:  # inside an exported package, where these files sit beside this one
     from . import dispatch  # type: ignore[no-redef]
     from .importing import import_path  # type: ignore[no-redef]
+    from .kernels import (ALIGNMENT, CURRENT, RUNNING, STATE, KernelSpec, RouteCounts,  # type: ignore[no-redef]
+                          custom_op, dtype_named, flat, grad_needed, make_guard, make_rebuild, plain, resolve,
+                          run_kernel, runnable_here, tensor_metas)
     from .native_abi import bind_entry, call_entry, empty_like_meta  # type: ignore[no-redef]
-
-NAMESPACE = "kernforge"
-ALIGNMENT = 16  # bytes: the evaluator proves kernels on fresh allocations, aligned at least this much
-
-
-@dataclass
-class KernelSpec:
-    """One installable kernel: what it replaces, what it was proved on, and its entry point."""
-
-    name: str  # the custom op's name in the `kernforge` namespace, unique per kernel source
-    op: str  # the ATen overload it replaces, e.g. "aten::_softmax.default"
-    args: list[Any]  # the captured call's arguments: tensors as {shape, dtype, stride, device}
-    outputs: list[dict[str, Any]]  # the op's outputs: {shape, dtype, stride, device}
-    backend: str  # triton | cuda | cpu
-    entry: Callable[..., Any]  # entry(*args, **kwargs) -> the op's outputs
-    devices: frozenset[torch.device] = frozenset()  # where it may run (same GPU model as proved)
-    under_compile: bool = True  # False: compile's graph keeps the original op (it pays only in eager)
-    in_eager: bool = True  # False: eager calls run the original (it pays only inside compiled graphs)
-    # A fused chain's steps and outputs (fused.py): op is then its name ("chain:mul+add+_softmax"),
-    # args its inputs' descriptions, outputs the values it keeps; None for a single ATen op.
-    chain: dict[str, Any] | None = None
-    library: Path | None = None  # the compiled library of a cpu or cuda kernel
-    # The kernel's C++ entry (dispatch.py): its tensors in guard order in, its outputs out; None
-    # where it has none, and native_why says why. Made once per spec, at its first install.
-    native: Any = field(default=None, repr=False)
-    native_why: str | None = None
-
-    @property
-    def routed_ops(self) -> list[str]:
-        """The ATen ops whose calls the routers see: the op, or the ops of a chain's steps that
-        read only the chain's inputs (its first step, and a weight's cast further on), which
-        no placeholder reaches."""
-        if not self.chain:
-            return [self.op]
-        sources = [s["op"] for s in self.chain["steps"] if not reads_a_step((s["args"], s["kwargs"]))]
-        return list(dict.fromkeys(sources))
-
-
-def reads_a_step(value: Any) -> bool:
-    """Whether a chain step's arguments hold a ref to another step's output."""
-    if isinstance(value, dict):
-        return set(value) == {"step", "output"} or any(reads_a_step(v) for v in value.values())
-    if isinstance(value, (list, tuple)):
-        return any(reads_a_step(v) for v in value)
-    return False
-
 
 def load_entry(backend: str, path: Path, outputs: list[dict[str, Any]]) -> Callable[..., Any]:
     """The installed callable of a kernel file: a Triton module's kf_forward, or a compiled
@@ -105,7 +64,7 @@ def load_entry(backend: str, path: Path, outputs: list[dict[str, Any]]) -> Calla
     device = "cuda" if backend == "cuda" else "cpu"
 
     def run(*args: Any, **kwargs: Any) -> Any:
-        inputs = [t for t in _flat((args, kwargs)) if isinstance(t, torch.Tensor)]
+        inputs = [t for t in flat((args, kwargs)) if isinstance(t, torch.Tensor)]
         out = [empty_like_meta(m, inputs[0].device if inputs else device, poison=False) for m in outputs]
         call_entry(native, inputs, out)
         return out[0] if len(out) == 1 else tuple(out)
@@ -119,173 +78,12 @@ def kernel_name(op: str, source: bytes) -> str:
     return f"{base}_{hashlib.sha256(source).hexdigest()[:10]}"
 
 
-# ---------------------------------------------------------------------------- guards
-
-
-def make_guard(args: list[Any]) -> Callable[[tuple, dict], list[torch.Tensor] | None]:
-    """A check of a live call against the proved one: the call's tensors (flattened, in order)
-    where every argument matches its description, else None. The captured description puts
-    keyword arguments last, as {"kwargs": {...}}."""
-    positional, keywords = _split_kwargs(args)
-    checks = [_check_for(d) for d in positional]
-    keyword_checks = {k: _check_for(d) for k, d in keywords.items()}
-
-    def guard(call_args: tuple, call_kwargs: dict) -> list[torch.Tensor] | None:
-        if len(call_args) != len(checks) or call_kwargs.keys() != keyword_checks.keys():
-            return None
-        tensors: list[torch.Tensor] = []
-        for check, value in zip(checks, call_args):
-            if not check(value, tensors):
-                return None
-        for key, check in keyword_checks.items():
-            if not check(call_kwargs[key], tensors):
-                return None
-        return tensors
-    return guard
-
-
-_split_kwargs = dispatch.split_kwargs
-
-
-def _check_for(desc: Any) -> Callable[[Any, list], bool]:
-    if isinstance(desc, dict) and "shape" in desc:
-        return _tensor_check(desc)
-    if isinstance(desc, list):
-        items = [_check_for(d) for d in desc]
-        return lambda v, ts: (isinstance(v, (list, tuple)) and len(v) == len(items)
-                              and all(c(x, ts) for c, x in zip(items, v)))
-    if desc is None:
-        return lambda v, ts: v is None
-    if isinstance(desc, bool):
-        return lambda v, ts: isinstance(v, bool) and v == desc
-    if isinstance(desc, (int, float)):
-        kind = float if isinstance(desc, float) else int
-        return lambda v, ts: type(v) is kind and v == desc
-    if isinstance(desc, str):  # a str argument, or the repr of a dtype, layout, memory format
-        return lambda v, ts: (v if isinstance(v, str) else repr(v)) == desc
-    return lambda v, ts: False
-
-
-def _tensor_check(desc: dict[str, Any]) -> Callable[[Any, list], bool]:
-    shape, stride = torch.Size(desc["shape"]), tuple(desc["stride"])
-    dtype, device_type = _dtype(desc["dtype"]), desc.get("device", "cpu")
-    element = torch.empty((), dtype=dtype).element_size()
-    alignment = ALIGNMENT // element if ALIGNMENT % element == 0 else 1
-
-    def check(v: Any, tensors: list) -> bool:
-        if not (isinstance(v, torch.Tensor) and v.dtype == dtype and v.shape == shape
-                and v.stride() == stride and v.device.type == device_type):
-            return False
-        # storage_offset, not data_ptr: it works on fake tensors, and torch's allocator
-        # aligns every storage at 512 bytes (CUDA) or 64 (CPU)
-        if v.storage_offset() % alignment:
-            return False
-        tensors.append(v)
-        return True
-    return check
-
-
-_dtype = dispatch.dtype_named
-
-
-# ---------------------------------------------------------------------------- call templates
-
-
-def make_rebuild(args: list[Any]) -> Callable[[list[torch.Tensor]], tuple[list[Any], dict[str, Any]]]:
-    """The inverse of the guard: (args, kwargs) of the proved call with these tensors in it."""
-    positional, keywords = _split_kwargs(args)
-
-    def fill(desc: Any, tensors: list[torch.Tensor], at: list[int]) -> Any:
-        if isinstance(desc, dict) and "shape" in desc:
-            at[0] += 1
-            return tensors[at[0] - 1]
-        if isinstance(desc, list):
-            return [fill(d, tensors, at) for d in desc]
-        return _decode(desc, tensors)
-
-    def rebuild(tensors: list[torch.Tensor]) -> tuple[list[Any], dict[str, Any]]:
-        at = [0]
-        call_args = [fill(d, tensors, at) for d in positional]
-        return call_args, {k: fill(d, tensors, at) for k, d in keywords.items()}
-    return rebuild
-
-
-def _decode(desc: Any, tensors: list[torch.Tensor]) -> Any:
-    if isinstance(desc, str) and desc.startswith("torch."):
-        value = getattr(torch, desc[len("torch."):], None)
-        if isinstance(value, (torch.dtype, torch.layout, torch.memory_format)):
-            return value
-    if isinstance(desc, str) and desc.startswith("device("):
-        return tensors[0].device if tensors else torch.device("cpu")
-    return desc
-
-
 # ---------------------------------------------------------------------------- custom ops
-
-_STATE_MODULE = "_kernforge_runtime_state_v2"  # a new version for a change of the state's shape
-
-
-def _process_state() -> Any:
-    """The registries every copy of this file in a process shares: kernforge's own and one per
-    exported package imported. A custom op can be defined once per process, so whichever copy
-    defines it first owns it, and its implementation finds the spec another copy installed;
-    and the compile caches are held off until the last hold of any copy is released."""
-    state = sys.modules.get(_STATE_MODULE)
-    if state is None:
-        state = types.ModuleType(_STATE_MODULE, "kernforge runtime: state shared by its copies")
-        state.defined, state.current, state.saved_flags, state.cache_holds = {}, {}, {}, 0
-        state.chains, state.chain_pass, state.chain_patterns = {}, None, None  # for compile's graph pass (fused.py)
-        sys.modules[_STATE_MODULE] = state
-    return state
-
-
-_STATE = _process_state()
-_DEFINED: dict[str, Any] = _STATE.defined  # name -> the Library holding its definition
-_CURRENT: dict[str, KernelSpec] = _STATE.current  # name -> the installed spec its implementation runs
-
-
-def _custom_op(spec: KernelSpec) -> Any:
-    """torch.ops.kernforge.<name>.default, defined once per process. Its implementation runs the
-    installed kernel while one is installed, else the original op: a graph compiled while
-    patched keeps calling the custom op after the patch is removed."""
-    if spec.name not in _DEFINED:
-        lib = torch.library.Library(NAMESPACE, "FRAGMENT")
-        n_tensors = len(tensor_metas(spec.args))
-        params = ", ".join(f"Tensor t{i}" for i in range(n_tensors))
-        returns = "Tensor" if len(spec.outputs) == 1 else "(" + ", ".join(["Tensor"] * len(spec.outputs)) + ")"
-        lib.define(f"{spec.name}({params}) -> {returns}")
-        rebuild, original = make_rebuild(spec.args), _original_of(spec)
-        dispatch_key = "CUDA" if spec.backend in ("triton", "cuda") else "CPU"
-        name, metas = spec.name, spec.outputs
-
-        def implementation(*tensors: torch.Tensor) -> Any:
-            args, kwargs = rebuild(list(tensors))
-            current = _CURRENT.get(name)
-            if current is None or _RUNNING[0] or not _runnable_here(current, tensors):
-                return _as_declared(original(*args, **kwargs), len(metas))
-            return _as_declared(_run(current, args, kwargs, list(tensors)), len(metas))
-
-        def fake(*tensors: torch.Tensor) -> Any:
-            device = tensors[0].device
-            outs = [torch.empty_strided(m["shape"], m["stride"], dtype=_dtype(m["dtype"]), device=device)
-                    for m in metas]
-            return outs[0] if len(outs) == 1 else tuple(outs)
-
-        lib.impl(spec.name, implementation, dispatch_key)
-        torch.library.register_fake(f"{NAMESPACE}::{spec.name}", fake, lib=lib)
-        _DEFINED[spec.name] = lib
-    return getattr(getattr(torch.ops, NAMESPACE), spec.name).default
-
-
-def _as_declared(out: Any, n_outputs: int) -> Any:
-    """A chain's kernel returns a tuple of its outputs; a custom op of one output returns it."""
-    return out[0] if n_outputs == 1 and isinstance(out, (tuple, list)) else out
-
 
 def _original_of(spec: KernelSpec) -> Callable[..., Any]:
     """What the custom op runs where the kernel may not: the ATen op, or the chain's steps."""
     if spec.chain is None:
-        return _resolve(spec.op)
+        return resolve(spec.op)
     plan = _fused().ChainPlan(spec)
     return lambda *inputs: _fused().replay_outputs(plan, list(inputs))
 
@@ -299,105 +97,7 @@ def _fused() -> Any:
     return fused
 
 
-def tensor_metas(desc: Any) -> list[dict[str, Any]]:
-    """The tensor descriptions of a call's description, in the order a guard collects them."""
-    if isinstance(desc, dict) and "shape" in desc:
-        return [desc]
-    if isinstance(desc, dict):
-        return [m for v in desc.values() for m in tensor_metas(v)]
-    if isinstance(desc, list):
-        return [m for d in desc for m in tensor_metas(d)]
-    return []
-
-
-def _resolve(qualified: str) -> Any:
-    namespace, rest = qualified.split("::", 1)
-    name, _, overload = rest.partition(".")
-    return getattr(getattr(getattr(torch.ops, namespace), name), overload or "default")
-
-
-def _runnable_here(spec: KernelSpec, tensors: Any) -> bool:
-    """The checks a guard cannot make on fake tensors, made when the kernel is about to run."""
-    if not all(t.device in spec.devices for t in tensors):
-        return False
-    if spec.backend == "cuda":  # the ABI launches on the default stream: any other would race
-        return torch.cuda.current_stream(tensors[0].device).cuda_stream == 0
-    return True
-
-
 # ---------------------------------------------------------------------------- routing
-
-
-class Tally:
-    """One route's calls as plain ints, read when its RouteCounts is asked: a module route counts
-    with an attribute increment (~25 ns a call on this project's 2-core CPU, where
-    RouteCounts.took's dict update took ~60)."""
-
-    __slots__ = ("fallback", "kernel")
-
-    def __init__(self) -> None:
-        self.kernel = 0  # ran the kernel
-        self.fallback = 0  # ran the original
-
-    def counts(self) -> tuple[list[int], int]:
-        """As a native router's registration counts: (kernel calls per route, fallbacks)."""
-        return [self.kernel], self.fallback
-
-
-class RouteCounts:
-    """Calls of one installed op since it was installed, by where they went: those the Python
-    routes counted, plus those counted apart (read when asked): its native routers' and its
-    module routes' tallies."""
-
-    def __init__(self, custom_op: int = 0, traced_by_kernel: dict[str, int] | None = None) -> None:
-        self.custom_op = custom_op  # became the custom op (tracing under torch.compile)
-        self.traced_by_kernel = dict(traced_by_kernel or {})  # the custom-op calls, per kernel name
-        self._fallback = 0  # ran the original op
-        self._by_kernel: dict[str, int] = {}  # ran a kernel directly (eager), per kernel name
-        # (a counter with counts() -> (kernel calls per route, fallbacks), its routes' kernels): a
-        # native router's registration, or a module route's Tally
-        self.counters: list[tuple[Any, list[str]]] = []
-
-    def took(self, kernel: str) -> None:
-        self._by_kernel[kernel] = self._by_kernel.get(kernel, 0) + 1
-
-    def fell_back(self) -> None:
-        self._fallback += 1
-
-    @property
-    def by_kernel(self) -> dict[str, int]:
-        merged = dict(self._by_kernel)
-        for counter, names in self.counters:
-            per_route, _ = counter.counts()
-            for name, n in zip(names, per_route):
-                if n:
-                    merged[name] = merged.get(name, 0) + n
-        return merged
-
-    @property
-    def kernel(self) -> int:
-        return sum(self.by_kernel.values())
-
-    @property
-    def fallback(self) -> int:
-        return self._fallback + sum(counter.counts()[1] for counter, _ in self.counters)
-
-    def add(self, other: RouteCounts) -> None:
-        """Another's calls into this one (a total over phases), those counted apart included."""
-        self.custom_op += other.custom_op
-        self._fallback += other.fallback
-        for name, n in other.by_kernel.items():
-            self._by_kernel[name] = self._by_kernel.get(name, 0) + n
-        for name, n in other.traced_by_kernel.items():
-            self.traced_by_kernel[name] = self.traced_by_kernel.get(name, 0) + n
-
-    def to_json(self) -> dict[str, Any]:
-        return {"kernel": self.kernel, "custom_op": self.custom_op, "fallback": self.fallback,
-                "by_kernel": self.by_kernel, "traced_by_kernel": dict(self.traced_by_kernel)}
-
-    def __repr__(self) -> str:
-        return (f"RouteCounts(kernel={self.kernel}, custom_op={self.custom_op}, fallback={self.fallback}, "
-                f"by_kernel={self.by_kernel}, traced_by_kernel={self.traced_by_kernel})")
 
 
 @dataclass
@@ -431,8 +131,8 @@ class Installation:
             _fused().release_compile_pass(list(self._plans.values()))
             self._plans = {}
         for spec in self.specs:
-            if _CURRENT.get(spec.name) is spec:
-                del _CURRENT[spec.name]
+            if CURRENT.get(spec.name) is spec:
+                del CURRENT[spec.name]
 
     @property
     def active(self) -> bool:
@@ -456,8 +156,8 @@ def install(specs: list[KernelSpec], model: torch.nn.Module | None = None) -> In
             routes = _fused().module_routes(plan, model, installation.counts[spec.op])
             if routes:
                 installation.module_routes[spec.name] = routes
-                _custom_op(spec)
-                _CURRENT[spec.name] = spec
+                custom_op(spec, _original_of)
+                CURRENT[spec.name] = spec
             if _fused().covers_every_instance(plan, routes):
                 at_modules.add(spec.name)
     by_op: dict[str, list[KernelSpec]] = {}
@@ -468,8 +168,8 @@ def install(specs: list[KernelSpec], model: torch.nn.Module | None = None) -> In
             by_op.setdefault(op, []).append(spec)
     for op, group in by_op.items():
         for spec in group:
-            _custom_op(spec)
-            _CURRENT[spec.name] = spec
+            custom_op(spec, _original_of)
+            CURRENT[spec.name] = spec
         installation.counts.setdefault(op, RouteCounts())
         installation._libraries.append(_route(op, group, installation))
         installation.routed.append(op)
@@ -515,7 +215,7 @@ def _native_routes(op: str, specs: list[KernelSpec]) -> list[tuple[list[dict], A
     routes = []
     for spec in specs:
         try:
-            routes.append((dispatch.router_checks(_resolve(op), spec.args, spec.devices, ALIGNMENT), spec.native))
+            routes.append((dispatch.router_checks(resolve(op), spec.args, spec.devices, ALIGNMENT), spec.native))
         except dispatch.NotNative as e:
             spec.native_why = f"no native guard: {e}"
             return None
@@ -555,7 +255,7 @@ def example_inputs(spec: KernelSpec) -> list[torch.Tensor]:
     device = sorted(spec.devices, key=str)[0] if spec.devices else torch.device("cpu")
     tensors = []
     for meta in tensor_metas(spec.args):
-        t = torch.empty_strided(meta["shape"], meta["stride"], dtype=_dtype(meta["dtype"]), device=device)
+        t = torch.empty_strided(meta["shape"], meta["stride"], dtype=dtype_named(meta["dtype"]), device=device)
         tensors.append(t.normal_() if t.is_floating_point() else t.random_(0, 2) if t.dtype == torch.bool
                        else t.zero_())
     return tensors
@@ -565,40 +265,35 @@ def _forget_resolution(op: str) -> None:
     """torch's Python dispatcher (on while torch.compile traces) caches which kernel serves each
     dispatch key of an op; an entry made before a registration changed would keep serving the
     old kernel (a model compiled unpatched, then patched, traced without the router)."""
-    cache = getattr(_resolve(op), "_dispatch_cache", None)
+    cache = getattr(resolve(op), "_dispatch_cache", None)
     if cache is not None:
         cache.clear()
-
-
-# Kernels running now (this process): a kernel that calls the op it replaces (a fallback path
-# for a case it does not handle) gets the original, not itself again.
-_RUNNING = [0]
 
 
 def _router(op_name: str, specs: list[KernelSpec], original: Any, installation: Installation) -> Callable:
     """The chains this op starts first (fused.start: placeholders in eager; under compile a
     chain is found in the graph, not here), then the single ops' routes."""
-    op = _resolve(op_name)
+    op = resolve(op_name)
     counts = installation.counts[op_name]
-    routes = [(spec, make_guard(spec.args), _custom_op(spec)) for spec in specs if spec.chain is None]
+    routes = [(spec, make_guard(spec.args), custom_op(spec, _original_of)) for spec in specs if spec.chain is None]
     chains = [(installation._plans[spec.name], installation.counts[spec.op]) for spec in specs
               if spec.chain and spec.in_eager]
     enter = _fused().enter if chains else None
     rewrap = _scalar_rewrapper(op._schema)
 
     def route(keyset: Any, *args: Any, **kwargs: Any) -> Any:
-        for plan, chain_counts in chains if not _RUNNING[0] else ():
+        for plan, chain_counts in chains if not RUNNING[0] else ():
             entered = enter(plan, op, args, kwargs, chain_counts)
             if entered is not None:
                 return entered
-        for spec, guard, custom_op in routes if not _RUNNING[0] else ():
+        for spec, guard, custom_op in routes if not RUNNING[0] else ():
             tensors = guard(args, kwargs)
-            if tensors is None or _grad_needed(tensors):
+            if tensors is None or grad_needed(tensors):
                 continue
-            if all(_plain(t) for t in tensors):
-                if spec.in_eager and _runnable_here(spec, tensors):
+            if all(plain(t) for t in tensors):
+                if spec.in_eager and runnable_here(spec, tensors):
                     counts.took(spec.name)
-                    return _run(spec, args, kwargs, tensors)
+                    return run_kernel(spec, args, kwargs, tensors)
             elif spec.under_compile and all(is_fake(t) for t in tensors):
                 counts.custom_op += 1
                 counts.traced_by_kernel[spec.name] = counts.traced_by_kernel.get(spec.name, 0) + 1
@@ -630,7 +325,7 @@ def _scalar_rewrapper(schema: Any) -> Callable[[tuple, dict], tuple[tuple, dict]
         numbers = [(i, n) for i, n in positions.items() if type(value_at(i, n, args, kwargs)) in _WIDE]
         if not numbers:
             return args, kwargs
-        tensors = [t for t in _flat((args, kwargs)) if isinstance(t, torch.Tensor)]
+        tensors = [t for t in flat((args, kwargs)) if isinstance(t, torch.Tensor)]
         args, kwargs = list(args), dict(kwargs)
         for i, name in numbers:
             if i < len(args):
@@ -674,8 +369,8 @@ _CACHE_FLAGS = (("torch._inductor.config", "fx_graph_cache"),
 
 def disable_compile_caches() -> None:
     """Hold the on-disk compile caches off; the first hold in the process saves the flags."""
-    _STATE.cache_holds += 1
-    if _STATE.cache_holds > 1:
+    STATE.cache_holds += 1
+    if STATE.cache_holds > 1:
         return
     for module_name, flag in _CACHE_FLAGS:
         try:
@@ -683,18 +378,18 @@ def disable_compile_caches() -> None:
         except ImportError:
             continue
         if hasattr(module, flag):
-            _STATE.saved_flags[(module_name, flag)] = getattr(module, flag)
+            STATE.saved_flags[(module_name, flag)] = getattr(module, flag)
             setattr(module, flag, False)
 
 
 def restore_compile_caches() -> None:
     """Release one hold; the last one puts the saved flags back."""
-    _STATE.cache_holds = max(0, _STATE.cache_holds - 1)
-    if _STATE.cache_holds:
+    STATE.cache_holds = max(0, STATE.cache_holds - 1)
+    if STATE.cache_holds:
         return
-    for (module_name, flag), value in _STATE.saved_flags.items():
+    for (module_name, flag), value in STATE.saved_flags.items():
         setattr(importlib.import_module(module_name), flag, value)
-    _STATE.saved_flags.clear()
+    STATE.saved_flags.clear()
 
 
 @contextlib.contextmanager
@@ -710,45 +405,3 @@ def compile_caches_off() -> Iterator[None]:
 def reset_compiled_code() -> None:
     if "torch._dynamo" in sys.modules:  # nothing was compiled if dynamo was never imported
         sys.modules["torch._dynamo"].reset()
-
-
-# ---------------------------------------------------------------------------- helpers
-
-
-def _run(spec: KernelSpec, args: Any, kwargs: Any, tensors: list[torch.Tensor] | None = None) -> Any:
-    """The kernel on a call: its C++ entry on the call's tensors where it has one, else its
-    Python entry on the call's arguments."""
-    _RUNNING[0] += 1
-    try:
-        if spec.native is not None and tensors is not None:
-            return spec.native(*tensors)
-        return spec.entry(*args, **kwargs)
-    finally:
-        _RUNNING[0] -= 1
-
-
-_PLAIN_TYPES: dict[type, bool] = {}
-
-
-def _plain(t: torch.Tensor) -> bool:
-    """A tensor a kernel can take as memory: torch.Tensor or a subclass that does not intercept
-    ATen calls (nn.Parameter: a model's weights), not a fake, functional or other dispatching one."""
-    kind = type(t)
-    plain = _PLAIN_TYPES.get(kind)
-    if plain is None:
-        plain = _PLAIN_TYPES[kind] = kind.__torch_dispatch__ is torch.Tensor.__torch_dispatch__
-    return plain
-
-
-def _grad_needed(tensors: list[torch.Tensor]) -> bool:
-    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
-
-
-def _flat(value: Any) -> list[Any]:
-    """The leaves of nested lists, tuples and dicts: a call's arguments. (torch's pytree took
-    two thirds of a refused call's cost in the router: 23 us on this project's 2-core CPU.)"""
-    if isinstance(value, (list, tuple)):
-        return [leaf for v in value for leaf in _flat(v)]
-    if isinstance(value, dict):
-        return [leaf for v in value.values() for leaf in _flat(v)]
-    return [value]
