@@ -99,7 +99,7 @@ COMPILE_MODES = {"none": (), "default": ("default",),
 
 def compile_modes(choice: str, device: str) -> tuple[str, ...]:
     """auto: torch.compile's default mode on a GPU; none on a CPU, where compiling one op
-    takes ~13 s (measured here, 2 cores) and its time is rarely the point."""
+    takes ~13 s (on a 2-core x86 CPU) and its time is rarely the point."""
     if choice == "auto":
         return COMPILE_MODES["default"] if device == "cuda" else ()
     if choice not in COMPILE_MODES:

@@ -56,7 +56,7 @@ REPLAY_AGAIN = 10
 # Otherwise a second replay changed nothing and cost as much again, within a budget it overran
 # (the VAE's replay phase took 61 s of a 30 s budget on an H100: bench/results/h100/issue32/vae-phases).
 REPLAY_STABLE_SPREAD, REPLAY_SLOWER = 0.05, 1.5
-# Warm-up, in seconds of forward passes: in a fresh process on this 2-core VM every 2-thread op
+# Warm-up, in seconds of forward passes: in a fresh process on a 2-core VM every 2-thread op
 # took ~8 ms for the first 0.55 s after the first parallel region, then 3 us (a 40 us forward
 # measured at 32 ms); the other kernforge processes see the same from their start.
 WARMUP_S = 1.0

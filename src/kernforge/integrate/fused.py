@@ -509,7 +509,7 @@ def _current_patterns() -> CompilePatterns | None:
 #   straight from the module's call where nn.Module's call would only have called that forward,
 #   else nn.Module's call.
 # Under torch.compile the own forward is traced, and the graph pass puts the chain's op in.
-# On this project's 2-core CPU (bench/results/cpu/issue32/module_route.txt, a Gemma RMSNorm's C
+# On a 2-core x86 CPU (bench/results/cpu/issue32/module_route.txt, a Gemma RMSNorm's C
 # kernel, 1.6 us called directly) the module's call cost 2.3 us over its guarded entry through
 # nn.Module's call, a forward in Python and nn.Module's __getattr__ for the weight; 0.4 us through
 # the class's __call__ and module_entry, ~0.2 of it the checks nn.Module's call would make (its
@@ -587,7 +587,7 @@ def _sources(module: torch.nn.Module, boundary: dict[str, Any]) -> list[tuple[in
     """Each chain input: (an argument's position, None, ""), or (-1, the dict holding a parameter
     or buffer, its name). The dict is its owner's _parameters or _buffers, read at each call, so a
     parameter set anew is seen; nn.Module's __getattr__, which finds it there, costs ~450 ns a
-    lookup on this project's 2-core CPU against ~12 for the dict. A tensor gone from the dict since
+    lookup on a 2-core x86 CPU against ~12 for the dict. A tensor gone from the dict since
     (torch's parametrize moves a weight out) leaves the call to the module's own forward."""
     sources: list[tuple[int, Any, str]] = []
     for kind, where in boundary["inputs"]:

@@ -266,7 +266,7 @@ def runnable_here(spec: KernelSpec, tensors: Any) -> bool:
 
 class Tally:
     """One route's calls as plain ints, read when its RouteCounts is asked: a module route counts
-    with an attribute increment (~25 ns a call on this project's 2-core CPU, where
+    with an attribute increment (~25 ns a call on a 2-core x86 CPU, where
     RouteCounts.took's dict update took ~60)."""
 
     __slots__ = ("fallback", "kernel")
@@ -377,7 +377,7 @@ def grad_needed(tensors: list[torch.Tensor]) -> bool:
 
 def flat(value: Any) -> list[Any]:
     """The leaves of nested lists, tuples and dicts: a call's arguments. (torch's pytree took
-    two thirds of a refused call's cost in the router: 23 us on this project's 2-core CPU.)"""
+    two thirds of a refused call's cost in the router: 23 us on a 2-core x86 CPU.)"""
     if isinstance(value, (list, tuple)):
         return [leaf for v in value for leaf in flat(v)]
     if isinstance(value, dict):

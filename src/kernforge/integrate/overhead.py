@@ -151,7 +151,7 @@ def call_of(spec: runtime.KernelSpec, module: torch.nn.Module | None = None) -> 
 def module_arguments(spec: runtime.KernelSpec, inputs: list[Any]) -> list[Any]:
     """The module's positional arguments among the chain's inputs, in order (its parameters are
     its own). Picked once, not at each call: a lambda and a list made per call cost 0.4 us of the
-    routed call on this project's 2-core CPU, where the direct call pays neither."""
+    routed call on a 2-core x86 CPU, where the direct call pays neither."""
     boundary = (spec.chain or {})["module"]["inputs"]
     return [inputs[k] for _, k in sorted((int(where), k) for k, (kind, where) in enumerate(boundary) if kind == "arg")]
 

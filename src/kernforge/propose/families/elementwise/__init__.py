@@ -62,7 +62,7 @@ class Expr:
 
 
 # Triton: tl.exp, tl.log, tl.sqrt, tl.rsqrt, tl.erf, tl.abs, tl.where, tl.maximum, tl.minimum
-# exist in triton 3.6 (the H200 machine) and 3.8 (here); tl.tanh does not, hence kf_tanh.
+# exist in triton 3.6 and 3.8; tl.tanh does not, hence kf_tanh.
 # maximum/minimum propagate NaN like torch (tl.maximum would drop it on the GPU); relu keeps NaN.
 UNARY = {
     "relu": Expr("tl.where(a < 0.0, 0.0, a)", "(a < 0.0f ? 0.0f : a)"),

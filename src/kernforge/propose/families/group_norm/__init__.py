@@ -300,17 +300,14 @@ def _triton_rule(facts: dict[str, Any], hw: Hardware) -> dict[str, Any]:
         return {"variant": "per_group", "block": block, "num_warps": 2 if block <= 512 else 4 if block <= 1024 else 8}
     # More than the L2 holds: the held variant, where a group fits the GPU's registers two
     # programs an SM, 128 bytes of a chunk a thread; else the queue. On (1,256,512,512) bf16 the
-    # H200 probe timed the held start at 0.0853 ms, the queue at 0.0994 in the same call
-    # (bench/results/h200/probe/probe14.log); with statistics two groups ahead (pipeline) 0.0785
-    # ms, against 0.0922 one group ahead (probe20.log).
+    # held start took 0.0853 ms against the queue's 0.0994 (bench/results/h200/probe/README.md).
     larger_than_l2 = n_groups * size * ITEMSIZE[facts["dtype"]] > hw.l2_bytes
     held = _held_start(facts, hw) if larger_than_l2 else None
     if held is not None:
         return held
     if larger_than_l2 and size > 8192:
-        # the queue: the second read from L2, no wave, programs need not all be resident. On the
-        # large row above, 0.0995-0.0997 ms in two probes against 0.1009-0.1031 for two resident
-        # programs an SM (probe5.log to probe7.log)
+        # the queue: the second read from L2, no wave, programs need not all be resident (0.0995
+        # ms on the large row above against 0.1009 for resident programs: bench/results/h200/probe)
         return {"variant": "queue", "chunk": 8192, "block": 4096, "num_warps": 4, "unroll": 1, "per_sm": 8, "lead": 4}
     # Split: chunks of 16K elements, so (1,256,512,512) gives 32 x 128 = 4096 programs and
     # (1,512,128,128) 32 x 16 = 512 (at least ~4 programs per SM); a smaller chunk for smaller
