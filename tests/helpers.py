@@ -103,7 +103,7 @@ def run_cli(*args: str, cwd: Path | str = REPO_ROOT, env: dict[str, str] | None 
     What a command changes in the process is put back afterwards: os.environ (`env` applies to the
     call only; TRITON_INTERPRET is removed unless env sets it, as run_cli_subprocess does), the
     working directory (`cwd`), sys.argv, the SIGINT/SIGTERM/SIGALRM handlers, torch's and random's
-    seeds, and a Ray session the command started. cli.py's rich consoles are made again inside the
+    seeds, and a Ray session the command started. cli/console.py's rich consoles are made again inside the
     capture as a fresh process on pipes makes them (no terminal: 200 columns, no colour), and the
     objects the process held before the call are kept out of its garbage collections (gc.freeze),
     as a fresh process has none of them.
@@ -125,10 +125,11 @@ def run_cli(*args: str, cwd: Path | str = REPO_ROOT, env: dict[str, str] | None 
     from typer.testing import CliRunner
 
     from kernforge import cli
+    from kernforge.cli import console
 
     argv = [str(a) for a in args]
     saved_env, saved_cwd, saved_argv = dict(os.environ), os.getcwd(), sys.argv
-    saved_consoles = cli.out, cli.err
+    saved_consoles = console.out, console.err
     saved_rng = torch.get_rng_state(), random.getstate()
     main_thread = threading.current_thread() is threading.main_thread()
     signals = (signal.SIGINT, signal.SIGTERM, signal.SIGALRM)
@@ -149,9 +150,9 @@ def run_cli(*args: str, cwd: Path | str = REPO_ROOT, env: dict[str, str] | None 
         os.chdir(cwd)
         sys.argv = ["kernforge", *argv]
         with CliRunner().isolation() as (out, err, _):
-            # as cli.py makes them at import, here on the captured (non-terminal) streams
-            cli.out = Console(width=None if sys.stdout.isatty() else 200)
-            cli.err = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
+            # as cli/console.py makes them at import, here on the captured (non-terminal) streams
+            console.out = Console(width=None if sys.stdout.isatty() else 200)
+            console.err = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
             if main_thread:
                 signal.signal(signal.SIGALRM, expire)
                 signal.setitimer(signal.ITIMER_REAL, timeout)
@@ -172,7 +173,7 @@ def run_cli(*args: str, cwd: Path | str = REPO_ROOT, env: dict[str, str] | None 
                 stdout = out.getvalue().decode("utf-8", "replace")
                 stderr = err.getvalue().decode("utf-8", "replace")
     finally:
-        cli.out, cli.err = saved_consoles
+        console.out, console.err = saved_consoles
         sys.argv = saved_argv
         os.chdir(saved_cwd)
         os.environ.clear()

@@ -48,7 +48,7 @@ def test_kernels_that_make_the_model_slower_together_are_dropped_in_eager():
 
 
 def test_ls_shows_the_model_end_to_end_as_apply_measured_it():
-    from kernforge.cli import _end_to_end_cell
+    from kernforge.cli.runs import _end_to_end_cell
 
     report = {"speedups": {"patched eager vs eager": {"speedup": 1.3312, "verdict": "faster"},
                            "compile vs eager": {"speedup": 2.5, "verdict": "faster"},

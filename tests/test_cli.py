@@ -318,7 +318,7 @@ def test_optimize_applies_the_model_options(runs_dir: Path):
 def test_the_finalists_default_is_the_engines():
     import inspect
 
-    from kernforge.cli import optimize
+    from kernforge.cli.search import optimize
     from kernforge.search.engine import FINALISTS
 
     assert inspect.signature(optimize).parameters["finalists"].default.default == FINALISTS

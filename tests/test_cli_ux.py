@@ -127,14 +127,15 @@ def test_a_search_that_ends_early_says_why():
 # ---------------------------------------------------------------- options a spec does not read, examples
 
 @pytest.mark.parametrize("spec, reads", [
-    (TINY_REL, ()), ("example:attention", ()), ("torchvision:resnet18", ("batch_size", "resolution")),
+    (TINY_REL, ()), ("example:attention", ("batch_size", "seq_len", "scale")),
+    ("example:resnet50", ("batch_size", "resolution", "scale")), ("torchvision:resnet18", ("batch_size", "resolution")),
     ("hf:gemma3_text_small", ("batch_size", "seq_len", "attention")),
     ("example:gemma_decoder", ("batch_size", "seq_len", "attention", "scale")), ("mypkg.models:build", None),
 ])
 def test_the_model_options_each_spec_reads(spec, reads):
-    from kernforge.cli import _options_read
+    from kernforge.models.loader import options_read
 
-    assert _options_read(spec) == reads
+    assert options_read(spec) == reads
 
 
 def test_each_command_ends_its_help_with_its_own_examples():

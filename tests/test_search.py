@@ -244,9 +244,9 @@ def test_results_tsv_reads_back_with_csv(searched):
 
 
 def test_progress_lines_show_the_standing_the_node_events_carry(capsys):
-    from kernforge.cli import _progress
+    from kernforge.cli.progress import Progress
 
-    progress = _progress(quiet=False)  # not a terminal here: plain lines on stderr
+    progress = Progress(quiet=False)  # not a terminal here: plain lines on stderr
     progress.on_event(NodeFinished(task="t", node="n0", status="wrong_result", rationale="r", candidates=1,
                                    counts={"wrong_result": 1}))
     assert capsys.readouterr().err.rstrip().endswith("[best 1.00x | wrong_result 1]")

@@ -90,6 +90,25 @@ def run_forward(loaded: LoadedModel) -> Any:
         ) from None
 
 
+# The model options each kind of spec reads (zoo.py; a bundled example says in its READS); dtype
+# is read by all. A factory (pkg.module:factory) may read any, so it is not listed.
+ZOO_READS = {"torchvision": ("batch_size", "resolution"), "timm": ("batch_size", "resolution"),
+             "hf": ("batch_size", "seq_len", "attention"), "diffusers": ("batch_size", "resolution")}
+SPEC_OPTIONS = ("batch_size", "seq_len", "resolution", "scale", "attention")
+
+
+def options_read(spec: str) -> tuple[str, ...] | None:
+    """The model options a spec reads; None where it cannot be told (a factory, an unknown example)."""
+    prefix, _, rest = spec.partition(":")
+    if prefix == "example":
+        if not (EXAMPLES_DIR / f"{rest}.py").is_file():
+            return None
+        return tuple(getattr(importlib.import_module(f"kernforge.models.examples.{rest}"), "READS", ()))
+    if spec.endswith(".py") or Path(spec).exists():
+        return ()
+    return ZOO_READS.get(prefix)
+
+
 def _build(spec: str, opts: ModelOptions) -> tuple[torch.nn.Module, tuple[Any, ...], str]:
     prefix, _, rest = spec.partition(":")
     if prefix == "example":

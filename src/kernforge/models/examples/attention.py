@@ -12,6 +12,9 @@ BATCH, SEQ, DIM, HEADS = 4, 512, 256, 8
 SMALL = {"batch": 1, "seq": 64, "dim": 64, "heads": 4}  # --scale small: a CPU's minute
 
 
+READS = ("batch_size", "seq_len", "scale")  # the model options build() reads (dtype: every spec)
+
+
 class Model(nn.Module):
     def __init__(self, dim: int = DIM, heads: int = HEADS):
         super().__init__()

@@ -13,6 +13,9 @@ from kernforge.models.zoo import hf_model
 GPU_DTYPE = "bf16"
 
 
+READS = ("batch_size", "seq_len", "attention", "scale")  # the model options build() reads (dtype: every spec)
+
+
 def build(opts: ModelOptions):
     tokens = opts.tokens(2048 if opts.scale == "full" else 32)
     return hf_model(f"qwen3_moe_{opts.scale}", ModelOptions(**{**opts.__dict__, "seq_len": tokens}))

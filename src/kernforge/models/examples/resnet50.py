@@ -8,6 +8,9 @@ from kernforge.models.options import ModelOptions
 from kernforge.models.zoo import torchvision_model
 
 
+READS = ("batch_size", "resolution", "scale")  # the model options build() reads (dtype: every spec)
+
+
 def build(opts: ModelOptions):
     small = opts.scale == "small"
     return torchvision_model("resnet50", ModelOptions(**{**opts.__dict__, "batch_size": opts.batch(1 if small else 8),

@@ -12,6 +12,9 @@ from kernforge.models.zoo import diffusers_model
 GPU_DTYPE = "bf16"
 
 
+READS = ("batch_size", "resolution", "scale")  # the model options build() reads (dtype: every spec)
+
+
 def build(opts: ModelOptions):
     side = opts.side(128 if opts.scale == "full" else 8)
     return diffusers_model(f"sd35_vae_{opts.scale}", ModelOptions(**{**opts.__dict__, "resolution": side}))
