@@ -16,6 +16,7 @@ import torch
 from kernforge.evaluate.checks import element_bound
 from kernforge.evaluate.judge import Oracle, judge
 from kernforge.evaluate.runner import host_clock_disagrees
+from kernforge.evaluate.prefill import Prefill
 from kernforge.evaluate.session import Plan, make_harness
 
 pytestmark = pytest.mark.unit
@@ -32,8 +33,8 @@ def softmax_fn(args, kwargs, _prepared):
     return torch.softmax(args[0], -1)
 
 
-def poison_meta() -> list[dict]:
-    return [{"shape": [3, 8], "stride": [8, 1], "dtype": "torch.float32", "nbytes": 96}]
+def poison_meta() -> Prefill:
+    return Prefill([{"shape": [3, 8], "stride": [8, 1], "dtype": "torch.float32", "nbytes": 96}])
 
 
 def run(fn, plan, seed=0, prepare=None):

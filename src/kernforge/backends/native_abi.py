@@ -59,6 +59,10 @@ def as_struct(t: torch.Tensor) -> KfTensor:
 def empty_like_meta(meta: dict[str, Any], device: str | torch.device, poison: bool) -> torch.Tensor:
     dtype = getattr(torch, meta["dtype"].replace("torch.", ""))
     out = torch.empty_strided(meta["shape"], meta["stride"], dtype=dtype, device=device)
-    if poison and out.is_floating_point():
-        out.fill_(float("nan"))  # an element the kernel never writes stays NaN and fails the check
+    if poison:
+        # NaN, a sentinel or a far value, drawn: an element the kernel never writes fails the
+        # check whatever its right answer is, on some call (evaluate/prefill.py)
+        from kernforge.evaluate.prefill import any_prefill
+
+        any_prefill(out)
     return out

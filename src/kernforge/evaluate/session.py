@@ -6,8 +6,10 @@ judged.
 
   before each call   the input slot it will use was refilled with another set's values
                      some calls earlier (so no address ever sees the same values twice in a
-                     row); memory the outputs may land in is filled with NaN (0xFF); on a GPU,
-                     L2 is flushed by a 256 MB read and the GPU spins for a runway
+                     row); the outputs, and memory they may land in, are prefilled with a
+                     value drawn for the call (prefill.py: NaN, a sentinel or a value the
+                     oracle cannot produce); on a GPU, L2 is flushed by a 256 MB read and the
+                     GPU spins for a runway
   the call           between two CUDA events (GPU) or two reads of the host clock (CPU)
   after each call    its outputs are copied out, into a buffer that is kept where the call
                      is judged and into scratch where it is not: the same work either way
@@ -33,6 +35,7 @@ from typing import Any
 import torch
 
 from kernforge.evaluate.inputs import digest, flat_span, layout_copy, tensors_of
+from kernforge.evaluate.prefill import Prefill, Value
 from kernforge.evaluate.timing import Timing, timing_from
 
 # Repeats: about GPU_TARGET_MS (GPU) or CPU_TARGET_MS (CPU) of calls at the reference's speed,
@@ -67,6 +70,7 @@ class Call:
     out_meta: list[dict[str, Any]]  # shape, stride, dtype, storage ptr and bytes, per output
     in_meta: list[dict[str, Any]]  # storage ptr and bytes, per input tensor
     digests: list[list[int]]  # per input tensor, after the call (inputs.digest)
+    prefill: list[Value] = field(default_factory=list)  # per output, what it held before the call
 
 
 @dataclass
@@ -111,7 +115,7 @@ def make_harness(device: torch.device, mark_fd: int | None = None) -> Callable[.
     Event = torch.cuda.Event
     synchronize = torch.cuda.synchronize
     spin = getattr(torch.cuda, "_sleep", None)
-    tsum, empty, full, uint8 = torch.sum, torch.empty, torch.full, torch.uint8
+    tsum, empty, uint8, boolean = torch.sum, torch.empty, torch.uint8, torch.bool
     copy_ = torch.Tensor.copy_
     Tensor = torch.Tensor
     from torch.multiprocessing.reductions import StorageWeakRef
@@ -125,10 +129,11 @@ def make_harness(device: torch.device, mark_fd: int | None = None) -> Callable[.
             except OSError:
                 pass
 
-    def run(fn: Callable[..., Any], plan: Plan, prepare: Callable[[], Any] | None, poison: list[dict[str, Any]],
+    def run(fn: Callable[..., Any], plan: Plan, prepare: Callable[[], Any] | None, prefill: Prefill,
             seed: int, name: str = "", warmup: int | None = None, guard: Any = None) -> SessionResult:
         """fn(args, kwargs, prepared) -> outputs; prepare() -> what fn gets (outputs to write,
-        for the native backends), called outside the timed span; poison: output metas; guard: a
+        for the native backends, which the session prefills), called outside the timed span;
+        prefill: the outputs' metas and what each set's prefill may be (prefill.Prefill); guard: a
         guards.Guard that places the input slots and reads memory and process state around each
         call, outside the timed span. Each finished session is logged in run.sessions (name,
         calls, events_ms, host_s), in order."""
@@ -138,11 +143,11 @@ def make_harness(device: torch.device, mark_fd: int | None = None) -> Callable[.
         # after every session of every worker and every signature a capture replays.
         freeze()
         try:
-            return session(fn, plan, prepare, poison, seed, name, warmup, guard)
+            return session(fn, plan, prepare, prefill, seed, name, warmup, guard)
         finally:
             unfreeze()
 
-    def session(fn: Callable[..., Any], plan: Plan, prepare: Callable[[], Any] | None, poison: list[dict[str, Any]],
+    def session(fn: Callable[..., Any], plan: Plan, prepare: Callable[[], Any] | None, prefill: Prefill,
                 seed: int, name: str, warmup: int | None, guard: Any) -> SessionResult:
         rng = random.Random(seed)
         order = _schedule(plan, rng, warmup)
@@ -164,8 +169,11 @@ def make_harness(device: torch.device, mark_fd: int | None = None) -> Callable[.
             elif not half and n > 0:
                 _refill(slots[0], plan.sets[set_index])
             args, kwargs = slots[n % len(slots)]
+            values = prefill.draw(set_index, rng)
             prepared = prepare() if prepare is not None else None
-            _poison(poison)
+            if prepared is not None:
+                prefill.fill(prepared, values)
+            prefill.poison(values, device, POISON_COPIES)
             if guard is not None:
                 guard.before()
             if cuda:
@@ -207,7 +215,8 @@ def make_harness(device: torch.device, mark_fd: int | None = None) -> Callable[.
                 result.judged.append(Call(position=n, set_index=set_index, outputs=kept,
                                           out_meta=[_meta(o) for o in outs],
                                           in_meta=[_storage(t) for t in tensors_of((args, kwargs))],
-                                          digests=[digest(t) for t in tensors_of((args, kwargs))]))
+                                          digests=[digest(t) for t in tensors_of((args, kwargs))],
+                                          prefill=values))
             del out, outs
         if cuda:
             synchronize()
@@ -299,14 +308,6 @@ def make_harness(device: torch.device, mark_fd: int | None = None) -> Callable[.
         for dst, src in zip(tensors_of(slot), tensors_of(values)):
             copy_(flat_span(dst), flat_span(src), non_blocking=True)
 
-    def _poison(metas: list[dict[str, Any]]) -> None:
-        """NaN where the outputs will most likely land: blocks of the outputs' sizes, filled with
-        0xFF bytes (NaN in every float format) and freed, which torch's allocator hands back
-        next (deterministically on a GPU, best effort on a CPU's malloc)."""
-        blocks = [full((max(1, m["nbytes"]),), 0xFF, dtype=uint8, device=device)
-                  for m in metas for _ in range(POISON_COPIES)]
-        del blocks
-
     def _copy_out(outs: list[torch.Tensor], keep: bool) -> list[torch.Tensor]:
         kept = []
         for o in outs:
@@ -318,6 +319,8 @@ def make_harness(device: torch.device, mark_fd: int | None = None) -> Callable[.
                 if key not in scratch:
                     scratch[key] = empty(o.shape, dtype=o.dtype, device=o.device)
                 dst = scratch[key]
+            if o.dtype == boolean:  # byte for byte: a copy would turn a prefill byte of 2 into True
+                dst, o = dst.view(uint8), o.view(uint8)
             copy_(dst, o, non_blocking=True)
         return kept
 
@@ -357,7 +360,7 @@ def failure_kind(e: BaseException) -> str:
 
 
 def output_metas(outputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The task's output metas with the bytes each spans (what the poison fills)."""
+    """The task's output metas with the bytes each spans (what the prefill fills)."""
     metas = []
     for meta in outputs:
         dtype = getattr(torch, meta["dtype"].replace("torch.", ""))

@@ -48,12 +48,14 @@ def timing_from(samples_ms: list[float], method: str, **cross_checks: Any) -> Ti
 def time_callable(fn: Callable[[], Any], device: torch.device) -> Timing:
     """fn() timed as the evaluator times a call (for the probes in bench/): one session of calls
     with no inputs and nothing judged."""
+    from kernforge.evaluate.prefill import Prefill
     from kernforge.evaluate.session import CALLS, Plan, make_harness, reps_for
 
     harness = make_harness(device)
-    probe = harness(lambda a, k, p: fn(), Plan(sets=[([], {})], timing=[0], calls=CALLS[0]), None, [], 0)
+    nothing = Prefill([])  # no outputs to prefill
+    probe = harness(lambda a, k, p: fn(), Plan(sets=[([], {})], timing=[0], calls=CALLS[0]), None, nothing, 0)
     calls = reps_for(probe.timing.p50_ms, device)
-    return harness(lambda a, k, p: fn(), Plan(sets=[([], {})], timing=[0], calls=calls), None, [], 1).timing
+    return harness(lambda a, k, p: fn(), Plan(sets=[([], {})], timing=[0], calls=calls), None, nothing, 1).timing
 
 
 def clearly_faster(candidate: Timing, baseline: Timing) -> bool:
