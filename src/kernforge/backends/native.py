@@ -133,10 +133,10 @@ def _run(command: list[str], log: Path) -> None:
 
 
 def load_kernel(library: Path, output_meta: list[dict[str, Any]], device: str) -> Kernel:
-    """A Python callable over the library's kf_forward: allocates (poisoned) outputs, passes structs.
+    """A Python callable over the library's kf_forward: allocates (prefilled) outputs, passes structs.
 
     `kernel.run(outputs, args, kwargs)` calls it on outputs the caller made (the evaluator
-    allocates and poisons them outside the timed span, and `kernel.new_outputs()` makes them)."""
+    allocates them and prefills them outside the timed span, and `kernel.new_outputs()` makes them)."""
     try:
         entry = bind_entry(library)
     except (OSError, AttributeError) as e:

@@ -94,7 +94,7 @@ def reads_a_step(value: Any) -> bool:
 
 def load_entry(backend: str, path: Path, outputs: list[dict[str, Any]]) -> Callable[..., Any]:
     """The installed callable of a kernel file: a Triton module's kf_forward, or a compiled
-    library's kf_forward writing into freshly allocated outputs (never poisoned: NaN filling
+    library's kf_forward writing into freshly allocated outputs (never prefilled: prefilling
     is the evaluator's check, not part of a kernel)."""
     if backend == "triton":
         entry = getattr(import_path(path, "kf_installed"), "kf_forward", None)
