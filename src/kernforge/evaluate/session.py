@@ -118,6 +118,7 @@ def make_harness(device: torch.device, mark_fd: int | None = None) -> Callable[.
     tsum, empty, uint8, boolean = torch.sum, torch.empty, torch.uint8, torch.bool
     copy_ = torch.Tensor.copy_
     Tensor = torch.Tensor
+    draw, fill, poison = Prefill.draw, Prefill.fill, Prefill.poison
     from torch.multiprocessing.reductions import StorageWeakRef
 
     cuda = device.type == "cuda"
@@ -169,11 +170,11 @@ def make_harness(device: torch.device, mark_fd: int | None = None) -> Callable[.
             elif not half and n > 0:
                 _refill(slots[0], plan.sets[set_index])
             args, kwargs = slots[n % len(slots)]
-            values = prefill.draw(set_index, rng)
+            values = draw(prefill, set_index, rng)
             prepared = prepare() if prepare is not None else None
             if prepared is not None:
-                prefill.fill(prepared, values)
-            prefill.poison(values, device, POISON_COPIES)
+                fill(prefill, prepared, values)
+            poison(prefill, values, device, POISON_COPIES)
             if guard is not None:
                 guard.before()
             if cuda:
