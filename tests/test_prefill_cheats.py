@@ -129,7 +129,7 @@ def argmax_reference(tmp_path_factory: pytest.TempPathFactory):
     model = folder / "argmax_model.py"
     model.write_text(ARGMAX_MODEL)
     capture = capture_model(load_model(str(model), torch.device("cpu")), folder / "capture", repeats=1)
-    only_argmax = lambda t: None if t.op == "aten::argmax.default" else "not argmax"  # noqa: E731
+    only_argmax = lambda t: None if t.op == "aten::argmax.default" else "not argmax"
     (task,), _ = make_tasks(capture, folder / "capture", top_k=1, why_unsupported=only_argmax)
     task_path, reference_path = folder / "task.json", folder / "reference.pt"
     save_task(task, task_path)
