@@ -106,7 +106,7 @@ def load_entry(backend: str, path: Path, outputs: list[dict[str, Any]]) -> Calla
 
     def run(*args: Any, **kwargs: Any) -> Any:
         inputs = [t for t in _flat((args, kwargs)) if isinstance(t, torch.Tensor)]
-        out = [empty_like_meta(m, inputs[0].device if inputs else device, poison=False) for m in outputs]
+        out = [empty_like_meta(m, inputs[0].device if inputs else device) for m in outputs]
         call_entry(native, inputs, out)
         return out[0] if len(out) == 1 else tuple(out)
     return run
