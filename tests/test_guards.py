@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from kernforge.evaluate.guards import CANARY_BYTES, LEAK_BYTES_PER_CALL, Guard, verdict
+from kernforge.evaluate.prefill import Prefill
 from kernforge.evaluate.session import Plan, make_harness
 from kernforge.evaluate.worker import _candidate_call
 
@@ -40,7 +41,7 @@ def meta(stride=(8, 1)) -> list[dict]:
 def session(fn, calls: int = 40, prepare=None, guard: Guard | None = None, stride=(8, 1)) -> dict:
     guard = guard or Guard(CPU)
     plan = Plan(sets=softmax_sets(), timing=[0, 1, 2, 3], checks=[0, 1, 2, 3], calls=calls, judged_timed=3)
-    result = make_harness(CPU)(fn, plan, prepare, meta(stride), 0, name="candidate", guard=guard)
+    result = make_harness(CPU)(fn, plan, prepare, Prefill(meta(stride)), 0, name="candidate", guard=guard)
     assert result.failure is None, result.failure
     return guard.report()
 

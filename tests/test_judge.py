@@ -16,6 +16,7 @@ import torch
 from kernforge.evaluate.checks import element_bound
 from kernforge.evaluate.judge import Oracle, judge
 from kernforge.evaluate.runner import host_clock_disagrees
+from kernforge.evaluate.prefill import Prefill
 from kernforge.evaluate.session import Plan, make_harness
 
 pytestmark = pytest.mark.unit
@@ -32,8 +33,8 @@ def softmax_fn(args, kwargs, _prepared):
     return torch.softmax(args[0], -1)
 
 
-def poison_meta() -> list[dict]:
-    return [{"shape": [3, 8], "stride": [8, 1], "dtype": "torch.float32", "nbytes": 96}]
+def poison_meta() -> Prefill:
+    return Prefill([{"shape": [3, 8], "stride": [8, 1], "dtype": "torch.float32", "nbytes": 96}])
 
 
 def run(fn, plan, seed=0, prepare=None):
@@ -329,7 +330,7 @@ def test_no_call_but_a_judged_one_sees_values_an_earlier_call_had(dtype):
         return args[0] + 1
 
     plan = Plan(sets=sets, timing=[0, 1, 2], checks=[0, 1, 2], calls=60, judged_timed=5)
-    result = make_harness(torch.device("cpu"))(fn, plan, None, [], seed=7)
+    result = make_harness(torch.device("cpu"))(fn, plan, None, Prefill([]), seed=7)
     judged = {call.position: call.set_index for call in result.judged}
     assert len(judged) == 8 and len(seen) == result.calls
     values = {tuple(x.float().nan_to_num(7.0).tolist()) for n, x in enumerate(seen) if n not in judged}

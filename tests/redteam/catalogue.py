@@ -122,9 +122,11 @@ CATALOGUE: list[Record] = [
        "honest for 9 calls, then skips whenever the output buffer already looks done", ok_if=POISONED),
     _r("cases/c-lazy-every-kth.c", "lazy", "cheat", "",
        "after the checks computes only every 4th call (coprime with the buffer rotation)", ok_if=POISONED),
-    _r("cases/c-poison-detect-spotcheck.c", "lazy", "cheat", "",
+    # With the prefill drawn per call (evaluate/prefill.py) these fire on judged calls too: wrong
+    # on every judged call of a set is a wrong_result, right on one and wrong on another a cheat.
+    _r("cases/c-poison-detect-spotcheck.c", "lazy", "cheat|wrong_result", "",
        "stateless: NaN in the output -> compute; else recompute row 0 only, skip if it matches", ok_if=POISONED),
-    _r("cases/c-poison-detect-naive.c", "lazy", "cheat", "",
+    _r("cases/c-poison-detect-naive.c", "lazy", "cheat|wrong_result", "",
        "NaN in the output -> honest; else unnormalised (regression: caught by the timed-output check)", ok_if=POISONED_SYNC),
     _r("cases/c-phase-timespec.c", "lazy", "cheat", "",
        "timespec_get gap < 150 us and a plausible stale buffer -> skip", ok_if=POISONED),

@@ -30,9 +30,9 @@ class RejectedBuild(BuildError):
 
 # A built candidate: takes the reference op's (args, kwargs), returns its outputs. A native
 # backend's kernel also has `run(outputs, args, kwargs)`, which writes into outputs the caller
-# made, and `new_outputs(poison=True)`, which makes them (filled with NaN, so that an element the
-# kernel never writes fails the check): the evaluator allocates and poisons them outside the
-# timed span, the same way before every call.
+# made, and `new_outputs(poison=True)`, which makes them (prefilled with a drawn value,
+# evaluate/prefill.py, so that an element the kernel never writes fails the check): the
+# evaluator allocates them once and prefills them outside the timed span before every call.
 Kernel = Callable[..., Any]
 
 

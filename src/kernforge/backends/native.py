@@ -133,10 +133,10 @@ def _run(command: list[str], log: Path) -> None:
 
 
 def load_kernel(library: Path, output_meta: list[dict[str, Any]], device: str) -> Kernel:
-    """A Python callable over the library's kf_forward: allocates (poisoned) outputs, passes structs.
+    """A Python callable over the library's kf_forward: allocates (prefilled) outputs, passes structs.
 
     `kernel.run(outputs, args, kwargs)` calls it on outputs the caller made (the evaluator
-    allocates and poisons them outside the timed span, and `kernel.new_outputs()` makes them)."""
+    allocates them and prefills them outside the timed span, and `kernel.new_outputs()` makes them)."""
     try:
         entry = bind_entry(library)
     except (OSError, AttributeError) as e:
@@ -148,7 +148,15 @@ def load_kernel(library: Path, output_meta: list[dict[str, Any]], device: str) -
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
     def new_outputs(poison: bool = True) -> list[torch.Tensor]:
-        return [empty_like_meta(m, device, poison) for m in output_meta]
+        outputs = [empty_like_meta(m, device) for m in output_meta]
+        if poison:
+            # NaN, a sentinel or a far value, drawn per call: an element the kernel never writes
+            # fails a check on some call, whatever its right answer (evaluate/prefill.py)
+            from kernforge.evaluate.prefill import any_prefill
+
+            for t in outputs:
+                any_prefill(t)
+        return outputs
 
     def kernel(*args: Any, **kwargs: Any) -> Any:
         return run(new_outputs(), args, kwargs)

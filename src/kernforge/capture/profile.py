@@ -361,7 +361,7 @@ def _replay_calls(p: OpProfile) -> int:
 def _replay(harness: Any, func: Any, samples: list[dict[str, Any]], outputs: list[dict[str, Any]], device: torch.device,
             calls: int) -> Any:
     """The op timed on its samples by the evaluator's own eager timing (rotated input copies,
-    poisoned outputs, warm-up; on a GPU events after an L2 flush), or None where it cannot be."""
+    prefilled outputs, warm-up; on a GPU events after an L2 flush), or None where it cannot be."""
     from kernforge.evaluate.inputs import drawn_set, on_device
     from kernforge.evaluate.worker import time_op
 

@@ -106,6 +106,10 @@ def compare(outs: list[torch.Tensor], oracles: list[torch.Tensor], bounds: list[
         if out.dtype != dtypes[i]:
             return f"{label} has dtype {out.dtype}, expected {dtypes[i]}", errors
         if not out.is_floating_point():
+            if out.dtype == torch.bool:
+                # byte for byte: torch reads any non-zero byte as True, so a bool output left
+                # holding its prefill byte (2) would pass where the answer is True
+                out, oracle = out.view(torch.uint8), oracle.view(torch.uint8)
             if not torch.equal(move(out), move(oracle)):
                 return f"{label} differs from the reference at index {_first_difference(out, oracle)}", errors
             errors.append(0.0)

@@ -21,6 +21,7 @@ import torch
 
 from kernforge.evaluate.checks import compare
 from kernforge.evaluate.guards import verdict as guard_verdict
+from kernforge.evaluate.prefill import Options, options_for_sets, unwritten
 from kernforge.evaluate.timing import Timing, escaped_ms, escapes_the_events
 
 
@@ -54,6 +55,14 @@ class Oracle:
 
     def __post_init__(self) -> None:
         self._differ: dict[tuple[int, int], bool] = {}
+        self._prefill: list[list[Options]] | None = None
+
+    def prefill_options(self) -> list[list[Options]]:
+        """Per set and output, the prefills wrong at every element (prefill.py), for the
+        candidates' jobs: worked out once per task, a few passes over each set's oracle."""
+        if self._prefill is None:
+            self._prefill = options_for_sets(self.data["oracles"], self.data["bounds"], self.dtypes())
+        return self._prefill
 
     @property
     def labels(self) -> list[str]:
@@ -111,6 +120,8 @@ def _judge_calls(calls: list[dict[str, Any]], oracle: Oracle) -> dict[str, Any]:
     for call in calls:
         k = call["set"]
         why_values, errs = compare(call["outputs"], oracle.data["oracles"][k], oracle.data["bounds"][k], dtypes)
+        if why_values:
+            why_values = _never_written(call, oracle) + why_values
         errors.setdefault(k, errs)
         verdicts.setdefault(k, []).append((call["position"], why_values))
     for k, results in sorted(verdicts.items()):
@@ -158,6 +169,25 @@ def _structure(call: dict[str, Any], oracle: Oracle) -> tuple[str, str, str] | N
         if j not in mutated and list(got) != list(want):
             return "cheat", f"input {j} was modified", "inputs"
     return None
+
+
+def _never_written(call: dict[str, Any], oracle: Oracle) -> str:
+    """"output i: N elements never written (...); " for each output whose failing elements still
+    hold the prefill its call began with, else "". Only words: the prefill is as the worker
+    reported it, so it names what failed and decides nothing."""
+    notes = []
+    k = call["set"]
+    for i, (out, value) in enumerate(zip(call["outputs"], call.get("prefill") or [])):
+        if type(value) not in (int, float) or i >= len(oracle.data["oracles"][k]):
+            continue
+        try:
+            count = unwritten(out, oracle.data["oracles"][k][i], oracle.data["bounds"][k][i], value)
+        except (RuntimeError, OverflowError, TypeError):
+            continue
+        if count:
+            notes.append(f"output {i}: {count} of {out.numel()} elements never written (they still hold the "
+                         f"prefill, {value:g}); ")
+    return "".join(notes)
 
 
 def _stale(call: dict[str, Any], calls: list[dict[str, Any]], oracle: Oracle) -> str | None:

@@ -381,7 +381,8 @@ def evaluate_candidate(task_path: Path, reference_path: Path, source: Path, back
     job = {"mode": "candidate", "task_path": str(task_path), "reference_path": str(reference_path),
            "source": str(source), "backend": backend, "device": device,
            "build_dir": str(job_dir / "build"), "memory_limit_bytes": memory_limit_bytes(reference_path),
-           "outputs_path": str(job_dir / "outputs.pt")}
+           "outputs_path": str(job_dir / "outputs.pt"),
+           "prefill": _prefill_options(reference_path)}
     first = _judged_run(job, job_dir, timeout_s, executor, reference_path)
     if first.failed_check != "clock" and not first.noisy:
         return first
@@ -395,6 +396,13 @@ def evaluate_candidate(task_path: Path, reference_path: Path, source: Path, back
         again.retimed = first.reason or first.noisy
     again.wall_s += first.wall_s
     return again
+
+
+def _prefill_options(reference_path: Path) -> list[list[dict[str, Any]]] | None:
+    """What the worker may prefill each set's outputs with (prefill.py); None where this process
+    holds no oracle for the task (the worker then uses the defaults, and judging fails as before)."""
+    oracle = _ORACLES.get(str(reference_path.resolve()))
+    return oracle.prefill_options() if oracle is not None else None
 
 
 def _judged_run(job: dict[str, Any], job_dir: Path, timeout_s: float, executor: Executor | None,

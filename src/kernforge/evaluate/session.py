@@ -8,8 +8,10 @@ judged.
                      some calls earlier (so no address ever sees the same values twice in a
                      row); a call that is not judged gets them scaled element by element, so
                      that no timed call sees values an earlier call had and a result kept
-                     from an earlier call never pays; memory the outputs may land in is
-                     filled with NaN (0xFF); on a GPU, L2 is flushed by a 256 MB read and the
+                     from an earlier call never pays; the outputs, and memory they may land
+                     in, are prefilled with a value drawn for the call (prefill.py: NaN, a
+                     sentinel or a value the oracle cannot produce); on a GPU, L2 is flushed
+                     by a 256 MB read and the
                      GPU spins for a runway
   the call           between two CUDA events (GPU) or two reads of the host clock (CPU)
   after each call    its outputs are copied out, into a buffer that is kept where the call
@@ -36,6 +38,7 @@ from typing import Any
 import torch
 
 from kernforge.evaluate.inputs import digest, flat_span, layout_copy, tensors_of
+from kernforge.evaluate.prefill import Prefill, Value
 from kernforge.evaluate.timing import Timing, timing_from
 
 # Repeats: about GPU_TARGET_MS (GPU) or CPU_TARGET_MS (CPU) of calls at the reference's speed,
@@ -79,6 +82,7 @@ class Call:
     out_meta: list[dict[str, Any]]  # shape, stride, dtype, storage ptr and bytes, per output
     in_meta: list[dict[str, Any]]  # storage ptr and bytes, per input tensor
     digests: list[list[int]]  # per input tensor, after the call (inputs.digest)
+    prefill: list[Value] = field(default_factory=list)  # per output, what it held before the call
 
 
 @dataclass
@@ -123,9 +127,10 @@ def make_harness(device: torch.device, mark_fd: int | None = None) -> Callable[.
     Event = torch.cuda.Event
     synchronize = torch.cuda.synchronize
     spin = getattr(torch.cuda, "_sleep", None)
-    tsum, empty, full, uint8, mul = torch.sum, torch.empty, torch.full, torch.uint8, torch.mul
+    tsum, empty, uint8, boolean, mul = torch.sum, torch.empty, torch.uint8, torch.bool, torch.mul
     copy_ = torch.Tensor.copy_
     Tensor = torch.Tensor
+    draw, fill, poison = Prefill.draw, Prefill.fill, Prefill.poison
     from torch.multiprocessing.reductions import StorageWeakRef
 
     cuda = device.type == "cuda"
@@ -137,10 +142,11 @@ def make_harness(device: torch.device, mark_fd: int | None = None) -> Callable[.
             except OSError:
                 pass
 
-    def run(fn: Callable[..., Any], plan: Plan, prepare: Callable[[], Any] | None, poison: list[dict[str, Any]],
+    def run(fn: Callable[..., Any], plan: Plan, prepare: Callable[[], Any] | None, prefill: Prefill,
             seed: int, name: str = "", warmup: int | None = None, guard: Any = None) -> SessionResult:
         """fn(args, kwargs, prepared) -> outputs; prepare() -> what fn gets (outputs to write,
-        for the native backends), called outside the timed span; poison: output metas; guard: a
+        for the native backends, which the session prefills), called outside the timed span;
+        prefill: the outputs' metas and what each set's prefill may be (prefill.Prefill); guard: a
         guards.Guard that places the input slots and reads memory and process state around each
         call, outside the timed span. Each finished session is logged in run.sessions (name,
         calls, events_ms, host_s), in order."""
@@ -150,11 +156,11 @@ def make_harness(device: torch.device, mark_fd: int | None = None) -> Callable[.
         # after every session of every worker and every signature a capture replays.
         freeze()
         try:
-            return session(fn, plan, prepare, poison, seed, name, warmup, guard)
+            return session(fn, plan, prepare, prefill, seed, name, warmup, guard)
         finally:
             unfreeze()
 
-    def session(fn: Callable[..., Any], plan: Plan, prepare: Callable[[], Any] | None, poison: list[dict[str, Any]],
+    def session(fn: Callable[..., Any], plan: Plan, prepare: Callable[[], Any] | None, prefill: Prefill,
                 seed: int, name: str, warmup: int | None, guard: Any) -> SessionResult:
         rng = random.Random(seed)
         order = _schedule(plan, rng, warmup)
@@ -180,8 +186,11 @@ def make_harness(device: torch.device, mark_fd: int | None = None) -> Callable[.
             elif not half and n > 0:
                 _refill(slots[0], plan.sets[set_index], vary(judged))
             args, kwargs = slots[n % len(slots)]
+            values = draw(prefill, set_index, rng)
             prepared = prepare() if prepare is not None else None
-            _poison(poison)
+            if prepared is not None:
+                fill(prefill, prepared, values)
+            poison(prefill, values, device, POISON_COPIES)
             if guard is not None:
                 guard.before()
             if cuda:
@@ -223,7 +232,8 @@ def make_harness(device: torch.device, mark_fd: int | None = None) -> Callable[.
                 result.judged.append(Call(position=n, set_index=set_index, outputs=kept,
                                           out_meta=[_meta(o) for o in outs],
                                           in_meta=[_storage(t) for t in tensors_of((args, kwargs))],
-                                          digests=[digest(t) for t in tensors_of((args, kwargs))]))
+                                          digests=[digest(t) for t in tensors_of((args, kwargs))],
+                                          prefill=values))
             del out, outs
         if cuda:
             synchronize()
@@ -345,14 +355,6 @@ def make_harness(device: torch.device, mark_fd: int | None = None) -> Callable[.
                 source = into
             mul(source, varied(into), out=into)
 
-    def _poison(metas: list[dict[str, Any]]) -> None:
-        """NaN where the outputs will most likely land: blocks of the outputs' sizes, filled with
-        0xFF bytes (NaN in every float format) and freed, which torch's allocator hands back
-        next (deterministically on a GPU, best effort on a CPU's malloc)."""
-        blocks = [full((max(1, m["nbytes"]),), 0xFF, dtype=uint8, device=device)
-                  for m in metas for _ in range(POISON_COPIES)]
-        del blocks
-
     def _copy_out(outs: list[torch.Tensor], keep: bool) -> list[torch.Tensor]:
         kept = []
         for o in outs:
@@ -364,6 +366,8 @@ def make_harness(device: torch.device, mark_fd: int | None = None) -> Callable[.
                 if key not in scratch:
                     scratch[key] = empty(o.shape, dtype=o.dtype, device=o.device)
                 dst = scratch[key]
+            if o.dtype == boolean:  # byte for byte: a copy would turn a prefill byte of 2 into True
+                dst, o = dst.view(uint8), o.view(uint8)
             copy_(dst, o, non_blocking=True)
         return kept
 
@@ -389,9 +393,10 @@ def time_callable(fn: Callable[[], Any], device: torch.device) -> Timing:
     """fn() timed as the evaluator times a call (for the probes in bench/): one session of calls
     with no inputs and nothing judged."""
     harness = make_harness(device)
-    probe = harness(lambda a, k, p: fn(), Plan(sets=[([], {})], timing=[0], calls=CALLS[0]), None, [], 0)
+    nothing = Prefill([])  # no outputs to prefill
+    probe = harness(lambda a, k, p: fn(), Plan(sets=[([], {})], timing=[0], calls=CALLS[0]), None, nothing, 0)
     calls = reps_for(probe.timing.p50_ms, device)
-    return harness(lambda a, k, p: fn(), Plan(sets=[([], {})], timing=[0], calls=calls), None, [], 1).timing
+    return harness(lambda a, k, p: fn(), Plan(sets=[([], {})], timing=[0], calls=calls), None, nothing, 1).timing
 
 
 def _meta(t: torch.Tensor) -> dict[str, Any]:
@@ -412,7 +417,7 @@ def failure_kind(e: BaseException) -> str:
 
 
 def output_metas(outputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The task's output metas with the bytes each spans (what the poison fills)."""
+    """The task's output metas with the bytes each spans (what the prefill fills)."""
     metas = []
     for meta in outputs:
         dtype = getattr(torch, meta["dtype"].replace("torch.", ""))

@@ -202,7 +202,7 @@ def _calls(op: Any) -> Any:
 
 def time_op(harness: Any, fn: Any, dev_sets: list[Any], timing_sets: list[int], outputs: list[dict[str, Any]],
             device: torch.device, seed: int = 0, name: str = "eager", calls: int | None = None,
-            judged_like_a_candidate: bool = False) -> Any:
+            judged_like_a_candidate: bool = False, prefill_options: list[list[Any]] | None = None) -> Any:
     """A reference's timing (eager, torch.compile): unless `calls` is given, a short session for
     its speed first, then one of reps_for that speed. judged_like_a_candidate: that session judges
     as many calls as a candidate's does (each set once, judged_timed_for its outputs), its results
@@ -210,12 +210,14 @@ def time_op(harness: Any, fn: Any, dev_sets: list[Any], timing_sets: list[int], 
     runner.host_clock_disagrees reads it (a judged call allocates its kept outputs and digests its
     inputs: on 256 MB outputs on the H200 that cost ~10x the call, and honest kernels were
     taken for patched timers, bench/results/h200/issue20/README.md), and with a guards.Guard
-    around each call as a candidate's."""
+    around each call as a candidate's. prefill_options: the candidate's (the job's), so that
+    eager's calls are prefilled as its calls are."""
+    from kernforge.evaluate.prefill import Prefill
     from kernforge.evaluate.session import CALLS, Plan, judged_timed_for, output_metas, reps_for
 
-    poison = output_metas(outputs)
+    prefill = Prefill(output_metas(outputs), prefill_options)
     if calls is None:
-        probe = harness(fn, Plan(sets=dev_sets, timing=timing_sets, calls=CALLS[0]), None, poison, seed,
+        probe = harness(fn, Plan(sets=dev_sets, timing=timing_sets, calls=CALLS[0]), None, prefill, seed,
                         name=f"{name}-probe")
         calls = reps_for(probe.timing.p50_ms, device)
     plan = Plan(sets=dev_sets, timing=timing_sets, calls=calls)
@@ -224,9 +226,9 @@ def time_op(harness: Any, fn: Any, dev_sets: list[Any], timing_sets: list[int], 
         from kernforge.evaluate.guards import Guard
 
         plan.checks = list(range(len(dev_sets)))
-        plan.judged_timed = judged_timed_for(sum(m["nbytes"] for m in poison))
+        plan.judged_timed = judged_timed_for(sum(m["nbytes"] for m in prefill.metas))
         guard = Guard(device)  # the same reads around each call as a candidate's; what it sees is dropped
-    return harness(fn, plan, None, poison, seed + 1, name=name, guard=guard).timing
+    return harness(fn, plan, None, prefill, seed + 1, name=name, guard=guard).timing
 
 
 def _time_compiled(harness: Any, op: Any, dev_sets: list[Any], timing_sets: list[int], outputs: list[dict[str, Any]],
@@ -259,6 +261,7 @@ def run_candidate(job: dict[str, Any]) -> dict[str, Any]:
     """Time eager, build the candidate, run one session of its calls (every one made alike, some
     judged), time eager again; the judged calls' outputs go to a file for the search process."""
     from kernforge.backends import BuildError, RejectedBuild, get_backend
+    from kernforge.evaluate.prefill import Prefill
     from kernforge.evaluate.session import Plan, judged_timed_for, output_metas, reps_for
     from kernforge.tasks import load_task, reference_of
 
@@ -276,11 +279,14 @@ def run_candidate(job: dict[str, Any]) -> dict[str, Any]:
     lock = DeviceLock(job.get("device_lock"), checks_exclusive=device.type == "cpu")
     eager_fn = _calls(op)
     seed = int.from_bytes(os.urandom(4), "little")  # where the judged calls fall: nowhere on disk
+    # What each set's outputs may be prefilled with: the search process worked it out from the
+    # oracle (prefill.options_for_sets); a job without it (run by hand) gets the defaults.
+    options = job.get("prefill")
     eager_timing = None
     if backend.timeable():
         with lock.for_timing():
             eager_timing = time_op(harness, eager_fn, sets, ref["timing"], task.outputs, device, seed,
-                                   judged_like_a_candidate=True)
+                                   judged_like_a_candidate=True, prefill_options=options)
     phases.mark("eager_timing_s")
     threads_before = _thread_ids()
     try:
@@ -295,18 +301,18 @@ def run_candidate(job: dict[str, Any]) -> dict[str, Any]:
 
     guard = Guard(device)
     fn, prepare = _candidate_call(kernel, guard)
-    poison = output_metas(task.outputs)
+    prefill = Prefill(output_metas(task.outputs), options)
     timed = eager_timing is not None
     plan = Plan(sets=sets, timing=ref["timing"], checks=list(range(len(sets))),
                 calls=reps_for(eager_timing.p50_ms, device) if timed else 0,
-                judged_timed=judged_timed_for(sum(m["nbytes"] for m in poison)) if timed else 0,
+                judged_timed=judged_timed_for(sum(m["nbytes"] for m in prefill.metas)) if timed else 0,
                 labels=ref["labels"])
     failure = _first_call(fn, prepare, sets[0], ref["labels"][0], device)
     phases.mark("first_call_s")  # Triton compiles here, outside the device lock
     if failure is not None:
         return {**failure, "timed": False, "phases": phases.seconds}
     with lock.for_timing() if timed else lock.for_checks():
-        session = harness(fn, plan, prepare, poison, seed + 2, name="candidate", guard=guard)
+        session = harness(fn, plan, prepare, prefill, seed + 2, name="candidate", guard=guard)
     phases.mark("session_s")
     if session.failure is not None:
         return {**session.failure, "timed": False, "phases": phases.seconds}
@@ -317,7 +323,7 @@ def run_candidate(job: dict[str, Any]) -> dict[str, Any]:
             # so a machine that was busier (or a cache colder) when eager was first timed does
             # not pass for a faster kernel (seen on a CPU: eager 5.0 ms first, 0.9-1.0 ms after).
             eager_after = time_op(harness, eager_fn, sets, ref["timing"], task.outputs, device, seed + 3,
-                                  name="eager-after", calls=eager_timing.runs)
+                                  name="eager-after", calls=eager_timing.runs, prefill_options=options)
         result.update(timed=True, eager_timing=min(eager_timing, eager_after, key=lambda t: t.p50_ms).__dict__,
                       timing=session.timing.__dict__,
                       eager_p50_ms_before_after=[eager_timing.p50_ms, eager_after.p50_ms])
@@ -346,30 +352,28 @@ def _first_call(fn: Any, prepare: Any, inputs: Any, label: str, device: torch.de
 
 def _candidate_call(kernel: Any, guard: Any = None) -> tuple[Any, Any]:
     """(fn, prepare) for the harness. A native kernel writes into outputs the harness makes:
-    three poisoned sets, one drawn at random before each call, so that no call finds its output
-    where the last one left it; with a guard, each between canaries (guards.py)."""
+    three sets, one drawn at random before each call (and prefilled by the harness), so that no
+    call finds its output where the last one left it; with a guard, each between canaries
+    (guards.py)."""
     if not hasattr(kernel, "run"):
         return (lambda args, kwargs, _prepared: kernel(*args, **kwargs)), None
     import random
 
-    pool = [kernel.new_outputs(poison=True) for _ in range(3)]
+    pool = [kernel.new_outputs(poison=False) for _ in range(3)]  # the session prefills each call's
     if guard is not None:
         pool = [guard.place_outputs(outputs) for outputs in pool]
     pick = random.Random(int.from_bytes(os.urandom(4), "little"))
 
     def prepare() -> list[torch.Tensor]:
-        outputs = pool[pick.randrange(len(pool))]
-        for t in outputs:
-            if t.is_floating_point():
-                t.fill_(float("nan"))
-        return outputs
+        return pool[pick.randrange(len(pool))]
 
     return (lambda args, kwargs, outputs: kernel.run(outputs, args, kwargs)), prepare
 
 
 def _plain_call(call: Any) -> dict[str, Any]:
     return {"position": call.position, "set": call.set_index, "outputs": call.outputs,
-            "out_meta": call.out_meta, "in_meta": call.in_meta, "digests": call.digests}
+            "out_meta": call.out_meta, "in_meta": call.in_meta, "digests": call.digests,
+            "prefill": call.prefill}
 
 
 class Phases:

@@ -3,7 +3,8 @@
  *   int kf_forward(const kf_tensor *in, int n_in, kf_tensor *out, int n_out);
  *
  * `in` holds the op's tensor arguments in call order, `out` its outputs, already allocated
- * with the reference's shapes, dtypes and strides and filled with NaN (write every element).
+ * with the reference's shapes, dtypes and strides; they arrive with arbitrary contents, so write
+ * every element on every call (what an output held before the call is never a right answer).
  * Return 0; any other value fails the candidate as a runtime_error.
  *
  * The evaluator's static scan accepts only system headers (#include <...> from a list), so a

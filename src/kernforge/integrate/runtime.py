@@ -53,7 +53,7 @@ else:  # inside an exported package, where these files sit beside this one
 
 def load_entry(backend: str, path: Path, outputs: list[dict[str, Any]]) -> Callable[..., Any]:
     """The installed callable of a kernel file: a Triton module's kf_forward, or a compiled
-    library's kf_forward writing into freshly allocated outputs (never poisoned: NaN filling
+    library's kf_forward writing into freshly allocated outputs (never prefilled: prefilling
     is the evaluator's check, not part of a kernel)."""
     if backend == "triton":
         entry = getattr(import_path(path, "kf_installed"), "kf_forward", None)
@@ -65,7 +65,7 @@ def load_entry(backend: str, path: Path, outputs: list[dict[str, Any]]) -> Calla
 
     def run(*args: Any, **kwargs: Any) -> Any:
         inputs = [t for t in flat((args, kwargs)) if isinstance(t, torch.Tensor)]
-        out = [empty_like_meta(m, inputs[0].device if inputs else device, poison=False) for m in outputs]
+        out = [empty_like_meta(m, inputs[0].device if inputs else device) for m in outputs]
         call_entry(native, inputs, out)
         return out[0] if len(out) == 1 else tuple(out)
     return run

@@ -35,14 +35,14 @@ element is computed by your @triton.jit kernels. Launch on the current stream; d
 the kf_tensor struct exactly as in the example and defines
     int kf_forward(const kf_tensor *in, int n_in, kf_tensor *out, int n_out);
 `in` holds the op's tensor arguments in order; `out` the outputs, already allocated with the op's
-shapes, dtypes and strides (filled with NaN before each call: write every element). Non-tensor
+shapes, dtypes and strides, holding arbitrary contents (write every element, every call). Non-tensor
 arguments are fixed for this task: bake them in. Return 0; non-zero means "cannot handle this".""",
     "cuda": """The file is one CUDA C++ translation unit, built with `nvcc -O3 -arch=sm_XY` for this GPU. It
 declares the kf_tensor struct exactly as in the example and defines
     extern "C" int kf_forward(const kf_tensor *in, int n_in, kf_tensor *out, int n_out);
 `in` holds the op's tensor arguments in order, `out` the outputs, already allocated on the GPU with
-the op's shapes, dtypes and strides (data are device pointers; filled with NaN before each call:
-write every element). Non-tensor arguments are fixed for this task: bake them in. Launch your
+the op's shapes, dtypes and strides (data are device pointers; they hold arbitrary contents:
+write every element, every call). Non-tensor arguments are fixed for this task: bake them in. Launch your
 kernels on the default stream and do not synchronize; return 0 (non-zero: cannot handle this).
 Declare device helpers `static __device__`: nvcc gives a non-static one a host stub that calls
 exit(), which the object scan rejects.""",
