@@ -1,4 +1,4 @@
-"""The harness's own cost a call, with the outputs' prefill (evaluate/prefill.py) or, on a tree
+"""The harness's own cost a call, with the outputs' prefill (harness/prefill.py) or, on a tree
 before it, the NaN fill: one session of a native-like kernel that copies its input into the
 output (so the call itself costs next to nothing), SESSIONS times; prints the median host
 time a call. Run it on each tree to compare:
@@ -13,7 +13,7 @@ import sys
 
 import torch
 
-from kernforge.evaluate.session import Plan, make_harness, output_metas
+from kernforge.harness.session import Plan, make_harness, output_metas
 from kernforge.evaluate.worker import _candidate_call
 
 SESSIONS, CALLS = 15, 500
@@ -36,7 +36,7 @@ class Copies:
 
 def prefill_for(metas):
     try:
-        from kernforge.evaluate.prefill import Prefill
+        from kernforge.harness.prefill import Prefill
     except ImportError:  # the tree before issue 33's prefill: the harness takes the metas
         return metas
     return Prefill(metas)

@@ -5,7 +5,7 @@
 For the two BENCHMARKS rows larger than L2 that the MCTS run left over 1.25x of the floor
 (mean over (256,2048,7,7) f32 and group norm over (1,256,512,512) bf16) and their smaller
 siblings: each point is rendered by its family, checked against the ATen op on the real-size
-input, and timed as the search's workers time (kernforge.evaluate.timing: L2 emptied by a read before
+input, and timed as the search's workers time (kernforge.harness.timing: L2 emptied by a read before
 every call, median). This says which
 moves are worth giving the search; the figures a user sees come from bench/search_bench.py.
 """
@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from family_check import family_for, make_task, tensor
 
-from kernforge.evaluate.session import time_callable
+from kernforge.harness.session import time_callable
 from kernforge.importing import import_path
 from kernforge.propose.builtin import Hardware
 from kernforge.propose.builtin.space import Space

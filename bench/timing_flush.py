@@ -15,8 +15,8 @@ import sys
 import torch
 from triton.testing import do_bench
 
-from kernforge.evaluate import timing
-from kernforge.evaluate.session import time_callable
+from kernforge.harness import timing
+from kernforge.harness.session import time_callable
 
 
 def ops() -> list[tuple[str, object]]:

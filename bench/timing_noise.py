@@ -3,7 +3,7 @@
     PYTHONPATH=src:. python3 bench/timing_noise.py
 
 The split softmax for (8, 262144) f32 (two launches) and eager's softmax (one), timed by
-kernforge.evaluate.timing with and without the runway (the GPU spinning ~0.5 ms after the L2
+kernforge.harness.timing with and without the runway (the GPU spinning ~0.5 ms after the L2
 flush, so the host has time to launch the call), on a quiet host and on one where every core
 runs a busy process (as when other workers build and check). Prints p20/p50/p80 per case.
 """
@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from family_check import family_for, make_task, tensor
 from probe_templates import hardware, load
 
-from kernforge.evaluate import session
+from kernforge.harness import session
 
 
 def split_softmax():

@@ -1,4 +1,4 @@
-"""A model's misaligned view is evaluated misaligned (capture/serialize.py: layout_copy keeps a
+"""A model's misaligned view is evaluated misaligned (harness/serialize.py: layout_copy keeps a
 storage offset's alignment), through `kernforge eval` (workers start).
 
 A kernel with aligned streaming loads (movntdqa) is right and fast on every fresh allocation, which

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kernforge.evaluate.timing import Timing
+from kernforge.harness.timing import Timing
 from kernforge.integrate.apply import _comparison, _confirm
 from kernforge.report.views import e2e_text
 

@@ -173,7 +173,7 @@ def test_the_shared_build_cache_serves_every_build_dir_and_keeps_no_rejected_bui
 
 
 def test_outputs_are_prefilled_with_a_drawn_value_by_default(tmp_path: Path):
-    from kernforge.evaluate.prefill import candidates
+    from kernforge.harness.prefill import candidates
 
     x = torch.randn(4, 6)
     kernel = cpu.build(write(tmp_path, "nothing.c", WRITES_NOTHING), tmp_path / "build", [meta(x)])

@@ -10,15 +10,8 @@ import torch
 from helpers import SOFTMAX_OP
 from torch import nn
 
-from kernforge.capture import (
-    Placeholder,
-    capture_model,
-    decode_value,
-    encode_value,
-    load_capture,
-    load_sample,
-    load_sample_outputs,
-)
+from kernforge.capture import capture_model, load_capture
+from kernforge.harness.serialize import Placeholder, decode_value, encode_value, load_sample, load_sample_outputs
 from kernforge.models import load_model
 from kernforge.models.loader import LoadedModel
 

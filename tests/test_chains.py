@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from kernforge.capture import load_sample, load_sample_outputs
+from kernforge.harness.serialize import load_sample, load_sample_outputs
 from kernforge.capture.chains import find_chains
 from kernforge.capture.recorder import ModuleTracker, Recorder
 from kernforge.models.loader import LoadedModel, load_model

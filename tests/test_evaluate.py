@@ -15,13 +15,14 @@ import pytest
 import torch
 from helpers import CORRECT_BODY, c_softmax_source
 
-from kernforge.capture import Placeholder, capture_model, load_sample
+from kernforge.capture import capture_model
+from kernforge.harness.serialize import Placeholder, load_sample
 from kernforge.evaluate import evaluate_baseline, evaluate_candidate
 from kernforge.evaluate.checks import RTOL, compare, element_bound, normalised_error
 from kernforge.evaluate.classes import CLASS_KINDS
-from kernforge.evaluate.inputs import FRESH_KINDS
+from kernforge.harness.inputs import FRESH_KINDS
 from kernforge.evaluate.runner import discard_reference, oracle_for
-from kernforge.evaluate.timing import Timing, clearly_faster
+from kernforge.harness.timing import Timing, clearly_faster
 from kernforge.models.loader import LoadedModel
 from kernforge.propose.builtin import BuiltinProposer
 from kernforge.tasks import make_tasks, save_task
@@ -252,7 +253,7 @@ def test_a_task_over_the_sample_cap_is_judged_on_drawn_inputs(drawn_softmax, tmp
 
 
 def test_drawn_sets_keep_the_real_tensors_and_every_layout(tmp_path: Path):
-    from kernforge.evaluate.inputs import drawn_set
+    from kernforge.harness.inputs import drawn_set
 
     weight = torch.rand(32) + 0.5
     norm = torch.nn.LayerNorm(32).eval()
@@ -322,7 +323,7 @@ def test_triton_candidate_that_fails_to_import_is_a_compile_error(evaluate_sourc
 # ---------------------------------------------------------------- pieces, in process
 
 def test_fresh_sets_keep_layout_and_draw_new_values():
-    from kernforge.evaluate.inputs import fresh_set
+    from kernforge.harness.inputs import fresh_set
 
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(6, 5).t()  # (5, 6), strides (1, 5)
@@ -346,7 +347,7 @@ def test_fresh_sets_keep_layout_and_draw_new_values():
 
 
 def test_layout_copies_keep_gaps_and_broadcast_dimensions():
-    from kernforge.evaluate.inputs import extent, fresh_set, layout_copy, refill
+    from kernforge.harness.inputs import extent, fresh_set, layout_copy, refill
 
     gen = torch.Generator().manual_seed(0)
     half = torch.randn(4, 16).chunk(2, -1)[1]  # a gated MLP's second half: strides (16, 1), offset 8
@@ -363,7 +364,7 @@ def test_layout_copies_keep_gaps_and_broadcast_dimensions():
 
 
 def test_digests_tell_a_changed_input_from_an_unchanged_one():
-    from kernforge.evaluate.inputs import digest
+    from kernforge.harness.inputs import digest
 
     x = torch.randn(3, 5, dtype=torch.bfloat16)
     same = x.clone()

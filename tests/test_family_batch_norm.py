@@ -147,7 +147,7 @@ def test_what_the_capture_records_for_each_module(module, supported):
 def test_the_evaluator_does_not_see_native_batch_norm_write_its_running_statistics():
     """Why training with running statistics is refused: the schema marks nothing written, so the
     judge holds running_mean/var to their old values and compares only the three outputs."""
-    from kernforge.evaluate.inputs import mutated_inputs
+    from kernforge.harness.inputs import mutated_inputs
 
     assert mutated_inputs(torch.ops.aten.native_batch_norm.default._schema) == []
     assert mutated_inputs(torch.ops.aten._native_batch_norm_legit.default._schema) == [3, 4]

@@ -1,4 +1,4 @@
-"""Guarded memory and process state (kernforge.evaluate.guards), in process (no worker).
+"""Guarded memory and process state (kernforge.harness.guards), in process (no worker).
 
 A session runs on the CPU with small Python callables standing in for kernels, each doing
 what a cheating or broken kernel does to memory or process state while returning the right
@@ -15,9 +15,9 @@ import threading
 import pytest
 import torch
 
-from kernforge.evaluate.guards import CANARY_BYTES, LEAK_BYTES_PER_CALL, Guard, verdict
-from kernforge.evaluate.prefill import Prefill
-from kernforge.evaluate.session import Plan, make_harness
+from kernforge.harness.guards import CANARY_BYTES, LEAK_BYTES_PER_CALL, Guard, verdict
+from kernforge.harness.prefill import Prefill
+from kernforge.harness.session import Plan, make_harness
 from kernforge.evaluate.worker import _candidate_call
 
 pytestmark = pytest.mark.unit

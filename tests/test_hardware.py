@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from kernforge.evaluate import hardware
-from kernforge.evaluate.hardware import measure_hardware
+from kernforge.harness import hardware
+from kernforge.harness.hardware import measure_hardware
 from kernforge.store import RunStore
 from kernforge.search.runs import read_baseline
 

@@ -16,8 +16,8 @@ import torch
 from kernforge.evaluate.checks import element_bound
 from kernforge.evaluate.judge import Oracle, judge
 from kernforge.evaluate.runner import host_clock_disagrees
-from kernforge.evaluate.prefill import Prefill
-from kernforge.evaluate.session import Plan, make_harness
+from kernforge.harness.prefill import Prefill
+from kernforge.harness.session import Plan, make_harness
 
 pytestmark = pytest.mark.unit
 
@@ -131,7 +131,7 @@ def test_the_timer_is_bound_when_the_harness_is_made(monkeypatch):
 # ---------------------------------------------------------------- the judge
 
 def oracle_for_sets(sets) -> Oracle:
-    from kernforge.evaluate.inputs import digest
+    from kernforge.harness.inputs import digest
 
     oracles = [[torch.softmax(s[0][0].double(), -1)] for s in sets]
     return Oracle({"oracles": oracles, "labels": [f"s{i}" for i in range(len(sets))],
@@ -317,7 +317,7 @@ def test_no_call_but_a_judged_one_sees_values_an_earlier_call_had(dtype):
     """A result kept from an earlier call never pays: every call that is not judged gets its
     set's values varied element by element (zeros, signs, NaN and inf kept), and a judged call
     gets its set exactly, for the oracle."""
-    from kernforge.evaluate.session import VARY
+    from kernforge.harness.session import VARY
 
     base = torch.randn(3, 256)
     base[0, :8] = 0.0

@@ -1,4 +1,4 @@
-"""The outputs' prefill (evaluate/prefill.py): every kind a set allows is wrong at every element of
+"""The outputs' prefill (harness/prefill.py): every kind a set allows is wrong at every element of
 its oracle, the kind changes from call to call, and the judge names elements that still hold it."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from kernforge.evaluate.checks import compare, element_bound
-from kernforge.evaluate.prefill import Prefill, options_for, options_for_sets, unwritten
-from kernforge.evaluate.session import Plan, make_harness
+from kernforge.harness.prefill import Prefill, options_for, options_for_sets, unwritten
+from kernforge.harness.session import Plan, make_harness
 
 pytestmark = pytest.mark.unit
 

@@ -1,4 +1,4 @@
-"""kernforge.evaluate.timing: the verdicts that decide whether a GPU timing can be trusted.
+"""kernforge.harness.timing: the verdicts that decide whether a GPU timing can be trusted.
 
 The figures are the ones measured on the H200 (bench/results/h200/evaluator_check*.json):
 a side-stream cheat and honest kernels on the same ops.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from kernforge.evaluate.timing import Timing, confirmed_by_sync, escaped_ms, escapes_the_events
+from kernforge.harness.timing import Timing, confirmed_by_sync, escaped_ms, escapes_the_events
 
 pytestmark = pytest.mark.unit
 

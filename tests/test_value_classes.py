@@ -1,13 +1,13 @@
 """Fresh sets drawn from value classes (evaluate/classes.py) and the model's alignment kept in
-every copy and draw (capture/serialize.py: layout_copy, strided_like). Starts nothing."""
+every copy and draw (harness/serialize.py: layout_copy, strided_like). Starts nothing."""
 
 from __future__ import annotations
 
 import torch
 
-from kernforge.capture.serialize import Placeholder, layout_copy
+from kernforge.harness.serialize import Placeholder, layout_copy
 from kernforge.evaluate.classes import class_sets, reference_accepts
-from kernforge.evaluate.inputs import draw_placeholder, fresh_set, make_sets, permuted_set
+from kernforge.harness.inputs import draw_placeholder, fresh_set, make_sets, permuted_set
 
 import pytest
 

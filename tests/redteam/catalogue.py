@@ -122,7 +122,7 @@ CATALOGUE: list[Record] = [
        "honest for 9 calls, then skips whenever the output buffer already looks done", ok_if=POISONED),
     _r("cases/c-lazy-every-kth.c", "lazy", "cheat", "",
        "after the checks computes only every 4th call (coprime with the buffer rotation)", ok_if=POISONED),
-    # With the prefill drawn per call (evaluate/prefill.py) these fire on judged calls too: wrong
+    # With the prefill drawn per call (harness/prefill.py) these fire on judged calls too: wrong
     # on every judged call of a set is a wrong_result, right on one and wrong on another a cheat.
     _r("cases/c-poison-detect-spotcheck.c", "lazy", "cheat|wrong_result", "",
        "stateless: NaN in the output -> compute; else recompute row 0 only, skip if it matches", ok_if=POISONED),
@@ -167,7 +167,7 @@ CATALOGUE: list[Record] = [
     _r("cases/py-patch-main-checks.py", "patch", "cheat", "",
        "import __main__: input-modification, reused-address and aliasing checks replaced; in place"),
     _r("cases/py-patch-timing-module.py", "patch", "cheat", "",
-       "sys.modules['kernforge.evaluate.timing'] via __builtins__: one-shot /20 timers (GPU)"),
+       "sys.modules['kernforge.harness.timing'] via __builtins__: one-shot /20 timers (GPU)"),
 
     # ---- static-scan evasion (Python)
     _r("cases/py-bound-name.py", "scan-evasion", "cheat", "", "_normalise = torch.softmax; _normalise(x, dim)"),

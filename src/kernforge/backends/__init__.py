@@ -31,7 +31,7 @@ class RejectedBuild(BuildError):
 # A built candidate: takes the reference op's (args, kwargs), returns its outputs. A native
 # backend's kernel also has `run(outputs, args, kwargs)`, which writes into outputs the caller
 # made, and `new_outputs(poison=True)`, which makes them (prefilled with a drawn value,
-# evaluate/prefill.py, so that an element the kernel never writes fails the check): the
+# harness/prefill.py, so that an element the kernel never writes fails the check): the
 # evaluator allocates them once and prefills them outside the timed span before every call.
 Kernel = Callable[..., Any]
 

@@ -151,8 +151,8 @@ def load_kernel(library: Path, output_meta: list[dict[str, Any]], device: str) -
         outputs = [empty_like_meta(m, device) for m in output_meta]
         if poison:
             # NaN, a sentinel or a far value, drawn per call: an element the kernel never writes
-            # fails a check on some call, whatever its right answer (evaluate/prefill.py)
-            from kernforge.evaluate.prefill import any_prefill
+            # fails a check on some call, whatever its right answer (harness/prefill.py)
+            from kernforge.harness.prefill import any_prefill
 
             for t in outputs:
                 any_prefill(t)

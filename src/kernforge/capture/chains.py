@@ -32,7 +32,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from kernforge.capture.recorder import Call, ModuleCall, qualified_name
-from kernforge.capture.serialize import Placeholder, layout_copy, saved_bytes, strided_copy
+from kernforge.harness.serialize import Placeholder, layout_copy, saved_bytes, strided_copy
 
 ROW_REDUCTIONS = ("aten::sum.dim_IntList", "aten::mean.dim", "aten::amax.default", "aten::amin.default")
 ROW_OPS = ("aten::_softmax.default", "aten::_log_softmax.default", "aten::native_layer_norm.default",

@@ -362,7 +362,7 @@ def _profiled_kernels(loaded: Any, warm_s: float) -> tuple[list[KernelTime], flo
     """(kernels per forward, total us per forward, passes profiled, compile seconds)."""
     from torch.profiler import ProfilerActivity, profile
 
-    from kernforge.capture.profile import _quiet_native_stderr, _warm_up, kernel_us
+    from kernforge.capture.forward import kernel_us, quiet_native_stderr, warm_up
 
     on_gpu = loaded.device.type == "cuda"
     passes = PROFILED_PASSES["cuda" if on_gpu else "cpu"]
@@ -372,9 +372,9 @@ def _profiled_kernels(loaded: Any, warm_s: float) -> tuple[list[KernelTime], flo
             started = time.perf_counter()
             _forward(compiled)  # the compile itself
             compile_s = time.perf_counter() - started
-            _warm_up(compiled, least_s=warm_s)
+            warm_up(compiled, least_s=warm_s)
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])
-        with _quiet_native_stderr(), profile(activities=activities) as prof:
+        with quiet_native_stderr(), profile(activities=activities) as prof:
             for _ in range(passes):
                 _forward(compiled)
             if on_gpu:
@@ -478,7 +478,7 @@ def _aten_ancestry(ev: Any) -> list[str]:
 
 def _bandwidth(device: torch.device) -> tuple[float, str]:
     """The copy bandwidth evaluate.hardware measures (as the worker's baseline does), else the default."""
-    from kernforge.evaluate.hardware import measure_hardware
+    from kernforge.harness.hardware import measure_hardware
 
     measured = measure_hardware(device).get("bandwidth_gb_s")
     if measured:

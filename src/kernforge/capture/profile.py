@@ -4,15 +4,13 @@ The time of a call seen while recording is not the op's: on a CPU it is the wall
 the call inside the recorder, of the order of a small op itself, and on a loaded 2-core machine
 each op's worker threads wait for a core (a (2, 40, 40) softmax recorded at 7.8 ms, 3 us alone).
 So each hot signature is replayed on its saved real inputs, timed as the evaluator times eager
-(evaluate.worker.time_op), and ranked by its calls x that time; a signature that cannot be
+(harness.session.time_op), and ranked by its calls x that time; a signature that cannot be
 replayed (no sample, a non-tensor output, the budget spent) keeps its recorded time, and says so.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -22,6 +20,8 @@ from typing import Any
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from kernforge.capture.forward import (kernel_total_us, median, median_forward_ms,
+                                      quiet_native_stderr, warm_up)
 from kernforge.capture.chains import Chain, ChainSampler, find_chains, first_reads
 from kernforge.capture.recorder import (
     RANGE_PREFIX,
@@ -30,8 +30,8 @@ from kernforge.capture.recorder import (
     Recorder,
     qualified_name,
 )
-from kernforge.capture.serialize import placeholders_of, save_sample
-from kernforge.models import LoadedModel, run_forward
+from kernforge.harness.serialize import placeholders_of, save_sample
+from kernforge.models import LoadedModel
 from kernforge.phases import Stopwatch
 
 # A sample of real inputs per signature is kept on disk; these caps, on the bytes saved, keep a
@@ -56,10 +56,6 @@ REPLAY_AGAIN = 10
 # Otherwise a second replay changed nothing and cost as much again, within a budget it overran
 # (the VAE's replay phase took 61 s of a 30 s budget on an H100: bench/results/h100/issue32/vae-phases).
 REPLAY_STABLE_SPREAD, REPLAY_SLOWER = 0.05, 1.5
-# Warm-up, in seconds of forward passes: in a fresh process on a 2-core VM every 2-thread op
-# took ~8 ms for the first 0.55 s after the first parallel region, then 3 us (a 40 us forward
-# measured at 32 ms); the other kernforge processes see the same from their start.
-WARMUP_S = 1.0
 # Coverage outside this band: the per-op times do not add up to the model's time.
 COVERAGE_BAND = (0.5, 1.5)
 # "chain": a fused chain of cheap ops (capture/chains.py), ranked beside the single ops
@@ -222,10 +218,10 @@ def capture_model(
         samples_per_signature = 0
     clock = Stopwatch()
     on_phase("capture")
-    _warm_up(loaded)
-    forward_ms = _median_forward_ms(loaded)
+    warm_up(loaded)
+    forward_ms = median_forward_ms(loaded)
     on_gpu = loaded.device.type == "cuda"
-    measured_us = _kernel_total_us(loaded) if on_gpu else forward_ms * 1e3
+    measured_us = kernel_total_us(loaded) if on_gpu else forward_ms * 1e3
     recorders, times = [], []
     captured_ms = 0.0
     for r in range(repeats):
@@ -273,7 +269,7 @@ def _chain_profile(chain: Chain, calls: list[Call], times: list[dict[int, float]
     members = [m for instance in chain.instances for m in instance.members]
     # Each call's median over the passes, summed; at most all the captured time (a chain that is
     # the whole model, measured in noisy passes, could otherwise come out above its total).
-    us = min(total, sum(_median([t.get(m, 0.0) for t in times]) for m in members))
+    us = min(total, sum(median([t.get(m, 0.0) for t in times]) for m in members))
     share = us / total if total > 0 else 0.0
     first = calls[chain.instances[0].members[0]]
     return OpProfile(signature=chain.signature, op=chain.op, kind="chain", args=chain.input_metas,
@@ -313,7 +309,7 @@ def replay_signatures(recorder: Recorder, profiles: list[OpProfile], device: tor
     first, until budget_s is spent; random ops are not replayed. A
     signature whose replay fails (an output that is not a tensor, a sample that cannot be drawn)
     is left out: it keeps its recorded time."""
-    from kernforge.evaluate.session import make_harness
+    from kernforge.harness.session import make_harness
 
     harness = make_harness(device)
     funcs = {}
@@ -362,8 +358,8 @@ def _replay(harness: Any, func: Any, samples: list[dict[str, Any]], outputs: lis
             calls: int) -> Any:
     """The op timed on its samples by the evaluator's own eager timing (rotated input copies,
     prefilled outputs, warm-up; on a GPU events after an L2 flush), or None where it cannot be."""
-    from kernforge.evaluate.inputs import drawn_set, on_device
-    from kernforge.evaluate.worker import time_op
+    from kernforge.harness.inputs import drawn_set, on_device
+    from kernforge.harness.session import time_op
 
     draws = torch.Generator(device=device).manual_seed(1)  # drawn where they run: a GPU draws in ms
     try:
@@ -404,7 +400,7 @@ def _recorded_forward(loaded: LoadedModel, recorder: Recorder, on_gpu: bool) -> 
         with ModuleTracker(loaded.module, recorder), recorder, torch.no_grad():
             recorder.mark_returned(loaded.module(*loaded.inputs))
         return {c.index: c.cpu_us for c in recorder.calls}
-    with _quiet_native_stderr(), profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+    with quiet_native_stderr(), profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         with ModuleTracker(loaded.module, recorder), recorder, torch.no_grad():
             recorder.mark_returned(loaded.module(*loaded.inputs))
         torch.cuda.synchronize(loaded.device)
@@ -425,75 +421,6 @@ def _range_device_us(events: Any) -> dict[int, float]:
     return times
 
 
-def _kernel_total_us(loaded: LoadedModel) -> float:
-    """All device time of one plain forward pass, as the profiler sees it with nothing recorded."""
-    with _quiet_native_stderr(), profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        with torch.no_grad():
-            loaded.module(*loaded.inputs)
-        torch.cuda.synchronize(loaded.device)
-    return kernel_us(prof.events())
-
-
-def kernel_us(events: Any) -> float:
-    """The summed duration of the device-side events (kernels, memcpy, memset).
-
-    Only the device rows: each CPU op's own row also carries the time of the
-    kernels it launched, so summing every row counts each kernel twice.
-    """
-    return float(sum(e.time_range.elapsed_us() for e in events
-                     if e.device_type == torch.autograd.DeviceType.CUDA))
-
-
-def _warm_up(loaded: LoadedModel, least_s: float = WARMUP_S, most: int = 500) -> None:
-    """Forward passes for least_s (one at least): lazy init, allocator growth, library autotuning,
-    and on a CPU the OpenMP threads' start."""
-    started = time.perf_counter()
-    for _ in range(most):
-        run_forward(loaded)
-        if time.perf_counter() - started >= least_s:
-            break
-
-
-def _median_forward_ms(loaded: LoadedModel, runs: int = 5, least_s: float = 0.3, most: int = 51) -> float:
-    """The median of at least `runs` plain passes, more (up to `most`) until least_s is spent: a
-    40 us forward's median of 5 on a loaded 2-core machine swung between 0.04 and 32 ms."""
-    samples: list[float] = []
-    started = time.perf_counter()
-    while len(samples) < runs or (len(samples) < most and time.perf_counter() - started < least_s):
-        if loaded.device.type == "cuda":
-            torch.cuda.synchronize(loaded.device)
-        start = time.perf_counter()
-        with torch.no_grad():
-            loaded.module(*loaded.inputs)
-        if loaded.device.type == "cuda":
-            torch.cuda.synchronize(loaded.device)
-        samples.append((time.perf_counter() - start) * 1e3)
-    return _median(samples)
-
-
-def _median(values: list[float]) -> float:
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
-
-
-@contextlib.contextmanager
-def _quiet_native_stderr():
-    """Kineto prints start/stop lines straight to fd 2 on some builds; keep them off the terminal."""
-    try:
-        saved = os.dup(2)
-    except OSError:
-        yield
-        return
-    with open(os.devnull, "w") as devnull:
-        os.dup2(devnull.fileno(), 2)
-        try:
-            yield
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-
-
 def _summarise(loaded: LoadedModel, recorders: list[Recorder], times: list[dict[int, float]],
                forward_ms: float, captured_ms: float, measured_us: float) -> Capture:
     # Per signature: the time of all its calls in one forward pass (0 in a pass that
@@ -512,7 +439,7 @@ def _summarise(loaded: LoadedModel, recorders: list[Recorder], times: list[dict[
         for sig, n in this_count.items():
             counts[sig] = max(counts.get(sig, 0), n)
         per_pass.append(this_pass)
-    time_per_sig = {sig: _median([p.get(sig, 0.0) for p in per_pass]) for sig in first}
+    time_per_sig = {sig: median([p.get(sig, 0.0) for p in per_pass]) for sig in first}
     total = sum(time_per_sig.values())
     profiles = [_profile(call, counts[sig], time_per_sig[sig], total) for sig, call in first.items()]
     profiles.sort(key=lambda p: p.time_us, reverse=True)

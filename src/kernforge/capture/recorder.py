@@ -26,7 +26,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_unflatten
 from torch.utils.weak import WeakIdKeyDictionary
 
-from kernforge.capture.serialize import Placeholder, layout_copy, saved_bytes, strided_copy
+from kernforge.harness.serialize import Placeholder, layout_copy, saved_bytes, strided_copy
 
 RANGE_PREFIX = "kf::"
 

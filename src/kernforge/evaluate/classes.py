@@ -34,7 +34,7 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from kernforge.capture.serialize import extent, strided_like
+from kernforge.harness.serialize import extent, strided_like
 
 ROW_CLASSES = ("negative", "positive", "zero_row", "zeros", "ties", "constant", "subnormal", "integers")
 EXTREME_ROWS = ("max", "min", "both", "normal")

@@ -32,7 +32,7 @@ import traceback
 from typing import Any
 
 # What every job imports before its work starts; nothing that reads a job's environment at import.
-PRELOAD = ["torch", "kernforge.evaluate.worker", "kernforge.evaluate.session", "kernforge.evaluate.inputs",
+PRELOAD = ["torch", "kernforge.evaluate.worker", "kernforge.harness.session", "kernforge.harness.inputs",
            "kernforge.evaluate.checks", "kernforge.tasks", "kernforge.capture", "kernforge.backends"]
 
 

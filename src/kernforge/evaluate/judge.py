@@ -20,9 +20,9 @@ from typing import Any
 import torch
 
 from kernforge.evaluate.checks import compare
-from kernforge.evaluate.guards import verdict as guard_verdict
-from kernforge.evaluate.prefill import Options, options_for_sets, unwritten
-from kernforge.evaluate.timing import Timing, escaped_ms, escapes_the_events
+from kernforge.harness.guards import verdict as guard_verdict
+from kernforge.harness.prefill import Options, options_for_sets, unwritten
+from kernforge.harness.timing import Timing, escaped_ms, escapes_the_events
 
 
 # Every check a candidate goes through, in order: EvalResult.failed_check names the one that

@@ -28,7 +28,7 @@ from kernforge.evaluate import forked
 from kernforge.evaluate.forked import kill_worker
 from kernforge.evaluate.judge import Oracle, judge, timing_verdict
 from kernforge.evaluate.scan import Finding, scan_source
-from kernforge.evaluate.timing import Timing, clearly_faster, confirmed_by_sync
+from kernforge.harness.timing import Timing, clearly_faster, confirmed_by_sync
 from kernforge.phases import Stopwatch
 from kernforge.tasks import load_task
 

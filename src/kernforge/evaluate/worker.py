@@ -33,8 +33,8 @@ import torch
 from torch.utils._pytree import tree_map
 
 from kernforge.evaluate.device_lock import DeviceLock
-from kernforge.evaluate.inputs import on_device, to_device
-from kernforge.evaluate.session import make_harness
+from kernforge.harness.inputs import on_device, to_device
+from kernforge.harness.session import make_harness, time_op
 
 
 def main(job_path: str) -> int:
@@ -53,9 +53,9 @@ def main(job_path: str) -> int:
 # ---------------------------------------------------------------- baseline
 
 def run_baseline(job: dict[str, Any]) -> dict[str, Any]:
-    from kernforge.capture import encode_value, load_sample
-    from kernforge.evaluate.hardware import measure_hardware
-    from kernforge.evaluate.inputs import digest, drawn_set, make_sets, mutated_inputs, on_host, tensors_of
+    from kernforge.harness.serialize import encode_value, load_sample
+    from kernforge.harness.hardware import measure_hardware
+    from kernforge.harness.inputs import digest, drawn_set, make_sets, mutated_inputs, on_host, tensors_of
     from kernforge.tasks import load_task, reference_of
 
     phases = Phases()
@@ -122,7 +122,7 @@ def mapped_reference(reference_path: Path) -> dict[str, Any]:
     """A reference file (inputs only, no oracle), its input sets mapped from it rather than read
     into private memory: pages the kernel can drop and read again, shared by every worker that
     reads the same file."""
-    from kernforge.capture import decode_tree
+    from kernforge.harness.serialize import decode_tree
 
     ref = torch.load(reference_path, weights_only=True, mmap=True)
     return {**ref, "input_sets": decode_tree(ref["input_sets"])}
@@ -200,37 +200,6 @@ def _calls(op: Any) -> Any:
     return lambda args, kwargs, _prepared: op(*args, **kwargs)
 
 
-def time_op(harness: Any, fn: Any, dev_sets: list[Any], timing_sets: list[int], outputs: list[dict[str, Any]],
-            device: torch.device, seed: int = 0, name: str = "eager", calls: int | None = None,
-            judged_like_a_candidate: bool = False, prefill_options: list[list[Any]] | None = None) -> Any:
-    """A reference's timing (eager, torch.compile): unless `calls` is given, a short session for
-    its speed first, then one of reps_for that speed. judged_like_a_candidate: that session judges
-    as many calls as a candidate's does (each set once, judged_timed_for its outputs), its results
-    dropped, so that its wall time a call is the harness's cost for a candidate's session too:
-    runner.host_clock_disagrees reads it (a judged call allocates its kept outputs and digests its
-    inputs: on 256 MB outputs on the H200 that cost ~10x the call, and honest kernels were
-    taken for patched timers, bench/results/h200/issue20/README.md), and with a guards.Guard
-    around each call as a candidate's. prefill_options: the candidate's (the job's), so that
-    eager's calls are prefilled as its calls are."""
-    from kernforge.evaluate.prefill import Prefill
-    from kernforge.evaluate.session import CALLS, Plan, judged_timed_for, output_metas, reps_for
-
-    prefill = Prefill(output_metas(outputs), prefill_options)
-    if calls is None:
-        probe = harness(fn, Plan(sets=dev_sets, timing=timing_sets, calls=CALLS[0]), None, prefill, seed,
-                        name=f"{name}-probe")
-        calls = reps_for(probe.timing.p50_ms, device)
-    plan = Plan(sets=dev_sets, timing=timing_sets, calls=calls)
-    guard = None
-    if judged_like_a_candidate:
-        from kernforge.evaluate.guards import Guard
-
-        plan.checks = list(range(len(dev_sets)))
-        plan.judged_timed = judged_timed_for(sum(m["nbytes"] for m in prefill.metas))
-        guard = Guard(device)  # the same reads around each call as a candidate's; what it sees is dropped
-    return harness(fn, plan, None, prefill, seed + 1, name=name, guard=guard).timing
-
-
 def _time_compiled(harness: Any, op: Any, dev_sets: list[Any], timing_sets: list[int], outputs: list[dict[str, Any]],
                    device: torch.device, mode: str, lock: DeviceLock) -> dict[str, Any]:
     """torch.compile of the op alone, timed the same way; its error, if it cannot compile, is data.
@@ -261,8 +230,8 @@ def run_candidate(job: dict[str, Any]) -> dict[str, Any]:
     """Time eager, build the candidate, run one session of its calls (every one made alike, some
     judged), time eager again; the judged calls' outputs go to a file for the search process."""
     from kernforge.backends import BuildError, RejectedBuild, get_backend
-    from kernforge.evaluate.prefill import Prefill
-    from kernforge.evaluate.session import Plan, judged_timed_for, output_metas, reps_for
+    from kernforge.harness.prefill import Prefill
+    from kernforge.harness.session import Plan, judged_timed_for, output_metas, reps_for
     from kernforge.tasks import load_task, reference_of
 
     device = torch.device(job["device"])
@@ -297,7 +266,7 @@ def run_candidate(job: dict[str, Any]) -> dict[str, Any]:
     except BuildError as e:
         return {"status": "compile_error", "reason": str(e)[-4000:], "phases": phases.done("build_s")}
     phases.mark("build_s")
-    from kernforge.evaluate.guards import Guard
+    from kernforge.harness.guards import Guard
 
     guard = Guard(device)
     fn, prepare = _candidate_call(kernel, guard)
@@ -338,7 +307,7 @@ def _first_call(fn: Any, prepare: Any, inputs: Any, label: str, device: torch.de
     """One call before the session, on a copy of the first set, not judged: Triton compiles the
     kernel at its first launch (seconds), which must not hold the device lock other workers time
     under. A failure here is the candidate's, as in the session."""
-    from kernforge.evaluate.session import failure_kind
+    from kernforge.harness.session import failure_kind
 
     args, kwargs = to_device(inputs, device)  # a copy: the set itself stays as the baseline made it
     try:

@@ -32,7 +32,7 @@ import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
 from kernforge.evaluate.checks import compare, element_bound, oracle_dtype, upcast
-from kernforge.evaluate.timing import Timing, clearly_faster, clearly_faster_relative, timing_from
+from kernforge.harness.timing import Timing, clearly_faster, clearly_faster_relative, timing_from
 from kernforge.integrate import runtime
 
 ROUNDS = 5

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_map
 
-from kernforge.capture.serialize import extent
+from kernforge.harness.serialize import extent
 from kernforge.integrate import fused, kernels, runtime
 
 BURST = 200

@@ -78,7 +78,7 @@ class ProposalContext:
     task: KernelTask
     backend: str
     facts: TaskFacts
-    hardware: dict[str, Any]  # evaluate/hardware.py's facts: device, bandwidth, caches
+    hardware: dict[str, Any]  # harness/hardware.py's facts: device, bandwidth, caches
     parent: Attempt | None  # the node to expand; None: a first candidate
     lineage: list[Attempt] = field(default_factory=list)  # the parent's ancestors, root first, parent last
     best: Attempt | None = None  # the fastest correct candidate so far

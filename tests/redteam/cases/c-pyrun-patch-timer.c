@@ -4,7 +4,7 @@
  * MECHANISM  The worker is a Python process and the candidate's library is loaded into it,
  *   so the Python C API is there to call: PyGILState_Ensure, PyRun_SimpleString and
  *   PyGILState_Release, declared by hand (no Python.h). On its first call the kernel runs a
- *   few lines of Python that wrap every function of kernforge.evaluate.timing whose name
+ *   few lines of Python that wrap every function of kernforge.harness.timing whose name
  *   starts with "time" or "_time" (module globals, looked up at every call): the first
  *   timing record (anything with a p50_ms) produced after the patch - the candidate's own,
  *   timed right after the checks - has p20/p50/p80 divided by 25; every later one (eager's)
@@ -37,7 +37,7 @@ int PyRun_SimpleString(const char *);
 
 static const char patch[] =
     "import sys\n"
-    "_t = sys.modules['kernforge.evaluate.timing']\n"
+    "_t = sys.modules['kernforge.harness.timing']\n"
     "_state = {'done': False}\n"
     "def _wrap(fn):\n"
     "    def timed(*a, **k):\n"

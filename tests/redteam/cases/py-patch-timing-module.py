@@ -2,7 +2,7 @@
 CLASS patch: replaces the timer (through sys.modules, reached via __builtins__)
 
 MECHANISM  sys is banned as an import, so it is fetched as
-__builtins__["__import__"]("sys"); sys.modules["kernforge.evaluate.timing"] is the timer's
+__builtins__["__import__"]("sys"); sys.modules["kernforge.harness.timing"] is the timer's
 module, and its _time_gpu and _time_cpu (looked up as globals by time_callable at every
 call) are replaced by a one-shot wrapper that divides the next measurement (the candidate's)
 by 20 and puts the original back, so eager, timed next, is measured honestly. The kernel is
@@ -41,7 +41,7 @@ def launch(x, y):
 
 
 _b = __builtins__ if isinstance(__builtins__, dict) else __builtins__.__dict__
-_timing = _b["__import__"]("sys").modules["kernforge.evaluate.timing"]
+_timing = _b["__import__"]("sys").modules["kernforge.harness.timing"]
 
 
 def _one_shot(name):

@@ -28,7 +28,7 @@ class Hardware:
 
     @classmethod
     def from_facts(cls, facts: dict[str, Any] | None) -> Hardware:
-        """From evaluate/hardware.py's facts (ProposalContext.hardware); Hopper's where absent."""
+        """From harness/hardware.py's facts (ProposalContext.hardware); Hopper's where absent."""
         facts = facts or {}
         return cls(sms=int(facts.get("multiprocessors") or H200_SMS),
                    l2_bytes=int(facts.get("l2_bytes") or H200_L2_BYTES))

@@ -37,9 +37,10 @@ from typing import Any
 
 import torch
 
-from kernforge.evaluate.inputs import digest, flat_span, layout_copy, tensors_of
-from kernforge.evaluate.prefill import Prefill, Value
-from kernforge.evaluate.timing import Timing, timing_from
+from kernforge.harness.guards import Guard
+from kernforge.harness.inputs import digest, flat_span, layout_copy, tensors_of
+from kernforge.harness.prefill import Prefill, Value
+from kernforge.harness.timing import Timing, timing_from
 
 # Repeats: about GPU_TARGET_MS (GPU) or CPU_TARGET_MS (CPU) of calls at the reference's speed,
 # within CALLS; a few warm-up calls first (page faults, OpenMP thread start, Triton's compile),
@@ -387,6 +388,32 @@ def make_harness(device: torch.device, mark_fd: int | None = None) -> Callable[.
 
     run.sessions = sessions  # type: ignore[attr-defined]
     return run
+
+
+def time_op(harness: Any, fn: Any, dev_sets: list[Any], timing_sets: list[int], outputs: list[dict[str, Any]],
+            device: torch.device, seed: int = 0, name: str = "eager", calls: int | None = None,
+            judged_like_a_candidate: bool = False, prefill_options: list[list[Any]] | None = None) -> Any:
+    """A reference's timing (eager, torch.compile): unless `calls` is given, a short session for
+    its speed first, then one of reps_for that speed. judged_like_a_candidate: that session judges
+    as many calls as a candidate's does (each set once, judged_timed_for its outputs), its results
+    dropped, so that its wall time a call is the harness's cost for a candidate's session too:
+    runner.host_clock_disagrees reads it (a judged call allocates its kept outputs and digests its
+    inputs: on 256 MB outputs on the H200 that cost ~10x the call, and honest kernels were
+    taken for patched timers, bench/results/h200/issue20/README.md), and with a guards.Guard
+    around each call as a candidate's. prefill_options: the candidate's (the job's), so that
+    eager's calls are prefilled as its calls are."""
+    prefill = Prefill(output_metas(outputs), prefill_options)
+    if calls is None:
+        probe = harness(fn, Plan(sets=dev_sets, timing=timing_sets, calls=CALLS[0]), None, prefill, seed,
+                        name=f"{name}-probe")
+        calls = reps_for(probe.timing.p50_ms, device)
+    plan = Plan(sets=dev_sets, timing=timing_sets, calls=calls)
+    guard = None
+    if judged_like_a_candidate:
+        plan.checks = list(range(len(dev_sets)))
+        plan.judged_timed = judged_timed_for(sum(m["nbytes"] for m in prefill.metas))
+        guard = Guard(device)  # the same reads around each call as a candidate's; what it sees is dropped
+    return harness(fn, plan, None, prefill, seed + 1, name=name, guard=guard).timing
 
 
 def time_callable(fn: Callable[[], Any], device: torch.device) -> Timing:

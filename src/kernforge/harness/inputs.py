@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
-from kernforge.capture.serialize import Placeholder, extent, flat_span, layout_copy, strided_like
+from kernforge.harness.serialize import Placeholder, extent, flat_span, layout_copy, strided_like
 
 
 # Fresh sets, drawn for every floating tensor (integer tensors are kept as captured):

@@ -39,7 +39,7 @@ from typing import Any
 
 import torch
 
-from kernforge.capture.serialize import extent
+from kernforge.harness.serialize import extent
 
 # 4 KiB of canary before and after each tensor: a write one element past the end lands in it,
 # and so does one a row (a 1024-float row) past it. Checked after every call: 2 x 4 KiB per
