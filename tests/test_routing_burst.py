@@ -1,0 +1,46 @@
+"""integrate/overhead.py: a routing-cost burst is sized from one timed call so that it takes
+about BURST_HOST_S of host time, however slow the call. No worker is started."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from kernforge.integrate import overhead
+from kernforge.integrate.overhead import BURST, BURST_HOST_S, MIN_BURST, burst_size
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.mark.parametrize(("call_s", "calls"), [
+    (1e-6, BURST),  # a launch: the whole burst, as before the cap
+    (BURST_HOST_S / BURST, BURST),
+    (1e-3, 50),  # a CPU kernel of a millisecond: 50 ms of calls
+    (5e-3, 10),
+    (0.1, MIN_BURST),  # slower than the cap: still a few calls
+    (0.0, BURST),  # too fast for the clock
+])
+def test_a_burst_takes_about_the_cap_in_host_time(call_s, calls):
+    assert burst_size(call_s) == calls
+
+
+def test_a_slow_call_is_timed_over_a_short_burst_and_keeps_its_size():
+    calls = []
+
+    def slow() -> None:
+        calls.append(None)
+        time.sleep(0.01)
+    sizes: dict[str, int] = {}
+    started = time.perf_counter()
+    per_call_us = overhead._burst_us(slow, torch.device("cpu"), sizes, "slow")
+    took = time.perf_counter() - started
+    assert sizes["slow"] <= BURST_HOST_S / 0.01  # the sleep is at least 10 ms: at most 5 calls
+    assert len(calls) == overhead.WARM_UP + sizes["slow"]
+    assert per_call_us >= 10_000
+    assert took < 0.5  # 200 calls would take 2 s
+    sizes["slow"] = 7  # a later round reuses the size its first round chose
+    calls.clear()
+    overhead._burst_us(slow, torch.device("cpu"), sizes, "slow")
+    assert len(calls) == overhead.WARM_UP + 7
