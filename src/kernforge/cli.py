@@ -45,6 +45,7 @@ OPTIMIZE_EXAMPLES = examples(
     "kernforge optimize my_model.py --backend triton --top-k 3 --json",
     "kernforge optimize my_model.py --proposer mixed --llm anthropic:claude-sonnet-4-5 --llm-max-usd 20",
     "kernforge optimize my_model.py --proposer llm --llm http://localhost:8000/v1 --llm-model qwen2.5-coder-32b",
+    "kernforge optimize example:attention --time-budget 4m   # apply included",
     f"kernforge optimize --resume {RUN}",
     f"kernforge optimize --resume {RUN} --iterations 20   # every task searches on to 20",
 )
@@ -67,6 +68,7 @@ LS_EXAMPLES = examples("kernforge ls", "kernforge ls --runs-dir /data/kernforge-
 APPLY_EXAMPLES = examples(
     f"kernforge apply {RUN}",
     f"kernforge apply {RUN} my_model.py --no-compile --json",
+    f"kernforge apply {RUN} --time-limit 2m   # timings sized to fit two minutes",
 )
 UI_EXAMPLES = examples("kernforge ui --open", "kernforge ui /data/kernforge-runs --port 0")
 REPORT_EXAMPLES = examples(
@@ -487,19 +489,24 @@ def apply_command(
                                             "the kernels (each kernel alone, then those that pay)"),
     attention: str | None = typer.Option(None, "--attention", help="transformers models: eager or sdpa "
                                                                    "(default: the run's)"),
+    time_limit: str = typer.Option("", "--time-limit", help="the time apply may take, e.g. 90s or 5m: its "
+                                                            "timing rounds are sized to fit (at least two "
+                                                            "each; empty: no limit, five each)"),
     as_json: bool = typer.Option(False, "--json", help="print the report as JSON"),
 ) -> None:
     """Install a run's winning kernels into the model, check its outputs against the original on
     the captured and fresh inputs, and time it four ways: eager, patched eager, torch.compile,
     patched under torch.compile. The report goes into the run's summary.json."""
     from kernforge.integrate.apply import apply_run
+    from kernforge.search.budget import parse_duration
 
+    limit_s = parse_duration(time_limit, "--time-limit") if time_limit else None  # before the model loads
     root = Path(run) if Path(run).is_dir() else runs_dir / run
     say = (lambda line: None) if as_json else (lambda line: err.print(line, markup=False, highlight=False))
     overrides = {"attention": attention} if attention else {}
     try:
         report = apply_run(root, spec, compile_model=compile_model, on_progress=say,
-                           model_overrides=overrides).to_json()
+                           model_overrides=overrides, time_limit_s=limit_s).to_json()
     except UserError:
         raise
     except Exception as e:  # a kernel failing inside the model: one line (KERNFORGE_STRICT=1 re-raises)

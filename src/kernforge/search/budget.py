@@ -35,18 +35,19 @@ BUDGETED_ITERATIONS = 50
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
 
 
-def parse_duration(text: str) -> float:
-    """Seconds in "90s", "30m", "2h", "1h30m" or a plain number of seconds."""
+def parse_duration(text: str, flag: str = "--time-budget") -> float:
+    """Seconds in "90s", "30m", "2h", "1h30m" or a plain number of seconds; `flag` names the
+    option in the error a bad one gives."""
     cleaned = text.strip().lower().replace(" ", "")
     if re.fullmatch(r"\d+(\.\d+)?", cleaned):
         seconds = float(cleaned)
     else:
         parts = re.findall(r"(\d+(?:\.\d+)?)([smh])", cleaned)
         if not parts or "".join(n + u for n, u in parts) != cleaned:
-            raise UserError(f"--time-budget '{text}' is not a duration; write it like 90s, 30m, 2h or 1h30m")
+            raise UserError(f"{flag} '{text}' is not a duration; write it like 90s, 30m, 2h or 1h30m")
         seconds = sum(float(n) * _UNITS[u] for n, u in parts)
     if seconds <= 0:
-        raise UserError(f"--time-budget '{text}' must be more than nothing")
+        raise UserError(f"{flag} '{text}' must be more than nothing")
     return seconds
 
 
@@ -65,6 +66,12 @@ class TimeBudget:
     def left_s(self, now: float | None = None) -> float:
         """Seconds left for the search, apply's part kept."""
         return self.deadline - self.reserve_s - (time.perf_counter() if now is None else now)
+
+    def apply_s(self, now: float | None = None) -> float:
+        """Seconds left for apply, to the deadline: its reserve, more where the search finished
+        early, less where candidates still running ran past their share (apply then runs its
+        fewest timing rounds, pace.py)."""
+        return max(0.0, self.deadline - (time.perf_counter() if now is None else now))
 
     def share_s(self, weights: list[float], now: float | None = None) -> float:
         """The first of these tasks' share of what is left: its weight's part of all theirs."""
