@@ -4,8 +4,9 @@ the model, re-spread after every task, so that time a task did not use goes to t
 Each task gets, when it starts, its weight's part of the time left before the deadline, less what
 apply is kept: weight = the model's projected gain if the op ran 2x faster, eager or under
 torch.compile, whichever is more (Amdahl: OpProfile.rank_gain - 1). Its share covers its baseline,
-its candidates and its finalists: once it is spent no candidate is started (those running
-finish), though a task whose baseline took its whole share still evaluates one candidate. A task
+its candidates and its finalists: no candidate is started unless it and one finalist's confirmation still fit in it
+(candidate_fits; those running finish), though a task whose baseline took its whole share still
+evaluates one candidate. A task
 is not started where its share is under MIN_TASK_S, or under what its baseline is expected to
 take (the seconds per input byte of the baselines so far, FixedCosts): its share then goes to
 the tasks after it. A budgeted task also stops once it stopped improving (PLATEAU candidates in
@@ -31,6 +32,10 @@ MIN_TASK_S = 20.0
 PLATEAU = 6
 # The iterations cap where --time-budget is given and --iterations is not: the time decides.
 BUDGETED_ITERATIONS = 50
+# A finalist's confirmation against a candidate's own evaluation time: it redoes the whole
+# evaluation (a fresh worker, build, checks, timing) at the task's end. An estimate, with margin
+# for a confirmation that runs alone where the candidates ran beside others' builds.
+CONFIRM_FACTOR = 1.4
 
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
 
@@ -78,6 +83,15 @@ class TimeBudget:
         total = sum(weights)
         left = max(0.0, self.left_s(now))
         return left * weights[0] / total if total > 0 else left / max(1, len(weights))
+
+
+def candidate_fits(left_s: float, eval_s: float | None) -> bool:
+    """Whether a new candidate may start with `left_s` of the task's share left: it and one
+    finalist's confirmation after it (CONFIRM_FACTOR x a candidate's `eval_s`) must fit. Before
+    any candidate was timed (`eval_s` None) only the share's end stops one."""
+    if eval_s is None:
+        return left_s > 0
+    return left_s >= eval_s * (1.0 + CONFIRM_FACTOR)
 
 
 def projected_gain(rank_gain: float) -> float:
