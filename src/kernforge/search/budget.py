@@ -4,13 +4,13 @@ the model, re-spread after every task, so that time a task did not use goes to t
 Each task gets, when it starts, its weight's part of the time left before the deadline, less what
 apply is kept: weight = the model's projected gain if the op ran 2x faster, eager or under
 torch.compile, whichever is more (Amdahl: OpProfile.rank_gain - 1). Its share covers its baseline,
-its candidates and its finalists: no candidate is started unless it and one finalist's confirmation still fit in it
-(candidate_fits; those running finish), though a task whose baseline took its whole share still
-evaluates one candidate. A task
-is not started where its share is under MIN_TASK_S, or under what its baseline is expected to
-take (the seconds per input byte of the baselines so far, FixedCosts): its share then goes to
-the tasks after it. A budgeted task also stops once it stopped improving (PLATEAU candidates in
-a row after its best), and says so."""
+its candidates and its finalists: a candidate is started only where it and one finalist's
+confirmation still fit in it (candidate_fits; those running finish), though a task whose
+baseline took its whole share still evaluates one candidate. A task is not started where its
+share is under MIN_TASK_S, or under what its baseline is expected to take (the seconds per input
+byte of the baselines so far, FixedCosts): its share then goes to the tasks after it. A budgeted
+task also stops once it stopped improving (PLATEAU candidates in a row after its best), and says
+so."""
 
 from __future__ import annotations
 
