@@ -146,3 +146,10 @@ def test_quick_candidates_go_on_until_the_share_nearly_ends():
     nodes, ctx = run_mcts([ok(1.0 - i / 100, eval_s=0.01) for i in range(50)], iterations=50,
                           deadline=time.perf_counter() + 0.3, seconds_each=0.05)
     assert 3 <= len(nodes) < 50  # 0.024 s each with a confirmation: the clock, not the rule, ends it
+
+
+def test_apply_gets_what_is_left_to_the_deadline():
+    budget = TimeBudget.starting(400.0, started=0.0, apply=True)
+    assert budget.apply_s(now=300.0) == 100.0  # its 100 s reserve, the search having kept to its part
+    assert budget.apply_s(now=250.0) == 150.0  # a search that ended early leaves it more
+    assert budget.apply_s(now=450.0) == 0.0  # one that ran late leaves it its fewest rounds
