@@ -40,7 +40,12 @@ def test_a_slow_call_is_timed_over_a_short_burst_and_keeps_its_size():
     assert len(calls) == overhead.WARM_UP + sizes["slow"]
     assert per_call_us >= 10_000
     assert took < 0.5  # 200 calls would take 2 s
-    sizes["slow"] = 7  # a later round reuses the size its first round chose
+    sizes["slow"] = 7  # a later round reuses the size its first round chose, after a shorter warm-up
     calls.clear()
     overhead._burst_us(slow, torch.device("cpu"), sizes, "slow")
-    assert len(calls) == overhead.WARM_UP + 7
+    assert len(calls) == 3 + 7
+
+
+@pytest.mark.parametrize(("burst", "warm"), [(200, 5), (10, 5), (7, 3), (3, 1)])
+def test_a_later_burst_warms_up_with_at_most_half_its_calls(burst, warm):
+    assert overhead.warm_calls(burst) == warm

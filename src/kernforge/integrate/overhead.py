@@ -9,8 +9,9 @@ A burst runs at most about BURST_HOST_S of host time: its size comes from one ti
 it (at least MIN_BURST calls, at most BURST). A CPU kernel's call takes milliseconds, and 200
 calls of each of ~7 kinds over 7 rounds took 303 s of a 337 s apply on this project's 2-core
 CPU (README command 1); a few calls of a millisecond already dwarf the microseconds a route
-costs, so the shorter burst loses nothing the figures show. Every call kind is still timed in
-every round, routes out and then in, and each figure is the median over the rounds.
+costs, so the shorter burst loses nothing the figures show. A later burst's warm-up is as
+short (at most half its calls). Every call kind is still timed in every round, routes out and
+then in, and each figure is the median over the rounds.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from kernforge.integrate import fused, runtime
 BURST = 200  # calls in a burst of cheap calls (a GPU launch, a routed add): far below the launch queue
 BURST_HOST_S = 0.05  # host time one burst may take: 7 kinds x 7 rounds of it is ~2.5 s a kernel
 MIN_BURST = 3  # even a slow call is timed over a few, so that one outlier is not the figure
-WARM_UP = 5  # calls before each burst: the allocator and the route's caches settle
+WARM_UP = 5  # calls before a kind's first burst: the allocator and the route's caches settle
 REPEATS = 7
 
 
@@ -177,9 +178,31 @@ def burst_size(call_s: float) -> int:
     return max(MIN_BURST, min(BURST, int(BURST_HOST_S / call_s)))
 
 
+def warm_calls(burst: int) -> int:
+    """Calls before a later burst, once the routes were put in or out again: WARM_UP, or half
+    the burst where it is shorter (a slow call settles in one, and would double the burst)."""
+    return max(1, min(WARM_UP, burst // 2))
+
+
 def _burst_us(call: Callable[[], Any], device: torch.device, sizes: dict[str, int], name: str) -> float:
     """The host's time per call over a burst, after a few calls of warm-up; the burst's size is
-    sizes[name], or sized from the last warm-up call and kept there."""
+    sizes[name], or sized from the last of WARM_UP warm-up calls and kept there."""
+    if name in sizes:
+        n = sizes[name]
+        for _ in range(warm_calls(n)):
+            call()
+        _sync(device)
+    else:
+        n = sizes[name] = _sized_after_warm_up(call, device)
+    start = time.perf_counter()
+    for _ in range(n):
+        call()
+    per_call = (time.perf_counter() - start) / n * 1e6
+    _sync(device)
+    return per_call
+
+
+def _sized_after_warm_up(call: Callable[[], Any], device: torch.device) -> int:
     for _ in range(WARM_UP - 1):
         call()
     _sync(device)
@@ -187,13 +210,7 @@ def _burst_us(call: Callable[[], Any], device: torch.device, sizes: dict[str, in
     call()  # host time alone, as the burst counts it: on a GPU a launch, not the kernel
     one_s = time.perf_counter() - start
     _sync(device)
-    n = sizes.setdefault(name, burst_size(one_s))
-    start = time.perf_counter()
-    for _ in range(n):
-        call()
-    per_call = (time.perf_counter() - start) / n * 1e6
-    _sync(device)
-    return per_call
+    return burst_size(one_s)
 
 
 def _sync(device: torch.device) -> None:
