@@ -59,7 +59,7 @@ def test_a_measurement_is_cut_when_the_limit_stopped_it_before_it_would_have():
 
 
 def test_each_measurement_gets_an_equal_part_of_what_is_left_less_the_routing():
-    pace = Pace.starting(limit_s=100.0, started=0.0, kernels=2, expected=4)
+    pace = Pace.starting(limit_s=100.0, started=0.0, routing_s=6.0, expected=4)
     assert pace.part_s(now=10.0) == pytest.approx((100.0 - 6.0 - 10.0) / 4)
     pace.record(Measured(variants=["eager"], rounds=2, calls={"eager": 3}, cut=True))
     assert pace.part_s(now=10.0) == pytest.approx((100.0 - 6.0 - 10.0) / 3)

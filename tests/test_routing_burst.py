@@ -46,6 +46,14 @@ def test_a_slow_call_is_timed_over_a_short_burst_and_keeps_its_size():
     assert len(calls) == 3 + 7
 
 
+def test_the_routing_measure_is_expected_to_take_its_bursts_and_warm_ups():
+    # an 80 ms kernel replacing a 128 ms ATen call (the attention example's chain on this CPU):
+    # 3-call bursts, 5 + 3 calls in the first round and 1 + 3 in each of the 6 others
+    assert overhead.expected_s(0.080, 0.128) == pytest.approx((2 * 0.080 + 3 * 0.128) * 32)
+    # a 10 us launch: 200-call bursts, 2 ms each, well under a second for the whole measure
+    assert overhead.expected_s(1e-5, 1e-5) == pytest.approx(5 * 1e-5 * (5 + 200 + 6 * 205))
+
+
 @pytest.mark.parametrize(("burst", "warm"), [(200, 5), (10, 5), (7, 3), (3, 1)])
 def test_a_later_burst_warms_up_with_at_most_half_its_calls(burst, warm):
     assert overhead.warm_calls(burst) == warm

@@ -36,6 +36,8 @@ class KernelEffect:
     op: str
     kernel: str
     op_speedup_vs_eager: float  # the search's, on the op alone
+    op_p50_ms: float = 0.0  # the search's, the kernel on the op alone
+    op_eager_p50_ms: float = 0.0  # the search's, the ATen op alone
     calls_per_forward: int = 0  # calls of one forward pass that took the kernel
     eager_verdict: str = ""  # the model with this kernel alone against eager: faster | within noise | slower
     eager_speedup: float | None = None
@@ -114,8 +116,10 @@ def _apply(record: RunRecord, loaded: Any, compile_model: bool, on_progress: OnP
         return _finish(record, report, started)
     # every kernel the model reaches, installed or dropped: the cost is often why it was dropped
     reached = [s for s in correct if effects[s.name].calls_per_forward]
+    routing_s = sum(overhead.expected_s(effects[s.name].op_p50_ms / 1e3, effects[s.name].op_eager_p50_ms / 1e3)
+                    for s in reached)
     pace = None if time_limit_s is None else Pace.starting(
-        time_limit_s, started, len(reached), expected_measurements(len(reached), compile_model, device.type == "cuda"))
+        time_limit_s, started, routing_s, expected_measurements(len(reached), compile_model, device.type == "cuda"))
     on_progress("timing the model: eager, and each kernel alone in it")
     _measure(loaded, device, correct, effects, report, input_sets, oracles, compile_model, on_progress, pace)
     if pace is not None:
@@ -167,7 +171,8 @@ def _effects(record: RunRecord, handle: Patch) -> dict[str, KernelEffect]:
     for w in winners(record):
         name = runtime.kernel_name(w.op, w.source.read_bytes()) if w.source.is_file() else ""
         if name in by_name:
-            effects[name] = KernelEffect(task=w.task_id, op=w.op, kernel=name, op_speedup_vs_eager=w.speedup_vs_eager)
+            effects[name] = KernelEffect(task=w.task_id, op=w.op, kernel=name, op_speedup_vs_eager=w.speedup_vs_eager,
+                                         op_p50_ms=w.p50_ms, op_eager_p50_ms=w.eager_p50_ms)
     return effects
 
 

@@ -184,6 +184,19 @@ def warm_calls(burst: int) -> int:
     return max(1, min(WARM_UP, burst // 2))
 
 
+def expected_s(kernel_s: float, aten_s: float) -> float:
+    """Seconds `measure` is expected to take for a kernel whose call takes `kernel_s` and the
+    ATen call it replaces `aten_s` (the search's figures): the kernel's kinds (direct, routed
+    hit) and the ATen op's (unpatched, refused, routed miss) over REPEATS rounds, warm-ups
+    included; the adds' bursts are microseconds."""
+    return sum(_kind_s(call_s) for call_s in (kernel_s, kernel_s, aten_s, aten_s, aten_s))
+
+
+def _kind_s(call_s: float) -> float:
+    n = burst_size(call_s)
+    return call_s * (WARM_UP + n + (REPEATS - 1) * (warm_calls(n) + n))
+
+
 def _burst_us(call: Callable[[], Any], device: torch.device, sizes: dict[str, int], name: str) -> float:
     """The host's time per call over a burst, after a few calls of warm-up; the burst's size is
     sizes[name], or sized from the last of WARM_UP warm-up calls and kept there."""

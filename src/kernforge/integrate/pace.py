@@ -22,9 +22,6 @@ MIN_ROUNDS = 2
 # where p20 and p80 settle.
 MAX_ROUNDS = 10
 MIN_CALLS = 3  # a variant's calls in a round: fewer, and its p20 and p80 are one sample each
-# Kept at the end for the routing-cost bursts (overhead.py: 7 kinds x 7 rounds of <= 50 ms and
-# their warm-ups) per kernel the model reaches.
-ROUTING_S_PER_KERNEL = 3.0
 
 
 @dataclass
@@ -48,8 +45,9 @@ class Pace:
     done: list[Measured] = field(default_factory=list)
 
     @classmethod
-    def starting(cls, limit_s: float, started: float, kernels: int, expected: int) -> Pace:
-        return cls(deadline=started + limit_s - ROUTING_S_PER_KERNEL * kernels, expected=max(1, expected))
+    def starting(cls, limit_s: float, started: float, routing_s: float, expected: int) -> Pace:
+        """`routing_s`: kept at the end for the routing-cost bursts (overhead.expected_s)."""
+        return cls(deadline=started + limit_s - routing_s, expected=max(1, expected))
 
     def part_s(self, now: float | None = None) -> float:
         """This measurement's part of the time left: an equal share with those still to come."""
