@@ -16,7 +16,8 @@ host clock on a CPU, in rounds that visit the variants in a shuffled order, so t
 falls on all of them. Compiled variants cannot share a process's compiled code (Dynamo keys
 it by code object and the routing is invisible to its guards), so each compiled variant has
 a phase of its own (compiled code reset, then compiled under its routing), timed beside
-eager and patched eager; its speedup is taken against the eager of its own phase.
+eager and patched eager; its speedup is taken against the eager of its own phase. Under apply's
+time limit the rounds and calls per round are sized to fit it (pace.py).
 """
 
 from __future__ import annotations

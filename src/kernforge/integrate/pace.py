@@ -8,7 +8,9 @@ part (never under MIN_CALLS a variant), then rounds while they fit, up to ROUNDS
 up to MAX_ROUNDS, while the verdict is still open (a variant within the noise of the first).
 A measurement whose part ran out while it would have gone on is counted as cut, and the report
 says so. The rounds stay interleaved and shuffled as without a limit: the limit changes how
-many samples there are, never how they are taken.
+many samples there are, never how they are taken. A limit below apply's floors (the checks,
+each variant's warm-up, MIN_ROUNDS rounds of MIN_CALLS calls, the routing measure) is passed:
+the report's wall_s beside time_limit_s says by how much.
 """
 
 from __future__ import annotations
@@ -18,8 +20,8 @@ from dataclasses import dataclass, field
 
 # Two rounds at least: with one, drift between the variants would fall on one side only.
 MIN_ROUNDS = 2
-# Past ROUNDS only while the verdict is open: ten rounds of 3 calls is 30 samples a variant,
-# where p20 and p80 settle.
+# Past ROUNDS only while the verdict is open, to twice as many: a close call gets more samples,
+# and the limit still bounds them.
 MAX_ROUNDS = 10
 MIN_CALLS = 3  # a variant's calls in a round: fewer, and its p20 and p80 are one sample each
 
