@@ -171,7 +171,7 @@ def main() -> None:
     print(f"routed / guarded  {m['routed'] / m['guarded']:.2f}x  (+{m['routed'] - m['guarded']:.2f} us)")
     print(f"eager / routed    {m['eager'] / m['routed']:.2f}x")
     cost = apply_measure
-    print(f"apply's routing measure (overhead.measure, bursts of {overhead.BURST}, median of {overhead.REPEATS}): "
+    print(f"apply's routing measure (overhead.measure, bursts of {cost.fewest_burst_calls}-{overhead.BURST} calls, median of {overhead.REPEATS}): "
           f"via {cost.via}, native {cost.native}, routed hit {cost.routed_hit_us:.2f} us, "
           f"direct {cost.direct_us:.2f} us "
           f"({cost.routed_hit_us / cost.direct_us:.2f}x), the ATen calls {cost.aten_us:.2f} us, "

@@ -4,6 +4,7 @@ stopped improving. No worker is started."""
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -13,8 +14,8 @@ from kernforge.errors import UserError
 from kernforge.evaluate import EvalResult, Timing
 from kernforge.propose import Proposal
 from kernforge.search import Node, get_strategy
-from kernforge.search.budget import (APPLY_MOST_S, APPLY_SHARE, PLATEAU, TimeBudget, parse_duration,
-                                     projected_gain)
+from kernforge.search.budget import (APPLY_MOST_S, APPLY_SHARE, CONFIRM_FACTOR, PLATEAU, TimeBudget,
+                                     candidate_fits, parse_duration, projected_gain)
 from kernforge.search.engine import _patience, search_ended
 
 pytestmark = pytest.mark.unit
@@ -60,10 +61,10 @@ def test_a_task_in_the_ranking_still_gets_a_little_time():
 EAGER = Timing(p20_ms=0.95, p50_ms=1.0, p80_ms=1.05, runs=10, method="wall-clock")
 
 
-def ok(p50: float) -> EvalResult:
+def ok(p50: float, eval_s: float = 0.0) -> EvalResult:
     t = Timing(p20_ms=p50 * 0.98, p50_ms=p50, p80_ms=p50 * 1.02, runs=10, method="wall-clock")
     return EvalResult(status="ok", timing=t, eager=EAGER, speedup_vs_eager=EAGER.p50_ms / p50,
-                      faster_than_eager=p50 < 0.9)
+                      faster_than_eager=p50 < 0.9, wall_s=eval_s)
 
 
 def run_mcts(results: list[EvalResult], iterations: int, deadline: float | None = None, patience: int = 0,
@@ -121,3 +122,34 @@ def test_the_next_baseline_is_expected_from_the_seconds_per_byte_of_those_before
     assert costs.expected_s(10**9) == 0.0  # nothing known before the first baseline
     costs.add(74.0, 537_000_000)
     assert costs.expected_s(268_500_000) == pytest.approx(37.0)
+
+
+def test_a_candidate_starts_only_where_it_and_a_confirmation_fit():
+    assert candidate_fits(left_s=24.0, eval_s=10.0)  # 10 s and a 14 s confirmation
+    assert not candidate_fits(left_s=23.9, eval_s=10.0)
+    assert candidate_fits(left_s=0.1, eval_s=None)  # no candidate timed yet: the share's end decides
+    assert not candidate_fits(left_s=0.0, eval_s=None)
+    assert CONFIRM_FACTOR == 1.4
+
+
+def test_a_budgeted_task_stops_where_the_next_candidate_and_a_confirmation_would_not_fit():
+    # each candidate took 0.5 s by its result: 1.2 s with a confirmation, more than the ~0.95 s left
+    nodes, ctx = run_mcts([ok(1.0 - i / 100, eval_s=0.5) for i in range(20)], iterations=20,
+                          deadline=time.perf_counter() + 1.0, seconds_each=0.05)
+    assert len(nodes) == 1
+    assert re.fullmatch(r"its 12 s share of the time budget nearly spent: 0\.\d s left, too little for another "
+                        r"candidate \(0\.5 s each\) and a finalist's confirmation \(1\.4x\) \(1 of 20 iterations\)",
+                        search_ended(ctx, "builtin"))
+
+
+def test_quick_candidates_go_on_until_the_share_nearly_ends():
+    nodes, ctx = run_mcts([ok(1.0 - i / 100, eval_s=0.01) for i in range(50)], iterations=50,
+                          deadline=time.perf_counter() + 0.3, seconds_each=0.05)
+    assert 3 <= len(nodes) < 50  # 0.024 s each with a confirmation: the clock, not the rule, ends it
+
+
+def test_apply_gets_what_is_left_to_the_deadline():
+    budget = TimeBudget.starting(400.0, started=0.0, apply=True)
+    assert budget.apply_s(now=300.0) == 100.0  # its 100 s reserve, the search having kept to its part
+    assert budget.apply_s(now=250.0) == 150.0  # a search that ended early leaves it more
+    assert budget.apply_s(now=450.0) == 0.0  # one that ran late leaves it its fewest rounds

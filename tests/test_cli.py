@@ -348,3 +348,20 @@ def test_a_time_budget_that_is_no_duration_is_one_line():
     proc = run_cli("optimize", TINY_REL, "--backend", "cpu", "--time-budget", "an hour")
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert "--time-budget 'an hour' is not a duration; write it like 90s, 30m, 2h or 1h30m" in proc.stderr
+
+
+@pytest.mark.parametrize(("limit", "words"), [("banana", "--time-limit 'banana' is not a duration"),
+                                              ("0s", "--time-limit '0s' must be more than nothing")])
+def test_an_apply_time_limit_that_is_no_duration_is_one_line(runs_dir: Path, limit, words):
+    # said before the run folder is looked for: there is none here
+    assert_one_line_error(run_cli("apply", "no-such-run", "--runs-dir", str(runs_dir), "--time-limit", limit), words)
+
+
+def test_a_time_budget_hands_apply_what_is_left_of_it(runs_dir: Path):
+    proc = run_cli("optimize", TINY_REL, "--backend", "cpu", "--time-budget", "90s", "--iterations", "1",
+                   "--finalists", "0", "--json", "--runs-dir", str(runs_dir))
+    assert proc.returncode == 0, proc.stderr
+    applied = json.loads(proc.stdout)["end_to_end"]
+    assert "error" not in applied, applied
+    assert 0 <= applied["time_limit_s"] <= 90  # 0: the search ran past its part
+    assert all(m["rounds"] >= 2 for m in applied["rounds"])  # none where no kernel was there to time

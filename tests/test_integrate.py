@@ -255,6 +255,20 @@ def test_apply_measures_the_model_four_ways_and_records_it(run_dir, tmp_path):
     assert "end to end on cpu" in shown.stdout and "patched compile" in shown.stdout
 
 
+def test_apply_under_a_time_limit_sizes_its_rounds_and_reports_them(run_dir, tmp_path):
+    run_dir = Path(shutil.copytree(run_dir, tmp_path / "run"))
+    proc = run_cli("apply", str(run_dir), "--no-compile", "--time-limit", "20s", "--json")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["time_limit_s"] == 20.0
+    assert report["rounds"] and all(m["rounds"] >= 2 for m in report["rounds"])
+    assert report["rounds"][0]["variants"][0] == "eager"
+    assert report["wall_s"] < 20.0 + 10.0  # the floor of two rounds may pass a limit, not by much here
+    shown = run_cli("apply", str(run_dir), "--no-compile", "--time-limit", "1s")
+    assert "apply's time limit 1 s:" in shown.stdout
+    assert "the time limit (1 s) cut the timing rounds" in shown.stdout
+
+
 def test_a_kernel_that_calls_the_op_it_replaces_gets_the_original():
     calls = []
 

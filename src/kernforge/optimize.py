@@ -390,7 +390,8 @@ def _search_all(opts: OptimizeOptions, result: OptimizeResult, store: RunStore, 
         result.end_to_end = applied
         store.write_json("summary.json", summary(result))
     elif opts.apply:
-        result.end_to_end = _apply(store, device == "cuda" or opts.compile not in ("auto", "none"))
+        result.end_to_end = _apply(store, device == "cuda" or opts.compile not in ("auto", "none"),
+                                   budget.apply_s() if budget else None)
     store.emit(RunEnded(wall_s=time.perf_counter() - started, tasks=len(result.outcomes),
                         winners=sum(o.best is not None for o in result.outcomes)))
     return result
@@ -432,18 +433,19 @@ def _applied_before(store: RunStore) -> dict[str, Any] | None:
     return store.read_json("summary.json").get("end_to_end")
 
 
-def _apply(store: RunStore, compile_model: bool) -> dict[str, Any]:
+def _apply(store: RunStore, compile_model: bool, time_limit_s: float | None = None) -> dict[str, Any]:
     """The winners installed into the model and measured end to end (integrate.apply, which adds
     its report to summary.json); a model that cannot be patched is said, not raised: the search's
     results stand. The model is also timed under torch.compile on a GPU, and on a CPU only where
-    --compile names a mode: inductor takes tens of seconds a compile there."""
+    --compile names a mode: inductor takes tens of seconds a compile there. `time_limit_s`: what
+    a time budget left for apply (TimeBudget.apply_s), None: no limit."""
     from kernforge.integrate.apply import apply_run
 
     run_dir = store.root
     store.emit(PhaseStarted(phase="apply"))
     store.emit(ApplyProgress(line="installing the winners into the model"))
     try:
-        return apply_run(run_dir, compile_model=compile_model,
+        return apply_run(run_dir, compile_model=compile_model, time_limit_s=time_limit_s,
                          on_progress=lambda line: store.emit(ApplyProgress(line=line))).to_json()
     except Exception as e:  # noqa: BLE001 - a kernel that fails in the model must not lose the search's results
         if strict() and not isinstance(e, UserError):

@@ -34,6 +34,7 @@ OPTIMIZE_EXAMPLES = examples(
     "kernforge optimize my_model.py --backend triton --top-k 3 --json",
     "kernforge optimize my_model.py --proposer mixed --llm anthropic:claude-sonnet-4-5 --llm-max-usd 20",
     "kernforge optimize my_model.py --proposer llm --llm http://localhost:8000/v1 --llm-model qwen2.5-coder-32b",
+    "kernforge optimize example:attention --time-budget 4m   # apply included",
     f"kernforge optimize --resume {RUN}",
     f"kernforge optimize --resume {RUN} --iterations 20   # every task searches on to 20",
 )
@@ -56,6 +57,7 @@ LS_EXAMPLES = examples("kernforge ls", "kernforge ls --runs-dir /data/kernforge-
 APPLY_EXAMPLES = examples(
     f"kernforge apply {RUN}",
     f"kernforge apply {RUN} my_model.py --no-compile --json",
+    f"kernforge apply {RUN} --time-limit 2m   # timings sized to fit two minutes",
 )
 UI_EXAMPLES = examples("kernforge ui --open", "kernforge ui /data/kernforge-runs --port 0")
 REPORT_EXAMPLES = examples(

@@ -27,19 +27,24 @@ def apply_command(
                                             "the kernels (each kernel alone, then those that pay)"),
     attention: str | None = typer.Option(None, "--attention", help="transformers models: eager or sdpa "
                                                                    "(default: the run's)"),
+    time_limit: str = typer.Option("", "--time-limit", help="the time apply may take, e.g. 90s or 5m: its "
+                                                            "timing rounds are sized to fit (at least two "
+                                                            "each; empty: no limit, five each)"),
     as_json: bool = typer.Option(False, "--json", help="print the report as JSON"),
 ) -> None:
     """Install a run's winning kernels into the model, check its outputs against the original on
     the captured and fresh inputs, and time it four ways: eager, patched eager, torch.compile,
     patched under torch.compile. The report goes into the run's summary.json."""
     from kernforge.integrate.apply import apply_run
+    from kernforge.search.budget import parse_duration
 
+    limit_s = parse_duration(time_limit, "--time-limit") if time_limit else None  # before the model loads
     root = Path(run) if Path(run).is_dir() else runs_dir / run
     say = (lambda line: None) if as_json else (lambda line: console.err.print(line, markup=False, highlight=False))
     overrides = {"attention": attention} if attention else {}
     try:
         report = apply_run(root, spec, compile_model=compile_model, on_progress=say,
-                           model_overrides=overrides).to_json()
+                           model_overrides=overrides, time_limit_s=limit_s).to_json()
     except UserError:
         raise
     except Exception as e:  # a kernel failing inside the model: one line (KERNFORGE_STRICT=1 re-raises)

@@ -20,6 +20,7 @@ import torch
 from kernforge.errors import UserError
 from kernforge.integrate import endtoend as e2e
 from kernforge.integrate import overhead, runtime
+from kernforge.integrate.pace import Pace
 from kernforge.integrate.install import Patch, compile_caches_off, patch
 from kernforge.search.runs import RunRecord, read_run, run_phases
 from kernforge.store.events import Applied, PhaseTimed
@@ -35,6 +36,8 @@ class KernelEffect:
     op: str
     kernel: str
     op_speedup_vs_eager: float  # the search's, on the op alone
+    op_p50_ms: float = 0.0  # the search's, the kernel on the op alone
+    op_eager_p50_ms: float = 0.0  # the search's, the ATen op alone
     calls_per_forward: int = 0  # calls of one forward pass that took the kernel
     eager_verdict: str = ""  # the model with this kernel alone against eager: faster | within noise | slower
     eager_speedup: float | None = None
@@ -62,6 +65,8 @@ class ApplyReport:
     notes: list[str] = field(default_factory=list)  # what could not be measured, and why
     note: str = ""
     wall_s: float = 0.0
+    time_limit_s: float | None = None  # apply's time limit (pace.py), None: none
+    rounds: list[dict[str, Any]] = field(default_factory=list)  # under a limit: each timing's rounds (pace.Measured)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -72,19 +77,20 @@ OnProgress = Callable[[str], None]
 
 def apply_run(run_dir: Path, spec: str | None = None, compile_model: bool = True,
               on_progress: OnProgress = lambda line: None,
-              model_overrides: dict[str, Any] | None = None) -> ApplyReport:
+              model_overrides: dict[str, Any] | None = None, time_limit_s: float | None = None) -> ApplyReport:
     """`model_overrides` change the run's model options (e.g. {"attention": "sdpa"}: the same
-    model with the attention a user gets by default)."""
+    model with the attention a user gets by default). `time_limit_s`: the seconds apply may take
+    from here, loading the model included; its end-to-end timings are sized to fit (pace.py)."""
     started = time.perf_counter()
     record = read_run(run_dir)
     loaded = _load(record, spec, model_overrides or {})
     with compile_caches_off():
-        return _apply(record, loaded, compile_model, on_progress, started)
+        return _apply(record, loaded, compile_model, on_progress, started, time_limit_s)
 
 
 def _apply(record: RunRecord, loaded: Any, compile_model: bool, on_progress: OnProgress,
-           started: float) -> ApplyReport:
-    report = ApplyReport(run_dir=str(record.root), model=loaded.name, device=record.device)
+           started: float, time_limit_s: float | None = None) -> ApplyReport:
+    report = ApplyReport(run_dir=str(record.root), model=loaded.name, device=record.device, time_limit_s=time_limit_s)
     handle = patch(loaded.module, record, measured=False)  # apply measures afresh, whatever an earlier apply said
     try:
         report.not_installed.update(handle.skipped)
@@ -108,13 +114,40 @@ def _apply(record: RunRecord, loaded: Any, compile_model: bool, on_progress: OnP
     if not correct:
         report.note = "no kernel gives the model's own results end to end"
         return _finish(record, report, started)
-    on_progress("timing the model: eager, and each kernel alone in it")
-    _measure(loaded, device, correct, effects, report, input_sets, oracles, compile_model, on_progress)
     # every kernel the model reaches, installed or dropped: the cost is often why it was dropped
     reached = [s for s in correct if effects[s.name].calls_per_forward]
+    routing_s = sum(overhead.expected_s(effects[s.name].op_p50_ms / 1e3, effects[s.name].op_eager_p50_ms / 1e3)
+                    for s in reached)
+    pace = None if time_limit_s is None else Pace.starting(
+        time_limit_s, started, routing_s, expected_measurements(len(reached), compile_model, device.type == "cuda"))
+    on_progress("timing the model: eager, and each kernel alone in it")
+    _measure(loaded, device, correct, effects, report, input_sets, oracles, compile_model, on_progress, pace)
+    if pace is not None:
+        _report_rounds(report, pace)
     on_progress("measuring the routing's cost per call")
     report.routing = [overhead.measure(s, reached, device, loaded.module).to_json() for s in reached]
     return _finish(record, report, started)
+
+
+def expected_measurements(reached: int, compile_model: bool, cuda: bool) -> int:
+    """The end-to-end timings apply may run, for a time limit's equal parts (an overestimate
+    leaves the last ones more): the first, and eager's final pair twice; under compile, the
+    kernels together, each alone where there are several, and the final pair again; on a GPU
+    the CUDA-graph pairs, twice each."""
+    count = 3
+    if compile_model:
+        count += 2 + (reached if reached > 1 else 0)
+    if cuda:
+        count += 4 if compile_model else 2
+    return count
+
+
+def _report_rounds(report: ApplyReport, pace: Pace) -> None:
+    report.rounds = [asdict(m) for m in pace.done]
+    if pace.cut:
+        report.notes.append(f"the time limit ({report.time_limit_s:.0f} s) cut the timing rounds of {pace.cut} of "
+                            f"{len(pace.done)} measurements ({pace.rounds_text()} rounds, {e2e.ROUNDS} without a "
+                            "limit): their verdicts rest on fewer samples")
 
 
 def _load(record: RunRecord, spec: str | None, overrides: dict[str, Any]) -> Any:
@@ -138,7 +171,8 @@ def _effects(record: RunRecord, handle: Patch) -> dict[str, KernelEffect]:
     for w in winners(record):
         name = runtime.kernel_name(w.op, w.source.read_bytes()) if w.source.is_file() else ""
         if name in by_name:
-            effects[name] = KernelEffect(task=w.task_id, op=w.op, kernel=name, op_speedup_vs_eager=w.speedup_vs_eager)
+            effects[name] = KernelEffect(task=w.task_id, op=w.op, kernel=name, op_speedup_vs_eager=w.speedup_vs_eager,
+                                         op_p50_ms=w.p50_ms, op_eager_p50_ms=w.eager_p50_ms)
     return effects
 
 
@@ -216,7 +250,7 @@ def _record_checks(results: dict[str, tuple[str | None, float]], oracles: dict[s
 
 def _measure(loaded: Any, device: torch.device, specs: list[runtime.KernelSpec], effects: dict[str, KernelEffect],
              report: ApplyReport, input_sets: dict[str, Any], oracles: dict[str, e2e.Oracle],
-             compile_model: bool, on_progress: OnProgress) -> None:
+             compile_model: bool, on_progress: OnProgress, pace: Pace | None = None) -> None:
     model, inputs = loaded.module, loaded.inputs
     eager = e2e.model_call(model, inputs)
     alone = [e2e.Variant(f"eager+{s.name}", eager, [s], model) for s in specs] if len(specs) > 1 else []
@@ -227,11 +261,12 @@ def _measure(loaded: Any, device: torch.device, specs: list[runtime.KernelSpec],
         runtime.reset_compiled_code()
         compiled = e2e.compiled_model(model, "compile")
         try:
-            first = e2e.time_variants([*variants, e2e.Variant("compile", lambda: compiled(*inputs))], device)
+            first = e2e.time_variants([*variants, e2e.Variant("compile", lambda: compiled(*inputs))], device,
+                                      pace=pace)
         except Exception as e:  # noqa: BLE001 - a model torch.compile cannot compile is still measured in eager
             compile_model = False
             report.note = f"torch.compile failed on this model ({type(e).__name__}: {str(e).splitlines()[0][:160]})"
-    first = first or e2e.time_variants(variants, device)
+    first = first or e2e.time_variants(variants, device, pace=pace)
     for spec in specs:
         own = first[f"eager+{spec.name}"] if alone else first["patched eager, all"]
         effect = effects[spec.name]
@@ -243,16 +278,16 @@ def _measure(loaded: Any, device: torch.device, specs: list[runtime.KernelSpec],
                            else "no gain in the model in eager (its median is slower, within the noise): dropped")
     eager_kept = [s for s in specs if effects[s.name].installed_eager]
     compile_kept, measured = _compile_choice(model, inputs, device, specs, effects, first, compile_model,
-                                             on_progress)
+                                             on_progress, pace)
     patched = _final_phase(model, inputs, device, eager_kept, compile_kept, measured, first,
-                           compiled if compile_model else None, report)
+                           compiled if compile_model else None, report, pace)
     drop_if_slower(report.speedups["patched eager vs eager"], [effects[s.name] for s in eager_kept])
     if patched is not None:
         _check_compiled(model, patched, input_sets, oracles, eager_kept, compile_kept, report)
     graph_set = [s for s in specs if effects[s.name].calls_per_forward]
     if device.type == "cuda" and graph_set:
         on_progress("timing the model under CUDA graphs: eager captured, and compile's reduce-overhead")
-        _graph_phase(model, inputs, device, graph_set, report, input_sets, oracles, compile_model)
+        _graph_phase(model, inputs, device, graph_set, report, input_sets, oracles, compile_model, pace)
 
 
 # ---------------------------------------------------------------------------- under CUDA graphs
@@ -263,7 +298,7 @@ RO_COMPILE, RO_PATCHED = "compile, reduce-overhead", "patched compile, reduce-ov
 
 def _graph_phase(model: torch.nn.Module, inputs: Any, device: torch.device, specs: list[runtime.KernelSpec],
                  report: ApplyReport, input_sets: dict[str, Any], oracles: dict[str, e2e.Oracle],
-                 compile_model: bool) -> None:
+                 compile_model: bool, pace: Pace | None = None) -> None:
     """A static-shape model replayed from a CUDA graph pays no host cost per op, so every kernel
     the model reaches goes in (a route's host cost, what drops kernels in eager, is not paid in a
     replay): eager captured against patched eager captured, then torch.compile's reduce-overhead
@@ -274,7 +309,7 @@ def _graph_phase(model: torch.nn.Module, inputs: Any, device: torch.device, spec
     patched = e2e.GraphedForward(model, inputs, "the model with the kernels")
     pair = [e2e.Variant(GRAPH_EAGER, plain), e2e.Variant(GRAPH_PATCHED, patched, specs, model)]
     try:
-        _timed_pair(pair, device, report, f"{GRAPH_PATCHED} vs {GRAPH_EAGER}", seeds=(5, 6))
+        _timed_pair(pair, device, report, f"{GRAPH_PATCHED} vs {GRAPH_EAGER}", seeds=(5, 6), pace=pace)
         _check_graph(patched, input_sets, oracles, report)
     except e2e.CaptureError as e:  # a forward that cannot be captured is a fact about the model
         report.notes.append(f"CUDA graph: not captured, {e}")
@@ -292,7 +327,7 @@ def _graph_phase(model: torch.nn.Module, inputs: Any, device: torch.device, spec
     pair = [e2e.Variant(RO_COMPILE, lambda: ro_plain(*inputs)),
             e2e.Variant(RO_PATCHED, lambda: ro_patched(*inputs), marked, model)]
     try:
-        _timed_pair(pair, device, report, f"{RO_PATCHED} vs {RO_COMPILE}", seeds=(7, 8))
+        _timed_pair(pair, device, report, f"{RO_PATCHED} vs {RO_COMPILE}", seeds=(7, 8), pace=pace)
         _check_reduce_overhead(model, ro_patched, marked, input_sets, oracles, report)
     except Exception as e:  # noqa: BLE001 - inductor's cudagraphs refuse some models: the rest stands
         report.notes.append(f"reduce-overhead: {_first_line(e)}")
@@ -302,12 +337,12 @@ def _graph_phase(model: torch.nn.Module, inputs: Any, device: torch.device, spec
 
 
 def _timed_pair(pair: list[e2e.Variant], device: torch.device, report: ApplyReport, key: str,
-                seeds: tuple[int, int]) -> None:
+                seeds: tuple[int, int], pace: Pace | None = None) -> None:
     """The two variants alternated in shuffled rounds, twice; both figures kept."""
-    first = e2e.time_variants(pair, device, seed=seeds[0])
+    first = e2e.time_variants(pair, device, seed=seeds[0], pace=pace)
     base, candidate = (first[v.name] for v in pair)
     report.speedups[key] = _comparison(candidate, base)
-    again = e2e.time_variants(pair, device, seed=seeds[1])
+    again = e2e.time_variants(pair, device, seed=seeds[1], pace=pace)
     _confirm(report.speedups[key], again[pair[1].name], again[pair[0].name])
     for v in pair:
         t = first[v.name]
@@ -372,18 +407,20 @@ class CompilePhase:
 
 
 def _compile_phase(model: torch.nn.Module, inputs: Any, device: torch.device, in_graph: list[runtime.KernelSpec],
-                   installed: list[runtime.KernelSpec], tag: str) -> CompilePhase:
+                   installed: list[runtime.KernelSpec], tag: str, pace: Pace | None = None) -> CompilePhase:
     runtime.reset_compiled_code()
     compiled = e2e.compiled_model(model, tag)
     patched = e2e.Variant("patched compile", lambda: compiled(*inputs),
                           e2e.with_compile_flag(installed, {s.name for s in in_graph}), model)
-    timings = e2e.time_variants([e2e.Variant("eager", e2e.model_call(model, inputs)), patched], device, seed=1)
+    timings = e2e.time_variants([e2e.Variant("eager", e2e.model_call(model, inputs)), patched], device, seed=1,
+                                pace=pace)
     return CompilePhase(specs=in_graph, timings=timings, counts=patched.counts, compiled=compiled)
 
 
 def _compile_choice(model: torch.nn.Module, inputs: Any, device: torch.device, specs: list[runtime.KernelSpec],
                     effects: dict[str, KernelEffect], first: dict[str, Any], compile_model: bool,
-                    on_progress: OnProgress) -> tuple[list[runtime.KernelSpec], CompilePhase | None]:
+                    on_progress: OnProgress, pace: Pace | None = None
+                    ) -> tuple[list[runtime.KernelSpec], CompilePhase | None]:
     """Which kernels go into compile's graphs. First all of them at once, against the compiled
     model without them (each relative to the eager of its own phase): where that pays, they all
     stay, and it took one compile. Else each kernel alone, one compile each; those that pay stay.
@@ -392,7 +429,7 @@ def _compile_choice(model: torch.nn.Module, inputs: Any, device: torch.device, s
     if not compile_model or not reached:
         return [], None
     on_progress(f"compiling the model with {len(reached)} kernel(s) in its graph")
-    together = _compile_phase(model, inputs, device, reached, reached, "together")
+    together = _compile_phase(model, inputs, device, reached, reached, "together", pace)
     if _judge_under_compile(together, reached, effects, first, "alone" if len(reached) == 1 else "with the others"):
         return reached, together
     if len(reached) == 1:
@@ -400,7 +437,7 @@ def _compile_choice(model: torch.nn.Module, inputs: Any, device: torch.device, s
     phases = {}
     for spec in reached:
         on_progress(f"compiling the model with {spec.name} alone in its graph")
-        alone = _compile_phase(model, inputs, device, [spec], [spec], f"only_{spec.name}")
+        alone = _compile_phase(model, inputs, device, [spec], [spec], f"only_{spec.name}", pace)
         if _judge_under_compile(alone, [spec], effects, first, "alone"):
             phases[spec.name] = alone
     kept = [s for s in reached if s.name in phases]
@@ -449,7 +486,8 @@ def _judge_under_compile(phase: CompilePhase, specs: list[runtime.KernelSpec], e
 
 def _final_phase(model: torch.nn.Module, inputs: Any, device: torch.device, eager_kept: list[runtime.KernelSpec],
                  compile_kept: list[runtime.KernelSpec], measured: CompilePhase | None, first: dict[str, Any],
-                 compiled: Callable[..., Any] | None, report: ApplyReport) -> Callable[..., Any] | None:
+                 compiled: Callable[..., Any] | None, report: ApplyReport,
+                 pace: Pace | None = None) -> Callable[..., Any] | None:
     """The model as the kernels that stayed leave it, four ways; speedups beyond the noise only,
     each confirmed by a second interleaved measurement. Under compile that is the phase that
     measured exactly the kept kernels, where there is one, else one more compile. compiled: the
@@ -458,17 +496,18 @@ def _final_phase(model: torch.nn.Module, inputs: Any, device: torch.device, eage
     compile_model = compiled is not None
     eager = e2e.model_call(model, inputs)
     pair = [e2e.Variant("eager", eager), e2e.Variant("patched eager", eager, eager_kept, model)]
-    final = e2e.time_variants(pair, device, seed=2)
+    final = e2e.time_variants(pair, device, seed=2, pace=pace)
     timings = {"eager": final["eager"], "patched eager": final["patched eager"]}
     report.speedups["patched eager vs eager"] = _comparison(final["patched eager"], final["eager"])
     if eager_kept:
-        again = e2e.time_variants(pair, device, seed=3)
+        again = e2e.time_variants(pair, device, seed=3, pace=pace)
         _confirm(report.speedups["patched eager vs eager"], again["patched eager"], again["eager"])
     if not eager_kept:
         report.speedups["patched eager vs eager"]["verdict"] = "no kernel installed in eager: the model as it is"
     phase = measured
     if compile_model and compile_kept and phase is None:
-        phase = _compile_phase(model, inputs, device, compile_kept, _union(eager_kept, compile_kept), "patched")
+        phase = _compile_phase(model, inputs, device, compile_kept, _union(eager_kept, compile_kept), "patched",
+                               pace)
     if compile_model:
         timings["compile"] = first["compile"]
         report.speedups["compile vs eager"] = _comparison(first["compile"], first["eager"])
@@ -481,7 +520,7 @@ def _final_phase(model: torch.nn.Module, inputs: Any, device: torch.device, eage
             installed = e2e.with_compile_flag(_union(eager_kept, compile_kept), {s.name for s in compile_kept})
             again = e2e.time_variants([e2e.Variant("compile", lambda: compiled(*inputs)),
                                        e2e.Variant("patched compile", lambda: phase.compiled(*inputs), installed, model)],
-                                      device, seed=4)
+                                      device, seed=4, pace=pace)
             _confirm(report.speedups["patched compile vs compile"], again["patched compile"], again["compile"])
         else:
             timings["patched compile"] = first["compile"]

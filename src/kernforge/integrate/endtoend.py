@@ -16,7 +16,8 @@ host clock on a CPU, in rounds that visit the variants in a shuffled order, so t
 falls on all of them. Compiled variants cannot share a process's compiled code (Dynamo keys
 it by code object and the routing is invisible to its guards), so each compiled variant has
 a phase of its own (compiled code reset, then compiled under its routing), timed beside
-eager and patched eager; its speedup is taken against the eager of its own phase.
+eager and patched eager; its speedup is taken against the eager of its own phase. Under apply's
+time limit the rounds and calls per round are sized to fit it (pace.py).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from torch.utils._pytree import tree_flatten, tree_map
 from kernforge.evaluate.checks import compare, element_bound, oracle_dtype, upcast
 from kernforge.harness.timing import Timing, clearly_faster, clearly_faster_relative, timing_from
 from kernforge.integrate import runtime
+from kernforge.integrate.pace import Measured, Pace, another_round, calls_per_round, was_cut
 
 ROUNDS = 5
 ROUND_MS = 150.0  # each variant's share of a round: ~3 calls of an 85 ms VAE decoder, 50 of a 3 ms one
@@ -158,19 +160,54 @@ class Variant:
 
 
 def time_variants(variants: list[Variant], device: torch.device, seed: int = 0,
-                  rounds: int = ROUNDS) -> dict[str, Timing]:
+                  rounds: int = ROUNDS, pace: Pace | None = None) -> dict[str, Timing]:
     """Each variant's per-call time over `rounds` shuffled rounds, after a warm-up (where a
-    compiled variant compiles, under its own routing)."""
+    compiled variant compiles, under its own routing). Under a time limit (`pace`) the rounds
+    and calls per round are sized to the measurement's part of it (pace.py), and recorded there."""
     samples: dict[str, list[float]] = {v.name: [] for v in variants}
-    calls = {v.name: _calls_per_round(_in_state(v, lambda v=v: _warm(v, device)) * 1e3) for v in variants}
+    method = "cuda-events" if device.type == "cuda" else "wall-clock"
+    call_s = {v.name: _in_state(v, lambda v=v: _warm(v, device)) for v in variants}
+    calls = {name: _calls_per_round(s * 1e3) for name, s in call_s.items()}
     order = random.Random(seed)
-    for _ in range(rounds):
+
+    def one_round() -> None:
         shuffled = list(variants)
         order.shuffle(shuffled)
         for v in shuffled:
             samples[v.name] += _in_state(v, lambda v=v: _time_calls(v.call, calls[v.name], device))
-    return {name: timing_from(values, "cuda-events" if device.type == "cuda" else "wall-clock")
-            for name, values in samples.items()}
+
+    if pace is None:
+        for _ in range(rounds):
+            one_round()
+    else:
+        part_s = pace.part_s()
+        calls = calls_per_round(call_s, calls, part_s)
+        is_open = lambda: verdict_open(_timings(samples, method))  # noqa: E731
+        done = _paced_rounds(one_round, is_open, rounds, part_s)
+        pace.record(Measured(variants=[v.name for v in variants], rounds=done, calls=calls,
+                             cut=was_cut(done, rounds, is_open())))
+    return _timings(samples, method)
+
+
+def _paced_rounds(one_round: Callable[[], None], is_open: Callable[[], bool], rounds: int, part_s: float) -> int:
+    """Rounds run while pace.another_round says so; how many ran."""
+    started, done, last_s = time.perf_counter(), 0, 0.0
+    while another_round(done, rounds, last_s, time.perf_counter() - started, part_s, done > 0 and is_open()):
+        begun = time.perf_counter()
+        one_round()
+        done, last_s = done + 1, time.perf_counter() - begun
+    return done
+
+
+def _timings(samples: dict[str, list[float]], method: str) -> dict[str, Timing]:
+    return {name: timing_from(values, method) for name, values in samples.items()}
+
+
+def verdict_open(timings: dict[str, Timing]) -> bool:
+    """Whether any variant is still within the noise of the first, the reference each of a
+    measurement's comparisons is against (eager, or the unpatched half of a pair)."""
+    reference, *others = timings.values()
+    return any(verdict(t, reference) == "within noise" for t in others)
 
 
 def _in_state(variant: Variant, work: Callable[[], Any]) -> Any:

@@ -4,6 +4,14 @@ an op that was not patched at all.
 Host time per call over a burst of calls, synchronised once after the burst: on a GPU the
 calls only enqueue work, so the burst measures launch and dispatch cost, which is where the
 router's Python runs (a burst of 200 stays far below the launch queue's depth).
+
+A burst runs at most about BURST_HOST_S of host time: its size comes from one timed call before
+it (at least MIN_BURST calls, at most BURST). A CPU kernel's call takes milliseconds, and 200
+calls of each of ~7 kinds over 7 rounds took 303 s of a 337 s apply on a 2-core x86
+CPU (README command 1); a few calls of a millisecond already dwarf the microseconds a route
+costs, so the shorter burst loses nothing the figures show. A later burst's warm-up is as
+short (at most half its calls). Every call kind is still timed in every round, routes out and
+then in, and each figure is the median over the rounds.
 """
 
 from __future__ import annotations
@@ -20,7 +28,10 @@ from torch.utils._pytree import tree_map
 from kernforge.harness.serialize import extent
 from kernforge.integrate import fused, kernels, runtime
 
-BURST = 200
+BURST = 200  # calls in a burst of cheap calls (a GPU launch, a routed add): far below the launch queue
+BURST_HOST_S = 0.05  # host time one burst may take: 7 kinds x 7 rounds of it is ~2.5 s a kernel
+MIN_BURST = 3  # even a slow call is timed over a few, so that one outlier is not the figure
+WARM_UP = 5  # calls before a kind's first burst: the allocator and the route's caches settle
 REPEATS = 7
 
 
@@ -38,6 +49,7 @@ class RoutingCost:
     via: str = "op"  # op: the ATen op's router; placeholders: a chain's steps; module: a module's forward
     native: bool = False  # the hit's guard and launch ran in C++ (dispatch.py), not in Python
     python_direct_us: float | None = None  # the kernel's Python entry called directly, where it has a C++ one
+    fewest_burst_calls: int = BURST  # the shortest burst of any kind (a slow call's is cut at BURST_HOST_S)
 
     @property
     def hit_overhead_us(self) -> float:
@@ -100,15 +112,16 @@ def measure(spec: runtime.KernelSpec, all_specs: list[runtime.KernelSpec], devic
     routed = {"hit": lambda: op(*hit_args, **kwargs), "miss": lambda: op(*miss_call_args, **miss_kwargs),
               "add routed": lambda: torch.add(small, small)}
     samples: dict[str, list[float]] = {name: [] for name in [*unrouted, *routed]}
+    sizes: dict[str, int] = {}  # each kind's burst, sized in its first round and kept for the others
     taken, via_native = 0, False
     with torch.no_grad():
         for _ in range(REPEATS):
             for name, call in unrouted.items():
-                samples[name].append(_burst_us(call, device))
+                samples[name].append(_burst_us(call, device, sizes, name))
             installation = runtime.install(all_specs, model)
             try:
                 for name, call in routed.items():
-                    samples[name].append(_burst_us(call, device))
+                    samples[name].append(_burst_us(call, device, sizes, name))
                 taken += installation.counts[spec.op].kernel
                 via_native = (spec.chain is None and spec.op in installation.native_ops) or (
                     module is not None and native is not None)
@@ -121,7 +134,8 @@ def measure(spec: runtime.KernelSpec, all_specs: list[runtime.KernelSpec], devic
                        original_us=m["original"], routed_miss_us=m["miss"], unpatched_op_us=m["add"],
                        unpatched_op_patched_us=m["add routed"],
                        via="module" if module is not None else "placeholders" if spec.chain else "op",
-                       native=via_native, python_direct_us=m["python direct"] if native is not None else None)
+                       native=via_native, python_direct_us=m["python direct"] if native is not None else None,
+                       fewest_burst_calls=min(sizes.values()))
 
 
 def module_of(spec: runtime.KernelSpec, model: torch.nn.Module | None) -> torch.nn.Module | None:
@@ -156,17 +170,60 @@ def module_arguments(spec: runtime.KernelSpec, inputs: list[Any]) -> list[Any]:
     return [inputs[k] for _, k in sorted((int(where), k) for k, (kind, where) in enumerate(boundary) if kind == "arg")]
 
 
-def _burst_us(call: Callable[[], Any], device: torch.device) -> float:
-    """The host's time per call over a burst, after a few calls of warm-up."""
-    for _ in range(5):
+def burst_size(call_s: float) -> int:
+    """Calls in a burst that takes about BURST_HOST_S of host time, for a call of `call_s`
+    seconds: at least MIN_BURST, at most BURST."""
+    if call_s <= 0:
+        return BURST
+    return max(MIN_BURST, min(BURST, int(BURST_HOST_S / call_s)))
+
+
+def warm_calls(burst: int) -> int:
+    """Calls before a later burst, once the routes were put in or out again: WARM_UP, or half
+    the burst where it is shorter (a slow call settles in one, and would double the burst)."""
+    return max(1, min(WARM_UP, burst // 2))
+
+
+def expected_s(kernel_s: float, aten_s: float) -> float:
+    """Seconds `measure` is expected to take for a kernel whose call takes `kernel_s` and the
+    ATen call it replaces `aten_s` (the search's figures): the kernel's kinds (direct, routed
+    hit) and the ATen op's (unpatched, refused, routed miss) over REPEATS rounds, warm-ups
+    included; the adds' bursts are microseconds."""
+    return sum(_kind_s(call_s) for call_s in (kernel_s, kernel_s, aten_s, aten_s, aten_s))
+
+
+def _kind_s(call_s: float) -> float:
+    n = burst_size(call_s)
+    return call_s * (WARM_UP + n + (REPEATS - 1) * (warm_calls(n) + n))
+
+
+def _burst_us(call: Callable[[], Any], device: torch.device, sizes: dict[str, int], name: str) -> float:
+    """The host's time per call over a burst, after a few calls of warm-up; the burst's size is
+    sizes[name], or sized from the last of WARM_UP warm-up calls and kept there."""
+    if name in sizes:
+        n = sizes[name]
+        for _ in range(warm_calls(n)):
+            call()
+        _sync(device)
+    else:
+        n = sizes[name] = _sized_after_warm_up(call, device)
+    start = time.perf_counter()
+    for _ in range(n):
+        call()
+    per_call = (time.perf_counter() - start) / n * 1e6
+    _sync(device)
+    return per_call
+
+
+def _sized_after_warm_up(call: Callable[[], Any], device: torch.device) -> int:
+    for _ in range(WARM_UP - 1):
         call()
     _sync(device)
     start = time.perf_counter()
-    for _ in range(BURST):
-        call()
-    per_call = (time.perf_counter() - start) / BURST * 1e6
+    call()  # host time alone, as the burst counts it: on a GPU a launch, not the kernel
+    one_s = time.perf_counter() - start
     _sync(device)
-    return per_call
+    return burst_size(one_s)
 
 
 def _sync(device: torch.device) -> None:

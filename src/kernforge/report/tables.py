@@ -273,10 +273,21 @@ def end_to_end_tables(report: dict[str, Any]) -> list[Any]:
                      f"{r['unpatched_op_us']:.1f} -> {r['unpatched_op_patched_us']:.1f} us")
     for task, why in report.get("not_installed", {}).items():
         items.append(f"not installed, {task}: {why}")
+    if report.get("time_limit_s") is not None:
+        items.append(_rounds_line(report))
     items += report.get("notes", [])
     if report.get("note"):
         items.append(report["note"])
     return items
+
+
+def _rounds_line(report: dict[str, Any]) -> str:
+    """How apply's time limit sized its timings: the rounds each measurement ran."""
+    from kernforge.integrate.pace import rounds_span
+
+    rounds = [m["rounds"] for m in report.get("rounds", [])]
+    ran = f"{rounds_span(rounds)} timing rounds in each of {len(rounds)} measurements" if rounds else "no timing ran"
+    return f"apply's time limit {report['time_limit_s']:.0f} s: {ran}, in {report.get('wall_s', 0.0):.0f} s"
 
 
 def _effect(speedup: float | None, verdict: str) -> str:

@@ -4,12 +4,13 @@ the model, re-spread after every task, so that time a task did not use goes to t
 Each task gets, when it starts, its weight's part of the time left before the deadline, less what
 apply is kept: weight = the model's projected gain if the op ran 2x faster, eager or under
 torch.compile, whichever is more (Amdahl: OpProfile.rank_gain - 1). Its share covers its baseline,
-its candidates and its finalists: once it is spent no candidate is started (those running
-finish), though a task whose baseline took its whole share still evaluates one candidate. A task
-is not started where its share is under MIN_TASK_S, or under what its baseline is expected to
-take (the seconds per input byte of the baselines so far, FixedCosts): its share then goes to
-the tasks after it. A budgeted task also stops once it stopped improving (PLATEAU candidates in
-a row after its best), and says so."""
+its candidates and its finalists: a candidate is started only where it and one finalist's
+confirmation still fit in it (candidate_fits; those running finish), though a task whose
+baseline took its whole share still evaluates one candidate. A task is not started where its
+share is under MIN_TASK_S, or under what its baseline is expected to take (the seconds per input
+byte of the baselines so far, FixedCosts): its share then goes to the tasks after it. A budgeted
+task also stops once it stopped improving (PLATEAU candidates in a row after its best), and says
+so."""
 
 from __future__ import annotations
 
@@ -31,22 +32,27 @@ MIN_TASK_S = 20.0
 PLATEAU = 6
 # The iterations cap where --time-budget is given and --iterations is not: the time decides.
 BUDGETED_ITERATIONS = 50
+# A finalist's confirmation against a candidate's own evaluation time: it redoes the whole
+# evaluation (a fresh worker, build, checks, timing) at the task's end. An estimate, with margin
+# for a confirmation that runs alone where the candidates ran beside others' builds.
+CONFIRM_FACTOR = 1.4
 
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
 
 
-def parse_duration(text: str) -> float:
-    """Seconds in "90s", "30m", "2h", "1h30m" or a plain number of seconds."""
+def parse_duration(text: str, flag: str = "--time-budget") -> float:
+    """Seconds in "90s", "30m", "2h", "1h30m" or a plain number of seconds; `flag` names the
+    option in the error a bad one gives."""
     cleaned = text.strip().lower().replace(" ", "")
     if re.fullmatch(r"\d+(\.\d+)?", cleaned):
         seconds = float(cleaned)
     else:
         parts = re.findall(r"(\d+(?:\.\d+)?)([smh])", cleaned)
         if not parts or "".join(n + u for n, u in parts) != cleaned:
-            raise UserError(f"--time-budget '{text}' is not a duration; write it like 90s, 30m, 2h or 1h30m")
+            raise UserError(f"{flag} '{text}' is not a duration; write it like 90s, 30m, 2h or 1h30m")
         seconds = sum(float(n) * _UNITS[u] for n, u in parts)
     if seconds <= 0:
-        raise UserError(f"--time-budget '{text}' must be more than nothing")
+        raise UserError(f"{flag} '{text}' must be more than nothing")
     return seconds
 
 
@@ -66,11 +72,26 @@ class TimeBudget:
         """Seconds left for the search, apply's part kept."""
         return self.deadline - self.reserve_s - (time.perf_counter() if now is None else now)
 
+    def apply_s(self, now: float | None = None) -> float:
+        """Seconds left for apply, to the deadline: its reserve, more where the search finished
+        early, less where candidates still running ran past their share (apply then runs its
+        fewest timing rounds, pace.py)."""
+        return max(0.0, self.deadline - (time.perf_counter() if now is None else now))
+
     def share_s(self, weights: list[float], now: float | None = None) -> float:
         """The first of these tasks' share of what is left: its weight's part of all theirs."""
         total = sum(weights)
         left = max(0.0, self.left_s(now))
         return left * weights[0] / total if total > 0 else left / max(1, len(weights))
+
+
+def candidate_fits(left_s: float, eval_s: float | None) -> bool:
+    """Whether a new candidate may start with `left_s` of the task's share left: it and one
+    finalist's confirmation after it (CONFIRM_FACTOR x a candidate's `eval_s`) must fit. Before
+    any candidate was timed (`eval_s` None) only the share's end stops one."""
+    if eval_s is None:
+        return left_s > 0
+    return left_s >= eval_s * (1.0 + CONFIRM_FACTOR)
 
 
 def projected_gain(rank_gain: float) -> float:

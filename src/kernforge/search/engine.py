@@ -19,7 +19,7 @@ from kernforge.evaluate.runner import Status, discard_reference, stop_workers
 from kernforge.phases import Stopwatch
 from kernforge.propose import Failure, NoProposal, Proposal, Proposer
 from kernforge.propose.context import Attempt, ProposalContext, Seed, task_facts
-from kernforge.search.budget import PLATEAU
+from kernforge.search.budget import CONFIRM_FACTOR, PLATEAU, candidate_fits
 from kernforge.search.nodes import BUDGET_SPENT, Node, TaskOutcome, repair_depth, row_of
 from kernforge.search.siblings import task_seed
 from kernforge.search.strategy import Strategy
@@ -91,6 +91,12 @@ class SearchContext:
     # (time.perf_counter()), the task's share of the budget being `share_s`.
     deadline: float | None = None
     share_s: float = 0.0
+    eval_s: list[float] = field(default_factory=list)  # finished candidates' evaluation times, this session
+
+    @property
+    def eval_estimate_s(self) -> float | None:
+        """A candidate's evaluation time as this task's finished ones took it (their mean)."""
+        return sum(self.eval_s) / len(self.eval_s) if self.eval_s else None
 
     def __post_init__(self) -> None:
         if any(n.kept for n in self.previous):
@@ -130,13 +136,23 @@ class SearchContext:
 
     def budget_left(self) -> int:
         """Candidates that may still be started: the running ones are already spent."""
-        if not self.stopped and self.deadline is not None and time.perf_counter() >= self.deadline:
-            if self.evaluated + self.running == 0:
+        if not self.stopped and self.deadline is not None:
+            left_s = self.deadline - time.perf_counter()
+            if left_s <= 0 and self.evaluated + self.running == 0:
                 return 1  # the baseline took the share: one candidate, or its cost bought nothing
-            self.stopped = f"its {self.share_s:.0f} s share of the time budget spent"
+            self._check_time(left_s)
         if self.stopped:
             return 0
         return self.iterations - self.evaluated - self.running
+
+    def _check_time(self, left_s: float) -> None:
+        """Stops the task where its share cannot hold another candidate and a confirmation."""
+        if left_s <= 0:
+            self.stopped = f"its {self.share_s:.0f} s share of the time budget spent"
+        elif not candidate_fits(left_s, self.eval_estimate_s):
+            self.stopped = (f"its {self.share_s:.0f} s share of the time budget nearly spent: {_seconds(left_s)} s "
+                            f"left, too little for another candidate ({_seconds(self.eval_estimate_s)} s each) "
+                            f"and a finalist's confirmation ({CONFIRM_FACTOR}x)")
 
     def wants_repair(self, node: Node) -> bool:
         """A failed LLM candidate whose messages can guide a fix, while the line has had at most
@@ -145,7 +161,10 @@ class SearchContext:
                 and node.repair_depth <= self.repairs)
 
     def _count(self, node: Node) -> None:
-        """A seeded task's patience: nothing kept in `patience` candidates after a kept one stops it."""
+        """A seeded task's patience: nothing kept in `patience` candidates after a kept one stops it.
+        And the candidate's evaluation time, for a budgeted task's next start."""
+        if node.result.wall_s > 0:
+            self.eval_s.append(node.result.wall_s)
         if node.kept:
             self.since_kept = 0
         elif self.since_kept is not None:
@@ -163,6 +182,10 @@ class SearchContext:
                 self.stopped = f"{self.failed_in_a_row} proposals in a row failed, the last: {outcome.reason}"
 
 
+def _seconds(value: float | None) -> str:
+    """Seconds as a reason shows them: a tenth under 10 s, whole ones above."""
+    value = value or 0.0
+    return f"{value:.1f}" if value < 10 else f"{value:.0f}"
 
 
 def search_ended(ctx: SearchContext, proposer: str) -> str:
