@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Query, Request
 from fastapi.responses import HTMLResponse, PlainTextResponse, Response, StreamingResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -66,6 +66,9 @@ class LiveLinks:
 
     def tree_href(self, run: str, task: str, node: str) -> str:
         return self.node(run, task, node)
+
+    def compare(self, a: str, b: str) -> str:
+        return f"/compare?a={a}&b={b}"
 
 
 class NotFound(Exception):
@@ -134,6 +137,10 @@ def make_app(runs_dir: Path, allowed_hosts: list[str] | None = None) -> FastAPI:
     def css() -> Response:
         return Response((html.STATIC / "kernforge.css").read_text(), media_type="text/css")
 
+    @app.get("/static/kernforge.js")
+    def script() -> Response:
+        return Response((STATIC / "kernforge.js").read_text(), media_type="text/javascript")
+
     @app.get("/static/pygments.css")
     def pygments_css() -> Response:
         return Response(html.pygments_css(), media_type="text/css")
@@ -145,6 +152,21 @@ def make_app(runs_dir: Path, allowed_hosts: list[str] | None = None) -> FastAPI:
     @app.get("/fragments/runs", response_class=HTMLResponse)
     def runs_fragment() -> HTMLResponse:
         return page("_runs.html", rows=_rows(runs_dir), runs_dir=str(runs_dir))
+
+    @app.get("/compare", response_class=HTMLResponse)
+    def compare_page(a: str = "", b: str = "", run: list[str] = Query(default=[])) -> HTMLResponse:
+        """Two runs side by side: /compare?a=RUN&b=RUN, or ?run=RUN&run=RUN as the runs list's
+        form sends two ticked runs."""
+        if not (a and b) and len(run) == 2:
+            a, b = run
+        if not (a and b):
+            return HTMLResponse(_message_page("name two runs to compare: /compare?a=RUN&b=RUN, or tick two "
+                                              "in the runs list", links), status_code=400)
+        runs = [load(a), load(b)]
+        now = time.time()
+        return page("compare.html", title=f"{a} vs {b}", crumbs=[("compare", None)], names=[a, b],
+                    headers=[views.run_header(r, now) for r in runs], rows=views.compare_rows(*runs),
+                    end_to_end=views.end_to_end_pairs(*runs))
 
     @app.get("/runs/{name}/", response_class=HTMLResponse)
     def run_page(name: str) -> HTMLResponse:
