@@ -16,7 +16,7 @@ pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient  # noqa: E402
 
 from kernforge.report import views  # noqa: E402
-from kernforge.store.events import NodeFinished, event_from_json  # noqa: E402
+from kernforge.store.events import NodeFinished, TaskEnded, event_from_json  # noqa: E402
 from kernforge.ui.app import _stream, make_app  # noqa: E402
 
 pytestmark = pytest.mark.integration
@@ -197,6 +197,29 @@ def test_the_event_stream_says_update_for_each_new_batch_of_events(run):
     assert chunks[0].startswith("event: update")  # at once: the page may be older than the stream
     updates = [c for c in chunks[1:] if c.startswith("event: update")]
     assert len(updates) == 1 and '"node"' in updates[0] and '"t"' in updates[0]
+
+
+def test_events_half_a_second_apart_go_out_in_one_update_none_lost(run):
+    # a page's parts are fetched on each update; the server spaces them (SPACING_S), so a task's
+    # end just after its last node arrives late rather than never (htmx's throttle would drop it)
+    class Request:
+        calls = 0
+
+        async def is_disconnected(self) -> bool:
+            self.calls += 1
+            if self.calls == 2:
+                run.emit(NodeFinished(task="t1", node="n0009", status="ok"))
+            if self.calls == 3:
+                run.emit(TaskEnded(task="t2", candidates=4))
+            return self.calls > 5
+
+    async def collect() -> list[str]:
+        return [chunk async for chunk in _stream(run.root / "events.jsonl", Request())]
+
+    updates = [c for c in asyncio.run(collect())[1:] if c.startswith("event: update")]
+    assert len(updates) == 1
+    data = json.loads(updates[0].split("data: ", 1)[1])
+    assert data == {"kinds": ["node", "task_end"], "tasks": ["t1", "t2"]}
 
 
 def test_old_event_lines_read_back(tmp_path: Path):
