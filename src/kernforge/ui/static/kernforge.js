@@ -37,6 +37,7 @@
   function sortTable(table, state) {
     const heads = table.tHead ? Array.from(table.tHead.rows[0].cells) : [];
     heads.forEach((th, i) => {
+      if (th.hasAttribute("data-nosort")) return;
       th.classList.add("sortable");
       th.setAttribute("aria-sort", i === state.col ? (state.dir > 0 ? "ascending" : "descending") : "none");
     });
@@ -67,7 +68,8 @@
       shown += !row.hidden;
     }
     for (const count of document.querySelectorAll(`.table-tools[data-for="${table.dataset.table}"] .shown`)) {
-      count.textContent = shown === rows.length ? `${rows.length} rows` : `${shown} of ${rows.length} rows`;
+      const noun = rows.length === 1 ? "row" : "rows";
+      count.textContent = shown === rows.length ? `${rows.length} ${noun}` : `${shown} of ${rows.length} ${noun}`;
     }
   }
 
@@ -87,7 +89,7 @@
 
   document.addEventListener("click", (event) => {
     const th = event.target.closest("table[data-table] > thead th");
-    if (!th || event.target.closest("a, input, button")) return;
+    if (!th || th.hasAttribute("data-nosort") || event.target.closest("a, input, button")) return;
     const table = th.closest("table");
     const state = tableState(table.dataset.table);
     state.dir = state.col === th.cellIndex ? -state.dir : 1;
