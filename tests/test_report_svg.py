@@ -13,6 +13,7 @@ from kernforge.report.svg import Series, Spread, TreePoint, line_plot_svg, timin
 pytestmark = pytest.mark.unit
 
 NS = {"s": "http://www.w3.org/2000/svg"}
+SVG_G, SVG_TEXT = f"{{{NS['s']}}}g", f"{{{NS['s']}}}text"
 
 
 def _parse(svg: str) -> ET.Element:
@@ -137,7 +138,7 @@ def test_tree_parent_cycle_still_draws_every_node():
 
 def test_tree_names_each_node_by_its_id_above_its_label():
     nodes = _nodes(_parse(tree_svg(SMALL_TREE)))
-    texts = {k: [(t.get("class"), t.text, float(t.get("y"))) for t in g.iter("{%s}text" % NS["s"])]
+    texts = {k: [(t.get("class"), t.text, float(t.get("y"))) for t in g.iter(SVG_TEXT)]
              for k, g in nodes.items()}
     (name, node_id, y_id), (label, speedup, y_label) = texts["n2"]
     assert (name, node_id, label, speedup) == ("name", "n2", "label", "1.42x") and y_id < y_label
@@ -268,7 +269,7 @@ TIMINGS = [Spread("candidate", 0.050, 0.052, 0.054, "candidate"), Spread("eager"
 
 
 def _spreads(root: ET.Element) -> dict[str, ET.Element]:
-    return {g.find("s:title", NS).text.split(":")[0]: g for g in root.iter("{%s}g" % NS["s"])
+    return {g.find("s:title", NS).text.split(":")[0]: g for g in root.iter(SVG_G)
             if "spread" in _classes(g)}
 
 
@@ -297,5 +298,5 @@ def test_timing_rows_without_figures_are_left_out_and_none_says_so():
     assert "empty" in _classes(root) and not _spreads(root)
     nasty = '<b>&"'
     root = _parse(timing_svg([Spread(nasty, 1.0, 1.0, 1.0, nasty)]))  # a zero-width spread still draws
-    assert nasty in [t.text for t in root.iter("{%s}text" % NS["s"])]
+    assert nasty in [t.text for t in root.iter(SVG_TEXT)]
     assert float(root.find(".//s:rect", NS).get("width")) >= 1.0

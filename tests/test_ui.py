@@ -306,9 +306,9 @@ def test_two_runs_side_by_side_match_their_tasks_by_op_signature(client, runs_di
     assert page.status_code == 200
     html = page.text
     assert html.count(a.root.name) >= 2 and html.count(b.root.name) >= 2  # both named, both linked
-    rows = re.findall(r'<tr data-signature="([^"]+)">(.*?)</tr>', html, re.S)
+    rows = re.findall(r'<tr data-signature="([^"]+)">(.*?)</tr>', html, re.DOTALL)
     assert [sig for sig, _ in rows] == [softmax_task.signature]  # one op, matched across the runs
-    cells = re.findall(r"<td[^>]*>(.*?)</td>", rows[0][1], re.S)
+    cells = re.findall(r"<td[^>]*>(.*?)</td>", rows[0][1], re.DOTALL)
     text = [re.sub(r"<[^>]+>", "", c).strip() for c in cells]
     assert text[3] == "1.92x" and "ok 2" in text[4] and "wrong_result 1" in text[4]  # A: its finalist
     # B: not confirmed yet, so its search's own figure (as its run page shows it)
@@ -330,7 +330,7 @@ def test_compare_lists_an_op_only_one_run_searched_and_takes_the_runs_forms_name
     other = replace(softmax_task, signature="sig-other", task_id="t0-sig-other")
     b = write_run(runs_dir, other)
     html = client.get(f"/compare?run={a.root.name}&run={b.root.name}").text  # the runs list's form
-    rows = dict(re.findall(r'<tr data-signature="([^"]+)">(.*?)</tr>', html, re.S))
+    rows = dict(re.findall(r'<tr data-signature="([^"]+)">(.*?)</tr>', html, re.DOTALL))
     assert list(rows) == [softmax_task.signature, "sig-other"]  # a's tasks first, then b's own
     assert rows[softmax_task.signature].count("not searched") == 1 and "not searched" in rows["sig-other"]
 
@@ -346,7 +346,7 @@ def test_a_node_page_draws_its_timings_against_eager_and_compile(client, run, so
     import xml.etree.ElementTree as ET
 
     page = client.get(f"/runs/{run.root.name}/tasks/{softmax_task.task_id}/nodes/n0001").text
-    svgs = re.findall(r'<svg[^>]*class="plot timings".*?</svg>', page, re.S)
+    svgs = re.findall(r'<svg[^>]*class="plot timings".*?</svg>', page, re.DOTALL)
     assert len(svgs) == 2  # the search's timing and the finalist's second one
     ns = "{http://www.w3.org/2000/svg}"
     root = ET.fromstring(svgs[0])

@@ -345,8 +345,8 @@ def timing_svg(spreads: list[Spread], *, width: int = 560) -> str:
     frame = _Frame(_nice_ticks(*_padded(min(values), max(values))), [0.0, 1.0],
                    SPREAD_LEFT_PX, width - SPREAD_RIGHT_PX, SPREAD_TOP_PX, height - 34)
     x_step = frame.x_ticks[1] - frame.x_ticks[0]
-    parts = [f'<path class="axes" fill="none" stroke="#546e7a" d="M{_n(frame.left)} {_n(frame.bottom)} '
-             f'H{_n(frame.right)}"/>']
+    parts = [(f'<path class="axes" fill="none" stroke="#546e7a" d="M{_n(frame.left)} {_n(frame.bottom)} '
+              f'H{_n(frame.right)}"/>')]
     for v in frame.x_ticks:
         x = frame.px(v)
         parts.append(f'<line class="grid" x1="{_n(x)}" x2="{_n(x)}" y1="{_n(frame.top)}" y2="{_n(frame.bottom)}" '

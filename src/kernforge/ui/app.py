@@ -15,7 +15,7 @@ import json
 import re
 import time
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import FastAPI, Query, Request
 from fastapi.responses import HTMLResponse, PlainTextResponse, Response, StreamingResponse
@@ -158,10 +158,10 @@ def make_app(runs_dir: Path, allowed_hosts: list[str] | None = None) -> FastAPI:
         return page("_runs.html", rows=_rows(runs_dir), runs_dir=str(runs_dir))
 
     @app.get("/compare", response_class=HTMLResponse)
-    def compare_page(a: str = "", b: str = "", run: list[str] = Query(default=[])) -> HTMLResponse:
+    def compare_page(a: str = "", b: str = "", run: Annotated[list[str] | None, Query()] = None) -> HTMLResponse:
         """Two runs side by side: /compare?a=RUN&b=RUN, or ?run=RUN&run=RUN as the runs list's
         form sends two ticked runs."""
-        if not (a and b) and len(run) == 2:
+        if not (a and b) and run and len(run) == 2:
             a, b = run
         if not (a and b):
             return HTMLResponse(_message_page("name two runs to compare: /compare?a=RUN&b=RUN, or tick two "
