@@ -370,7 +370,8 @@ def test_the_live_pages_carry_the_table_and_tree_controls_and_the_report_does_no
     assert 'data-table="nodes"' in task and 'id="filter-nodes"' in task and f'data-tree="{softmax_task.task_id}"' in task
     statuses = re.findall(r'<option value="([^"!]+)">', task)
     assert statuses == ["compile_error", "ok", "wrong_result"]  # the statuses this task's candidates have
-    assert 'class="pick"' in client.get("/").text and 'id="filter-hot"' in client.get(f"/runs/{run.root.name}/").text
+    run_page = client.get(f"/runs/{run.root.name}/").text
+    assert 'class="pick"' in client.get("/").text and 'id="filter-hot"' in run_page and 'id="filter-skipped"' in run_page
     script = client.get("/static/kernforge.js")
     assert script.status_code == 200 and "javascript" in script.headers["content-type"]
     html = report(read_run_partial(run.root)).html

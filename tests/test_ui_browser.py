@@ -209,12 +209,16 @@ def test_tables_sort_and_filter_the_tree_zooms_and_two_runs_compare(runs_dir: Pa
             assert dragged != wheeled and dragged.endswith(wheeled[wheeled.index("scale"):])
             assert "/nodes/" not in page.url  # a drag that ends on a node opens nothing
 
-            # a new candidate: the event swaps the tree and table in again, sorted, filtered, zoomed as they were
+            # a new candidate: the event swaps the tree and table in again, sorted, filtered, zoomed as
+            # they were, the filter box still holding its text and the focus
+            page.fill("#filter-nodes", "builtin")
             write_node(running, task, "n0004", "n0001", ok(0.040))
             page.locator("table.nodes tr[data-node='n0004']").wait_for(state="attached", timeout=30_000)
             page.wait_for_function("document.querySelector('svg.tree g.viewport') !== null")
             assert visible_rows(page, "nodes") == ["n0004", "n0001", "n0000"]
             assert page.input_value("#status-nodes") == "ok" and viewport_transform(page) == dragged
+            assert page.input_value("#filter-nodes") == "builtin"
+            assert page.evaluate("document.activeElement.id") == "filter-nodes"
             page.locator(".tree-tools button[data-zoom='fit']").click()
             page.screenshot(path=str(shots / "task-sorted.png"), full_page=True)
 

@@ -83,7 +83,7 @@
     const state = tableState(tools.dataset.for);
     const text = tools.querySelector(".table-filter");
     const status = tools.querySelector(".status-filter");
-    if (text && text.value !== state.text && document.activeElement !== text) text.value = state.text;
+    if (text && text.value !== state.text) text.value = state.text;  // a new copy, focused again by htmx
     if (status) status.value = state.status;
   }
 
