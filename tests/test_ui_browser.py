@@ -153,6 +153,10 @@ def test_tables_sort_and_filter_the_tree_zooms_and_two_runs_compare(runs_dir: Pa
             assert visible_rows(page, "runs") == names and header.get_attribute("aria-sort") == "ascending"
             header.click()
             assert visible_rows(page, "runs") == names[::-1] and header.get_attribute("aria-sort") == "descending"
+            header.focus()
+            page.keyboard.press("Enter")  # the keyboard sorts too
+            assert visible_rows(page, "runs") == names and header.get_attribute("aria-sort") == "ascending"
+            header.click()
             page.fill("#filter-runs", "running")
             assert visible_rows(page, "runs") == [running.root.name]
             page.fill("#filter-runs", "")

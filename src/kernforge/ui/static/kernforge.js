@@ -39,6 +39,7 @@
     heads.forEach((th, i) => {
       if (th.hasAttribute("data-nosort")) return;
       th.classList.add("sortable");
+      th.tabIndex = 0;  // reachable by Tab; Enter or Space sorts (below)
       th.setAttribute("aria-sort", i === state.col ? (state.dir > 0 ? "ascending" : "descending") : "none");
     });
     if (state.col < 0 || state.col >= heads.length) return;
@@ -95,6 +96,13 @@
     state.dir = state.col === th.cellIndex ? -state.dir : 1;
     state.col = th.cellIndex;
     applyTable(table);
+  });
+
+  document.addEventListener("keydown", (event) => {
+    if ((event.key === "Enter" || event.key === " ") && event.target.matches("th.sortable")) {
+      event.preventDefault();
+      event.target.click();
+    }
   });
 
   document.addEventListener("input", (event) => {
