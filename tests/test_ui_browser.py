@@ -225,6 +225,10 @@ def test_tables_sort_and_filter_the_tree_zooms_and_two_runs_compare(runs_dir: Pa
             assert page.evaluate("document.activeElement.id") == "filter-nodes"
             page.locator(".tree-tools button[data-zoom='fit']").click()
             page.screenshot(path=str(shots / "task-sorted.png"), full_page=True)
+            fitted = viewport_transform(page)
+            page.reload()  # the tab keeps each page's sort, filters and view
+            assert visible_rows(page, "nodes") == ["n0004", "n0001", "n0000"]
+            assert page.input_value("#filter-nodes") == "builtin" and viewport_transform(page) == fitted
 
             # a node: its timings against eager's and torch.compile's
             page.goto(f"{url}runs/{finished.root.name}/tasks/{task}/nodes/n0001")

@@ -6,9 +6,23 @@
 "use strict";
 
 (() => {
-  const tables = {};  // data-table name -> {col, dir, text, status}
-  const views = {};   // tree name (the task's id) -> {k, x, y}
+  // Kept for the tab's life under the page's path (sessionStorage), so that coming back from a
+  // node to its task finds the candidates as they were sorted and filtered.
+  const KEY = `kernforge:${window.location.pathname}`;
+  const saved = (() => {
+    try { return JSON.parse(sessionStorage.getItem(KEY)) || {}; } catch { return {}; }
+  })();
+  const tables = saved.tables || {};  // data-table name -> {col, dir, text, status}
+  const views = saved.views || {};    // tree name (the task's id) -> {k, x, y}
   const picked = new Set();  // run names ticked for /compare
+  let saving = 0;
+  const save = () => {  // at most once a frame: a drag or the wheel changes the view many times
+    if (saving) return;
+    saving = requestAnimationFrame(() => {
+      saving = 0;
+      try { sessionStorage.setItem(KEY, JSON.stringify({tables, views})); } catch { /* full or off */ }
+    });
+  };
 
   // ------------------------------------------------------------ tables
 
@@ -78,6 +92,7 @@
     const state = tableState(table.dataset.table);
     sortTable(table, state);
     filterTable(table, state);
+    save();
   }
 
   function restoreTools(tools) {
@@ -146,6 +161,7 @@
   function setView(tree, view) {
     tree.viewport.setAttribute("transform", `translate(${view.x.toFixed(1)} ${view.y.toFixed(1)}) scale(${view.k.toFixed(4)})`);
     tree.wrap.dataset.zoom = view.k.toFixed(2);
+    save();
     const label = tree.wrap.querySelector(".zoom-level");
     if (label) label.textContent = `${Math.round(view.k * 100)}%`;
   }
