@@ -8,11 +8,12 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from kernforge.report.svg import Series, TreePoint, line_plot_svg, tree_svg
+from kernforge.report.svg import Series, Spread, TreePoint, line_plot_svg, timing_svg, tree_svg
 
 pytestmark = pytest.mark.unit
 
 NS = {"s": "http://www.w3.org/2000/svg"}
+SVG_G, SVG_TEXT = f"{{{NS['s']}}}g", f"{{{NS['s']}}}text"
 
 
 def _parse(svg: str) -> ET.Element:
@@ -135,6 +136,18 @@ def test_tree_parent_cycle_still_draws_every_node():
     assert xy["start"][1] < xy["n1"][1] < xy["n2"][1]
 
 
+def test_tree_names_each_node_by_its_id_above_its_label():
+    nodes = _nodes(_parse(tree_svg(SMALL_TREE)))
+    texts = {k: [(t.get("class"), t.text, float(t.get("y"))) for t in g.iter(SVG_TEXT)]
+             for k, g in nodes.items()}
+    (name, node_id, y_id), (label, speedup, y_label) = texts["n2"]
+    assert (name, node_id, label, speedup) == ("name", "n2", "label", "1.42x") and y_id < y_label
+    assert [t[1] for t in texts["start"]] == ["start"]  # the root has no id to show
+    # the last row's two lines fit inside the picture
+    root = _parse(tree_svg(SMALL_TREE))
+    assert max(t[2] for lines in texts.values() for t in lines) < float(root.get("height"))
+
+
 def test_tree_of_no_points_is_the_root_alone():
     root = _parse(tree_svg([]))
     assert list(_nodes(root)) == ["start"] and int(root.get("width")) > 0
@@ -248,3 +261,42 @@ def test_plot_escapes_labels_and_names():
 def test_plot_output_is_deterministic():
     series = [Series("best", [(0, 1.0), (2, 1.3)])]
     assert line_plot_svg(series, "x", "y", reference_y=1.0) == line_plot_svg(series, "x", "y", reference_y=1.0)
+
+
+TIMINGS = [Spread("candidate", 0.050, 0.052, 0.054, "candidate"), Spread("eager", 0.095, 0.100, 0.105, "eager"),
+           Spread("torch.compile default", 0.070, 0.080, 0.090, "compile"),
+           Spread("memory floor", None, 0.010, None, "floor")]
+
+
+def _spreads(root: ET.Element) -> dict[str, ET.Element]:
+    return {g.find("s:title", NS).text.split(":")[0]: g for g in root.iter(SVG_G)
+            if "spread" in _classes(g)}
+
+
+def test_timing_bars_span_p20_to_p80_with_the_median_inside_on_one_axis():
+    rows = _spreads(_parse(timing_svg(TIMINGS)))
+    assert set(rows) == {"candidate", "eager", "torch.compile default", "memory floor"}
+
+    def bar(name: str) -> tuple[float, float, float]:
+        box, median = rows[name].find("s:rect", NS), rows[name].find("s:line[@class='median']", NS)
+        left = float(box.get("x"))
+        return left, float(median.get("x1")), left + float(box.get("width"))
+
+    cand, eager, compiled = bar("candidate"), bar("eager"), bar("torch.compile default")
+    assert cand[0] < cand[1] < cand[2] < compiled[0] < compiled[1] < compiled[2] < eager[0] < eager[1] < eager[2]
+    # one scale: eager's p20-p80 (0.010 ms) is 2.5 times the candidate's (0.004 ms)
+    assert (eager[2] - eager[0]) / (cand[2] - cand[0]) == pytest.approx(2.5, rel=0.05)
+    assert "p80 0.0540" in rows["candidate"].find("s:title", NS).text  # the figures on hover
+    floor = rows["memory floor"]
+    assert "line" in _classes(floor) and floor.find("s:rect", NS) is None  # a p50 alone: a line, no bar
+    assert float(floor.find("s:line", NS).get("x1")) < cand[0]
+
+
+def test_timing_rows_without_figures_are_left_out_and_none_says_so():
+    root = _parse(timing_svg([Spread("candidate", None, None, None, "candidate"),
+                              Spread("eager", 0.1, math.inf, 0.2, "eager"), Spread("memory floor", None, 0.01, None, "floor")]))
+    assert "empty" in _classes(root) and not _spreads(root)
+    nasty = '<b>&"'
+    root = _parse(timing_svg([Spread(nasty, 1.0, 1.0, 1.0, nasty)]))  # a zero-width spread still draws
+    assert nasty in [t.text for t in root.iter(SVG_TEXT)]
+    assert float(root.find(".//s:rect", NS).get("width")) >= 1.0

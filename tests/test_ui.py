@@ -16,7 +16,7 @@ pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient  # noqa: E402
 
 from kernforge.report import views  # noqa: E402
-from kernforge.store.events import NodeFinished, event_from_json  # noqa: E402
+from kernforge.store.events import NodeFinished, TaskEnded, event_from_json  # noqa: E402
 from kernforge.ui.app import _stream, make_app  # noqa: E402
 
 pytestmark = pytest.mark.integration
@@ -199,6 +199,29 @@ def test_the_event_stream_says_update_for_each_new_batch_of_events(run):
     assert len(updates) == 1 and '"node"' in updates[0] and '"t"' in updates[0]
 
 
+def test_events_half_a_second_apart_go_out_in_one_update_none_lost(run):
+    # a page's parts are fetched on each update; the server spaces them (SPACING_S), so a task's
+    # end just after its last node arrives late rather than never (htmx's throttle would drop it)
+    class Request:
+        calls = 0
+
+        async def is_disconnected(self) -> bool:
+            self.calls += 1
+            if self.calls == 2:
+                run.emit(NodeFinished(task="t1", node="n0009", status="ok"))
+            if self.calls == 3:
+                run.emit(TaskEnded(task="t2", candidates=4))
+            return self.calls > 5
+
+    async def collect() -> list[str]:
+        return [chunk async for chunk in _stream(run.root / "events.jsonl", Request())]
+
+    updates = [c for c in asyncio.run(collect())[1:] if c.startswith("event: update")]
+    assert len(updates) == 1
+    data = json.loads(updates[0].split("data: ", 1)[1])
+    assert data == {"kinds": ["node", "task_end"], "tasks": ["t1", "t2"]}
+
+
 def test_old_event_lines_read_back(tmp_path: Path):
     # a line written before events were typed (no standing fields) and one of a kind from the future
     old = event_from_json({"time": 5.0, "kind": "node", "task": "t", "node": "n0001", "status": "ok", "extra": 1})
@@ -271,3 +294,85 @@ def test_the_run_header_says_the_phase_under_way_while_the_run_runs(client, runs
     finished = write_run(runs_dir, softmax_task)
     finished.emit(PhaseStarted(phase="apply"))
     assert "now:" not in client.get(f"/runs/{finished.root.name}/fragments/header").text
+
+
+def test_two_runs_side_by_side_match_their_tasks_by_op_signature(client, runs_dir: Path, softmax_task):
+    a = write_run(runs_dir, softmax_task)
+    b = write_run(runs_dir, softmax_task, finished=False)  # its finalist not confirmed yet
+    (b.root / "summary.json").write_text(json.dumps({"tasks": [], "end_to_end": {"speedups": {
+        "patched eager vs eager": {"speedup": 1.05, "verdict": "within noise"},
+        "patched eager, CUDA graph vs eager, CUDA graph": {"speedup": 1.4, "verdict": "faster"}}}}))
+    page = client.get(f"/compare?a={a.root.name}&b={b.root.name}")
+    assert page.status_code == 200
+    html = page.text
+    assert html.count(a.root.name) >= 2 and html.count(b.root.name) >= 2  # both named, both linked
+    rows = re.findall(r'<tr data-signature="([^"]+)">(.*?)</tr>', html, re.DOTALL)
+    assert [sig for sig, _ in rows] == [softmax_task.signature]  # one op, matched across the runs
+    cells = re.findall(r"<td[^>]*>(.*?)</td>", rows[0][1], re.DOTALL)
+    text = [re.sub(r"<[^>]+>", "", c).strip() for c in cells]
+    assert text[3] == "1.92x" and "ok 2" in text[4] and "wrong_result 1" in text[4]  # A: its finalist
+    # B: not confirmed yet, so its search's own figure (as its run page shows it)
+    assert text[5] == "2.00x" and "compile_error 1" in text[6]
+    assert text[7] == f"{2.0 / (0.100 / 0.052):.2f}x"  # B's best over A's
+    end = html[html.index('class="end-to-end"'):]
+    end = end[:end.index("</table>")]
+    # apply's figures of either run, side by side; a comparison one run lacks is "-"
+    assert re.search(r"patched eager vs eager</td><td[^>]*>1.21x</td><td[^>]*>1.05x, within noise", end)
+    assert re.search(r"patched compile vs compile</td><td[^>]*>1.01x, within noise</td><td[^>]*>-<", end)
+    assert re.search(r"CUDA graph</td><td[^>]*>-</td><td[^>]*>1.40x<", end)
+
+
+def test_compare_lists_an_op_only_one_run_searched_and_takes_the_runs_forms_names(client, runs_dir: Path,
+                                                                                  softmax_task):
+    from dataclasses import replace
+
+    a = write_run(runs_dir, softmax_task)
+    other = replace(softmax_task, signature="sig-other", task_id="t0-sig-other")
+    b = write_run(runs_dir, other)
+    html = client.get(f"/compare?run={a.root.name}&run={b.root.name}").text  # the runs list's form
+    rows = dict(re.findall(r'<tr data-signature="([^"]+)">(.*?)</tr>', html, re.DOTALL))
+    assert list(rows) == [softmax_task.signature, "sig-other"]  # a's tasks first, then b's own
+    assert rows[softmax_task.signature].count("not searched") == 1 and "not searched" in rows["sig-other"]
+
+
+@pytest.mark.parametrize("query, status", [("", 400), ("?a={a}", 400), ("?a={a}&b=nope", 404),
+                                           ("?a={a}&b=..%2F..%2Fetc", 404), ("?run={a}&run={a}&run={a}", 400)])
+def test_compare_needs_two_runs_of_the_folder(client, run, query: str, status: int):
+    response = client.get("/compare" + query.format(a=run.root.name))
+    assert response.status_code == status and "Traceback" not in response.text
+
+
+def test_a_node_page_draws_its_timings_against_eager_and_compile(client, run, softmax_task):
+    import xml.etree.ElementTree as ET
+
+    page = client.get(f"/runs/{run.root.name}/tasks/{softmax_task.task_id}/nodes/n0001").text
+    svgs = re.findall(r'<svg[^>]*class="plot timings".*?</svg>', page, re.DOTALL)
+    assert len(svgs) == 2  # the search's timing and the finalist's second one
+    ns = "{http://www.w3.org/2000/svg}"
+    root = ET.fromstring(svgs[0])
+    titles = [g.find(f"{ns}title").text for g in root.iter(f"{ns}g") if "spread" in g.get("class", "")]
+    # from result.json (candidate p50 0.050, eager 0.100) and baseline.json (compile 0.080)
+    assert any(t.startswith("candidate: p20 0.0485, p50 0.0500, p80 0.0515") for t in titles)
+    assert any(t.startswith("eager (same worker): p20 0.0950, p50 0.1000, p80 0.1050") for t in titles)
+    assert any(t.startswith("torch.compile default: p20 0.0776, p50 0.0800") for t in titles)
+    assert any(t.startswith("memory floor") for t in titles)
+    assert "0.0520" in svgs[1]  # the confirmation's candidate
+    failed = client.get(f"/runs/{run.root.name}/tasks/{softmax_task.task_id}/nodes/n0002").text
+    assert "plot timings" not in failed  # a rejected candidate was not timed: nothing to draw
+
+
+def test_the_live_pages_carry_the_table_and_tree_controls_and_the_report_does_not(client, run, softmax_task):
+    from kernforge.report.html import report
+    from kernforge.store.reader import read_run_partial
+
+    task = client.get(f"/runs/{run.root.name}/tasks/{softmax_task.task_id}").text
+    assert '<script src="/static/kernforge.js">' in task
+    assert 'data-table="nodes"' in task and 'id="filter-nodes"' in task and f'data-tree="{softmax_task.task_id}"' in task
+    statuses = re.findall(r'<option value="([^"!]+)">', task)
+    assert statuses == ["compile_error", "ok", "wrong_result"]  # the statuses this task's candidates have
+    run_page = client.get(f"/runs/{run.root.name}/").text
+    assert 'class="pick"' in client.get("/").text and 'id="filter-hot"' in run_page and 'id="filter-skipped"' in run_page
+    script = client.get("/static/kernforge.js")
+    assert script.status_code == 200 and "javascript" in script.headers["content-type"]
+    html = report(read_run_partial(run.root)).html
+    assert 'class="table-tools"' not in html and 'class="pick"' not in html and "data-tree=" not in html

@@ -14,9 +14,11 @@ from html import escape
 SVG_NS = "http://www.w3.org/2000/svg"
 
 # 52 px fits a label of six characters at 10 px (~30 px) with room between neighbours; 64 px
-# between rows leaves space for the label under a node and a visible edge. A 600-wide fan is
-# then ~31,000 px wide, a 600-deep chain ~38,000 px tall: big, but a scrollable box shows them.
-SLOT_PX, ROW_PX, MARGIN_PX, RADIUS_PX = 52, 64, 28, 9
+# between rows leaves space for two 11-px lines under a node (its id, then its speedup or status:
+# they end 31 px below its centre, the next row's circle starts 55 px below) and a visible edge.
+# A 600-wide fan is then ~31,000 px wide, a 600-deep chain ~38,000 px tall: big, but the
+# dashboard pans and zooms them and the report's box scrolls.
+SLOT_PX, ROW_PX, MARGIN_PX, RADIUS_PX, LINE_PX = 52, 64, 28, 9, 11
 
 FAILED = "#e53935"
 STATUS_FILL = {"ok": "#43a047", "running": "#1e88e5", "lost": "#9e9e9e", "compile_error": FAILED,
@@ -139,12 +141,14 @@ def _edge(layout: _Layout, child: int, best: bool) -> str:
 
 
 def _node(x: float, y: float, classes: str, node_id: str, fill: str, ring: str | None, label: str,
-          title: str, href: str | None) -> str:
-    """One node's group; ring: the colour of a thick outline (best or faster), None for a thin white one."""
+          title: str, href: str | None, name: str = "") -> str:
+    """One node's group; ring: the colour of a thick outline (best or faster), None for a thin white
+    one; name: a first line above the label (the node's id), "" for none."""
     outline = f'stroke="{ring}" stroke-width="3"' if ring else 'stroke="#ffffff" stroke-width="1.5"'
-    body = (f'<circle cx="{_n(x)}" cy="{_n(y)}" r="{RADIUS_PX}" fill="{fill}" {outline}/>'
-            f'<text class="label" x="{_n(x)}" y="{_n(y + RADIUS_PX + 12)}" text-anchor="middle" '
-            f'font-size="10" fill="#37474f">{_esc(label)}</text>')
+    lines = [("name", name, "#546e7a"), ("label", label, "#37474f")] if name else [("label", label, "#37474f")]
+    body = f'<circle cx="{_n(x)}" cy="{_n(y)}" r="{RADIUS_PX}" fill="{fill}" {outline}/>' + "".join(
+        f'<text class="{cls}" x="{_n(x)}" y="{_n(y + RADIUS_PX + LINE_PX * (k + 1))}" text-anchor="middle" '
+        f'font-size="10" fill="{colour}">{_esc(text)}</text>' for k, (cls, text, colour) in enumerate(lines))
     if href is not None:
         body = f'<a href="{_esc(href)}">{body}</a>'
     tip = f"<title>{_esc(title)}</title>" if title else ""
@@ -157,7 +161,7 @@ def _point_node(layout: _Layout, i: int, p: TreePoint) -> str:
     ring = BEST_STROKE if p.best_path else FASTER_STROKE if p.faster else None
     x, y = _xy(layout, i + 1)
     return _node(x, y, classes, p.node_id, STATUS_FILL.get(p.status, UNKNOWN_FILL), ring, p.label,
-                 p.title, p.href)
+                 p.title, p.href, name=p.node_id)
 
 
 def tree_svg(points: list[TreePoint]) -> str:
@@ -170,7 +174,7 @@ def tree_svg(points: list[TreePoint]) -> str:
     nodes = [_node(root_x, root_y, "node root", "start", ROOT_FILL, None, "start", "", None)]
     nodes += [_point_node(layout, i, p) for i, p in enumerate(points)]
     width = 2 * MARGIN_PX + max(layout.width_slots - 1, 0) * SLOT_PX
-    height = 2 * MARGIN_PX + layout.max_depth * ROW_PX + 12  # 12: the label under the last row
+    height = 2 * MARGIN_PX + layout.max_depth * ROW_PX + 2 * LINE_PX  # the two lines under the last row
     return (f'<svg xmlns="{SVG_NS}" class="tree" role="img" width="{width}" height="{height}" '
             f'viewBox="0 0 {width} {height}" font-family="sans-serif">'
             + "".join(edges) + "".join(nodes) + "</svg>")
@@ -303,3 +307,76 @@ def _legend(entries: list[tuple[int, str]], x: float, y: float) -> str:
                     f'stroke="{PALETTE[i % len(PALETTE)]}" stroke-width="2"/><text x="{_n(x + 18)}" '
                     f'y="{_n(row_y + 9)}" font-size="10">{_esc(name)}</text>')
     return '<g class="legend">' + "".join(rows) + "</g>"
+
+
+@dataclass
+class Spread:
+    """One row of a timing picture: a measurement's p20, p50 and p80 in ms. Only a p50 (a memory
+    floor): a dashed line across the picture instead of a bar."""
+    name: str
+    p20: float | None
+    p50: float | None
+    p80: float | None
+    kind: str = "other"  # "candidate", "eager", "compile", "floor": its colour and class
+
+
+SPREAD_FILL = {"candidate": "#1e88e5", "eager": "#546e7a", "compile": "#8e24aa", "floor": "#78909c"}
+# 150 px on the left holds a name like "torch.compile max-autotune" at 10 px (~24 characters),
+# 70 on the right holds the median's "0.0123 ms".
+# 22 px a row leaves 10 between 12-px boxes; 12 on top holds a floor line's name.
+SPREAD_LEFT_PX, SPREAD_RIGHT_PX, SPREAD_ROW_PX, SPREAD_BOX_PX, SPREAD_TOP_PX = 150, 70, 22, 12, 12
+
+
+def _finite(v: float | None) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def timing_svg(spreads: list[Spread], *, width: int = 560) -> str:
+    """Each measurement as a range bar: a box from p20 to p80 with a bar at the median, on one ms
+    axis, so a candidate's spread reads against eager's and torch.compile's at a glance; a row
+    that has only a p50 (the memory floor) is a dashed vertical line. Rows without a finite p50
+    are left out; none left: "no data yet"."""
+    bars = [s for s in spreads if s.kind != "floor" and all(_finite(v) for v in (s.p20, s.p50, s.p80))]
+    lines = [s for s in spreads if s not in bars and _finite(s.p50)]
+    height = SPREAD_TOP_PX + SPREAD_ROW_PX * max(len(bars), 1) + 34  # the rows, then the ticks and axis label
+    if not bars:
+        return _no_data_svg(width, height)
+    values = [v for s in bars for v in (s.p20, s.p50, s.p80)] + [s.p50 for s in lines]
+    frame = _Frame(_nice_ticks(*_padded(min(values), max(values))), [0.0, 1.0],
+                   SPREAD_LEFT_PX, width - SPREAD_RIGHT_PX, SPREAD_TOP_PX, height - 34)
+    x_step = frame.x_ticks[1] - frame.x_ticks[0]
+    parts = [(f'<path class="axes" fill="none" stroke="#546e7a" d="M{_n(frame.left)} {_n(frame.bottom)} '
+              f'H{_n(frame.right)}"/>')]
+    for v in frame.x_ticks:
+        x = frame.px(v)
+        parts.append(f'<line class="grid" x1="{_n(x)}" x2="{_n(x)}" y1="{_n(frame.top)}" y2="{_n(frame.bottom)}" '
+                     f'stroke="#eceff1"/><text class="tick x" x="{_n(x)}" y="{_n(frame.bottom + 14)}" '
+                     f'text-anchor="middle" font-size="10">{_tick_text(v, x_step)}</text>')
+    parts.append(f'<text class="axis-label x" x="{_n((frame.left + frame.right) / 2)}" y="{height - 4}" '
+                 f'text-anchor="middle" font-size="11">ms (box: p20 to p80, bar: p50)</text>')
+    for i, s in enumerate(bars):
+        parts.append(_spread_row(frame, s, SPREAD_TOP_PX + SPREAD_ROW_PX * (i + 0.5)))
+    for s in lines:
+        x, colour = frame.px(s.p50), SPREAD_FILL.get(s.kind, UNKNOWN_FILL)
+        parts.append(f'<g class="spread line {_css_word(s.kind)}"><title>{_esc(s.name)}: {s.p50:.4f} ms</title>'
+                     f'<line x1="{_n(x)}" x2="{_n(x)}" y1="{_n(frame.top)}" y2="{_n(frame.bottom)}" '
+                     f'stroke="{colour}" stroke-width="1.5" stroke-dasharray="4 3"/><text x="{_n(x + 3)}" '
+                     f'y="{_n(frame.top - 2)}" font-size="9" fill="{colour}">{_esc(s.name)}</text></g>')
+    return (f'<svg xmlns="{SVG_NS}" class="plot timings" role="img" width="{width}" height="{height}" '
+            f'viewBox="0 0 {width} {height}" font-family="sans-serif">' + "".join(parts) + "</svg>")
+
+
+def _spread_row(frame: _Frame, s: Spread, y: float) -> str:
+    """One bar, centred on y: its name on the left, its median on the right, its figures as a tooltip."""
+    colour = SPREAD_FILL.get(s.kind, UNKNOWN_FILL)
+    x20, x50, x80 = frame.px(s.p20), frame.px(s.p50), frame.px(s.p80)
+    half = SPREAD_BOX_PX / 2
+    return (f'<g class="spread {_css_word(s.kind)}"><title>{_esc(s.name)}: p20 {s.p20:.4f}, p50 {s.p50:.4f}, '
+            f'p80 {s.p80:.4f} ms</title>'
+            f'<text class="name" x="{_n(frame.left - 6)}" y="{_n(y + 4)}" text-anchor="end" font-size="10">'
+            f'{_esc(s.name)}</text>'
+            f'<rect class="box" x="{_n(x20)}" y="{_n(y - half)}" width="{_n(max(x80 - x20, 1.0))}" '
+            f'height="{SPREAD_BOX_PX}" fill="{colour}" fill-opacity="0.25" stroke="{colour}"/>'
+            f'<line class="median" x1="{_n(x50)}" x2="{_n(x50)}" y1="{_n(y - half - 2)}" y2="{_n(y + half + 2)}" '
+            f'stroke="{colour}" stroke-width="2.5"/>'
+            f'<text class="value" x="{_n(frame.right + 6)}" y="{_n(y + 4)}" font-size="10">{s.p50:.4f} ms</text></g>')

@@ -17,7 +17,7 @@ from typing import Any
 from kernforge.backends.build_report import resource_usage, summarise
 from kernforge.evaluate.judge import CHECKS
 from kernforge.propose.context import task_facts
-from kernforge.report.svg import Series, TreePoint, line_plot_svg, tree_svg
+from kernforge.report.svg import Series, Spread, TreePoint, line_plot_svg, timing_svg, tree_svg
 from kernforge.search.nodes import Node
 from kernforge.phases import PHASES, phase_text
 from kernforge.store.events import NodeFinished, PhaseStarted, RunStarted
@@ -51,11 +51,18 @@ def elapsed_s(run: PartialRun, now: float) -> float | None:
     return max(0.0, end - run.started)
 
 
+def end_to_end_report(run: PartialRun) -> dict[str, Any]:
+    """What `apply` measured of the whole model (integrate/apply.json, else summary.json's
+    "end_to_end"); {} where it did not run or its record is not a mapping."""
+    report = run.applied or (run.summary or {}).get("end_to_end") or {}
+    return report if isinstance(report, dict) else {}
+
+
 def end_to_end(run: PartialRun) -> dict[str, str | None]:
     """The model's own speedups where `apply` measured them, as text with apply's verdict: patched
     eager vs eager, and patched compile vs compile. A figure inside the noise says so."""
-    report = run.applied or (run.summary or {}).get("end_to_end") or {}
-    if not isinstance(report, dict):
+    report = end_to_end_report(run)
+    if not report:
         return {"eager": None, "compile": None, "note": None}
     speedups = report.get("speedups", {})
     return {"eager": e2e_text(speedups.get("patched eager vs eager")),
@@ -75,19 +82,24 @@ def e2e_text(comparison: dict[str, Any] | None) -> str | None:
     return f"{speedup:.2f}x{repeat}, {verdict}"
 
 
-def run_header(run: PartialRun, now: float) -> dict[str, Any]:
+def status_counts(tasks: list[TaskState]) -> dict[str, int]:
+    """Candidates per status ("ok", "wrong_result", ..., "running" for one in flight), by name."""
     counts: dict[str, int] = {}
-    for t in run.tasks:
+    for t in tasks:
         for n in t.nodes:
-            status = n.node.result.status if n.node else n.state
+            status = node_status(n)
             counts[status] = counts.get(status, 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def run_header(run: PartialRun, now: float) -> dict[str, Any]:
     best = [b for b in (task_best(t) for t in run.tasks) if b]
     c = run.config
     return {"name": run.root.name, "model": c.get("model_name", "?"), "device": device_text(run),
             "status": run.status, "proposer": c.get("proposer", ""), "strategy": c.get("strategy", ""),
             "iterations": c.get("iterations"), "created": c.get("created", ""),
             "model_ms": (run.profile or {}).get("forward_ms"), "best_speedup": max(best) if best else None,
-            "end_to_end": end_to_end(run), "counts": dict(sorted(counts.items())),
+            "end_to_end": end_to_end(run), "counts": status_counts(run.tasks),
             "llm": llm_usage(run), "elapsed_s": elapsed_s(run, now), "problems": run.problems,
             "versions": c.get("versions", {}), "phases": phase_rows(run.events),
             "now": phase_now(run.events) if run.status == "running" else ""}
@@ -195,6 +207,52 @@ def best_so_far(task: TaskState) -> list[tuple[int, float | None, float]]:
     return points
 
 
+# ---------------------------------------------------------------- two runs side by side
+
+def signature_of(task: TaskState) -> str:
+    """The op signature a task searched (its task.json's); without one, its id after the rank
+    ("t3-SIG" is rank 3 of SIG), so that two runs of one model match task by task."""
+    if task.task is not None and task.task.signature:
+        return task.task.signature
+    return task.task_id.split("-", 1)[-1]
+
+
+def compare_rows(a: PartialRun, b: PartialRun) -> list[dict[str, Any]]:
+    """One row per op signature of either run, a's tasks first in a's order, then b's others:
+    each side's task, best speedup, candidates per status; and b's best over a's."""
+    b_tasks = {signature_of(t): t for t in b.tasks}
+    a_signatures = [signature_of(t) for t in a.tasks]
+    pairs = [(sig, t, b_tasks.get(sig)) for sig, t in zip(a_signatures, a.tasks)]
+    pairs += [(sig, None, t) for sig, t in b_tasks.items() if sig not in set(a_signatures)]
+    rows = []
+    for sig, ta, tb in pairs:
+        shown = ta or tb
+        sides = {"a": compare_side(ta), "b": compare_side(tb)}
+        best_a, best_b = (sides[k]["best"] if sides[k] else None for k in "ab")
+        rows.append({"signature": sig, "op": shown.op, "shape": shown.shape, "dtype": shown.dtype, **sides,
+                     "b_over_a": best_b / best_a if _real(best_a) and _real(best_b) and best_a else None})
+    return rows
+
+
+def compare_side(task: TaskState | None) -> dict[str, Any] | None:
+    """One run's part of a compared row; a task that beat nothing beyond the noise counts eager's
+    1.0 once it has a correct candidate (as the hot-op table shows it)."""
+    if task is None:
+        return None
+    counts = status_counts([task])
+    best = task_best(task) or (1.0 if counts.get("ok") else None)
+    return {"task": task.task_id, "state": task.state, "best": best, "beat_eager": bool(task_best(task)),
+            "counts": counts, "candidates": sum(counts.values())}
+
+
+def end_to_end_pairs(a: PartialRun, b: PartialRun) -> list[dict[str, Any]]:
+    """apply's comparisons of either run ("patched eager vs eager", ...), each as both runs' text."""
+    figures = [end_to_end_report(r).get("speedups") or {} for r in (a, b)]
+    figures = [f if isinstance(f, dict) else {} for f in figures]
+    keys = list(dict.fromkeys([*figures[0], *figures[1]]))
+    return [{"what": k, "a": e2e_text(figures[0].get(k)), "b": e2e_text(figures[1].get(k))} for k in keys]
+
+
 # ---------------------------------------------------------------- a task
 
 def find_task(run: PartialRun, task_id: str) -> TaskState | None:
@@ -244,7 +302,17 @@ SHORT_STATUS = {"compile_error": "build", "runtime_error": "error", "wrong_resul
 
 
 def node_title(n: NodeState, stats: dict[str, Any] | None) -> str:
-    lines = [f"{n.node_id}: {node_status(n)}"]
+    """A node's tooltip: id, status, speedup and median, origin, why it was written, why it failed,
+    the strategy's statistics."""
+    head = f"{n.node_id}: {node_status(n)}"
+    r = n.node.final if n.node else None
+    if r and r.ok and _real(r.speedup_vs_eager):
+        noise = "beyond the noise" if r.faster_than_eager else "within the noise"
+        head += f", {r.speedup_vs_eager:.2f}x vs eager ({noise})"
+        head += f", p50 {r.timing.p50_ms:.4f} ms" if r.timing and _real(r.timing.p50_ms) else ""
+    if n.proposal and n.proposal.origin:
+        head += f"; by {n.proposal.origin}" + (f" ({n.proposal.model})" if n.proposal.model else "")
+    lines = [head]
     if n.proposal and n.proposal.rationale:
         lines.append(n.proposal.rationale[:200])
     if n.node and not n.node.result.ok:
@@ -303,6 +371,7 @@ class NodeView:
     checks: list[dict[str, str]] = field(default_factory=list)  # check, what, state: passed | failed | not reached
     errors: list[dict[str, Any]] = field(default_factory=list)  # per input set: label, candidate's, eager's
     timings: list[dict[str, Any]] = field(default_factory=list)  # who, p20, p50, p80, note
+    timing_plot: str = ""  # the timings as range bars (SVG), "" when nothing was timed
     confirm: dict[str, Any] | None = None
     transcript: list[dict[str, Any]] = field(default_factory=list)
     advice: dict[str, Any] = field(default_factory=dict)
@@ -358,10 +427,12 @@ def _fill_result(view: NodeView, task: TaskState, node: Node) -> None:
         view.errors.append({"set": labels[i] if i < len(labels) else f"set {i}", "candidate": errs,
                             "eager": eager_errors[i] if i < len(eager_errors) else []})
     view.timings = timing_rows(task, r)
+    view.timing_plot = timing_plot(view.timings) if r.timing else ""
     if node.confirmed:
         c = node.confirmed
+        rows = timing_rows(task, c)
         view.confirm = {"status": c.status, "reason": c.reason, "speedup": c.speedup_vs_eager,
-                        "faster": c.faster_than_eager, "timings": timing_rows(task, c)}
+                        "faster": c.faster_than_eager, "timings": rows, "plot": timing_plot(rows) if c.timing else ""}
 
 
 def check_rows(status: str, failed: str) -> list[dict[str, str]]:
@@ -402,6 +473,16 @@ def timing_rows(task: TaskState, r: Any) -> list[dict[str, Any]]:
             rows.append({"who": "memory floor", "p20": None, "p50": floor, "p80": None,
                          "note": f"{facts.bytes_moved / 1e6:.2f} MB at the measured {bandwidth:.0f} GB/s"})
     return rows
+
+
+def timing_plot(rows: list[dict[str, Any]]) -> str:
+    """timing_rows as range bars: the candidate's p20-p50-p80 against eager's and torch.compile's."""
+    def kind(who: str) -> str:
+        return next((k for prefix, k in (("candidate", "candidate"), ("eager", "eager"),
+                                         ("torch.compile", "compile"), ("memory floor", "floor"))
+                     if who.startswith(prefix)), "other")
+
+    return timing_svg([Spread(r["who"], r["p20"], r["p50"], r["p80"], kind(r["who"])) for r in rows])
 
 
 def _percentiles(t: Any) -> dict[str, float]:

@@ -15,9 +15,9 @@ import json
 import re
 import time
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Query, Request
 from fastapi.responses import HTMLResponse, PlainTextResponse, Response, StreamingResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -30,10 +30,14 @@ from kernforge.search.runs import PartialRun, read_run_partial
 STATIC = Path(__file__).parent / "static"
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,200}$")  # a run folder's, a task's or a node's name
 POLL_S = 0.5  # how often a stream looks at events.jsonl: a node's result shows within a second
-HEARTBEAT_S = 15.0
+HEARTBEAT_S = 15.0  # a comment line now and then, so that proxies and browsers keep the stream open
+# The least time between two updates: each makes a page fetch its parts again. The spacing is the
+# server's, so that the last events of a burst are sent late, never lost: htmx's own `throttle`
+# drops a trigger that comes inside its window (a task's end 0.5 s after its last node was never shown).
+SPACING_S = 1.0
 # A run read for one request serves others for this long while its events stay as they were: a
 # 500-candidate run took ~300 ms to read on a 2-core machine (bench/results/cpu/issue18/README.md).
-CACHE_S = 2.0  # a comment line now and then, so that proxies and browsers keep the stream open
+CACHE_S = 2.0
 
 
 class LiveLinks:
@@ -66,6 +70,9 @@ class LiveLinks:
 
     def tree_href(self, run: str, task: str, node: str) -> str:
         return self.node(run, task, node)
+
+    def compare(self, a: str, b: str) -> str:
+        return f"/compare?a={a}&b={b}"
 
 
 class NotFound(Exception):
@@ -134,6 +141,10 @@ def make_app(runs_dir: Path, allowed_hosts: list[str] | None = None) -> FastAPI:
     def css() -> Response:
         return Response((html.STATIC / "kernforge.css").read_text(), media_type="text/css")
 
+    @app.get("/static/kernforge.js")
+    def script() -> Response:
+        return Response((STATIC / "kernforge.js").read_text(), media_type="text/javascript")
+
     @app.get("/static/pygments.css")
     def pygments_css() -> Response:
         return Response(html.pygments_css(), media_type="text/css")
@@ -145,6 +156,21 @@ def make_app(runs_dir: Path, allowed_hosts: list[str] | None = None) -> FastAPI:
     @app.get("/fragments/runs", response_class=HTMLResponse)
     def runs_fragment() -> HTMLResponse:
         return page("_runs.html", rows=_rows(runs_dir), runs_dir=str(runs_dir))
+
+    @app.get("/compare", response_class=HTMLResponse)
+    def compare_page(a: str = "", b: str = "", run: Annotated[list[str] | None, Query()] = None) -> HTMLResponse:
+        """Two runs side by side: /compare?a=RUN&b=RUN, or ?run=RUN&run=RUN as the runs list's
+        form sends two ticked runs."""
+        if not (a and b) and run and len(run) == 2:
+            a, b = run
+        if not (a and b):
+            return HTMLResponse(_message_page("name two runs to compare: /compare?a=RUN&b=RUN, or tick two "
+                                              "in the runs list", links), status_code=400)
+        runs = [load(a), load(b)]
+        now = time.time()
+        return page("compare.html", title=f"{a} vs {b}", crumbs=[("compare", None)], names=[a, b],
+                    headers=[views.run_header(r, now) for r in runs], rows=views.compare_rows(*runs),
+                    end_to_end=views.end_to_end_pairs(*runs))
 
     @app.get("/runs/{name}/", response_class=HTMLResponse)
     def run_page(name: str) -> HTMLResponse:
@@ -208,24 +234,28 @@ def make_app(runs_dir: Path, allowed_hosts: list[str] | None = None) -> FastAPI:
 
 
 async def _stream(path: Path, request: Request) -> Any:
-    """`update` once at the start (the page may be older than the stream) and after every batch of
-    new events, with their kinds and tasks; a comment line while nothing happens."""
+    """`update` once at the start (the page may be older than the stream) and after new events,
+    with their kinds and tasks, at most one a SPACING_S: the events of a burst wait and go out
+    together, none dropped; a comment line while nothing happens."""
     tail = EventTail(path)
     tail.read_new()  # from the end: the page shows what came before
     yield "event: update\ndata: {}\n\n"
-    quiet = 0.0
+    quiet = since = 0.0
+    kinds: set[str] = set()
+    tasks: set[str] = set()
     while not await request.is_disconnected():
         new = tail.read_new()
-        if new:
-            tasks = {getattr(e, "task", "") for e in new} - {""}
-            data = {"kinds": sorted({e.kind for e in new}), "tasks": sorted(map(str, tasks))}
-            yield f"event: update\ndata: {json.dumps(data)}\n\n"
-            quiet = 0.0
+        kinds |= {e.kind for e in new}
+        tasks |= {str(getattr(e, "task", "")) for e in new} - {""}
+        if kinds and since >= SPACING_S:
+            yield f"event: update\ndata: {json.dumps({'kinds': sorted(kinds), 'tasks': sorted(tasks)})}\n\n"
+            kinds, tasks, quiet, since = set(), set(), 0.0, 0.0
         elif quiet >= HEARTBEAT_S:
             yield ": still here\n\n"
             quiet = 0.0
         await asyncio.sleep(POLL_S)
         quiet += POLL_S
+        since += POLL_S
 
 
 def _events_key(folder: Path) -> tuple[int, int]:
