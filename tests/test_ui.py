@@ -363,7 +363,7 @@ def test_a_node_page_draws_its_timings_against_eager_and_compile(client, run, so
 
 def test_the_live_pages_carry_the_table_and_tree_controls_and_the_report_does_not(client, run, softmax_task):
     from kernforge.report.html import report
-    from kernforge.store.reader import read_run_partial
+    from kernforge.search.runs import read_run_partial
 
     task = client.get(f"/runs/{run.root.name}/tasks/{softmax_task.task_id}").text
     assert '<script src="/static/kernforge.js">' in task
