@@ -348,7 +348,7 @@ def test_under_compile_kernels_that_pay_alone_but_not_together_keep_the_best(mon
                                                  calls_per_forward=13) for i, s in enumerate(specs)}
     alone_ms = {"k0": 3.6, "k1": 3.5, "k2": 3.8}
 
-    def phase(model, inputs, device, in_graph, installed, tag):
+    def phase(model, inputs, device, in_graph, installed, tag, pace=None):
         ms = 5.0 if len(in_graph) > 1 else alone_ms[in_graph[0].name]
         counts = {s.op: runtime.RouteCounts(custom_op=1, traced_by_kernel={s.name: 1}) for s in in_graph}
         return apply_module.CompilePhase(specs=in_graph, timings={"eager": _timing(5.0), "patched compile": _timing(ms)},

@@ -167,9 +167,9 @@ def make_harness(device: torch.device, mark_fd: int | None = None) -> Callable[.
         order = _schedule(plan, rng, warmup)
         vary = _variation(rng)
         slots = _slots(plan, order, guard)
-        for k, slot in enumerate(slots):
+        for k in range(len(slots)):  # by index: a loop variable would hold a slot past the session
             if not order[k][2]:
-                _refill(slot, plan.sets[order[k][0]], vary(False))
+                _refill(slots[k], plan.sets[order[k][0]], vary(False))
         timed_calls = [n for n, (_, timed, _) in enumerate(order) if timed]
         synced = set(rng.sample(timed_calls, min(SYNCED_MAX, int(SYNCED_SHARE * len(timed_calls))))) if cuda else set()
         flush = empty(FLUSH_BYTES // 4, dtype=torch.float32, device=device) if cuda else None
