@@ -56,7 +56,8 @@ def evaluate_file(opts: EvalOptions) -> dict[str, Any]:
     """Evaluate one hand-written candidate against an op of a model: every check, timing and speedup."""
     from kernforge.evaluate import evaluate_baseline, evaluate_candidate
     from kernforge.evaluate.runner import discard_reference
-    from kernforge.optimize import _environment, _options, compile_modes, run_started
+    from kernforge.optimize.options import compile_modes, options_json
+    from kernforge.optimize.prepare import environment, run_started
     from kernforge.tasks import save_task
 
     start = time.perf_counter()
@@ -78,8 +79,8 @@ def evaluate_file(opts: EvalOptions) -> dict[str, Any]:
         run_forward(loaded)  # a forward that raises is reported before a run folder is made
     model_name = load_capture(saved).model if saved else loaded.name
     store = RunStore.create(opts.runs_dir, model_name)
-    config = {**_options(opts), "kind": EVAL_KIND, "capture_from": str(saved) if saved else "",
-              **_environment(backend.name, device, model_name)}
+    config = {**options_json(opts), "kind": EVAL_KIND, "capture_from": str(saved) if saved else "",
+              **environment(backend.name, device, model_name)}
     store.write_json("config.json", config)
     store.db  # the database from the start: a folder left by an error is read as a run with no task
     store.emit(run_started(config))
