@@ -167,3 +167,17 @@ def test_phase_start_events_read_back_and_old_logs_without_them_still_load(tmp_p
     searching = [PhaseStarted(phase="candidates", done=0, total=4, task="t0"), NodeFinished(task="t0", candidates=2)]
     assert phase_now(searching) == "candidates (2/4)"
     assert phase_now([*searching, RunStarted(resumed=True)]) == ""  # resumed: not yet in any phase
+
+
+def test_config_json_reads_as_a_record_and_keeps_what_it_does_not_name():
+    from kernforge.store.config import RunConfig
+
+    raw = {"spec": "m.py", "model_name": "m", "model": {"dtype": "bf16"}, "resolved_backend": "triton",
+           "device": "cuda", "device_name": "NVIDIA H200", "device_capability": "9.0", "format_version": 2,
+           "iterations": 20, "kind": "eval", "versions": {"torch": "2.11"}, "created": "now"}
+    config = RunConfig.from_json(raw)
+    assert (config.backend, config.device, config.kind, config.iterations, config.model) == (
+        "triton", "cuda", "eval", 20, {"dtype": "bf16"})
+    assert config.raw["created"] == "now"
+    old = RunConfig.from_json({"resolved_backend": "cpu", "device": "cpu"})  # a folder from before the fields
+    assert (old.kind, old.format_version, old.device_capability, old.versions) == ("search", 0, "", {})

@@ -25,6 +25,7 @@ from kernforge.capture import Capture, capture_model
 from kernforge.capture.profile import load_capture
 from kernforge.errors import UserError
 from kernforge.models import ModelOptions, load_model, run_forward
+from kernforge.store.config import RunConfig
 from kernforge.store import RunStore
 from kernforge.store.events import Captured, RunEnded
 
@@ -218,10 +219,10 @@ def _origin(folder: Path) -> dict[str, Any] | None:
         return None
     if "spec" not in config or "model" not in config:
         return None
-    spec = Path(config["spec"])  # as typed; a relative path is taken from here
-    return {"spec": str(spec.resolve()) if spec.is_file() else config["spec"], "model": config["model"],
-            "device": str(config.get("device", "")).split(":")[0],
-            "torch": config.get("versions", {}).get("torch")}
+    settings = RunConfig.from_json(config)
+    spec = Path(settings.spec)  # as typed; a relative path is taken from here
+    return {"spec": str(spec.resolve()) if spec.is_file() else settings.spec, "model": settings.model,
+            "device": settings.device.split(":")[0], "torch": settings.versions.get("torch")}
 
 
 def _reuse(saved: Path, store: RunStore) -> Capture:

@@ -117,7 +117,7 @@ def show(
         print(json.dumps(run_json(record, data), indent=1))
         return
     evaluation = _evaluation_report(record)
-    model = record.config.get("model_name") or "?"
+    model = record.settings.model_name or "?"
     title = f"{model}: {record.backend} backend on {record.device}"
     if evaluation is not None:
         console.out.print(f"{model}: evaluation of {Path(record.config.get('kernel_file', '?')).name}, "
@@ -139,7 +139,7 @@ def show(
 
 def _evaluation_report(record: Any) -> dict[str, Any] | None:
     """An eval's report (tasks/<task>/eval.json), where the run is an eval that finished."""
-    if record.config.get("kind") != "eval" or not record.tasks:
+    if record.settings.kind != "eval" or not record.tasks:
         return None
     path = record.root / "tasks" / record.tasks[0].task.task_id / "eval.json"
     return json.loads(path.read_text()) if path.is_file() else None
@@ -156,12 +156,12 @@ def _run_overview(store: Any) -> dict[str, Any]:
                 "best_speedup": None, "end_to_end": "-", "state": "damaged"}
     winners = [t.winner for t in record.tasks if t.winner is not None]
     speedups = [w.final.speedup_vs_eager for w in winners if w.final.speedup_vs_eager]
-    if record.config.get("kind") == "eval":  # eval_file.EVAL_KIND, without importing torch here
+    if record.settings.kind == "eval":
         state = _evaluation_state(record)
     else:
         state = "finished" if (store.root / "summary.json").is_file() else "incomplete"
     summary = store.read_json("summary.json") if (store.root / "summary.json").is_file() else {}
-    return {"run": store.root.name, "model": record.config.get("model_name", "?"), "backend": record.backend,
+    return {"run": store.root.name, "model": record.settings.model_name or "?", "backend": record.backend,
             "device": record.device, "tasks": len(record.tasks), "best_speedup": max(speedups) if speedups else None,
             "end_to_end": _end_to_end_cell(summary.get("end_to_end")), "state": state}
 

@@ -153,12 +153,12 @@ def _report_rounds(report: ApplyReport, pace: Pace) -> None:
 def _load(record: RunRecord, spec: str | None, overrides: dict[str, Any]) -> Any:
     from kernforge.models import ModelOptions, load_model, run_forward
 
-    config = record.config
+    config = record.settings
     if record.device == "cuda" and not torch.cuda.is_available():
         raise UserError(f"this run was made on a GPU ({record.device_name}) and none is visible here; "
                         "apply it on a machine with that GPU")
-    options = ModelOptions(**{**config.get("model", {}), **overrides})
-    loaded = load_model(spec or config["spec"], torch.device(record.device), options)
+    options = ModelOptions(**{**config.model, **overrides})
+    loaded = load_model(spec or config.spec, torch.device(record.device), options)
     run_forward(loaded)  # a model that does not run is the user's problem, said before anything else
     return loaded
 

@@ -93,7 +93,7 @@ def export_run(run_path: Path, out_dir: Path, name: str | None = None, force: bo
 
 
 def default_name(run: RunRecord) -> str:
-    model = re.sub(r"\W+", "_", str(run.config.get("model_name", "model"))).strip("_").lower() or "model"
+    model = re.sub(r"\W+", "_", run.settings.model_name or "model").strip("_").lower() or "model"
     return f"kernforge_{model}_kernels"
 
 
@@ -234,7 +234,7 @@ def device_record(run: RunRecord) -> dict[str, Any]:
                 "note": "a CPU run: install() checks the CPU's name as the run recorded it; a shipped C "
                         "library is used on the CPU model it was built for (build.built_on) and rebuilt "
                         "from its source with gcc elsewhere"}
-    capability = str(run.config.get("device_capability") or "")
+    capability = run.settings.device_capability
     note = "compute capability from the run's config"
     if not capability and _gpu_here(run.device_name):
         capability = ".".join(map(str, _capability_here(run.device_name)))
@@ -267,10 +267,10 @@ def _manifest(run: RunRecord, package: str, device: dict[str, Any], entries: lis
              if p.is_file() and p.name != loader.MANIFEST}
     profile = run.store.read_json("capture/profile.json") if (run.root / "capture" / "profile.json").is_file() else {}
     return {"format_version": loader.MANIFEST_FORMAT, "package": package,
-            "model": run.config.get("model_name", ""), "run": run.root.name, "backend": run.backend,
+            "model": run.settings.model_name, "run": run.root.name, "backend": run.backend,
             "model_class": profile.get("model_class", ""), "model_parameters": profile.get("model_parameters", 0),
             "exported": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "exported_by": f"kernforge {kernforge.__version__}",
-            "device": device, "versions": run.config.get("versions", {}), "kernels": entries, "files": files}
+            "device": device, "versions": run.settings.versions, "kernels": entries, "files": files}
 
 
 # ---------------------------------------------------------------------------- generated text
@@ -278,7 +278,7 @@ def _manifest(run: RunRecord, package: str, device: dict[str, Any], entries: lis
 
 def _init_source(run: RunRecord, package: str) -> str:
     needs = "torch and triton" if run.backend == "triton" else "torch"
-    model = run.config.get("model_name", "a model")
+    model = run.settings.model_name or "a model"
     return f'''"""Kernels kernforge searched and proved for {model} (run {run.root.name}); needs only {needs}.
 
     import {package}
@@ -313,7 +313,7 @@ def uninstall():
 
 
 def _pyproject(run: RunRecord, package: str) -> str:
-    versions = run.config.get("versions", {})
+    versions = run.settings.versions
     dependencies = [_at_least("torch", versions.get("torch"))]
     if run.backend == "triton":
         dependencies.append(_at_least("triton", versions.get("triton")))

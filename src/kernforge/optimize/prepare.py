@@ -21,6 +21,7 @@ from kernforge.capture import Capture, capture_model
 from kernforge.capture.compiled import compile_ranking, compile_warning
 from kernforge.models import LoadedModel, ModelOptions, load_model, run_forward
 from kernforge.propose import ProposerOptions
+from kernforge.store.config import RunConfig
 from kernforge.store import RUN_FORMAT, RunStore
 from kernforge.store.events import (Captured, PhaseStarted, PhaseTimed,
                                     RunStarted)
@@ -98,11 +99,10 @@ def llm_label(options: ProposerOptions) -> str:
 def run_started(config: dict[str, Any], resumed: bool = False, began: float = 0.0) -> RunStarted:
     """The run_start event of a run with this config.json, from this process, which began the
     run at `began` (time.time(); 0: now)."""
-    return RunStarted(began=began, model=config.get("model_name", ""), backend=config.get("resolved_backend", ""),
-                      device=config.get("device", ""), device_name=config.get("device_name", ""),
-                      proposer=config.get("proposer", ""), strategy=config.get("strategy", ""),
-                      iterations=config.get("iterations", 0), resumed=resumed, pid=os.getpid(),
-                      host=socket.gethostname())
+    settings = RunConfig.from_json(config)
+    return RunStarted(began=began, model=settings.model_name, backend=settings.backend, device=settings.device,
+                      device_name=settings.device_name, proposer=settings.proposer, strategy=settings.strategy,
+                      iterations=settings.iterations, resumed=resumed, pid=os.getpid(), host=socket.gethostname())
 
 
 def environment(backend: str, device: str, model: str) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from kernforge.errors import UserError
 from kernforge.propose import get_proposer
 from kernforge.search import Node, TaskOutcome
 from kernforge.search.nodes import BUDGET_SPENT, row_of
+from kernforge.store.config import RunConfig
 from kernforge.store import RunStore
 from kernforge.store.events import (PhaseTimed,
                                     Resumed, SearchStopped, TasksChosen)
@@ -50,8 +51,9 @@ def resume(run_dir: Path, on_event: OnEvent = lambda event: None, iterations: in
         store.write_json("config.json", config)
     proposer = get_proposer(opts.proposer, opts.llm, llm_spent(store))
     proposer.check()
-    backend = choose_backend(config["resolved_backend"], torch.cuda.is_available())
-    device = config["device"]
+    settings = RunConfig.from_json(config)
+    backend = choose_backend(settings.backend, torch.cuda.is_available())
+    device = settings.device
     if device == "cuda" and not torch.cuda.is_available():
         raise UserError("this run was made on a GPU and none is visible here; resume it on a GPU machine")
     spent = sum(run_phases(store.events()).values())  # of a time budget, by the sessions before

@@ -95,7 +95,7 @@ def run_context(run: PartialRun, links: Any, live: bool, now: float | None = Non
     now = time.time() if now is None else now
     return {"live": live, "links": links, "run_name": run.root.name, "header": views.run_header(run, now),
             "hot": views.hot_rows(run), "plots": views.speedup_plots(run), "skipped": run.skipped,
-            "title": run.config.get("model_name", run.root.name),
+            "title": run.settings.model_name or run.root.name,
             "crumbs": [(run.root.name, None)], "inline_css": "" if live else stylesheet()}
 
 

@@ -198,7 +198,7 @@ def run_json(record: Any, summary: dict[str, Any] | None) -> dict[str, Any]:
                      "p50_ms": final.timing.p50_ms if final and final.timing else None,
                      "speedup_vs_eager": final.speedup_vs_eager if final else None,
                      "source_path": str(record.source_of(task.task.task_id, winner)) if winner else None})
-    return {"model": record.config.get("model_name"), "kind": record.config.get("kind", "search"),
+    return {"model": record.settings.model_name or None, "kind": record.settings.kind,
             "config": record.config, "summary": summary, "results": results, "best": best,
             "phases": run_phases(record.store.events())}
 

@@ -31,7 +31,7 @@ LOG_LIMIT = 64_000  # characters of a log shown; the rest is in the file
 def run_row(run: PartialRun, now: float) -> dict[str, Any]:
     """One line of the runs list."""
     best = [b for b in (task_best(t) for t in run.tasks) if b]
-    return {"name": run.root.name, "model": run.config.get("model_name", "?"),
+    return {"name": run.root.name, "model": run.settings.model_name or "?",
             "device": device_text(run), "status": run.status, "elapsed_s": elapsed_s(run, now),
             "best_speedup": max(best) if best else None, "end_to_end": end_to_end(run).get("eager"),
             "tasks": len(run.tasks), "problems": len(run.problems)}
@@ -137,7 +137,7 @@ def llm_usage(run: PartialRun) -> dict[str, Any] | None:
     total = usage_of(run.events)
     if total.calls == 0:
         return None
-    llm = run.config.get("llm", {})
+    llm = run.settings.llm
     return {"model": " ".join(p for p in (llm.get("llm", ""), llm.get("llm_model", "")) if p),
             "tokens": total.tokens, "cost_usd": total.cost_usd, "calls": total.calls}
 
@@ -401,7 +401,7 @@ def node_view(run: PartialRun, task: TaskState, node_id: str) -> NodeView | None
         _fill_result(view, task, n.node)
     view.transcript = _transcript(n.folder / "transcript.json")
     view.logs = _logs(n.folder)
-    if run.config.get("resolved_backend") in ("triton", "cuda"):
+    if run.settings.backend in ("triton", "cuda"):
         usage = summarise(resource_usage(n.folder))  # cuobjdump's registers, spills, shared memory
         if usage:
             view.logs["build report (cuobjdump -res-usage)"] = usage

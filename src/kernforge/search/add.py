@@ -22,6 +22,7 @@ from kernforge.propose import Proposal
 from kernforge.search.engine import BASELINE_TIMEOUT_S, TaskJobs
 from kernforge.search.nodes import Node, TaskOutcome, previous_nodes, task_row
 from kernforge.search.greedy import keeps
+from kernforge.store.config import RunConfig
 from kernforge.store import RunStore
 from kernforge.tasks import KernelTask
 
@@ -43,11 +44,11 @@ class _Human:
 def add_candidate(run_dir: Path, task_id: str, kernel_file: Path, parent: str | None = None,
                   timeout_s: float = 120.0) -> Added:
     store, task = _open(run_dir, task_id)
-    config = store.read_json("config.json")
+    config = RunConfig.from_json(store.read_json("config.json"))
     import torch
 
-    backend = choose_backend(config["resolved_backend"], torch.cuda.is_available())
-    device = config["device"]
+    backend = choose_backend(config.backend, torch.cuda.is_available())
+    device = config.device
     if not kernel_file.is_file():
         raise UserError(f"kernel file '{kernel_file}' not found")
     if kernel_file.suffix != backend.source_suffix:

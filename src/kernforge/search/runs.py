@@ -22,6 +22,7 @@ from kernforge.search.nodes import Node, TaskOutcome, previous_nodes
 from kernforge.search.siblings import seeded_from
 from kernforge.store.events import (Event, EventTail, NodeFinished, NodeStarted, RunEnded, RunStarted,
                                     PhaseTimed, SearchStopped, TaskEnded, TasksChosen, TaskStarted)
+from kernforge.store.config import RunConfig
 from kernforge.store.run import RUN_FORMAT, RunStore
 from kernforge.tasks import KernelTask
 
@@ -50,16 +51,21 @@ class RunRecord:
         return RunStore(self.root)
 
     @property
+    def settings(self) -> RunConfig:
+        """config.json as a record (config: the dict as written)."""
+        return RunConfig.from_json(self.config)
+
+    @property
     def backend(self) -> str:
-        return self.config["resolved_backend"]
+        return self.settings.backend
 
     @property
     def device(self) -> str:
-        return self.config["device"]
+        return self.settings.device
 
     @property
     def device_name(self) -> str:
-        return self.config.get("device_name", "")
+        return self.settings.device_name
 
     @property
     def applied(self) -> dict[str, Any] | None:
@@ -187,6 +193,11 @@ class PartialRun:
     def last_event(self) -> float | None:
         return self.events[-1].time if self.events else None
 
+    @property
+    def settings(self) -> RunConfig:
+        """config.json as a record, as far as it could be read."""
+        return RunConfig.from_json(self.config)
+
 
 # A run whose process cannot be asked (another host) counts as running while it wrote an event
 # this recently: an LLM proposal can take minutes, a baseline with torch.compile about one.
@@ -197,8 +208,11 @@ def read_run_partial(path: Path, now: float | None = None) -> PartialRun:
     """The run at `path`, read as far as it can be; never raises for a damaged folder."""
     run = PartialRun(root=Path(path))
     run.config = _json_or_problem(run, "config.json") or {}
-    version = run.config.get("format_version", 0)
-    if isinstance(version, int) and version > RUN_FORMAT:
+    try:
+        version = run.settings.format_version
+    except (TypeError, ValueError):
+        version = 0
+    if version > RUN_FORMAT:
         run.problems.append(f"written in run format {version}, newer than this kernforge reads ({RUN_FORMAT}): "
                             "what is shown may be incomplete; upgrade kernforge")
     tail = EventTail(run.root / "events.jsonl")
