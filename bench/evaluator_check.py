@@ -23,9 +23,10 @@ import torch
 
 from kernforge.evaluate import evaluate_baseline, evaluate_candidate
 from kernforge.models import ModelOptions
-from kernforge.optimize import _pick_task, compile_modes, prepare
+from kernforge.optimize.options import compile_modes
+from kernforge.optimize.prepare import capture_run, load_for_run, new_run_folder, release
 from kernforge.propose import get_proposer
-from kernforge.tasks import save_task
+from kernforge.tasks import make_tasks, save_task
 
 CHEATS = Path(__file__).parent / "cheats"
 
@@ -33,22 +34,26 @@ CHEATS = Path(__file__).parent / "cheats"
 def main(out_dir: Path, spec: str, extra_dirs: list[Path]) -> None:
     on_gpu = torch.cuda.is_available()
     out_dir.mkdir(parents=True, exist_ok=True)
-    prep = prepare(spec, "triton" if on_gpu else "cpu", ModelOptions(), Path("/tmp/kf-eval-runs"), {})
-    task = _pick_task(prep, "aten::_softmax.default")
-    task_dir = prep.store.task_dir(task.task_id)
+    loaded = load_for_run(spec, "triton" if on_gpu else "cpu", ModelOptions(), lambda event: None)
+    store = new_run_folder(Path("/tmp/kf-eval-runs"), loaded, {"spec": spec}, None)
+    capture = capture_run(store, loaded, "eager")
+    release(loaded)
+    tasks, _ = make_tasks(capture, store.capture_dir, 50, lambda task: None)
+    task = next(t for t in tasks if t.op == "aten::_softmax.default")
+    task_dir = store.task_dir(task.task_id)
     save_task(task, task_dir / "task.json")
     reference = task_dir / "reference.pt"
-    baseline = evaluate_baseline(task_dir / "task.json", reference, prep.device, task_dir / "baseline", 600.0,
-                                 compile_modes("auto", prep.device))
+    baseline = evaluate_baseline(task_dir / "task.json", reference, loaded.device, task_dir / "baseline", 600.0,
+                                 compile_modes("auto", loaded.device))
     candidates = _candidates(task, on_gpu, task_dir, [CHEATS, *extra_dirs])
     rows = []
     for name, backend, source in candidates:
-        device = "cpu" if backend == "cpu" else prep.device
+        device = "cpu" if backend == "cpu" else loaded.device
         result = evaluate_candidate(task_dir / "task.json", reference, source, backend, device,
                                     task_dir / "nodes" / name.replace("/", "-"), 180.0)
         rows.append({"candidate": name, "backend": backend, **result.to_json()})
     (out_dir / "evaluator_check.json").write_text(json.dumps(
-        {"spec": spec, "op": task.op, "shape": task.shape_text, "device": prep.device,
+        {"spec": spec, "op": task.op, "shape": task.shape_text, "device": loaded.device,
          "device_name": baseline.device_name, "baseline": asdict(baseline), "rows": rows}, indent=1))
     print(f"{task.op} {task.shape_text} {task.dtype_text} on {baseline.device_name}")
     print(f"{'candidate':34} {'backend':7} {'status':14} {'worker s':>8} {'no-build s':>10}  reason")
@@ -65,7 +70,7 @@ def main(out_dir: Path, spec: str, extra_dirs: list[Path]) -> None:
 def _candidates(task, on_gpu: bool, task_dir: Path, dirs: list[Path]) -> list[tuple[str, str, Path]]:
     found = []
     for backend in ("triton", "cpu"):
-        honest = get_proposer("builtin").propose(task, backend, None, [])
+        honest = get_proposer("builtin").next_move(task, backend, None, [])
         path = task_dir / f"honest_{backend}{'.c' if backend == 'cpu' else '.py'}"
         path.write_text(honest.source)
         found.append((f"honest_{backend}", backend, path))
