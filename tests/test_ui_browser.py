@@ -26,7 +26,7 @@ pytestmark = pytest.mark.browser
 
 playwright = pytest.importorskip("playwright.sync_api")
 
-SEARCH_ITERATIONS = 10  # ~5 s a candidate on a 2-core machine: the page is open for most of them
+SEARCH_ITERATIONS = 6  # ~5 s a candidate on a 2-core machine: the page is open for most of them
 
 
 def chromium() -> str:
