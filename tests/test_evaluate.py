@@ -489,3 +489,29 @@ def test_cpu_jobs_get_no_prestarted_worker():
     ready = len(WORKERS._ready)
     WORKERS.prestart("cpu", dict(os.environ))
     assert len(WORKERS._ready) == ready  # nothing was started for a CPU job
+
+
+def test_an_op_with_a_domain_keeps_the_sets_it_takes_and_its_calls_unscaled(tmp_path: Path):
+    """A binary cross-entropy of probabilities that reach 1: normal fresh draws are no inputs of
+    it (eager raises), so they are left out, and scaled values would pass 1, so no call is
+    scaled; the baseline times eager on what is left (it failed with no result before)."""
+    class BCE(torch.nn.Module):
+        def forward(self, p, t):
+            return torch.nn.functional.binary_cross_entropy(p, t, reduction="none")
+
+    p, t = torch.rand(64, 128), 0.9 * torch.rand(64, 128)
+    p[:, :8] = 1.0
+    loaded = LoadedModel(module=BCE(), inputs=(p, t), device=torch.device("cpu"), name="bce", spec="test")
+    capture = capture_model(loaded, tmp_path / "capture", repeats=1)
+    tasks, _ = make_tasks(capture, tmp_path / "capture", 5, lambda task: None)
+    task = next(x for x in tasks if "binary_cross_entropy" in x.op)
+    save_task(task, tmp_path / "task.json")
+    reference = tmp_path / "reference.pt"
+    baseline = evaluate_baseline(tmp_path / "task.json", reference, "cpu", tmp_path / "baseline", 600.0, ())
+    try:
+        saved = torch.load(reference, weights_only=True, mmap=True)
+        assert baseline.eager is not None and baseline.eager.p50_ms > 0
+        assert saved["vary"] is False
+        assert not any(label == "fresh-normal" for label in saved["labels"]), saved["labels"]
+    finally:
+        discard_reference(reference)

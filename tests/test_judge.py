@@ -349,3 +349,27 @@ def test_no_call_but_a_judged_one_sees_values_an_earlier_call_had(dtype):
         assert bool((x.float()[finite].sign() == original[finite].sign()).all())
         rounding = 2.0 ** -8 if dtype == torch.bfloat16 else 1e-6
         assert float(((x.float() - original)[finite].abs() / original[finite].abs().clamp(min=1e-30)).max()) <= VARY + rounding
+
+
+def test_an_op_that_refuses_scaled_values_is_called_on_its_sets_exactly():
+    """A binary cross-entropy of probabilities that reach 1 raises on them scaled up: the baseline
+    finds so (varies_safely), and then no call of the session is varied."""
+    from kernforge.harness.session import varies_safely
+
+    def bce(args, kwargs, _prepared):
+        return torch.nn.functional.binary_cross_entropy(*args)
+
+    at_one = ([torch.ones(64), torch.rand(64)], {})
+    inside = ([torch.full((64,), 0.5), 0.9 * torch.rand(64)], {})  # targets too must stay in [0, 1]
+    assert not varies_safely(bce, at_one, torch.device("cpu"))
+    assert varies_safely(bce, inside, torch.device("cpu"))
+    seen: list[torch.Tensor] = []
+
+    def fn(args, kwargs, prepared):
+        seen.append(args[0].clone())
+        return bce(args, kwargs, prepared)
+
+    plan = Plan(sets=[at_one], timing=[0], checks=[0], calls=20, judged_timed=2, vary=False)
+    result = make_harness(torch.device("cpu"))(fn, plan, None, Prefill([]), seed=3)
+    assert result.failure is None and len(seen) == result.calls
+    assert all(torch.equal(x, at_one[0][0]) for x in seen)

@@ -365,7 +365,8 @@ def _replay(harness: Any, func: Any, samples: list[dict[str, Any]], outputs: lis
     try:
         sets = [on_device(drawn_set((s["args"], s["kwargs"]), draws), device) for s in samples]
         timing = time_op(harness, lambda args, kwargs, _prepared: func(*args, **kwargs), sets,
-                         list(range(len(sets))), outputs, device, name="replay", calls=calls)
+                         list(range(len(sets))), outputs, device, name="replay", calls=calls,
+                         vary=False)  # eager's own time: nothing here to keep from memoising
     except Exception:  # noqa: BLE001 - an op that cannot be replayed keeps its recorded time
         return None
     return timing if timing is not None and timing.p50_ms > 0 else None

@@ -34,7 +34,7 @@ from torch.utils._pytree import tree_map
 
 from kernforge.evaluate.device_lock import DeviceLock
 from kernforge.harness.inputs import on_device, to_device
-from kernforge.harness.session import make_harness, time_op
+from kernforge.harness.session import make_harness, time_op, varies_safely
 
 
 def main(job_path: str) -> int:
@@ -72,6 +72,7 @@ def run_baseline(job: dict[str, Any]) -> dict[str, Any]:
     real = [on_host(drawn_set(load_sample(Path(p)), draws)) for p in task.samples]
     drawn = task.real_inputs != "all"
     sets, labels, timing_sets = make_sets(real, seed, "drawn" if drawn else "real", device)
+    sets, labels = _within_the_domain(op, sets, labels, len(timing_sets), device)
     for label, classed in _class_sets(op, real[0], seed, device):
         sets.append(on_host(classed))
         labels.append(label)
@@ -80,12 +81,14 @@ def run_baseline(job: dict[str, Any]) -> dict[str, Any]:
         return {"status": "error", "reason": f"the inputs over the sample cap cannot be drawn: {why}"}
     mutated = op.mutated if task.chain else mutated_inputs(op._schema)
     dtypes = [str(t.dtype) for t in _eager(op, sets[0], device)]
+    vary = varies_safely(_calls(op), to_device(sets[0], device), device)
     # Two files: the inputs, which candidates' workers read, and the oracle, which the search
     # process loads and deletes as soon as this worker is gone (runner.load_oracle). The inputs
     # first, read back from the file's mapping: then they are not held in private memory beside
     # every set's oracle (8 sets of a 268 MB input: 2.1 GB).
     torch.save({"input_sets": tree_map(encode_value, sets), "labels": labels, "timing": timing_sets,
-                "dtypes": dtypes, "outputs_meta": task.outputs, "mutated": mutated}, job["reference_path"])
+                "dtypes": dtypes, "outputs_meta": task.outputs, "mutated": mutated, "vary": vary},
+               job["reference_path"])
     del real
     sets = mapped_reference(Path(job["reference_path"]))["input_sets"]
     phases.mark("baselines")
@@ -108,10 +111,10 @@ def run_baseline(job: dict[str, Any]) -> dict[str, Any]:
     lock = DeviceLock(job.get("device_lock"), checks_exclusive=device.type == "cpu")
     eager_fn = _calls(op)
     with lock.for_timing():
-        timing = time_op(harness, eager_fn, dev_sets, timing_sets, task.outputs, device)
+        timing = time_op(harness, eager_fn, dev_sets, timing_sets, task.outputs, device, vary=vary)
         hardware = measure_hardware(device)  # its bandwidth is timed too: under the lock, after eager's
     phases.mark("baselines")
-    compiled = {mode: _time_compiled(harness, op, dev_sets, timing_sets, task.outputs, device, mode, lock)
+    compiled = {mode: _time_compiled(harness, op, dev_sets, timing_sets, task.outputs, device, mode, lock, vary)
                 for mode in job.get("compile_modes", [])}
     phases.mark("compile_peers")
     return {"status": "ok", "eager": timing.__dict__, "compiled": compiled, "eager_errors": eager_errors,
@@ -180,6 +183,23 @@ def _class_sets(op: Any, sample: Any, seed: int, device: torch.device) -> list[t
     return class_sets(sample, torch.Generator(device=device).manual_seed(seed + 2), accepts)
 
 
+def _within_the_domain(op: Any, sets: list[Any], labels: list[str], first_fresh: int,
+                       device: torch.device) -> tuple[list[Any], list[str]]:
+    """The sets, less the fresh draws eager refuses: an op with a domain (a binary cross-entropy
+    of probabilities) raises on normal draws, which are then no inputs of it. The real sets and
+    their permutations (the first `first_fresh`) stay whatever eager says of them."""
+    kept = [i for i in range(len(sets)) if i < first_fresh or _eager_runs(op, sets[i], device)]
+    return [sets[i] for i in kept], [labels[i] for i in kept]
+
+
+def _eager_runs(op: Any, inputs: Any, device: torch.device) -> bool:
+    try:
+        _eager(op, inputs, device)
+    except Exception:  # noqa: BLE001 - any refusal means the same
+        return False
+    return True
+
+
 def _why_drawn_sets_fail(op: Any, sets: list[Any], labels: list[str], captured: list[dict[str, Any]],
                          device: torch.device) -> str | None:
     """Why values drawn for the tensors over the sample cap are no inputs of the captured
@@ -201,7 +221,7 @@ def _calls(op: Any) -> Any:
 
 
 def _time_compiled(harness: Any, op: Any, dev_sets: list[Any], timing_sets: list[int], outputs: list[dict[str, Any]],
-                   device: torch.device, mode: str, lock: DeviceLock) -> dict[str, Any]:
+                   device: torch.device, mode: str, lock: DeviceLock, vary: bool = True) -> dict[str, Any]:
     """torch.compile of the op alone, timed the same way; its error, if it cannot compile, is data.
     It compiles (and autotunes, minutes for max-autotune) on a first call outside the lock."""
     try:
@@ -209,7 +229,7 @@ def _time_compiled(harness: Any, op: Any, dev_sets: list[Any], timing_sets: list
         args, kwargs = dev_sets[timing_sets[0]]
         compiled(*args, **kwargs)
         with lock.for_timing():
-            timing = time_op(harness, _calls(compiled), dev_sets, timing_sets, outputs, device, name=mode)
+            timing = time_op(harness, _calls(compiled), dev_sets, timing_sets, outputs, device, name=mode, vary=vary)
         return {"timing": timing.__dict__, "error": ""}
     except Exception as e:  # noqa: BLE001 - a peer that fails is reported, not fatal
         return {"timing": None, "error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
@@ -251,11 +271,12 @@ def run_candidate(job: dict[str, Any]) -> dict[str, Any]:
     # What each set's outputs may be prefilled with: the search process worked it out from the
     # oracle (prefill.options_for_sets); a job without it (run by hand) gets the defaults.
     options = job.get("prefill")
+    vary = bool(ref.get("vary", True))  # the baseline's finding: whether the reference takes scaled sets
     eager_timing = None
     if backend.timeable():
         with lock.for_timing():
             eager_timing = time_op(harness, eager_fn, sets, ref["timing"], task.outputs, device, seed,
-                                   judged_like_a_candidate=True, prefill_options=options)
+                                   judged_like_a_candidate=True, prefill_options=options, vary=vary)
     phases.mark("eager_timing_s")
     threads_before = _thread_ids()
     try:
@@ -275,7 +296,7 @@ def run_candidate(job: dict[str, Any]) -> dict[str, Any]:
     plan = Plan(sets=sets, timing=ref["timing"], checks=list(range(len(sets))),
                 calls=reps_for(eager_timing.p50_ms, device) if timed else 0,
                 judged_timed=judged_timed_for(sum(m["nbytes"] for m in prefill.metas)) if timed else 0,
-                labels=ref["labels"])
+                labels=ref["labels"], vary=vary)
     failure = _first_call(fn, prepare, sets[0], ref["labels"][0], device)
     phases.mark("first_call_s")  # Triton compiles here, outside the device lock
     if failure is not None:
@@ -292,7 +313,7 @@ def run_candidate(job: dict[str, Any]) -> dict[str, Any]:
             # so a machine that was busier (or a cache colder) when eager was first timed does
             # not pass for a faster kernel (seen on a CPU: eager 5.0 ms first, 0.9-1.0 ms after).
             eager_after = time_op(harness, eager_fn, sets, ref["timing"], task.outputs, device, seed + 3,
-                                  name="eager-after", calls=eager_timing.runs, prefill_options=options)
+                                  name="eager-after", calls=eager_timing.runs, prefill_options=options, vary=vary)
         result.update(timed=True, eager_timing=min(eager_timing, eager_after, key=lambda t: t.p50_ms).__dict__,
                       timing=session.timing.__dict__,
                       eager_p50_ms_before_after=[eager_timing.p50_ms, eager_after.p50_ms])

@@ -108,6 +108,7 @@ class Plan:
     calls: int = 0  # timed calls; 0: none (an untimed session: the checks only)
     judged_timed: int = 0
     labels: list[str] = field(default_factory=list)
+    vary: bool = True  # calls that are not judged see their sets scaled (False: an op that refuses that)
 
 
 def reps_for(reference_ms: float, device: torch.device) -> int:
@@ -165,7 +166,7 @@ def make_harness(device: torch.device, mark_fd: int | None = None) -> Callable[.
                 seed: int, name: str, warmup: int | None, guard: Any) -> SessionResult:
         rng = random.Random(seed)
         order = _schedule(plan, rng, warmup)
-        vary = _variation(rng)
+        vary = _variation(rng, plan.vary)
         slots = _slots(plan, order, guard)
         for k in range(len(slots)):  # by index: a loop variable would hold a slot past the session
             if not order[k][2]:
@@ -322,9 +323,9 @@ def make_harness(device: torch.device, mark_fd: int | None = None) -> Callable[.
             j += isinstance(x, Tensor)
         return tree_unflatten(placed, spec)
 
-    def _variation(rng: random.Random) -> Callable[[bool], Varied | None]:
-        """vary(judged): None for a judged call (the oracle knows its set's values exactly), else
-        this call's noise maker: a tensor's span -> the c * noise to multiply it by, added."""
+    def _variation(rng: random.Random, wanted: bool) -> Callable[[bool], Varied | None]:
+        """vary(judged): None for a judged call (the oracle knows its set's values exactly) or
+        where not `wanted`, else this call's factors: a tensor's span -> what to multiply it by."""
         generator = torch.Generator(device=device).manual_seed(rng.getrandbits(62))
         factors: dict[tuple[int, torch.dtype], Tensor] = {}
         shifts = rng.sample(range(SHIFTS), SHIFTS)
@@ -338,7 +339,7 @@ def make_harness(device: torch.device, mark_fd: int | None = None) -> Callable[.
             return factors[key]
 
         def vary(judged: bool) -> Varied | None:
-            if judged:
+            if judged or not wanted:
                 return None
             shift = shifts.pop() if shifts else rng.randrange(SHIFTS)
             return lambda span: factors_of(span)[shift:shift + span.numel()]
@@ -392,7 +393,8 @@ def make_harness(device: torch.device, mark_fd: int | None = None) -> Callable[.
 
 def time_op(harness: Any, fn: Any, dev_sets: list[Any], timing_sets: list[int], outputs: list[dict[str, Any]],
             device: torch.device, seed: int = 0, name: str = "eager", calls: int | None = None,
-            judged_like_a_candidate: bool = False, prefill_options: list[list[Any]] | None = None) -> Any:
+            judged_like_a_candidate: bool = False, prefill_options: list[list[Any]] | None = None,
+            vary: bool = True) -> Any:
     """A reference's timing (eager, torch.compile): unless `calls` is given, a short session for
     its speed first, then one of reps_for that speed. judged_like_a_candidate: that session judges
     as many calls as a candidate's does (each set once, judged_timed_for its outputs), its results
@@ -401,19 +403,46 @@ def time_op(harness: Any, fn: Any, dev_sets: list[Any], timing_sets: list[int], 
     inputs: on 256 MB outputs on the H200 that cost ~10x the call, and honest kernels were
     taken for patched timers, bench/results/h200/issue20/README.md), and with a guards.Guard
     around each call as a candidate's. prefill_options: the candidate's (the job's), so that
-    eager's calls are prefilled as its calls are."""
+    eager's calls are prefilled as its calls are; vary: whether calls not judged see their sets
+    scaled, as the candidate's do (varies_safely)."""
     prefill = Prefill(output_metas(outputs), prefill_options)
     if calls is None:
-        probe = harness(fn, Plan(sets=dev_sets, timing=timing_sets, calls=CALLS[0]), None, prefill, seed,
-                        name=f"{name}-probe")
+        probe = harness(fn, Plan(sets=dev_sets, timing=timing_sets, calls=CALLS[0], vary=vary), None, prefill,
+                        seed, name=f"{name}-probe")
         calls = reps_for(probe.timing.p50_ms, device)
-    plan = Plan(sets=dev_sets, timing=timing_sets, calls=calls)
+    plan = Plan(sets=dev_sets, timing=timing_sets, calls=calls, vary=vary)
     guard = None
     if judged_like_a_candidate:
         plan.checks = list(range(len(dev_sets)))
         plan.judged_timed = judged_timed_for(sum(m["nbytes"] for m in prefill.metas))
         guard = Guard(device)  # the same reads around each call as a candidate's; what it sees is dropped
     return harness(fn, plan, None, prefill, seed + 1, name=name, guard=guard).timing
+
+
+def varies_safely(fn: Callable[..., Any], values: Any, device: torch.device) -> bool:
+    """Whether the reference takes a set scaled as calls that are not judged see it (every
+    floating input times 1 +- VARY): an op whose domain ends where the set's values do (a binary
+    cross-entropy of probabilities at 1) raises on it, and then no call is varied."""
+    from torch.utils._pytree import tree_map
+
+    generator = torch.Generator(device=device).manual_seed(0)
+
+    def scaled(x: Any) -> Any:
+        if not isinstance(x, torch.Tensor):
+            return x
+        x = layout_copy(x, device)
+        if x.is_floating_point():
+            span = flat_span(x)
+            span.mul_(torch.empty(span.shape, device=device).uniform_(1.0 - VARY, 1.0 + VARY, generator=generator)
+                      .to(span.dtype))
+        return x
+
+    args, kwargs = tree_map(scaled, values)
+    try:
+        fn(args, kwargs, None)
+    except Exception:  # noqa: BLE001 - any refusal means the same
+        return False
+    return True
 
 
 def time_callable(fn: Callable[[], Any], device: torch.device) -> Timing:
