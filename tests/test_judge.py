@@ -282,6 +282,25 @@ def test_a_busy_machine_drops_the_timing_and_keeps_the_verdict(monkeypatch, tmp_
     assert out.noisy.startswith("the machine was busy")
 
 
+@pytest.mark.parametrize("outputs", ["wrong", "right"])
+def test_a_wrong_kernel_is_wrong_whatever_the_clocks_say(monkeypatch, tmp_path: Path, outputs):
+    """Outputs are judged first: clocks that disagree (a loaded machine, or a patched timer) make a
+    right kernel a cheat, never a wrong one anything but wrong."""
+    from kernforge.evaluate import runner
+
+    judged = ({"status": "wrong_result", "reason": "output 0: 12 of 96 elements outside the tolerance"}
+              if outputs == "wrong" else {"status": "ok", "reason": "", "errors": [[0.0]]})
+    monkeypatch.setattr(runner, "judge", lambda *_: dict(judged))
+    timing = {"p20_ms": 0.05, "p50_ms": 0.05, "p80_ms": 0.06, "runs": 100, "method": "wall-clock"}
+    worker = {**sessions(0.2, 0.6, 5.0), "status": "ok", "outputs_path": str(tmp_path / "o.pt"),
+              "timing": timing, "eager_timing": {**timing, "p50_ms": 1.5}}
+    out = runner._verdict(worker, "", 1.0, oracle=None)
+    if outputs == "wrong":
+        assert out.status == "wrong_result" and out.reason.startswith("output 0") and out.failed_check != "clock"
+    else:
+        assert out.status == "cheat" and out.failed_check == "clock" and "patched or escaped timer" in out.reason
+
+
 @pytest.mark.parametrize("second", ["agrees", "disagrees"])
 def test_a_clock_disagreement_is_a_verdict_only_when_a_second_run_repeats_it(monkeypatch, tmp_path: Path, second):
     from kernforge.evaluate import runner

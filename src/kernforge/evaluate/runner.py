@@ -425,8 +425,11 @@ def _verdict(result: dict[str, Any] | None, tail: str, wall: float, oracle: Orac
     if result is not None and result.get("status") == "ok" and result.get("outputs_path"):
         disagreement = host_clock_disagrees(result)
         busy = "" if disagreement else busy_machine(result) or ""
-        result.update(judge(Path(result["outputs_path"]), oracle) if not disagreement else
-                      {"status": "cheat", "reason": disagreement, "failed_check": "clock"})
+        # The outputs first: a wrong kernel is wrong whatever the clocks say (they disagree on a
+        # loaded machine too), and only a right one's time can be a patched timer's.
+        result.update(judge(Path(result["outputs_path"]), oracle))
+        if disagreement and result.get("status") == "ok":
+            result.update({"status": "cheat", "reason": disagreement, "failed_check": "clock"})
     if result is None:
         status = "timeout" if tail.startswith("timed out") else "crash"
         return EvalResult(status=status, reason=tail.splitlines()[0], log_tail=tail, wall_s=wall, failed_check="run")
