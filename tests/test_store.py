@@ -181,3 +181,11 @@ def test_config_json_reads_as_a_record_and_keeps_what_it_does_not_name():
     assert config.raw["created"] == "now"
     old = RunConfig.from_json({"resolved_backend": "cpu", "device": "cpu"})  # a folder from before the fields
     assert (old.kind, old.format_version, old.device_capability, old.versions) == ("search", 0, "", {})
+
+
+def test_a_config_json_that_is_no_record_is_said_not_raised(tmp_path):
+    from kernforge.search.runs import read_run_partial
+
+    (tmp_path / "config.json").write_text("[1, 2]")
+    run = read_run_partial(tmp_path)
+    assert run.config == {} and "config.json is not a record; it is left out" in run.problems

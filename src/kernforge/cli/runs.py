@@ -168,6 +168,7 @@ def _run_overview(store: Any) -> dict[str, Any]:
 
 # `ls`'s end-to-end cell: the patched model against the unpatched one, eager then compiled
 END_TO_END_SHOWN = (("patched eager vs eager", "eager"), ("patched compile vs compile", "compile"))
+SHORT_VERDICTS = ("faster", "slower", "within noise")
 
 
 def _end_to_end_cell(report: dict[str, Any] | None) -> str:
@@ -181,8 +182,8 @@ def _end_to_end_cell(report: dict[str, Any] | None) -> str:
     for key, label in END_TO_END_SHOWN:
         entry = (report.get("speedups") or {}).get(key)
         if entry and entry.get("speedup"):
-            verdict = str(entry.get("verdict", ""))
-            parts.append(f"{entry['speedup']:.2f}x {label}" + (f" ({verdict})" if len(verdict) < 20 else ""))
+            verdict = str(entry.get("verdict", ""))  # a sentence where no kernel was installed: left out
+            parts.append(f"{entry['speedup']:.2f}x {label}" + (f" ({verdict})" if verdict in SHORT_VERDICTS else ""))
     return ", ".join(parts) or "no timing"
 
 

@@ -81,7 +81,7 @@ def run_baseline(job: dict[str, Any]) -> dict[str, Any]:
         return {"status": "error", "reason": f"the inputs over the sample cap cannot be drawn: {why}"}
     mutated = op.mutated if task.chain else mutated_inputs(op._schema)
     dtypes = [str(t.dtype) for t in _eager(op, sets[0], device)]
-    vary = varies_safely(_calls(op), to_device(sets[0], device), device)
+    vary = varies_safely(_calls(op), sets[0], device)  # it copies the set to the device itself
     # Two files: the inputs, which candidates' workers read, and the oracle, which the search
     # process loads and deletes as soon as this worker is gone (runner.load_oracle). The inputs
     # first, read back from the file's mapping: then they are not held in private memory beside

@@ -11,6 +11,7 @@ import os
 import socket
 import time
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +51,7 @@ class RunRecord:
     def store(self) -> RunStore:
         return RunStore(self.root)
 
-    @property
+    @cached_property
     def settings(self) -> RunConfig:
         """config.json as a record (config: the dict as written)."""
         return RunConfig.from_json(self.config)
@@ -208,6 +209,9 @@ def read_run_partial(path: Path, now: float | None = None) -> PartialRun:
     """The run at `path`, read as far as it can be; never raises for a damaged folder."""
     run = PartialRun(root=Path(path))
     run.config = _json_or_problem(run, "config.json") or {}
+    if not isinstance(run.config, dict):
+        run.problems.append("config.json is not a record; it is left out")
+        run.config = {}
     try:
         version = run.settings.format_version
     except (TypeError, ValueError):
@@ -227,9 +231,6 @@ def read_run_partial(path: Path, now: float | None = None) -> PartialRun:
         if getattr(run, name) is not None and not isinstance(getattr(run, name), dict):
             run.problems.append(f"{name} is not the record it should be; it is left out")
             setattr(run, name, None)
-    if not isinstance(run.config, dict):
-        run.problems.append("config.json is not a record; it is left out")
-        run.config = {}
     run.tasks = _task_states(run)
     run.status = _run_status(run, time.time() if now is None else now)
     return run
