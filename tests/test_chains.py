@@ -293,7 +293,7 @@ def _c_chain_case(name: str) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
 
 
 def test_every_c_point_of_the_hand_written_chains_renders_and_passes_the_scan():
-    from kernforge.evaluate.scan import scan_source
+    from kernforge.backends.scan import scan_source
     from kernforge.propose.builtin import Hardware
     from kernforge.propose.families import chain as family
 

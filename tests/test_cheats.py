@@ -588,7 +588,7 @@ def test_a_cheat_rejected_after_timing_reports_no_speedup(evaluate_source):
 
 
 def test_static_constants_and_functions_are_not_static_pointers():
-    from kernforge.evaluate.scan import scan_c
+    from kernforge.backends.scan import scan_c
 
     honest = ("static const int BLOCK = 4 * 64;\n"
               "static float scratch[2 * 40 * 40];\n"
@@ -597,7 +597,7 @@ def test_static_constants_and_functions_are_not_static_pointers():
 
 
 def test_static_pointers_are_flagged():
-    from kernforge.evaluate.scan import scan_c
+    from kernforge.backends.scan import scan_c
 
     for line in ("static float *previous;", "static float *cache = 0;",
                  "static const float * restrict q;", "static float **pp;",

@@ -35,6 +35,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("export")]  # one
 PACKAGE = "kernforge_tiny_softmax_kernels"
 SHIPPED = {"runtime.py": "integrate/runtime.py", "fused.py": "integrate/fused.py",
            "loader.py": "integrate/loader.py", "native_abi.py": "backends/native_abi.py",
+           "loading.py": "backends/loading.py",
            "importing.py": "importing.py", "dispatch.py": "integrate/dispatch.py",
            "dispatch.cpp": "integrate/dispatch.cpp"}
 KERNFORGE_SRC = Path(kernforge.__file__).parent
@@ -113,7 +114,8 @@ def test_manifest_records_the_kernel_guard_device_speedups_versions_and_checksum
     assert kernel["schema"].startswith("aten::_softmax(Tensor self, int dim")
     assert kernel["guard"] == task.args and kernel["outputs"] == task.outputs
     assert kernel["speedup_vs_eager"] == 1.3 and kernel["p50_ms"] > 0 and kernel["eager_p50_ms"] > 0
-    assert kernel["build"] == {"command": GCC_COMMAND, "built_on": loader.cpu_model()}
+    assert kernel["build"] == {"command": GCC_COMMAND, "built_for": loader.cpu_model()}
+    assert kernel["loading"] == {"device": "cpu", "artefact": "library", "default_stream_only": False}
     pkg = exported / PACKAGE
     on_disk = {p.relative_to(pkg).as_posix() for p in pkg.rglob("*") if p.is_file()} - {"manifest.json"}
     assert set(manifest["files"]) == on_disk

@@ -13,7 +13,7 @@ from sweep_cases import CASES
 from sweep_points import (BACKENDS, LANGUAGE, case_ids, case_label, case_points, facts_of, render,
                           space_and_start, sweep_points, task_of)
 
-from kernforge.evaluate.scan import scan_source
+from kernforge.backends.scan import scan_source
 from kernforge.propose.builtin import BuiltinProposer, kernel_file
 from kernforge.propose.builtin.family import FAMILY_PACKAGES
 

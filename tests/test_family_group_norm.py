@@ -11,7 +11,7 @@ import family_check
 import pytest
 from family_check import channels_last, family_for, make_task, tensor
 
-from kernforge.evaluate.scan import scan_source
+from kernforge.backends.scan import scan_source
 from kernforge.propose.builtin import BuiltinProposer, Hardware
 from kernforge.propose.families import group_norm as gn
 from kernforge.tasks import KernelTask

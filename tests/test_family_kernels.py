@@ -27,7 +27,7 @@ import torch
 from family_check import channels_last, check_source, family_for, make_task, tensor
 
 from kernforge.backends import cpu
-from kernforge.evaluate.scan import scan_source
+from kernforge.backends.scan import scan_source
 from kernforge.propose.builtin import Hardware
 from kernforge.tasks import KernelTask
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 from family_check import channels_last, make_task, tensor, valid_points
 
-from kernforge.evaluate.scan import scan_source
+from kernforge.backends.scan import scan_source
 from kernforge.propose.builtin import Hardware
 from kernforge.propose.families import pool
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 from family_check import family_for, make_task, tensor
 
-from kernforge.evaluate.scan import scan_source
+from kernforge.backends.scan import scan_source
 from kernforge.propose.builtin import BuiltinProposer, Hardware
 from kernforge.propose.families import row_norm
 from kernforge.tasks import KernelTask

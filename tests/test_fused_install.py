@@ -11,12 +11,14 @@ import pytest
 import torch
 from torch import nn
 
+from kernforge.backends import get_backend
 from kernforge.capture.chains import find_chains
 from kernforge.capture.recorder import ModuleTracker, Recorder
 from kernforge.integrate import fused, kernels, runtime
 from kernforge.tasks import ChainReference
 
 pytestmark = pytest.mark.integration
+CPU_LOADING = get_backend("cpu").loading  # the backend these tests' specs pose as
 
 CPU = frozenset({torch.device("cpu")})
 
@@ -75,7 +77,7 @@ def _spec(chain, name: str, calls: list[int]) -> runtime.KernelSpec:
         outs = oracle(*[t.double() if t.is_floating_point() else t for t in inputs])
         return tuple(o.to(d) for o, d in zip(outs, dtypes))
     return runtime.KernelSpec(name=name, op=chain.op, args=chain.input_metas, outputs=chain.output_metas,
-                              backend="cpu", entry=kernel, devices=CPU, chain=chain.to_json())
+                              backend="cpu", loading=CPU_LOADING, entry=kernel, devices=CPU, chain=chain.to_json())
 
 
 @pytest.fixture
@@ -309,7 +311,7 @@ def test_a_chain_and_a_single_op_on_the_same_head_op_both_route(softmax_case):
         return torch.mul(a, b)
     meta = {"shape": [3, 5], "stride": [5, 1], "dtype": "torch.float32", "device": "cpu"}
     single = runtime.KernelSpec(name="mul_single_test", op="aten::mul.Tensor", args=[meta, 2.0], outputs=[meta],
-                                backend="cpu", entry=mul_kernel, devices=CPU)
+                                backend="cpu", loading=CPU_LOADING, entry=mul_kernel, devices=CPU)
     installation = runtime.install([spec, single])
     try:
         with torch.no_grad():

@@ -21,6 +21,7 @@ import torch
 from helpers import TINY_MODEL, run_cli
 
 import kernforge
+from kernforge.backends import get_backend
 from kernforge.errors import UserError
 from kernforge.integrate import runtime
 from kernforge.integrate.endtoend import judge_outputs, oracle_of
@@ -30,6 +31,7 @@ sys.path.insert(0, str(TINY_MODEL.parent))
 import tiny_softmax  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("integrate")]  # one worker: module fixtures made once
+CPU_LOADING = get_backend("cpu").loading  # the backend these tests' specs pose as
 
 OP = torch.ops.aten._softmax.default
 SOFTMAX = "aten::_softmax.default"
@@ -280,7 +282,8 @@ def test_a_kernel_that_calls_the_op_it_replaces_gets_the_original():
     desc = [{"shape": [3, 5], "dtype": "torch.float32", "stride": [5, 1], "device": "cpu"}, -1, False]
     outputs = [{"shape": [3, 5], "dtype": "torch.float32", "stride": [5, 1], "device": "cpu"}]
     spec = runtime.KernelSpec(name="softmax_reentrant_test", op="aten::_softmax.default", args=desc,
-                              outputs=outputs, backend="cpu", entry=entry, devices=frozenset({torch.device("cpu")}))
+                              outputs=outputs, backend="cpu", loading=CPU_LOADING,
+                              entry=entry, devices=frozenset({torch.device("cpu")}))
     x = torch.randn(3, 5)
     installation = runtime.install([spec])
     try:
@@ -298,7 +301,7 @@ def test_parameters_are_plain_tensors_to_a_kernel():
     desc = [{"shape": [4], "dtype": "torch.float32", "stride": [1], "device": "cpu"},
             {"shape": [4], "dtype": "torch.float32", "stride": [1], "device": "cpu"}]
     spec = runtime.KernelSpec(name="mul_parameter_test", op="aten::mul.Tensor", args=desc, outputs=[desc[0]],
-                              backend="cpu", entry=lambda a, b: a.detach() * b.detach(),
+                              backend="cpu", loading=CPU_LOADING, entry=lambda a, b: a.detach() * b.detach(),
                               devices=frozenset({torch.device("cpu")}))
     weight = torch.nn.Parameter(torch.randn(4))
     x = torch.randn(4)
@@ -320,7 +323,8 @@ def test_a_number_where_the_op_takes_a_tensor_falls_back_to_torch_own_result(dty
     desc = [{"shape": [4], "dtype": "torch.float32", "stride": [1], "device": "cpu"},
             {"shape": [4], "dtype": "torch.float32", "stride": [1], "device": "cpu"}]
     spec = runtime.KernelSpec(name="add_scalar_fallback_test", op="aten::add.Tensor", args=desc, outputs=[desc[0]],
-                              backend="cpu", entry=lambda a, b: a + b, devices=frozenset({torch.device("cpu")}))
+                              backend="cpu", loading=CPU_LOADING,
+                              entry=lambda a, b: a + b, devices=frozenset({torch.device("cpu")}))
     x = (torch.randn(5) * 10).to(dtype)
     expected = x + number
     installation = runtime.install([spec])
@@ -344,6 +348,7 @@ def test_under_compile_kernels_that_pay_alone_but_not_together_keep_the_best(mon
     from kernforge.integrate import apply as apply_module
 
     specs = [runtime.KernelSpec(name=f"k{i}", op=f"aten::op{i}.default", args=[], outputs=[], backend="cpu",
+                                loading=CPU_LOADING,
                                 entry=lambda: None) for i in range(3)]
     effects = {s.name: apply_module.KernelEffect(task=f"t{i}", op=s.op, kernel=s.name, op_speedup_vs_eager=1.4,
                                                  calls_per_forward=13) for i, s in enumerate(specs)}

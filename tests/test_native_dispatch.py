@@ -19,9 +19,11 @@ import torch
 from test_integrate import promote_first_finalist
 
 import kernforge
+from kernforge.backends import get_backend
 from kernforge.integrate import dispatch, overhead, runtime
 
 pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("integrate")]
+CPU_LOADING = get_backend("cpu").loading  # the backend these tests' specs pose as
 
 OP = torch.ops.aten._softmax.default
 SOFTMAX = "aten::_softmax.default"
@@ -187,8 +189,9 @@ def test_a_chain_at_its_module_takes_the_native_module_entry(tmp_path):
     source.write_text(C_PRELUDE + RMS_NORM_C)
     library = cpu.build(source, tmp_path, chain.output_metas).library
     spec = runtime.KernelSpec(name="chain_rms_norm_native_test", op=chain.op, args=chain.input_metas,
-                              outputs=chain.output_metas, backend="cpu", devices=frozenset({torch.device("cpu")}),
-                              entry=runtime.load_entry("cpu", library, chain.output_metas), chain=chain.to_json(),
+                              outputs=chain.output_metas, backend="cpu", loading=CPU_LOADING,
+                              devices=frozenset({torch.device("cpu")}),
+                              entry=runtime.load_entry(CPU_LOADING, library, chain.output_metas), chain=chain.to_json(),
                               library=library)
     norm, h, other = net[3], torch.randn(4, 32), torch.randn(3, 32)
     with torch.no_grad():

@@ -1,4 +1,4 @@
-"""The evaluator's allow-lists: the static scan (kernforge.evaluate.scan) and the checks of
+"""The evaluator's allow-lists: the static scan (kernforge.backends.scan) and the checks of
 compiled objects (kernforge.backends.object_scan).
 
 Each bypass below got past the old deny-list of spellings; each must now be a finding with
@@ -18,7 +18,7 @@ from test_cheats import triton_source
 
 from kernforge.backends import BuildError, RejectedBuild, cpu, object_scan
 from kernforge.backends.native import C_PRELUDE, compile_library
-from kernforge.evaluate.scan import scan_c, scan_python, scan_source
+from kernforge.backends.scan import scan_c, scan_python, scan_source
 
 pytestmark = pytest.mark.integration
 

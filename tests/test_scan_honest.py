@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from kernforge.evaluate.scan import scan_c, scan_source
+from kernforge.backends.scan import scan_c, scan_source
 
 pytestmark = pytest.mark.unit
 

@@ -66,7 +66,7 @@ def evaluate_file(opts: EvalOptions) -> dict[str, Any]:
         raise UserError(f"kernel file '{opts.kernel_file}' not found; pass the path of a .c, .py or .cu file")
     compile_modes(opts.compile, "cpu")
     backend = choose_backend(opts.backend, torch.cuda.is_available())
-    device = "cuda" if backend.name in ("triton", "cuda") and torch.cuda.is_available() else "cpu"
+    device = backend.device(torch.cuda.is_available())
     if opts.kernel_file.suffix != backend.source_suffix:
         raise UserError(f"the {backend.name} backend takes {backend.source_suffix} files, not "
                         f"'{opts.kernel_file.name}'; pick the backend with --backend")

@@ -1,7 +1,11 @@
 """backends: turn a candidate source file into a callable, inside the worker process.
 
-A backend is data: a frozen record in REGISTRY. Adding one is one new file and
-one line here.
+A backend is data: a frozen record in REGISTRY that holds everything the other stages know of
+it: its device and dispatch key and how an installed kernel is loaded (loading.py), how a
+candidate is built, scanned and rebuilt for an exported package, and what the LLM generator is
+told of it. No stage outside this folder branches on a backend's name. Adding one is one new file
+and one line in REGISTRY; tests/test_backend_conformance.py runs every registered backend through
+the same checks.
 """
 
 from __future__ import annotations
@@ -11,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kernforge.backends.loading import Loading
+from kernforge.backends.scan import scan_source
 from kernforge.errors import UserError
 
 
@@ -37,9 +43,28 @@ Kernel = Callable[..., Any]
 
 
 @dataclass(frozen=True)
+class Prompt:
+    """What the LLM generator is told of a backend's candidates (propose/llm/prompts.py), and how
+    its file is found in a reply (propose/llm/extract.py)."""
+
+    language: str  # as the generator is told it: "C11 with OpenMP"
+    fence: str  # the tag of the code block the generator is asked to reply in
+    fence_tags: tuple[str, ...]  # the tags a reply's block may carry (an untagged block counts too)
+    contract: str  # what the file is: its entry point, its arguments, its outputs
+    rules: str  # what the static scan allows in it
+    defines: str  # a regex, per line, whose group 1 is a name the text defines
+    entry: str  # a regex that finds where the text defines kf_forward (a call of it does not count)
+    # A correct candidate for softmax over the last dim of a 4096x1024 float32 tensor: the
+    # generator is shown it, and the conformance suite builds and checks it. None: the built-in
+    # proposer's own softmax kernel for the backend (propose/llm/prompts.py renders it; the
+    # proposer's families stand above this stage).
+    example: str | None = None
+
+
+@dataclass(frozen=True)
 class Backend:
     name: str
-    language: str
+    language: str  # the source's language, for the static scan and for syntax highlighting: c, cuda, triton
     source_suffix: str
     # None when the backend can run here; else one line saying what is missing.
     unavailable_reason: Callable[[], str | None]
@@ -47,6 +72,31 @@ class Backend:
     build: Callable[[Path, Path, list[dict[str, Any]]], Kernel]
     # False when it runs somewhere its time means nothing (Triton's CPU interpreter).
     timeable: Callable[[], bool]
+    # (source, task dtype) -> the static scan's findings (backends/scan.py), before anything builds.
+    scan: Callable[[str, str], list[Any]]
+    loading: Loading  # how an installed kernel is held: its device, dispatch key, artefact
+    # (source, build_dir, output_meta) -> the file an installed kernel loads (loading.artefact):
+    # the source itself, or the library built from it with the evaluator's object checks.
+    installed_file: Callable[[Path, Path, list[dict[str, Any]]], Path]
+    prompt: Prompt
+    # The command an exported package rebuilds its library with where the shipped one does not
+    # fit the machine ("{arch}" becomes the GPU's); () where the package ships no library.
+    rebuild_command: tuple[str, ...] = ()
+    requires: tuple[str, ...] = ()  # packages an installed kernel needs beside torch
+    gpu_code: bool = False  # its build folder holds GPU code, which cuobjdump reports on
+
+    def device(self, cuda_available: bool) -> str:
+        """Where its candidates run: its device, or the CPU where no GPU is visible (Triton's
+        interpreter, which checks and never times)."""
+        return self.loading.device if cuda_available else "cpu"
+
+
+def static_scan(language: str) -> Callable[[str, str], list[Any]]:
+    """scan.py's static scan of a `language` source (c, cuda, triton), as a record's `scan`."""
+
+    def scan(source: str, task_dtype: str) -> list[Any]:
+        return scan_source(source, language, task_dtype)
+    return scan
 
 
 def _cpu() -> Backend:

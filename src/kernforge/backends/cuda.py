@@ -13,7 +13,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from kernforge.backends import Backend, Kernel
+from kernforge.backends import Backend, Kernel, Prompt, static_scan
+from kernforge.backends.loading import Loading
 from kernforge.backends.native import compile_library, load_kernel, tool_version
 
 NVCC_FLAGS = ["-O3", "-shared", "-Xcompiler", "-fPIC", "-std=c++17", "-lineinfo"]
@@ -55,5 +56,31 @@ def _cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
+def library(source: Path, build_dir: Path, output_meta: list[dict[str, Any]]) -> Path:
+    return build(source, build_dir, output_meta).library  # type: ignore[attr-defined]
+
+
+PROMPT = Prompt(
+    language="CUDA C++", fence="cuda", fence_tags=("cuda", "cu", "cpp", "c++", "cxx", "c"),
+    contract="""The file is one CUDA C++ translation unit, built with `nvcc -O3 -arch=sm_XY` for this GPU. It
+declares the kf_tensor struct exactly as in the example and defines
+    extern "C" int kf_forward(const kf_tensor *in, int n_in, kf_tensor *out, int n_out);
+`in` holds the op's tensor arguments in order, `out` the outputs, already allocated on the GPU with
+the op's shapes, dtypes and strides (data are device pointers; they hold arbitrary contents:
+write every element, every call). Non-tensor arguments are fixed for this task: bake them in. Launch your
+kernels on the default stream and do not synchronize; return 0 (non-zero: cannot handle this).
+Declare device helpers `static __device__`: nvcc gives a non-static one a host stub that calls
+exit(), which the object scan rejects.""",
+    rules="""The file is checked before it runs: headers only from the C ones (stdint.h, math.h, string.h...),
+cuda_runtime.h, cuda_fp16.h, cuda_bf16.h, cuda_fp8.h, cooperative_groups, mma.h, cuda_pipeline,
+cuda/barrier and the cuda/std basics: never cuBLAS, cuDNN, CUTLASS, ATen or torch; no extern
+declarations, no token pasting, no asm that reads a clock; the object may call only the CUDA
+runtime's launch and error functions: no I/O, no host syscalls, no state that outlives a call.""",
+    defines=r"^[\w\s\*<>:]*?\b(\w+)\s*\([^;{]*\)\s*\{", entry=r"\bkf_forward\s*\([^;{]*\)\s*\{")
+
 BACKEND = Backend(name="cuda", language="cuda", source_suffix=".cu",
-                  unavailable_reason=unavailable_reason, build=build, timeable=_cuda_available)
+                  unavailable_reason=unavailable_reason, build=build, timeable=_cuda_available,
+                  scan=static_scan("cuda"),
+                  loading=Loading(device="cuda", artefact="library", default_stream_only=True),
+                  installed_file=library, prompt=PROMPT, rebuild_command=("nvcc", "-arch={arch}", *NVCC_FLAGS),
+                  gpu_code=True)

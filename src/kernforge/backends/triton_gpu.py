@@ -13,7 +13,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from kernforge.backends import Backend, BuildError, Kernel
+from kernforge.backends import Backend, BuildError, Kernel, Prompt, static_scan
+from kernforge.backends.loading import Loading
 from kernforge.importing import FileImportError, import_path
 
 
@@ -50,6 +51,26 @@ def _cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
+PROMPT = Prompt(
+    language="Python with Triton", fence="python", fence_tags=("python", "py", "python3", "triton"),
+    contract="""The file is a Python module. It defines `kf_forward(...)`, taking the op's arguments in the
+order of the call below (tensors as torch tensors on the GPU, the other arguments as given), and
+returns what the op returns: the same number of outputs with the same shapes, dtypes and strides.
+Outputs are allocated in kf_forward (torch.empty, torch.empty_like, torch.empty_strided) and every
+element is computed by your @triton.jit kernels. Launch on the current stream; do not synchronize.""",
+    rules="""The file is checked before it runs, against an allow-list:
+- imports: math, torch, triton, triton.language (as tl) and triton.language.extra.libdevice only;
+- outside @triton.jit functions, torch is used only to allocate outputs and read metadata (shape,
+  stride, dtype, device, numel; views such as .view, .reshape, .contiguous; never data_ptr): no
+  torch op may compute any part of the result, and no tensor arithmetic outside kernels;
+- no classes, no global or nonlocal, no dunder names, no writes to attributes, no module-level
+  state except constants, kernels, and a memo of device properties;
+- a scalar argument of kf_forward used in arithmetic must be wrapped in int() or float().""",
+    defines=r"^\s*def\s+(\w+)\s*\(", entry=r"^\s*def\s+kf_forward\s*\(")
+
 BACKEND = Backend(name="triton", language="triton", source_suffix=".py",
                   unavailable_reason=unavailable_reason, build=build,
-                  timeable=lambda: not interpreter_wanted() and _cuda_available())
+                  timeable=lambda: not interpreter_wanted() and _cuda_available(),
+                  scan=static_scan("triton"), loading=Loading(device="cuda", artefact="module"),
+                  installed_file=lambda source, build_dir, output_meta: source, prompt=PROMPT,
+                  requires=("triton",), gpu_code=True)

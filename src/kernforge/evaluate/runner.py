@@ -27,7 +27,7 @@ from kernforge.backends import get_backend
 from kernforge.evaluate import forked
 from kernforge.evaluate.forked import kill_worker
 from kernforge.evaluate.judge import Oracle, judge, timing_verdict
-from kernforge.evaluate.scan import Finding, scan_source
+from kernforge.backends.scan import Finding
 from kernforge.harness.timing import Timing, clearly_faster, confirmed_by_sync
 from kernforge.phases import Stopwatch
 from kernforge.tasks import load_task
@@ -535,9 +535,8 @@ def static_findings(task_path: Path, source: Path, backend: str) -> list[Finding
     if scans_off():
         return []
     task = load_task(task_path)
-    language = get_backend(backend).language
     dtype = task.tensor_args[0]["dtype"] if task.tensor_args else "torch.float32"
-    return scan_source(source.read_text(errors="replace"), language, dtype)
+    return get_backend(backend).scan(source.read_text(errors="replace"), dtype)
 
 
 def memory_limit_bytes(reference_path: Path) -> int:

@@ -154,9 +154,9 @@ def native_entry(spec: Any, python_call: Callable[[list[torch.Tensor]], Any],
     module = native_module()
     if module is None:
         raise NotNative(why_not_native() or "not built")
-    if spec.backend in ("cpu", "cuda"):
+    if spec.loading.artefact == "library":
         plan = library_plan(spec)
-    else:
+    else:  # a module's kernels are read off the launches its Python entry makes
         plan = triton_plan(spec, python_call, example_inputs)
     entry = module.make_entry(plan)
     for _ in range(2):
@@ -188,7 +188,7 @@ _LIBRARIES: dict[str, Any] = {}
 
 def _device_of(spec: Any) -> str:
     devices = sorted(spec.devices, key=str)
-    if spec.backend == "cpu":
+    if spec.loading.device == "cpu":
         return "cpu"
     if len(devices) != 1:
         raise NotNative("proved for several GPUs: one entry is made per device")
@@ -299,7 +299,10 @@ def triton_plan(spec: Any, python_call: Callable[[list[torch.Tensor]], Any],
 
 
 def _record(python_call: Callable[[list[torch.Tensor]], Any], inputs: list[torch.Tensor]) -> dict[str, Any]:
-    from triton.compiler.compiler import CompiledKernel
+    try:
+        from triton.compiler.compiler import CompiledKernel
+    except ImportError:  # a module of another backend, where triton is not installed: no launches to read
+        raise NotNative("triton is not installed: no kernel launches to record") from None
 
     launches: list[tuple[Any, tuple, tuple]] = []
     original = CompiledKernel.launch_metadata
@@ -455,7 +458,7 @@ def guarded_entry(spec: Any, alignment: int) -> Any:
     if spec.native is None:
         raise NotNative(spec.native_why or "no native entry")
     checks = [_check(meta, "Tensor", spec.devices, alignment) for meta in spec.args]
-    return native_module().make_guarded(checks, spec.native, spec.backend == "cuda")
+    return native_module().make_guarded(checks, spec.native, spec.loading.default_stream_only)
 
 
 def module_entry(spec: Any, alignment: int, sources: list[tuple[int, Any, str]]) -> Any:

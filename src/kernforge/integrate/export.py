@@ -1,18 +1,20 @@
 """`kernforge export RUN -o DIR`: a run's winners as a standalone package that needs only torch.
 
     DIR/
-      pyproject.toml             setuptools; depends on torch (and triton for Triton kernels)
+      pyproject.toml             setuptools; depends on torch and what the backend needs (Backend.requires)
       README.md
       PACKAGE/                   default kernforge_<model>_kernels
         __init__.py              install(model=None, force=False), uninstall()
-        loader.py runtime.py kernels.py fused.py native_abi.py importing.py dispatch.py dispatch.cpp
+        loader.py runtime.py kernels.py fused.py native_abi.py loading.py importing.py dispatch.py
+        dispatch.cpp
         prebuilt/dispatch-KEY/   dispatch.cpp built for the exporting torch and Python
                                  kernforge's own files, verbatim
-        manifest.json            per kernel: op, schema, guard, outputs, speedups; the device;
+        manifest.json            per kernel: op, schema, guard, outputs, its backend's loading
+                                 facts, how its library was built, speedups; the device;
                                  the versions; a sha256 of every other file of PACKAGE/
         kernels/NAME.c + NAME.so (cpu), NAME.py (triton), NAME.cu + NAME.so (cuda)
 
-The package runs kernforge's runtime, not a copy of its logic: the five files are copied as
+The package runs kernforge's runtime, not a copy of its logic: those files are copied as
 they are, and each imports its neighbours relatively when it is not inside kernforge.
 Native dispatch (dispatch.cpp) ships built for the torch and Python that exported it (prebuilt/);
 under another torch or Python it is built where the package is installed, against the torch there.
@@ -32,14 +34,14 @@ from typing import Any
 
 import kernforge
 from kernforge import importing
-from kernforge.backends import BuildError, get_backend, native_abi
+from kernforge.backends import BuildError, get_backend, loading, native_abi
 from kernforge.errors import UserError
 from kernforge.integrate import dispatch, fused, kernels, loader, runtime
 from kernforge.integrate.install import Winner, installable, placement, winners
 from kernforge.search.runs import RunRecord, read_run
 
 # Shipped verbatim: each is torch-only and imports its neighbours relatively outside kernforge.
-SHIPPED_MODULES = (runtime, kernels, fused, loader, native_abi, importing, dispatch)
+SHIPPED_MODULES = (runtime, kernels, fused, loader, native_abi, loading, importing, dispatch)
 
 
 @dataclass
@@ -171,14 +173,12 @@ def _write_package(run: RunRecord, found: list[Winner], root: Path, package: str
 
 def _ship_kernel(run: RunRecord, winner: Winner, pkg: Path) -> dict[str, Any]:
     """Copy one winner's source (and library) into kernels/; its manifest entry."""
+    backend = get_backend(winner.backend)
     name = runtime.kernel_name(winner.op, winner.source.read_bytes())
     source = f"kernels/{name}{winner.source.suffix}"
     library, build = None, {}
-    if winner.backend == "cpu":
-        built, build = _cpu_library(run, winner)
-    elif winner.backend == "cuda":
-        built, build = _cuda_library(run, winner)
-    if winner.backend in ("cpu", "cuda"):
+    if backend.loading.artefact == "library":
+        built, build = SHIPPED_LIBRARY[backend.loading.device](run, winner)
         library = f"kernels/{name}.so"
         shutil.copyfile(built, pkg / library)
     shutil.copyfile(winner.source, pkg / source)
@@ -186,7 +186,7 @@ def _ship_kernel(run: RunRecord, winner: Winner, pkg: Path) -> dict[str, Any]:
             "signature": winner.signature, "chain": winner.chain,
             "schema": chain_schema(winner) if winner.chain else str(kernels.resolve(winner.op)._schema),
             "guard": winner.args, "outputs": winner.outputs, "backend": winner.backend,
-            "source": source, "library": library, "build": build,
+            "loading": backend.loading.to_json(), "source": source, "library": library, "build": build,
             "speedup_vs_eager": winner.speedup_vs_eager, "p50_ms": winner.p50_ms,
             "eager_p50_ms": winner.eager_p50_ms, "share": winner.share}
 
@@ -200,18 +200,16 @@ def chain_schema(winner: Winner) -> str:
 def _cpu_library(run: RunRecord, winner: Winner) -> tuple[Path, dict[str, Any]]:
     """Built here, with the object checks, so that the CPU it was built for (-march=native)
     is known: the package uses it on that CPU model only and rebuilds it elsewhere."""
-    from kernforge.backends.cpu import GCC_COMMAND
+    backend = get_backend(winner.backend)
+    built = backend.installed_file(winner.source, _build_dir(run), winner.outputs)
+    return built, {"command": list(backend.rebuild_command), "built_for": loader.cpu_model()}
 
-    kernel = get_backend("cpu").build(winner.source, _build_dir(run), winner.outputs)
-    return kernel.library, {"command": GCC_COMMAND, "built_on": loader.cpu_model()}  # type: ignore[attr-defined]
 
-
-def _cuda_library(run: RunRecord, winner: Winner) -> tuple[Path, dict[str, Any]]:
-    """The library the run built and proved (nvcc for its GPU's architecture); else one built
+def _gpu_library(run: RunRecord, winner: Winner) -> tuple[Path, dict[str, Any]]:
+    """The library the run built and proved (for its GPU's architecture); else one built
     here, where this machine has that GPU; else a BuildError."""
-    from kernforge.backends.cuda import NVCC_FLAGS
-
-    build = {"command": ["nvcc", "-arch={arch}", *NVCC_FLAGS], "arch": device_record(run)["arch"]}
+    backend = get_backend(winner.backend)
+    build = {"command": list(backend.rebuild_command), "built_for": device_record(run)["arch"]}
     node_build = run.root / "tasks" / winner.task_id / "nodes" / winner.node_id / "build"
     proved = sorted(node_build.glob("kf_*.so"), key=lambda p: p.stat().st_mtime)
     if proved:
@@ -219,8 +217,12 @@ def _cuda_library(run: RunRecord, winner: Winner) -> tuple[Path, dict[str, Any]]
     if not _gpu_here(run.device_name):
         raise BuildError(f"the run folder keeps no library of it and this machine has no {run.device_name} "
                          "to build one for; export on that machine")
-    kernel = get_backend("cuda").build(winner.source, _build_dir(run), winner.outputs)
-    return kernel.library, build  # type: ignore[attr-defined]
+    return backend.installed_file(winner.source, _build_dir(run), winner.outputs), build
+
+
+# The library a package ships, per device type of the kernel's backend (loader.TARGETS reads
+# what it was built for): a CPU library is built where it is exported, a GPU one is the run's.
+SHIPPED_LIBRARY = {"cpu": _cpu_library, "cuda": _gpu_library}
 
 
 def _build_dir(run: RunRecord) -> Path:
@@ -277,7 +279,7 @@ def _manifest(run: RunRecord, package: str, device: dict[str, Any], entries: lis
 
 
 def _init_source(run: RunRecord, package: str) -> str:
-    needs = "torch and triton" if run.backend == "triton" else "torch"
+    needs = " and ".join(("torch", *get_backend(run.backend).requires))
     model = run.settings.model_name or "a model"
     return f'''"""Kernels kernforge searched and proved for {model} (run {run.root.name}); needs only {needs}.
 
@@ -314,9 +316,7 @@ def uninstall():
 
 def _pyproject(run: RunRecord, package: str) -> str:
     versions = run.settings.versions
-    dependencies = [_at_least("torch", versions.get("torch"))]
-    if run.backend == "triton":
-        dependencies.append(_at_least("triton", versions.get("triton")))
+    dependencies = [_at_least(name, versions.get(name)) for name in ("torch", *get_backend(run.backend).requires)]
     return f'''[build-system]
 requires = ["setuptools>=61"]
 build-backend = "setuptools.build_meta"
@@ -353,7 +353,7 @@ def _readme(run: RunRecord, package: str, entries: list[dict[str, Any]]) -> str:
 
 Kernels that kernforge searched and proved for {run.config.get('model_name', 'a model')}
 (run `{run.root.name}`, {run.backend} backend on {run.device_name}). Installs with
-`pip install .`; needs only torch{' and triton' if run.backend == 'triton' else ''}.
+`pip install .`; needs only {" and ".join(("torch", *get_backend(run.backend).requires))}.
 
 ```python
 import {package}

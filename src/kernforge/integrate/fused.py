@@ -695,7 +695,7 @@ def _proved_tensors(plan: ChainPlan) -> Callable[[list[Any], bool], bool]:
         align = kernels.ALIGNMENT // element if kernels.ALIGNMENT % element == 0 else 1
         expected.append((dtype, torch.Size(meta["shape"]), tuple(meta["stride"]), align))
     plain = kernels.plain
-    on_default_stream = spec.backend == "cuda"
+    on_default_stream = spec.loading.default_stream_only
 
     def proved(tensors: list[Any], grad: bool) -> bool:
         for t, (dtype, shape, stride, align) in zip(tensors, expected):

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from kernforge.backends import get_backend
 from kernforge.errors import UserError
 from kernforge.integrate import kernels, runtime
 from kernforge.integrate.runtime import compile_caches_off  # noqa: F401 - apply's, with patch's one copy
@@ -72,19 +73,16 @@ def installable(winner: Winner) -> str | None:
 
 
 def build_spec(winner: Winner, build_dir: Path, devices: frozenset[torch.device]) -> runtime.KernelSpec:
-    """The winner built here: a Triton module imported, a C or CUDA file compiled (with the
-    evaluator's object checks, cached by source) and bound without the evaluator's wrappers."""
-    path = winner.source
-    if winner.backend in ("cpu", "cuda"):
-        from kernforge.backends import get_backend
-
-        kernel = get_backend(winner.backend).build(winner.source, build_dir, winner.outputs)
-        path = kernel.library  # type: ignore[attr-defined]
-    entry = runtime.load_entry(winner.backend, path, winner.outputs)
+    """The winner built here as its backend installs one (Backend.installed_file: a module as it is,
+    a C or CUDA file compiled with the evaluator's object checks, cached by source) and bound
+    without the evaluator's wrappers."""
+    backend = get_backend(winner.backend)
+    path = backend.installed_file(winner.source, build_dir, winner.outputs)
+    entry = runtime.load_entry(backend.loading, path, winner.outputs)
     return runtime.KernelSpec(name=runtime.kernel_name(winner.op, winner.source.read_bytes()),
                               op=winner.op, args=winner.args, outputs=winner.outputs,
-                              backend=winner.backend, entry=entry, devices=devices, chain=winner.chain,
-                              library=path if winner.backend in ("cpu", "cuda") else None)
+                              backend=winner.backend, loading=backend.loading, entry=entry, devices=devices,
+                              chain=winner.chain, library=path if backend.loading.artefact == "library" else None)
 
 
 def devices_for(run: RunRecord) -> frozenset[torch.device]:

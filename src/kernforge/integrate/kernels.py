@@ -19,9 +19,11 @@ from typing import Any
 import torch
 
 if __name__.startswith("kernforge."):
+    from kernforge.backends.loading import Loading
     from kernforge.integrate import dispatch
 else:  # inside an exported package, where these files sit beside this one
     from . import dispatch  # type: ignore[no-redef]
+    from .loading import Loading  # type: ignore[no-redef]
 
 NAMESPACE = "kernforge"
 ALIGNMENT = 16  # bytes: the evaluator proves kernels on fresh allocations, aligned at least this much
@@ -35,7 +37,8 @@ class KernelSpec:
     op: str  # the ATen overload it replaces, e.g. "aten::_softmax.default"
     args: list[Any]  # the captured call's arguments: tensors as {shape, dtype, stride, device}
     outputs: list[dict[str, Any]]  # the op's outputs: {shape, dtype, stride, device}
-    backend: str  # triton | cuda | cpu
+    backend: str  # the backend's name, as the run recorded it: for people, never for a decision
+    loading: Loading  # what the runtime knows of its backend: device, dispatch key, artefact, stream rule
     entry: Callable[..., Any]  # entry(*args, **kwargs) -> the op's outputs
     devices: frozenset[torch.device] = frozenset()  # where it may run (same GPU model as proved)
     under_compile: bool = True  # False: compile's graph keeps the original op (it pays only in eager)
@@ -43,7 +46,7 @@ class KernelSpec:
     # A fused chain's steps and outputs (fused.py): op is then its name ("chain:mul+add+_softmax"),
     # args its inputs' descriptions, outputs the values it keeps; None for a single ATen op.
     chain: dict[str, Any] | None = None
-    library: Path | None = None  # the compiled library of a cpu or cuda kernel
+    library: Path | None = None  # the compiled library of a kernel whose artefact is a library
     # The kernel's C++ entry (dispatch.py): its tensors in guard order in, its outputs out; None
     # where it has none, and native_why says why. Made once per spec, at its first install.
     native: Any = field(default=None, repr=False)
@@ -206,7 +209,7 @@ def custom_op(spec: KernelSpec, original_of: Callable[[KernelSpec], Callable[...
         returns = "Tensor" if len(spec.outputs) == 1 else "(" + ", ".join(["Tensor"] * len(spec.outputs)) + ")"
         lib.define(f"{spec.name}({params}) -> {returns}")
         rebuild, original = make_rebuild(spec.args), original_of(spec)
-        dispatch_key = "CUDA" if spec.backend in ("triton", "cuda") else "CPU"
+        dispatch_key = spec.loading.dispatch_key
         name, metas = spec.name, spec.outputs
 
         def implementation(*tensors: torch.Tensor) -> Any:
@@ -255,7 +258,7 @@ def runnable_here(spec: KernelSpec, tensors: Any) -> bool:
     """The checks a guard cannot make on fake tensors, made when the kernel is about to run."""
     if not all(t.device in spec.devices for t in tensors):
         return False
-    if spec.backend == "cuda":  # the ABI launches on the default stream: any other would race
+    if spec.loading.default_stream_only:
         return torch.cuda.current_stream(tensors[0].device).cuda_stream == 0
     return True
 

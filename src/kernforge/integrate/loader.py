@@ -12,10 +12,10 @@ What install() does, in order:
 3. checks the machine against the one the kernels were proved on (the GPU's name and compute
    capability, or the CPU's name as kernforge recorded it); on another, a warning names the
    fix and nothing is installed, the model running its original ops, unless force=True;
-4. loads each kernel: a Triton source is imported; a C library is loaded where it was built
-   for this CPU (gcc's -march=native makes it this CPU's code), else rebuilt from its source
-   with the recorded gcc command into the user's cache; a CUDA library is loaded on the
-   architecture it was built for, else rebuilt with nvcc where it is on PATH. A kernel that
+4. loads each kernel as its backend's loading facts (in the manifest) say: a module (Triton) is
+   imported; a library is loaded where it was built for this machine (a C library for this CPU
+   model: gcc's -march=native makes it that CPU's code; a CUDA library for this architecture),
+   else rebuilt from its source with the recorded command into the user's cache. A kernel that
    cannot be loaded is left out with a warning, and its op runs the original;
 5. holds torch.compile's on-disk caches off, installs the routes (runtime.install) and drops
    compiled code, so the next compile sees the routes; uninstall() undoes all three.
@@ -43,7 +43,9 @@ else:  # inside an exported package, where runtime.py sits beside this file
     from . import runtime  # type: ignore[no-redef]
 
 MANIFEST = "manifest.json"
-MANIFEST_FORMAT = 1  # the manifest's layout; a newer one is refused, not misread
+# The manifest's layout; another one is refused, not misread. 2: each kernel carries its backend's
+# loading facts, and its build record says what the library was built for (built_for).
+MANIFEST_FORMAT = 2
 
 
 class ChecksumError(RuntimeError):
@@ -250,42 +252,48 @@ def _device_fix(devices: frozenset[torch.device]) -> str:
 def load_spec(root: Path, kernel: dict[str, Any], devices: frozenset[torch.device],
               package: str) -> runtime.KernelSpec:
     """One kernel of the manifest as an installable spec; raises where it cannot be loaded."""
-    backend, source = kernel["backend"], root / kernel["source"]
-    path = source
-    if backend == "cpu":
-        path = cpu_library(root, kernel, package)
-    elif backend == "cuda":
-        arch = gpu_arch(min(devices, key=lambda d: d.index or 0))
-        path = cuda_library(root, kernel, arch, package)
-        devices = frozenset(d for d in devices if gpu_arch(d) == arch)
-    entry = runtime.load_entry(backend, path, kernel["outputs"])
+    loading = runtime.Loading.from_json(kernel["loading"])  # the backend, as the runtime knows it
+    path = root / kernel["source"]
+    if loading.artefact == "library":
+        path, devices = library_here(root, kernel, TARGETS[loading.device](devices), package)
+    entry = runtime.load_entry(loading, path, kernel["outputs"])
     return runtime.KernelSpec(name=kernel["name"], op=kernel["op"], args=kernel["guard"],
-                              outputs=kernel["outputs"], backend=backend, entry=entry, devices=devices,
-                              in_eager=kernel.get("in_eager", True), under_compile=kernel.get("under_compile", True),
-                              chain=kernel.get("chain"), library=path if backend in ("cpu", "cuda") else None)
+                              outputs=kernel["outputs"], backend=kernel["backend"], loading=loading, entry=entry,
+                              devices=devices, in_eager=kernel.get("in_eager", True),
+                              under_compile=kernel.get("under_compile", True), chain=kernel.get("chain"),
+                              library=path if loading.artefact == "library" else None)
 
 
-def cpu_library(root: Path, kernel: dict[str, Any], package: str) -> Path:
-    """The shipped library where it was built for this CPU and loads, else one rebuilt here."""
-    build = kernel["build"]
+def library_here(root: Path, kernel: dict[str, Any], target: tuple[str, frozenset[torch.device]],
+                 package: str) -> tuple[Path, frozenset[torch.device]]:
+    """The shipped library where it was built for this machine's target (TARGETS) and loads, else one
+    rebuilt here with the recorded command; and the devices it may run on. A library whose target
+    was not recorded (a GPU run whose architecture was unknown at export: its name matched) is tried."""
+    (built_for, devices), build = target, kernel["build"]
     prebuilt = root / kernel["library"] if kernel.get("library") else None
-    if prebuilt is not None and build.get("built_on") == cpu_model() and _loads(prebuilt):
-        return prebuilt
-    return rebuild(root / kernel["source"], build["command"], "", package)
+    if prebuilt is not None and build.get("built_for") in (built_for, None) and _loads(prebuilt):
+        return prebuilt, devices
+    return rebuild(root / kernel["source"], build["command"], built_for, package), devices
 
 
-def cuda_library(root: Path, kernel: dict[str, Any], arch: str, package: str) -> Path:
-    """The shipped library where it was built for this architecture (or its architecture was
-    not recorded: the GPU's name matched), else one rebuilt here with nvcc."""
-    build = kernel["build"]
-    prebuilt = root / kernel["library"] if kernel.get("library") else None
-    if prebuilt is not None and build.get("arch") in (arch, None) and _loads(prebuilt):
-        return prebuilt
-    return rebuild(root / kernel["source"], build["command"], arch, package)
+def _cpu_target(devices: frozenset[torch.device]) -> tuple[str, frozenset[torch.device]]:
+    return cpu_model(), devices
+
+
+def _gpu_target(devices: frozenset[torch.device]) -> tuple[str, frozenset[torch.device]]:
+    """The first GPU's architecture, and the GPUs of that architecture (a library is one arch's code)."""
+    arch = gpu_arch(min(devices, key=lambda d: d.index or 0))
+    return arch, frozenset(d for d in devices if gpu_arch(d) == arch)
+
+
+# What a library is built for, per device type (export records it as build.built_for): gcc's
+# -march=native makes code for one CPU model, nvcc's -arch for one GPU architecture.
+TARGETS = {"cpu": _cpu_target, "cuda": _gpu_target}
 
 
 def rebuild(source: Path, command: list[str], arch: str, package: str) -> Path:
-    """`source` built with the recorded command (its "{arch}" filled in) into the user's cache,
+    """`source` built with the recorded command (its "{arch}" filled in: the target, which a CPU's
+    command does not name) into the user's cache,
     once per (source, command, compiler version)."""
     if shutil.which(command[0]) is None:
         raise RuntimeError(f"the shipped library does not load here and {command[0]} is not on PATH to "

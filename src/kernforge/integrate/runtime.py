@@ -37,6 +37,7 @@ import torch
 from torch._subclasses.fake_tensor import is_fake
 
 if __name__.startswith("kernforge."):
+    from kernforge.backends.loading import Loading
     from kernforge.backends.native_abi import bind_entry, call_entry, empty_like_meta
     from kernforge.importing import import_path
     from kernforge.integrate import dispatch
@@ -49,19 +50,26 @@ else:  # inside an exported package, where these files sit beside this one
     from .kernels import (ALIGNMENT, CURRENT, RUNNING, STATE, KernelSpec, RouteCounts,  # type: ignore[no-redef]
                           custom_op, dtype_named, flat, grad_needed, make_guard, make_rebuild, plain, resolve,
                           run_kernel, runnable_here, tensor_metas)
+    from .loading import Loading  # type: ignore[no-redef]
     from .native_abi import bind_entry, call_entry, empty_like_meta  # type: ignore[no-redef]
 
-def load_entry(backend: str, path: Path, outputs: list[dict[str, Any]]) -> Callable[..., Any]:
-    """The installed callable of a kernel file: a Triton module's kf_forward, or a compiled
-    library's kf_forward writing into freshly allocated outputs (never prefilled: prefilling
-    is the evaluator's check, not part of a kernel)."""
-    if backend == "triton":
-        entry = getattr(import_path(path, "kf_installed"), "kf_forward", None)
-        if not callable(entry):
-            raise RuntimeError(f"{path} defines no kf_forward")
+def load_entry(loading: Loading, path: Path, outputs: list[dict[str, Any]]) -> Callable[..., Any]:
+    """The installed callable of a kernel file, as its backend's loading says (backends/loading.py)."""
+    return LOADERS[loading.artefact](path, outputs, loading.device)
+
+
+def _module_entry(path: Path, outputs: list[dict[str, Any]], device: str) -> Callable[..., Any]:
+    """A Python module's kf_forward, which allocates its own outputs."""
+    entry = getattr(import_path(path, "kf_installed"), "kf_forward", None)
+    if callable(entry):
         return entry
+    raise RuntimeError(f"{path} defines no kf_forward")
+
+
+def _library_entry(path: Path, outputs: list[dict[str, Any]], device: str) -> Callable[..., Any]:
+    """A compiled library's kf_forward writing into freshly allocated outputs (never prefilled:
+    prefilling is the evaluator's check, not part of a kernel)."""
     native = bind_entry(path)
-    device = "cuda" if backend == "cuda" else "cpu"
 
     def run(*args: Any, **kwargs: Any) -> Any:
         inputs = [t for t in flat((args, kwargs)) if isinstance(t, torch.Tensor)]
@@ -69,6 +77,10 @@ def load_entry(backend: str, path: Path, outputs: list[dict[str, Any]]) -> Calla
         call_entry(native, inputs, out)
         return out[0] if len(out) == 1 else tuple(out)
     return run
+
+
+LOADERS: dict[str, Callable[[Path, list[dict[str, Any]], str], Callable[..., Any]]] = {
+    "module": _module_entry, "library": _library_entry}  # one per loading.ARTEFACTS
 
 
 def kernel_name(op: str, source: bytes) -> str:
@@ -179,7 +191,7 @@ def install(specs: list[KernelSpec], model: torch.nn.Module | None = None) -> In
 
 
 def _route(op: str, specs: list[KernelSpec], installation: Installation) -> Any:
-    backend_key = "CUDA" if specs[0].backend in ("triton", "cuda") else "CPU"
+    backend_key = specs[0].loading.dispatch_key
     namespace, name = op.split("::", 1)
     name = name.removesuffix(".default")  # the dispatcher names a default overload without it
     lib = torch.library.Library(namespace, "IMPL")

@@ -44,7 +44,7 @@ def load_for_run(spec: str, backend_name: str, model: ModelOptions, on_event: On
     began = time.time()
     on_event(PhaseStarted(phase="load"))
     backend = choose_backend(backend_name, torch.cuda.is_available())
-    device = "cuda" if backend.name in ("triton", "cuda") and torch.cuda.is_available() else "cpu"
+    device = backend.device(torch.cuda.is_available())
     loaded = load_model(spec, torch.device(device), model)
     run_forward(loaded)
     return Loaded(backend=backend, device=device, model=loaded, began=began)

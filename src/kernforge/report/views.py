@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kernforge.backends import REGISTRY
 from kernforge.backends.build_report import resource_usage, summarise
 from kernforge.evaluate.judge import CHECKS
 from kernforge.propose.context import task_facts
@@ -401,11 +402,16 @@ def node_view(run: PartialRun, task: TaskState, node_id: str) -> NodeView | None
         _fill_result(view, task, n.node)
     view.transcript = _transcript(n.folder / "transcript.json")
     view.logs = _logs(n.folder)
-    if run.settings.backend in ("triton", "cuda"):
+    if _builds_gpu_code(run.settings.backend):
         usage = summarise(resource_usage(n.folder))  # cuobjdump's registers, spills, shared memory
         if usage:
             view.logs["build report (cuobjdump -res-usage)"] = usage
     return view
+
+
+def _builds_gpu_code(backend: str) -> bool:
+    """Whether the backend's build folders hold GPU code (a run of a backend no longer registered: no)."""
+    return backend in REGISTRY and REGISTRY[backend]().gpu_code
 
 
 def source_diff(parent: NodeState | None, node: NodeState) -> str:

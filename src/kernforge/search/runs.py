@@ -15,6 +15,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from kernforge.backends import get_backend
 from kernforge.errors import UserError
 from kernforge.phases import PHASES
 from kernforge.evaluate import Baseline, EvalResult, Timing
@@ -78,7 +79,7 @@ class RunRecord:
             return None
 
     def source_of(self, task_id: str, node: Node) -> Path:
-        suffix = {"triton": ".py", "cuda": ".cu", "cpu": ".c"}[self.backend]
+        suffix = get_backend(self.backend).source_suffix
         return self.root / "tasks" / task_id / "nodes" / node.node_id / f"candidate{suffix}"
 
 

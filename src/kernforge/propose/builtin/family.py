@@ -1,9 +1,10 @@
 """What a family of built-in kernels declares, and the machine facts its rules read.
 
 A family (one folder under propose/families/) says which tasks it takes and the facts
-its kernels need; per backend, its space (the variants and the parameters each reads);
-a starting point chosen by a rule from those facts and the hardware's; and how a point
-becomes a source (a kernel file with its constants block rewritten: kernel_file.py).
+its kernels need; and, in one Writer per backend it has kernels for, its space (the variants
+and the parameters each reads), a starting point chosen by a rule from those facts and the
+hardware's, and how a point becomes a source (a kernel file with its constants block
+rewritten: kernel_file.py).
 """
 
 from __future__ import annotations
@@ -35,18 +36,50 @@ class Hardware:
 
 
 @dataclass(frozen=True)
+class Writer:
+    """A family's kernels for one backend."""
+
+    # (facts, hardware) -> the space, or None: no kernel for these facts (a case it does not take).
+    space: Callable[[dict[str, Any], Hardware], Space | None]
+    # (facts, hardware) -> the starting point: the family's rule, a point of the space.
+    start: Callable[[dict[str, Any], Hardware], dict[str, Any]]
+    # (facts, point) -> the source.
+    render: Callable[[dict[str, Any], dict[str, Any]], str]
+
+
+class Writers(dict[str, Writer]):
+    """A family's writers by backend name: a backend missing here is one the family writes no
+    kernels for, and that is said nowhere else."""
+
+    def space(self, facts: dict[str, Any], backend: str, hw: Hardware) -> Space | None:
+        """The backend's space for these facts, or None where the family has no kernel for them."""
+        writer = self.get(backend)
+        return writer.space(facts, hw) if writer else None
+
+    def start(self, facts: dict[str, Any], backend: str, hw: Hardware) -> dict[str, Any]:
+        return self[backend].start(facts, hw)
+
+    def render(self, facts: dict[str, Any], backend: str, point: dict[str, Any]) -> str:
+        return self[backend].render(facts, point)
+
+
+@dataclass(frozen=True)
 class Family:
     name: str
     # task -> facts the kernels need (shapes, dtype...), or a string saying why not.
     match: Callable[[KernelTask], dict[str, Any] | str]
-    # (facts, backend, hardware) -> the space, or None: no kernels for that backend.
-    space: Callable[[dict[str, Any], str, Hardware], Space | None]
-    # (facts, backend, hardware) -> the starting point: the family's rule, a point of the space.
-    start: Callable[[dict[str, Any], str, Hardware], dict[str, Any]]
-    # (facts, backend, point) -> the source.
-    render: Callable[[dict[str, Any], str, dict[str, Any]], str]
+    writers: Writers
     # (parameter, old value, new value) -> why the move might help.
     explain: Callable[[str, Any, Any], str]
+
+    def space(self, facts: dict[str, Any], backend: str, hw: Hardware) -> Space | None:
+        return self.writers.space(facts, backend, hw)
+
+    def start(self, facts: dict[str, Any], backend: str, hw: Hardware) -> dict[str, Any]:
+        return self.writers.start(facts, backend, hw)
+
+    def render(self, facts: dict[str, Any], backend: str, point: dict[str, Any]) -> str:
+        return self.writers.render(facts, backend, point)
 
 
 # The families in the order they are asked (packages under propose/families/); a task goes to

@@ -22,6 +22,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from kernforge.backends import REGISTRY
 from kernforge.errors import UserError
 from kernforge.propose import NoProposal, Proposal, ProposerOptions, Usage
 from kernforge.propose.context import ProposalContext
@@ -31,7 +32,6 @@ from kernforge.propose.llm.extract import extract_candidate
 from kernforge.propose.llm.prices import Price, cost_usd, load_prices, price_for
 from kernforge.propose.llm.providers import Message, Provider, ProviderError, make_provider
 
-BACKENDS = ("triton", "cpu", "cuda")
 # Reply lengths: a kernel file is 2-8 kB (~2k tokens); 8k leaves room for a long one and the prose.
 GENERATOR_MAX_TOKENS, ANALYST_MAX_TOKENS = 8192, 1024
 # Proposals in flight at once: one per evaluation worker is enough to keep them busy (the engine
@@ -75,8 +75,8 @@ class LLMProposer:
         self.provider.check()
 
     def why_unsupported(self, task: Any, backend: str) -> str | None:
-        if backend not in BACKENDS:
-            return f"the llm proposer writes {', '.join(BACKENDS)} kernels, not {backend}"
+        if backend not in REGISTRY:  # every registered backend's record says what to tell the generator
+            return f"the llm proposer writes {', '.join(REGISTRY)} kernels, not {backend}"
         if not task.outputs or not all("shape" in o for o in task.outputs):
             return f"{task.op} returns something other than tensors"
         return None

@@ -12,13 +12,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-# Fence tags per backend; an untagged block counts for every backend.
-LANGUAGES = {"triton": ("python", "py", "python3", "triton"), "cpu": ("c", "c11", "h"),
-             "cuda": ("cuda", "cu", "cpp", "c++", "cxx", "c")}
+from kernforge.backends import Prompt, get_backend
+
 _FENCE = re.compile(r"^(```|~~~)[ \t]*([\w+.-]*)[^\n]*\n(.*?)^\1[ \t]*$", re.S | re.M)
 _OPEN_FENCE = re.compile(r"^(```|~~~)[ \t]*([\w+.-]*)[^\n]*\n", re.M)
-_DEFINES = {"triton": r"^\s*def\s+(\w+)\s*\(", "cpu": r"^[\w\s\*]*?\b(\w+)\s*\([^;{]*\)\s*\{",
-            "cuda": r"^[\w\s\*<>:]*?\b(\w+)\s*\([^;{]*\)\s*\{"}
 
 
 @dataclass
@@ -29,16 +26,17 @@ class Extracted:
 
 
 def extract_candidate(reply: str, backend: str) -> Extracted:
+    prompt = get_backend(backend).prompt  # its fence tags and what a definition looks like
     idea = _idea(reply)
     blocks = [(tag.lower(), body) for _, tag, body in _FENCE.findall(reply)]
-    ours = [body for tag, body in blocks if not tag or tag in LANGUAGES[backend]]
-    entries = [b for b in ours if _defines_entry(b, backend)]
+    ours = [body for tag, body in blocks if not tag or tag in prompt.fence_tags]
+    entries = [b for b in ours if _defines_entry(b, prompt)]
     if entries:
-        return Extracted(_with_helpers(entries[-1], [b for b in ours if b is not entries[-1]], backend),
+        return Extracted(_with_helpers(entries[-1], [b for b in ours if b is not entries[-1]], prompt),
                          idea=idea)
     if _cut_off(reply):
         return Extracted(None, "the reply was cut off inside its code block (its token limit?)", idea)
-    if not blocks and _defines_entry(reply, backend):
+    if not blocks and _defines_entry(reply, prompt):
         return Extracted(reply.strip() + "\n", idea=idea)
     if blocks:
         tags = ", ".join(sorted({t or "untagged" for t, _ in blocks}))
@@ -46,20 +44,18 @@ def extract_candidate(reply: str, backend: str) -> Extracted:
     return Extracted(None, "the reply held no code block", idea)
 
 
-def _with_helpers(entry: str, others: list[str], backend: str) -> str:
+def _with_helpers(entry: str, others: list[str], prompt: Prompt) -> str:
     """The entry block, after the other blocks that define a name it uses and it does not define."""
-    own = set(re.findall(_DEFINES[backend], entry, re.M))
+    own = set(re.findall(prompt.defines, entry, re.M))
     needed = [b for b in others
               if any(name not in own and re.search(rf"\b{name}\b", entry)
-                     for name in re.findall(_DEFINES[backend], b, re.M))]
+                     for name in re.findall(prompt.defines, b, re.M))]
     return "\n\n".join([*needed, entry]).strip() + "\n"
 
 
-def _defines_entry(text: str, backend: str) -> bool:
+def _defines_entry(text: str, prompt: Prompt) -> bool:
     """Whether the text defines kf_forward (a call of it, in a usage note, does not count)."""
-    if backend == "triton":
-        return bool(re.search(r"^\s*def\s+kf_forward\s*\(", text, re.M))
-    return bool(re.search(r"\bkf_forward\s*\([^;{]*\)\s*\{", text))
+    return bool(re.search(prompt.entry, text, re.M))
 
 
 def _cut_off(reply: str) -> bool:

@@ -1,9 +1,9 @@
 """What the two agents are told: the generator's and the analyst's prompts, from a ProposalContext.
 
 The generator gets the op's semantics (its schema and the call it must match), the
-real shapes, dtypes and strides, the machine, the backend's candidate contract and
-what the scan allows, a worked example (the built-in proposer's own kernel for a
-softmax), the lineage with timings, the failed approaches and the analyst's advice;
+real shapes, dtypes and strides, the machine, the backend's candidate contract,
+what the scan allows and a worked example (a softmax: all three from the backend's record,
+kernforge.backends.Prompt), the lineage with timings, the failed approaches and the analyst's advice;
 for a first kernel, a sibling's best (the same op at another shape) where one was found;
 then one instruction: write a first kernel, repair the parent from its error, or
 improve on it. The analyst gets one timed candidate against the floor and the peers,
@@ -17,56 +17,12 @@ import json
 import re
 from typing import Any
 
+from kernforge.backends import REGISTRY, get_backend
 from kernforge.propose.context import Attempt, ProposalContext, TaskFacts
 
-LANGUAGE = {"triton": "Python with Triton", "cpu": "C11 with OpenMP", "cuda": "CUDA C++"}
-FENCE = {"triton": "python", "cpu": "c", "cuda": "cuda"}
 SOURCE_CHARS = 16_000  # a source longer than this is cut in a prompt (generated kernels are 2-8 kB)
 REASON_CHARS = 600  # of an error message: the compiler's first lines say what is wrong
 FAILURES_SHOWN = 8
-
-CONTRACT = {
-    "triton": """The file is a Python module. It defines `kf_forward(...)`, taking the op's arguments in the
-order of the call below (tensors as torch tensors on the GPU, the other arguments as given), and
-returns what the op returns: the same number of outputs with the same shapes, dtypes and strides.
-Outputs are allocated in kf_forward (torch.empty, torch.empty_like, torch.empty_strided) and every
-element is computed by your @triton.jit kernels. Launch on the current stream; do not synchronize.""",
-    "cpu": """The file is one C11 translation unit, built with `gcc -O3 -march=native -fopenmp`. It declares
-the kf_tensor struct exactly as in the example and defines
-    int kf_forward(const kf_tensor *in, int n_in, kf_tensor *out, int n_out);
-`in` holds the op's tensor arguments in order; `out` the outputs, already allocated with the op's
-shapes, dtypes and strides, holding arbitrary contents (write every element, every call). Non-tensor
-arguments are fixed for this task: bake them in. Return 0; non-zero means "cannot handle this".""",
-    "cuda": """The file is one CUDA C++ translation unit, built with `nvcc -O3 -arch=sm_XY` for this GPU. It
-declares the kf_tensor struct exactly as in the example and defines
-    extern "C" int kf_forward(const kf_tensor *in, int n_in, kf_tensor *out, int n_out);
-`in` holds the op's tensor arguments in order, `out` the outputs, already allocated on the GPU with
-the op's shapes, dtypes and strides (data are device pointers; they hold arbitrary contents:
-write every element, every call). Non-tensor arguments are fixed for this task: bake them in. Launch your
-kernels on the default stream and do not synchronize; return 0 (non-zero: cannot handle this).
-Declare device helpers `static __device__`: nvcc gives a non-static one a host stub that calls
-exit(), which the object scan rejects.""",
-}
-
-SCAN_RULES = {
-    "triton": """The file is checked before it runs, against an allow-list:
-- imports: math, torch, triton, triton.language (as tl) and triton.language.extra.libdevice only;
-- outside @triton.jit functions, torch is used only to allocate outputs and read metadata (shape,
-  stride, dtype, device, numel; views such as .view, .reshape, .contiguous; never data_ptr): no
-  torch op may compute any part of the result, and no tensor arithmetic outside kernels;
-- no classes, no global or nonlocal, no dunder names, no writes to attributes, no module-level
-  state except constants, kernels, and a memo of device properties;
-- a scalar argument of kf_forward used in arithmetic must be wrapped in int() or float().""",
-    "cpu": """The file is checked before it runs: headers only from stdint.h, stddef.h, stdbool.h, math.h,
-float.h, limits.h, string.h, stdlib.h, omp.h and the *intrin.h intrinsics; no inline asm, no
-extern declarations, no token pasting; the compiled object may call only math, memory and OpenMP
-functions: no I/O, no syscalls, no global or static state that outlives a call.""",
-    "cuda": """The file is checked before it runs: headers only from the C ones (stdint.h, math.h, string.h...),
-cuda_runtime.h, cuda_fp16.h, cuda_bf16.h, cuda_fp8.h, cooperative_groups, mma.h, cuda_pipeline,
-cuda/barrier and the cuda/std basics: never cuBLAS, cuDNN, CUTLASS, ATen or torch; no extern
-declarations, no token pasting, no asm that reads a clock; the object may call only the CUDA
-runtime's launch and error functions: no I/O, no host syscalls, no state that outlives a call.""",
-}
 
 RULES = """Rules the evaluator enforces (a candidate that breaks one is rejected as a cheat or a wrong result):
 - it runs on the real inputs and on fresh ones of exactly this signature (same shapes, dtypes,
@@ -78,10 +34,32 @@ RULES = """Rules the evaluator enforces (a candidate that breaks one is rejected
 REPLY_FORMAT = """Reply with one line `Idea: ...` saying what this kernel does differently and why it should be
 faster, then the complete file in one ```{fence} block. Nothing after the block."""
 
+# ---------------------------------------------------------------- the generator
+
+def generator_system(backend: str) -> str:
+    prompt = get_backend(backend).prompt
+    return "\n\n".join([
+        f"You write GPU and CPU kernels for kernforge, in {prompt.language}. Each of your files replaces "
+        "one PyTorch operator; it is built, checked for correctness on real and fresh inputs, and timed "
+        "against eager PyTorch and torch.compile. Faster is better; wrong is worthless.",
+        "## The candidate file\n" + prompt.contract,
+        "## What the file may contain\n" + prompt.rules,
+        "## " + RULES,
+        "## A worked example (softmax over the last dim of a 4096x1024 float32 tensor)\n"
+        f"```{prompt.fence}\n{worked_example(backend).strip()}\n```",
+        "## Reply format\n" + REPLY_FORMAT.format(fence=prompt.fence),
+    ])
+
+
 @functools.cache
 def worked_example(backend: str) -> str:
-    """A correct kernel in the backend's form: the built-in proposer's own softmax, its
-    starting point for 4096 rows of 1024 float32 (a kernel file of propose/families/softmax)."""
+    """The backend's worked example (Prompt.example), or, where it gives none, the built-in
+    proposer's own softmax kernel for it: its starting point for 4096 rows of 1024 float32."""
+    given = get_backend(backend).prompt.example
+    return given if given is not None else _builtin_softmax(backend)
+
+
+def _builtin_softmax(backend: str) -> str:
     from kernforge.propose.builtin.family import Hardware
     from kernforge.propose.families import softmax
     from kernforge.tasks import KernelTask
@@ -91,23 +69,6 @@ def worked_example(backend: str) -> str:
                       outputs=[dict(x)], samples=[], share=0.0, gain_if_2x=0.0, time_us=0.0, device="")
     facts = softmax.match(task)
     return softmax.render(facts, backend, softmax.start(facts, backend, Hardware()))
-
-
-# ---------------------------------------------------------------- the generator
-
-def generator_system(backend: str) -> str:
-    return "\n\n".join([
-        f"You write GPU and CPU kernels for kernforge, in {LANGUAGE[backend]}. Each of your files replaces "
-        "one PyTorch operator; it is built, checked for correctness on real and fresh inputs, and timed "
-        "against eager PyTorch and torch.compile. Faster is better; wrong is worthless.",
-        "## The candidate file\n" + CONTRACT[backend],
-        "## What the file may contain\n" + SCAN_RULES[backend],
-        "## " + RULES,
-        f"## A worked example (softmax over the last dim of a 4096x1024 float32 tensor; "
-        "the built-in proposer's own starting point for it)\n"
-        f"```{FENCE[backend]}\n{worked_example(backend).strip()}\n```",
-        "## Reply format\n" + REPLY_FORMAT.format(fence=FENCE[backend]),
-    ])
 
 
 def generator_prompt(ctx: ProposalContext, advice: dict[str, Any]) -> str:
@@ -263,7 +224,8 @@ def _source_block(a: Attempt, backend: str) -> str:
     source = a.proposal.source
     if len(source) > SOURCE_CHARS:
         source = source[:SOURCE_CHARS] + "\n... (cut)"
-    return f"```{FENCE.get(backend, '')}\n{source.rstrip()}\n```"
+    fence = REGISTRY[backend]().prompt.fence if backend in REGISTRY else ""
+    return f"```{fence}\n{source.rstrip()}\n```"
 
 
 def _advice_text(advice: dict[str, Any]) -> str:

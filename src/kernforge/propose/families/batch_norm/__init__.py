@@ -26,7 +26,7 @@ import math
 from typing import Any
 
 from kernforge.propose.builtin import kernel_file
-from kernforge.propose.builtin.family import Family, Hardware
+from kernforge.propose.builtin.family import Family, Hardware, Writer, Writers
 from kernforge.propose.builtin.space import Param, Space, Variant
 from kernforge.propose.families.common import (
     ITEMSIZE,
@@ -155,16 +155,19 @@ BLOCKS = (512, 1024, 2048, 4096, 8192)
 WARPS = (1, 2, 4, 8, 16)
 
 
-def space(facts: dict[str, Any], backend: str, hw: Hardware) -> Space | None:
+def _cpu_space(facts: dict[str, Any], hw: Hardware) -> Space:
+    params = [Param("schedule", ("static", "dynamic")), Param("simd", (False, True))]
     stats = facts["mode"] == "batch_stats"
-    if backend == "cpu":
-        params = [Param("schedule", ("static", "dynamic")), Param("simd", (False, True))]
-        return Space.single(params + [Param("stats", ("two_pass", "one_pass_double"))] if stats else params)
-    if backend == "triton":
-        return _stats_space(facts) if stats else _inference_space(facts)
-    if backend == "cuda" and not stats:
-        return _cuda_space(facts)
-    return None
+    return Space.single(params + [Param("stats", ("two_pass", "one_pass_double"))] if stats else params)
+
+
+def _triton_space(facts: dict[str, Any], hw: Hardware) -> Space:
+    return _stats_space(facts) if facts["mode"] == "batch_stats" else _inference_space(facts)
+
+
+def _cuda_affine_space(facts: dict[str, Any], hw: Hardware) -> Space | None:
+    """The CUDA kernel applies given statistics: training's batch statistics have none yet."""
+    return None if facts["mode"] == "batch_stats" else _cuda_space(facts)
 
 
 def _numel(facts: dict[str, Any]) -> int:
@@ -232,13 +235,13 @@ def _cuda_space(facts: dict[str, Any]) -> Space:
 
 # ---------------------------------------------------------------- starting rules
 
-def start(facts: dict[str, Any], backend: str, hw: Hardware) -> dict[str, Any]:
-    if backend == "cpu":
-        point = {"schedule": "static", "simd": True}
-        # double sums in one read: x read twice in all instead of three times
-        return point | {"stats": "one_pass_double"} if facts["mode"] == "batch_stats" else point
-    if backend == "cuda":
-        return _cuda_start(facts, hw)
+def _cpu_start(facts: dict[str, Any], hw: Hardware) -> dict[str, Any]:
+    point = {"schedule": "static", "simd": True}
+    # double sums in one read: x read twice in all instead of three times
+    return point | {"stats": "one_pass_double"} if facts["mode"] == "batch_stats" else point
+
+
+def _triton_start(facts: dict[str, Any], hw: Hardware) -> dict[str, Any]:
     if facts["mode"] == "batch_stats":
         return _stats_start(facts, hw)
     return _inference_start(facts)
@@ -305,42 +308,55 @@ def _cuda_start(facts: dict[str, Any], hw: Hardware) -> dict[str, Any]:
 
 # ---------------------------------------------------------------- render
 
-def render(facts: dict[str, Any], backend: str, point: dict[str, Any]) -> str:
-    shape = {"N": facts["n"], "C": facts["c"], "HW": facts["hw"], "EPS": facts["eps"]}
-    flags = {"CHANNELS_LAST": facts["layout"] == "nhwc", "HAS_W": facts["has_weight"], "HAS_B": facts["has_bias"]}
-    stats = facts["mode"] == "batch_stats"
-    aux = {"W_FP32": facts["weight_fp32"], "B_FP32": facts["bias_fp32"]}
-    if not stats:
-        aux |= {"RM_FP32": facts["running_mean_fp32"], "RV_FP32": facts["running_var_fp32"]}
-    if backend in ("cpu", "cuda"):
-        c_shape = {**shape, "N": f"{facts['n']}LL", "C": f"{facts['c']}LL", "HW": f"{facts['hw']}LL"}
-        element = c_element(facts["dtype"]) if backend == "cpu" else cuda_element(facts["dtype"])
-        constants = {**c_shape, **element, **flags, **aux}
-        if not stats:
-            constants |= {"SAVED": facts["saved"], "SAVED_FP32": facts["saved_fp32"],
-                          "N_OUT": 4 if facts["reserve"] else 3}
-        else:
-            constants |= {"SAVED_FP32": facts["saved_fp32"], "STATS": point["stats"].upper()}
-        if backend == "cpu":
-            name = "cpu_stats.c" if stats else "cpu.c"
-            constants |= {"SCHEDULE": point["schedule"], "SIMD_LOOPS": point["simd"]}
-        else:
-            name = "cuda_affine.cu"
-            constants |= {"THREADS": point["threads"], "VEC": point["vec"], "ITEMS": point["items"],
-                          "SMEM_AFFINE": point["smem_affine"]}
-    elif stats:
-        name = f"triton_stats_{point['variant']}.py"
+def _shape(facts: dict[str, Any]) -> dict[str, Any]:
+    return {"N": facts["n"], "C": facts["c"], "HW": facts["hw"], "EPS": facts["eps"]}
+
+
+def _flags(facts: dict[str, Any]) -> dict[str, Any]:
+    return {"CHANNELS_LAST": facts["layout"] == "nhwc", "HAS_W": facts["has_weight"], "HAS_B": facts["has_bias"]}
+
+
+def _c_constants(facts: dict[str, Any], point: dict[str, Any], element: dict[str, Any]) -> dict[str, Any]:
+    """What the C and CUDA kernels share: sizes as 64-bit literals, flags, the aux tensors' dtypes."""
+    c_shape = {**_shape(facts), "N": f"{facts['n']}LL", "C": f"{facts['c']}LL", "HW": f"{facts['hw']}LL"}
+    constants = {**c_shape, **element, **_flags(facts), "W_FP32": facts["weight_fp32"], "B_FP32": facts["bias_fp32"]}
+    if facts["mode"] == "batch_stats":
+        return constants | {"SAVED_FP32": facts["saved_fp32"], "STATS": point["stats"].upper()}
+    return constants | {"RM_FP32": facts["running_mean_fp32"], "RV_FP32": facts["running_var_fp32"],
+                        "SAVED": facts["saved"], "SAVED_FP32": facts["saved_fp32"],
+                        "N_OUT": 4 if facts["reserve"] else 3}
+
+
+def _cpu_render(facts: dict[str, Any], point: dict[str, Any]) -> str:
+    constants = _c_constants(facts, point, c_element(facts["dtype"]))
+    constants |= {"SCHEDULE": point["schedule"], "SIMD_LOOPS": point["simd"]}
+    return _render(facts, "cpu_stats.c" if facts["mode"] == "batch_stats" else "cpu.c", constants)
+
+
+def _cuda_render(facts: dict[str, Any], point: dict[str, Any]) -> str:
+    constants = _c_constants(facts, point, cuda_element(facts["dtype"]))
+    constants |= {"THREADS": point["threads"], "VEC": point["vec"], "ITEMS": point["items"],
+                  "SMEM_AFFINE": point["smem_affine"]}
+    return _render(facts, "cuda_affine.cu", constants)
+
+
+def _triton_render(facts: dict[str, Any], point: dict[str, Any]) -> str:
+    shape, flags = _shape(facts), _flags(facts)
+    if facts["mode"] == "batch_stats":
         constants = {**shape, **flags, "SAVED_FP32": facts["saved_fp32"], "BLOCK_P": point["block_p"],
                      "BLOCK_C": point["block_c"]}
         if point["variant"] == "split":
             constants["SPLITS"] = point["splits"]
         constants["NUM_WARPS"] = point["num_warps"]
-    else:
-        name = f"triton_{point['variant']}.py"
-        if point["variant"] != "flat":
-            flags.pop("CHANNELS_LAST")  # a plane is NCHW's, a tile NHWC's
-        constants = {**shape, **flags, "SAVED": facts["saved"], "SAVED_FP32": facts["saved_fp32"],
-                     "RESERVE": facts["reserve"], "BLOCK": point["block"], "NUM_WARPS": point["num_warps"]}
+        return _render(facts, f"triton_stats_{point['variant']}.py", constants)
+    if point["variant"] != "flat":
+        flags.pop("CHANNELS_LAST")  # a plane is NCHW's, a tile NHWC's
+    constants = {**shape, **flags, "SAVED": facts["saved"], "SAVED_FP32": facts["saved_fp32"],
+                 "RESERVE": facts["reserve"], "BLOCK": point["block"], "NUM_WARPS": point["num_warps"]}
+    return _render(facts, f"triton_{point['variant']}.py", constants)
+
+
+def _render(facts: dict[str, Any], name: str, constants: dict[str, Any]) -> str:
     text = kernel_file.read(__name__, name)
     return kernel_file.render(text, facts["op"], constants, kernel_file.style_of(name))
 
@@ -390,4 +406,8 @@ def explain(name: str, old: Any, new: Any) -> str:
     return "try a neighbouring value"
 
 
-FAMILIES = [Family(name="batch_norm", match=match, space=space, start=start, render=render, explain=explain)]
+WRITERS = Writers(cpu=Writer(_cpu_space, _cpu_start, _cpu_render),
+                  triton=Writer(_triton_space, _triton_start, _triton_render),
+                  cuda=Writer(_cuda_affine_space, _cuda_start, _cuda_render))
+space, start, render = WRITERS.space, WRITERS.start, WRITERS.render  # by backend name
+FAMILIES = [Family(name="batch_norm", match=match, writers=WRITERS, explain=explain)]

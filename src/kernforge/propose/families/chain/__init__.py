@@ -16,7 +16,7 @@ import math
 from typing import Any
 
 from kernforge.propose.builtin import kernel_file
-from kernforge.propose.builtin.family import Family, Hardware
+from kernforge.propose.builtin.family import Family, Hardware, Writer, Writers
 from kernforge.propose.builtin.space import Param, Space, Variant
 from kernforge.propose.families.chain.c_gen import buffered_values
 from kernforge.propose.families.chain.c_gen import kernel_source as c_source
@@ -43,11 +43,7 @@ def match(task: KernelTask) -> dict[str, Any] | str:
             "reductions": program.reductions}
 
 
-def space(facts: dict[str, Any], backend: str, hw: Hardware) -> Space | None:
-    if backend == "cpu":
-        return _cpu_space(facts)
-    if backend != "triton":
-        return None
+def _triton_space(facts: dict[str, Any], hw: Hardware) -> Space:
     n, rows, reduces = facts["n"], facts["rows"], facts["reductions"]
     full = next_pow2(n)
 
@@ -76,7 +72,7 @@ def _uses_exp(facts: dict[str, Any]) -> bool:
     return any("kf_exp" in c or "kf_tanh" in c for _triton, c, _arity in facts["program"].functions)
 
 
-def _cpu_space(facts: dict[str, Any]) -> Space:
+def _cpu_space(facts: dict[str, Any], hw: Hardware) -> Space:
     # the softmax family's C choices; the polynomial exp only where a step calls exp, the row
     # buffer only where a later loop over the row would recompute an earlier one's values
     exp = (Param("exp", ("libm", "poly")),) if _uses_exp(facts) else ()
@@ -84,18 +80,20 @@ def _cpu_space(facts: dict[str, Any]) -> Space:
     return Space.single([Param("schedule", ("static", "dynamic")), Param("simd", (False, True)), *exp, *reuse])
 
 
-def start(facts: dict[str, Any], backend: str, hw: Hardware) -> dict[str, Any]:
-    if backend == "cpu":
-        # As the softmax family's C start (measured on a Zen 4 CPU): static rows, vectorised loops,
-        # the polynomial exp. The row buffer where exp is what a later loop would recompute: on a
-        # 2-core EPYC, scale + mask + softmax (1,8,512,512) fp32 took 0.89 ms buffered against 1.67
-        # recomputing; a residual add then RMSNorm (2048,2048) 1.40 against 1.27 ms.
-        point = {"schedule": "static", "simd": True}
-        if _uses_exp(facts):
-            point["exp"] = "poly"
-        if buffered_values(facts["program"]):
-            point["reuse"] = "buffer" if _uses_exp(facts) else "recompute"
-        return point
+def _cpu_start(facts: dict[str, Any], hw: Hardware) -> dict[str, Any]:
+    # As the softmax family's C start (measured on a Zen 4 CPU): static rows, vectorised loops,
+    # the polynomial exp. The row buffer where exp is what a later loop would recompute: on a
+    # 2-core EPYC, scale + mask + softmax (1,8,512,512) fp32 took 0.89 ms buffered against 1.67
+    # recomputing; a residual add then RMSNorm (2048,2048) 1.40 against 1.27 ms.
+    point = {"schedule": "static", "simd": True}
+    if _uses_exp(facts):
+        point["exp"] = "poly"
+    if buffered_values(facts["program"]):
+        point["reuse"] = "buffer" if _uses_exp(facts) else "recompute"
+    return point
+
+
+def _triton_start(facts: dict[str, Any], hw: Hardware) -> dict[str, Any]:
     # About 2048-4096 elements a program and 8 a thread: whole short rows packed several to a
     # program, while there are at least two programs per SM.
     n, rows, reduces = facts["n"], facts["rows"], facts["reductions"]
@@ -110,13 +108,16 @@ def start(facts: dict[str, Any], backend: str, hw: Hardware) -> dict[str, Any]:
     return point if reduces else {**point, "block_n": cols}
 
 
-def render(facts: dict[str, Any], backend: str, point: dict[str, Any]) -> str:
+def _cpu_render(facts: dict[str, Any], point: dict[str, Any]) -> str:
     program: Program = facts["program"]
-    if backend == "cpu":
-        constants = {"POLY_EXP": point.get("exp") == "poly",
-                     "chain_rows": kernel_file.Snippet(c_source(program, point["schedule"], point["simd"],
-                                                                point.get("reuse") == "buffer"))}
-        return kernel_file.render(kernel_file.read(__name__, "cpu_rows.c"), facts["op"], constants, "c")
+    constants = {"POLY_EXP": point.get("exp") == "poly",
+                 "chain_rows": kernel_file.Snippet(c_source(program, point["schedule"], point["simd"],
+                                                            point.get("reuse") == "buffer"))}
+    return kernel_file.render(kernel_file.read(__name__, "cpu_rows.c"), facts["op"], constants, "c")
+
+
+def _triton_render(facts: dict[str, Any], point: dict[str, Any]) -> str:
+    program: Program = facts["program"]
     tile = point["variant"] == "tile"
     block_n = next_pow2(program.n) if tile and program.reductions else point["block_n"]
     grid_cols = math.ceil(program.n / block_n) if tile and not program.reductions else 1
@@ -167,4 +168,7 @@ def explain(name: str, old: Any, new: Any) -> str:
     return "try a neighbouring value"
 
 
-FAMILIES = [Family(name="chain", match=match, space=space, start=start, render=render, explain=explain)]
+WRITERS = Writers(cpu=Writer(_cpu_space, _cpu_start, _cpu_render),
+                  triton=Writer(_triton_space, _triton_start, _triton_render))  # no CUDA writer yet
+space, start, render = WRITERS.space, WRITERS.start, WRITERS.render  # by backend name
+FAMILIES = [Family(name="chain", match=match, writers=WRITERS, explain=explain)]

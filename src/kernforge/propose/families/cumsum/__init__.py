@@ -18,7 +18,7 @@ import math
 from typing import Any
 
 from kernforge.propose.builtin import kernel_file
-from kernforge.propose.builtin.family import Family, Hardware
+from kernforge.propose.builtin.family import Family, Hardware, Writer, Writers
 from kernforge.propose.builtin.space import Param, Space, Variant
 from kernforge.propose.families import rows_columns
 from kernforge.propose.families.common import (
@@ -73,15 +73,7 @@ POW2_BLOCKS = (256, 512, 1024, 2048, 4096)
 CPU_MIN_PART = 1024
 
 
-def space(facts: dict[str, Any], backend: str, hw: Hardware) -> Space | None:
-    if backend == "cpu":
-        return rows_columns.cpu_space(facts, min_part=CPU_MIN_PART)
-    if backend == "triton":
-        return _triton_space(facts)
-    return None
-
-
-def _triton_space(facts: dict[str, Any]) -> Space:
+def _triton_space(facts: dict[str, Any], hw: Hardware) -> Space:
     r, warps = facts["r"], Param("num_warps", rows_columns.WARPS)
     if facts["inner"] > 1:
         return rows_columns.triton_columns_space(facts, MAX_TILE)
@@ -104,12 +96,6 @@ def _whole_row(r: int) -> int:
 
 
 # ---------------------------------------------------------------- starting rules
-
-def start(facts: dict[str, Any], backend: str, hw: Hardware) -> dict[str, Any]:
-    if backend == "cpu":
-        return rows_columns.cpu_start(facts, min_part=CPU_MIN_PART)
-    return _triton_start(facts, hw)
-
 
 def _triton_start(facts: dict[str, Any], hw: Hardware) -> dict[str, Any]:
     outer, r, inner = facts["outer"], facts["r"], facts["inner"]
@@ -135,23 +121,27 @@ LAYOUTS = {"rows": "ROWS", "split_row": "SPLIT_ROW", "columns": "COLUMNS"}
 C_ACC = {"float64": "double", "float32": "float"}
 
 
-def render(facts: dict[str, Any], backend: str, point: dict[str, Any]) -> str:
+def _cpu_render(facts: dict[str, Any], point: dict[str, Any]) -> str:
+    return _render(facts, "cpu.c", {
+        "OUTER": f"{facts['outer']}LL", "R": f"{facts['r']}LL", "INNER": f"{facts['inner']}LL",
+        **c_element(facts["dtype"]), "ACC_T": C_ACC[facts["acc"]], "LAYOUT": LAYOUTS[point["variant"]],
+        "PARTS": point.get("parts", 1), "BLOCK_C": point.get("block_c", 1),
+        "SCHEDULE": point.get("schedule", "static")})
+
+
+def _triton_render(facts: dict[str, Any], point: dict[str, Any]) -> str:
     variant = point["variant"]
-    if backend == "cpu":
-        name, constants = "cpu.c", {
-            "OUTER": f"{facts['outer']}LL", "R": f"{facts['r']}LL", "INNER": f"{facts['inner']}LL",
-            **c_element(facts["dtype"]), "ACC_T": C_ACC[facts["acc"]], "LAYOUT": LAYOUTS[variant],
-            "PARTS": point.get("parts", 1), "BLOCK_C": point.get("block_c", 1),
-            "SCHEDULE": point.get("schedule", "static")}
+    if variant == "row_scan":
+        constants = {"BLOCK_N": _whole_row(facts["r"]), "ROWS_PER_PROGRAM": point["rows_per_program"]}
+    elif variant == "columns":
+        constants = {"BLOCK_R": point["block_r"], "BLOCK_C": point["block_c"]}
     else:
-        name = f"triton_{variant}.py"
-        if variant == "row_scan":
-            constants = {"BLOCK_N": _whole_row(facts["r"]), "ROWS_PER_PROGRAM": point["rows_per_program"]}
-        elif variant == "columns":
-            constants = {"BLOCK_R": point["block_r"], "BLOCK_C": point["block_c"]}
-        else:
-            constants = {"BLOCK_N": point["block_n"]}
-        constants |= {"NUM_WARPS": point["num_warps"], "ACC_FP64": facts["acc"] == "float64"}
+        constants = {"BLOCK_N": point["block_n"]}
+    constants |= {"NUM_WARPS": point["num_warps"], "ACC_FP64": facts["acc"] == "float64"}
+    return _render(facts, f"triton_{variant}.py", constants)
+
+
+def _render(facts: dict[str, Any], name: str, constants: dict[str, Any]) -> str:
     text = kernel_file.read(__name__, name)
     return kernel_file.render(text, facts["op"], constants, kernel_file.style_of(name))
 
@@ -190,4 +180,8 @@ def explain(name: str, old: Any, new: Any) -> str:
     return "try a neighbouring value"
 
 
-FAMILIES = [Family(name="cumsum", match=match, space=space, start=start, render=render, explain=explain)]
+WRITERS = Writers(cpu=Writer(lambda facts, hw: rows_columns.cpu_space(facts, min_part=CPU_MIN_PART),
+                             lambda facts, hw: rows_columns.cpu_start(facts, min_part=CPU_MIN_PART), _cpu_render),
+                  triton=Writer(_triton_space, _triton_start, _triton_render))  # no CUDA kernel yet
+space, start, render = WRITERS.space, WRITERS.start, WRITERS.render  # by backend name
+FAMILIES = [Family(name="cumsum", match=match, writers=WRITERS, explain=explain)]

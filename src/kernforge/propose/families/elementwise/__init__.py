@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kernforge.propose.builtin import kernel_file
-from kernforge.propose.builtin.family import Family, Hardware
+from kernforge.propose.builtin.family import Family, Hardware, Writer, Writers
 from kernforge.propose.builtin.space import Param, Space, Variant
 from kernforge.propose.families.common import (
     ITEMSIZE,
@@ -357,21 +357,11 @@ CUDA_THREADS = (64, 128, 256, 512, 1024)
 CUDA_PACKS = (1, 2, 4, 8)  # packs per thread: loads in flight per thread
 
 
-def space(facts: dict[str, Any], backend: str, hw: Hardware) -> Space | None:
-    if backend == "cpu":
-        return _cpu_space(facts)
-    if backend == "triton":
-        return _triton_space(facts) if len(facts["sizes"]) <= TRITON_DIMS else None
-    if backend == "cuda":
-        return _cuda_space(facts)
-    return None
-
-
 def _two_d(facts: dict[str, Any]) -> bool:
     return len(facts["sizes"]) >= 2
 
 
-def _cpu_space(facts: dict[str, Any]) -> Space:
+def _cpu_space(facts: dict[str, Any], hw: Hardware) -> Space:
     # the polynomial exp only where the op calls exp
     math_param = (Param("math", ("libm", "poly")),) if _expr(facts).uses_exp else ()
     # gcc accepts no `#pragma GCC unroll` after `omp parallel for`: the flat loop is plain or simd.
@@ -382,7 +372,9 @@ def _cpu_space(facts: dict[str, Any]) -> Space:
     return Space(variants)
 
 
-def _triton_space(facts: dict[str, Any]) -> Space:
+def _triton_space(facts: dict[str, Any], hw: Hardware) -> Space | None:
+    if len(facts["sizes"]) > TRITON_DIMS:
+        return None
     blocks = tuple(b for b in BLOCKS if b <= max(256, next_pow2(facts["numel"])))  # larger: lanes masked off
 
     def valid(point: dict[str, Any]) -> bool:
@@ -414,15 +406,11 @@ def _cuda_space(facts: dict[str, Any]) -> Space:
 
 # ---------------------------------------------------------------- starting rules
 
-def start(facts: dict[str, Any], backend: str, hw: Hardware) -> dict[str, Any]:
-    if backend == "cpu":
-        point = {"variant": "rows" if _rows_pay(facts) else "flat", "inner_loop": "simd"}
-        if _expr(facts).uses_exp:
-            point["math"] = "poly"
-        return point
-    if backend == "cuda":
-        return _cuda_start(facts, hw)
-    return _triton_start(facts, hw)
+def _cpu_start(facts: dict[str, Any], hw: Hardware) -> dict[str, Any]:
+    point = {"variant": "rows" if _rows_pay(facts) else "flat", "inner_loop": "simd"}
+    if _expr(facts).uses_exp:
+        point["math"] = "poly"
+    return point
 
 
 def _triton_start(facts: dict[str, Any], hw: Hardware) -> dict[str, Any]:
@@ -460,23 +448,27 @@ def _rows_pay(facts: dict[str, Any]) -> bool:
 
 # ---------------------------------------------------------------- render
 
-def render(facts: dict[str, Any], backend: str, point: dict[str, Any]) -> str:
-    if backend == "triton":
-        name = f"triton_{point['variant']}.py"
-        constants = {"op": kernel_file.Snippet(_triton_op(facts)), **_triton_layout(facts),
-                     "INT64": facts["int64"], "BLOCK": point["block"], "NUM_WARPS": point["num_warps"],
-                     "PROGRAMS_PER_SM": point["programs_per_sm"]}
-    elif backend == "cuda":
-        name = "cuda.cu"
-        constants = {"op": kernel_file.Snippet(_c_op(facts, "static __device__ __forceinline__ float")),
-                     **_c_layout(facts), **cuda_element(facts["dtype"]),
-                     "INDEX_T": "int64_t" if facts["int64"] else "int32_t",
-                     "VEC": point["vec"], "THREADS": point["threads"], "PACKS": point["packs"]}
-    else:
-        name = f"cpu_{point['variant']}.c"
-        constants = {"op": kernel_file.Snippet(_c_op(facts, "static inline float")), **_c_layout(facts),
-                     **c_element(facts["dtype"]), "POLY_EXP": point.get("math") == "poly",
-                     "INNER_LOOP": point["inner_loop"].upper()}
+def _triton_render(facts: dict[str, Any], point: dict[str, Any]) -> str:
+    return _render(facts, f"triton_{point['variant']}.py", {
+        "op": kernel_file.Snippet(_triton_op(facts)), **_triton_layout(facts), "INT64": facts["int64"],
+        "BLOCK": point["block"], "NUM_WARPS": point["num_warps"], "PROGRAMS_PER_SM": point["programs_per_sm"]})
+
+
+def _cuda_render(facts: dict[str, Any], point: dict[str, Any]) -> str:
+    return _render(facts, "cuda.cu", {
+        "op": kernel_file.Snippet(_c_op(facts, "static __device__ __forceinline__ float")),
+        **_c_layout(facts), **cuda_element(facts["dtype"]), "INDEX_T": "int64_t" if facts["int64"] else "int32_t",
+        "VEC": point["vec"], "THREADS": point["threads"], "PACKS": point["packs"]})
+
+
+def _cpu_render(facts: dict[str, Any], point: dict[str, Any]) -> str:
+    return _render(facts, f"cpu_{point['variant']}.c", {
+        "op": kernel_file.Snippet(_c_op(facts, "static inline float")), **_c_layout(facts),
+        **c_element(facts["dtype"]), "POLY_EXP": point.get("math") == "poly",
+        "INNER_LOOP": point["inner_loop"].upper()})
+
+
+def _render(facts: dict[str, Any], name: str, constants: dict[str, Any]) -> str:
     text = kernel_file.read(__name__, name)
     return kernel_file.render(text, facts["op"], constants, kernel_file.style_of(name))
 
@@ -653,4 +645,8 @@ def formula(op: str, args: list[Any], kwargs: dict[str, Any]) -> tuple[str, str,
     return _filled(_expr(facts).triton, facts, lit_triton), _filled(_expr(facts).c, facts, lit_c), number
 
 
-FAMILIES = [Family(name="elementwise", match=match, space=space, start=start, render=render, explain=explain)]
+WRITERS = Writers(cpu=Writer(_cpu_space, _cpu_start, _cpu_render),
+                  triton=Writer(_triton_space, _triton_start, _triton_render),
+                  cuda=Writer(lambda facts, hw: _cuda_space(facts), _cuda_start, _cuda_render))
+space, start, render = WRITERS.space, WRITERS.start, WRITERS.render  # by backend name
+FAMILIES = [Family(name="elementwise", match=match, writers=WRITERS, explain=explain)]

@@ -32,11 +32,12 @@ the mean (the value-class sets draw such groups, evaluate/classes.py).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
 from kernforge.propose.builtin import kernel_file
-from kernforge.propose.builtin.family import Family, Hardware
+from kernforge.propose.builtin.family import Family, Hardware, Writer, Writers
 from kernforge.propose.builtin.space import Param, Space, Variant
 from kernforge.propose.families.elementwise import formula, lit_triton
 from kernforge.propose.families.common import (
@@ -155,16 +156,10 @@ BLOCKS = (128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 CHUNKS = (256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
 
 
-def space(facts: dict[str, Any], backend: str, hw: Hardware) -> Space | None:
-    if facts.get("chain") and backend != "triton":
-        return None  # only the Triton kernels take an epilogue
-    if backend == "cpu":
-        return _cpu_space()
-    if backend == "triton":
-        return _triton_space(facts, hw)
-    if backend == "cuda":
-        return _cuda_space(facts)
-    return None
+def _without_epilogue(space: Callable[[dict[str, Any], Hardware], Space]) -> Callable[..., Space | None]:
+    """A writer's space where the task is the group norm alone: only the Triton kernels take an
+    epilogue (a chain's element-wise tail)."""
+    return lambda facts, hw: None if facts.get("chain") else space(facts, hw)
 
 
 def _cpu_space() -> Space:
@@ -272,15 +267,11 @@ def _cuda_space(facts: dict[str, Any]) -> Space:
 
 # ---------------------------------------------------------------- starting rules
 
-def start(facts: dict[str, Any], backend: str, hw: Hardware) -> dict[str, Any]:
-    if backend == "cpu":
-        # Few groups (32 in SD3.5's VAE) against many cores: spread planes, not groups.
-        if facts["n_groups"] < 64:
-            return {"variant": "planes", "simd": True}
-        return {"variant": "groups", "stats": "two_pass", "simd": True}
-    if backend == "cuda":
-        return _cuda_start(facts, hw)
-    return _triton_start(facts, hw)
+def _cpu_start(facts: dict[str, Any], hw: Hardware) -> dict[str, Any]:
+    # Few groups (32 in SD3.5's VAE) against many cores: spread planes, not groups.
+    if facts["n_groups"] < 64:
+        return {"variant": "planes", "simd": True}
+    return {"variant": "groups", "stats": "two_pass", "simd": True}
 
 
 def _triton_start(facts: dict[str, Any], hw: Hardware) -> dict[str, Any]:
@@ -355,15 +346,14 @@ def _cuda_start(facts: dict[str, Any], hw: Hardware) -> dict[str, Any]:
 
 # ---------------------------------------------------------------- render
 
-def render(facts: dict[str, Any], backend: str, point: dict[str, Any]) -> str:
-    if backend == "cpu":
-        name, constants = "cpu.c", _cpu_constants(facts, point)
-    elif backend == "cuda":
-        name, constants = "cuda_chunks.cu", _cuda_constants(facts, point)
-    else:
-        name, constants = f"triton_{point['variant']}.py", _triton_constants(facts, point)
-    text = kernel_file.read(__name__, name)
-    return kernel_file.render(text, facts["op"], constants, kernel_file.style_of(name))
+def _renderer(name_of: Callable[[dict[str, Any]], str],
+              constants_of: Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]]) -> Callable[..., str]:
+    """(facts, point) -> the source: the kernel file point's name, its constants rewritten."""
+    def render(facts: dict[str, Any], point: dict[str, Any]) -> str:
+        name = name_of(point)
+        text = kernel_file.read(__name__, name)
+        return kernel_file.render(text, facts["op"], constants_of(facts, point), kernel_file.style_of(name))
+    return render
 
 
 def _shape_constants(facts: dict[str, Any], suffix: str = "") -> dict[str, Any]:
@@ -488,4 +478,11 @@ def explain(name: str, old: Any, new: Any) -> str:
     return "try a neighbouring value"
 
 
-FAMILIES = [Family(name="group_norm", match=match, space=space, start=start, render=render, explain=explain)]
+WRITERS = Writers(cpu=Writer(_without_epilogue(lambda facts, hw: _cpu_space()), _cpu_start,
+                             _renderer(lambda point: "cpu.c", _cpu_constants)),
+                  triton=Writer(_triton_space, _triton_start,
+                                _renderer(lambda point: f"triton_{point['variant']}.py", _triton_constants)),
+                  cuda=Writer(_without_epilogue(lambda facts, hw: _cuda_space(facts)), _cuda_start,
+                              _renderer(lambda point: "cuda_chunks.cu", _cuda_constants)))
+space, start, render = WRITERS.space, WRITERS.start, WRITERS.render  # by backend name
+FAMILIES = [Family(name="group_norm", match=match, writers=WRITERS, explain=explain)]

@@ -25,7 +25,7 @@ import os
 from typing import Any
 
 from kernforge.propose.builtin import kernel_file
-from kernforge.propose.builtin.family import Family, Hardware
+from kernforge.propose.builtin.family import Family, Hardware, Writer, Writers
 from kernforge.propose.builtin.space import Param, Space, Variant
 from kernforge.propose.families.common import (
     ITEMSIZE,
@@ -168,16 +168,6 @@ def _window(facts: dict[str, Any]) -> int:
 WARPS = (1, 2, 4, 8)
 
 
-def space(facts: dict[str, Any], backend: str, hw: Hardware) -> Space | None:
-    if backend == "cpu":
-        return _cpu_space(facts)
-    if backend == "triton":
-        return _triton_space(facts)
-    if backend == "cuda":
-        return _cuda_space(facts)
-    return None
-
-
 def _cpu_space(facts: dict[str, Any]) -> Space:
     # Sharing (image, output row) pairs differs from sharing images only when there are rows.
     parallel = ("planes", "rows") if facts["oh"] > 1 else ("planes",)
@@ -234,15 +224,7 @@ def _cuda_space(facts: dict[str, Any]) -> Space:
 
 # ---------------------------------------------------------------- starting rules
 
-def start(facts: dict[str, Any], backend: str, hw: Hardware) -> dict[str, Any]:
-    if backend == "cpu":
-        return _cpu_start(facts)
-    if backend == "cuda":
-        return _cuda_start(facts, hw)
-    return _triton_start(facts, hw)
-
-
-def _cpu_start(facts: dict[str, Any]) -> dict[str, Any]:
+def _cpu_start(facts: dict[str, Any], hw: Hardware) -> dict[str, Any]:
     # The outer loop is the planes (NCHW) or the images (NHWC): each a contiguous block of x.
     # With fewer than 4 per core the cores idle unevenly; share output rows instead.
     outer = facts["n"] * facts["c"] if facts["layout"] == "nchw" else facts["n"]
@@ -290,28 +272,38 @@ def _cuda_start(facts: dict[str, Any], hw: Hardware) -> dict[str, Any]:
 
 # ---------------------------------------------------------------- render
 
-def render(facts: dict[str, Any], backend: str, point: dict[str, Any]) -> str:
-    op = "max" if facts["kind"] == "max" else "avg"
-    if backend == "cpu":
-        name, constants = f"cpu_{op}.c", {
-            **_geometry(facts, "LL"), **c_element(facts["dtype"]),
-            "PARALLEL_LOOPS": 2 if point["parallel"] == "rows" else 1, "SCHEDULE": point["schedule"]}
-        if op == "avg":
-            constants["SIMD_LOOPS"] = point["simd"]
-    elif backend == "cuda":
-        name, constants = f"cuda_{op}.cu", {
-            **_geometry(facts, "LL"), **cuda_element(facts["dtype"]),
-            "THREADS": point["threads"], "ITEMS": point["items"], "VEC": point["vec"]}
-    else:
-        variant = point["variant"]
-        name = f"triton_{variant}.py" if op == "avg" else f"triton_max_{variant}.py"
-        constants = {**_geometry(facts, ""), "OUT_SHAPE": facts["out_shape"], "OUT_STRIDE": facts["out_stride"],
-                     "INDEX_64": _needs_int64(facts), "BLOCK": point["block"]}
-        if variant == "window_tile":
-            constants["WINDOW_BLOCK"] = point["window_block"]
-        constants["NUM_WARPS"] = point["num_warps"]
-        if variant == "per_output":
-            constants["UNROLL"] = point["unroll"]
+def _op(facts: dict[str, Any]) -> str:
+    return "max" if facts["kind"] == "max" else "avg"
+
+
+def _cpu_render(facts: dict[str, Any], point: dict[str, Any]) -> str:
+    constants = {**_geometry(facts, "LL"), **c_element(facts["dtype"]),
+                 "PARALLEL_LOOPS": 2 if point["parallel"] == "rows" else 1, "SCHEDULE": point["schedule"]}
+    if _op(facts) == "avg":
+        constants["SIMD_LOOPS"] = point["simd"]
+    return _render(facts, f"cpu_{_op(facts)}.c", constants)
+
+
+def _cuda_render(facts: dict[str, Any], point: dict[str, Any]) -> str:
+    return _render(facts, f"cuda_{_op(facts)}.cu", {
+        **_geometry(facts, "LL"), **cuda_element(facts["dtype"]),
+        "THREADS": point["threads"], "ITEMS": point["items"], "VEC": point["vec"]})
+
+
+def _triton_render(facts: dict[str, Any], point: dict[str, Any]) -> str:
+    variant = point["variant"]
+    name = f"triton_{variant}.py" if _op(facts) == "avg" else f"triton_max_{variant}.py"
+    constants = {**_geometry(facts, ""), "OUT_SHAPE": facts["out_shape"], "OUT_STRIDE": facts["out_stride"],
+                 "INDEX_64": _needs_int64(facts), "BLOCK": point["block"]}
+    if variant == "window_tile":
+        constants["WINDOW_BLOCK"] = point["window_block"]
+    constants["NUM_WARPS"] = point["num_warps"]
+    if variant == "per_output":
+        constants["UNROLL"] = point["unroll"]
+    return _render(facts, name, constants)
+
+
+def _render(facts: dict[str, Any], name: str, constants: dict[str, Any]) -> str:
     text = kernel_file.read(__name__, name)
     return kernel_file.render(text, facts["op"], constants, kernel_file.style_of(name))
 
@@ -374,4 +366,8 @@ def explain(name: str, old: Any, new: Any) -> str:
     return "try a neighbouring value"
 
 
-FAMILIES = [Family(name="pool", match=match, space=space, start=start, render=render, explain=explain)]
+WRITERS = Writers(cpu=Writer(lambda facts, hw: _cpu_space(facts), _cpu_start, _cpu_render),
+                  triton=Writer(lambda facts, hw: _triton_space(facts), _triton_start, _triton_render),
+                  cuda=Writer(lambda facts, hw: _cuda_space(facts), _cuda_start, _cuda_render))
+space, start, render = WRITERS.space, WRITERS.start, WRITERS.render  # by backend name
+FAMILIES = [Family(name="pool", match=match, writers=WRITERS, explain=explain)]

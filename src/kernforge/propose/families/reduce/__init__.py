@@ -19,7 +19,7 @@ import math
 from typing import Any
 
 from kernforge.propose.builtin import kernel_file
-from kernforge.propose.builtin.family import Family, Hardware
+from kernforge.propose.builtin.family import Family, Hardware, Writer, Writers
 from kernforge.propose.builtin.space import Param, Space, Variant
 from kernforge.propose.families.common import (
     ITEMSIZE,
@@ -173,16 +173,12 @@ def _lanes_fit(tile: int, warps: int, loops: bool) -> bool:
     return not loops or warps == 1 or tile >= 4 * 32 * warps
 
 
-def space(facts: dict[str, Any], backend: str, hw: Hardware) -> Space | None:
-    if backend == "cpu":
-        return _cpu_space(facts)
-    if backend == "triton":
-        return {"rows": _rows_space, "columns": _columns_space, "two_blocks": _two_blocks_space}[
-            facts["layout"]](facts, hw)
-    return None
+def _triton_space(facts: dict[str, Any], hw: Hardware) -> Space:
+    return {"rows": _rows_space, "columns": _columns_space, "two_blocks": _two_blocks_space}[
+        facts["layout"]](facts, hw)
 
 
-def _cpu_space(facts: dict[str, Any]) -> Space:
+def _cpu_space(facts: dict[str, Any], hw: Hardware) -> Space:
     loops = (Param("simd", (True, False)), Param("schedule", ("static", "dynamic")))
     if facts["layout"] == "rows":
         variants = [Variant("rows", loops)]
@@ -275,14 +271,12 @@ def _two_blocks_space(facts: dict[str, Any], hw: Hardware) -> Space:
 
 # ---------------------------------------------------------------- starting rules
 
-def start(facts: dict[str, Any], backend: str, hw: Hardware) -> dict[str, Any]:
-    if backend == "cpu":
-        return _cpu_start(facts)
+def _triton_start(facts: dict[str, Any], hw: Hardware) -> dict[str, Any]:
     return {"rows": _rows_start, "columns": _columns_start, "two_blocks": _two_blocks_start}[
         facts["layout"]](facts, hw)
 
 
-def _cpu_start(facts: dict[str, Any]) -> dict[str, Any]:
+def _cpu_start(facts: dict[str, Any], hw: Hardware) -> dict[str, Any]:
     loops = {"simd": True, "schedule": "static"}
     if facts["layout"] == "rows":
         # A row per thread is enough parallel work once there are a few rows per core.
@@ -363,38 +357,41 @@ def _two_blocks_start(facts: dict[str, Any], hw: Hardware) -> dict[str, Any]:
 _C_STRATEGY = {"rows": "ROWS", "split_rows": "SPLIT_ROWS", "columns": "COLUMNS"}
 
 
-def render(facts: dict[str, Any], backend: str, point: dict[str, Any]) -> str:
-    if backend == "cpu":
-        name = "cpu.c"
-        constants = {
-            "OUTER": f"{facts['outer']}LL", "R1": f"{facts['r1']}LL", "MID": f"{facts['mid']}LL",
-            "R2": f"{facts['r2']}LL", "INNER": f"{facts['inner']}LL", **c_element(facts["dtype"]),
-            "OP": facts["kind"].upper(), "STRATEGY": _C_STRATEGY[point["variant"]],
-            "BLOCK_C": point.get("block_c", 16), "SCHEDULE": point["schedule"], "SIMD_LOOPS": point["simd"]}
+def _cpu_render(facts: dict[str, Any], point: dict[str, Any]) -> str:
+    return _render(facts, "cpu.c", {
+        "OUTER": f"{facts['outer']}LL", "R1": f"{facts['r1']}LL", "MID": f"{facts['mid']}LL",
+        "R2": f"{facts['r2']}LL", "INNER": f"{facts['inner']}LL", **c_element(facts["dtype"]),
+        "OP": facts["kind"].upper(), "STRATEGY": _C_STRATEGY[point["variant"]],
+        "BLOCK_C": point.get("block_c", 16), "SCHEDULE": point["schedule"], "SIMD_LOOPS": point["simd"]})
+
+
+def _triton_render(facts: dict[str, Any], point: dict[str, Any]) -> str:
+    variant = point["variant"]
+    shape = {"OP": facts["kind"], "OUT_SHAPE": facts["out_shape"], "OUT_STRIDE": facts["out_stride"]}
+    if variant in ("rows", "split_rows"):
+        name = "triton_rows.py"
+        constants = {"OUTER": facts["outer"], "R": facts["r"],
+                     "ROWS_PER_PROGRAM": point.get("rows_per_program", 1), "SPLIT": point.get("split", 1),
+                     "BLOCK_R": point["block_r"], "NUM_WARPS": point["num_warps"]}
+    elif variant == "rows_aligned":
+        name = "triton_rows_aligned.py"
+        constants = {"OUTER": facts["outer"], "R": facts["r"], "ALIGN": _align(facts),
+                     "ROWS_PER_PROGRAM": point["rows_per_program"], "BLOCK_R": _aligned_block(facts),
+                     "NUM_WARPS": point["num_warps"]}
+    elif variant in ("columns", "split_columns"):
+        name = "triton_columns.py"
+        constants = {"OUTER": facts["outer"], "R": facts["r"], "INNER": facts["inner"],
+                     "SPLIT": point.get("split", 1), "BLOCK_R": point["block_r"], "BLOCK_C": point["block_c"],
+                     "NUM_WARPS": point["num_warps"], "NUM_STAGES": point["num_stages"]}
     else:
-        variant = point["variant"]
-        shape = {"OP": facts["kind"], "OUT_SHAPE": facts["out_shape"], "OUT_STRIDE": facts["out_stride"]}
-        if variant in ("rows", "split_rows"):
-            name = "triton_rows.py"
-            constants = {"OUTER": facts["outer"], "R": facts["r"],
-                         "ROWS_PER_PROGRAM": point.get("rows_per_program", 1), "SPLIT": point.get("split", 1),
-                         "BLOCK_R": point["block_r"], "NUM_WARPS": point["num_warps"]}
-        elif variant == "rows_aligned":
-            name = "triton_rows_aligned.py"
-            constants = {"OUTER": facts["outer"], "R": facts["r"], "ALIGN": _align(facts),
-                         "ROWS_PER_PROGRAM": point["rows_per_program"], "BLOCK_R": _aligned_block(facts),
-                         "NUM_WARPS": point["num_warps"]}
-        elif variant in ("columns", "split_columns"):
-            name = "triton_columns.py"
-            constants = {"OUTER": facts["outer"], "R": facts["r"], "INNER": facts["inner"],
-                         "SPLIT": point.get("split", 1), "BLOCK_R": point["block_r"], "BLOCK_C": point["block_c"],
-                         "NUM_WARPS": point["num_warps"], "NUM_STAGES": point["num_stages"]}
-        else:
-            name = "triton_two_blocks.py"
-            constants = {"OUTER": facts["outer"], "R1": facts["r1"], "MID": facts["mid"], "R2": facts["r2"],
-                         "INNER": facts["inner"], "BLOCK_R": point["block_r"], "BLOCK_C": point["block_c"],
-                         "NUM_WARPS": point["num_warps"]}
-        constants = shape | constants
+        name = "triton_two_blocks.py"
+        constants = {"OUTER": facts["outer"], "R1": facts["r1"], "MID": facts["mid"], "R2": facts["r2"],
+                     "INNER": facts["inner"], "BLOCK_R": point["block_r"], "BLOCK_C": point["block_c"],
+                     "NUM_WARPS": point["num_warps"]}
+    return _render(facts, name, shape | constants)
+
+
+def _render(facts: dict[str, Any], name: str, constants: dict[str, Any]) -> str:
     text = kernel_file.read(__name__, name)
     return kernel_file.render(text, facts["op"], constants, kernel_file.style_of(name))
 
@@ -444,4 +441,7 @@ def explain(name: str, old: Any, new: Any) -> str:
     return "try a neighbouring value"
 
 
-FAMILIES = [Family(name="reduce", match=match, space=space, start=start, render=render, explain=explain)]
+WRITERS = Writers(cpu=Writer(_cpu_space, _cpu_start, _cpu_render),
+                  triton=Writer(_triton_space, _triton_start, _triton_render))  # no CUDA kernel yet
+space, start, render = WRITERS.space, WRITERS.start, WRITERS.render  # by backend name
+FAMILIES = [Family(name="reduce", match=match, writers=WRITERS, explain=explain)]

@@ -22,7 +22,7 @@ import math
 from typing import Any
 
 from kernforge.propose.builtin import kernel_file
-from kernforge.propose.builtin.family import Family, Hardware
+from kernforge.propose.builtin.family import Family, Hardware, Writer, Writers
 from kernforge.propose.builtin.space import Param, Space, Variant
 from kernforge.propose.families.common import (
     ITEMSIZE,
@@ -85,16 +85,6 @@ def match(task: KernelTask, kind: str) -> dict[str, Any] | str:
 
 WARPS = (1, 2, 4, 8, 16)
 LOOP_BLOCKS = (512, 1024, 2048, 4096, 8192, 16384)
-
-
-def space(facts: dict[str, Any], backend: str, hw: Hardware) -> Space | None:
-    if backend == "cpu":
-        return _cpu_space(facts)
-    if backend == "triton":
-        return _triton_space(facts)
-    if backend == "cuda":
-        return _cuda_space(facts)
-    return None
 
 
 def _cpu_space(facts: dict[str, Any]) -> Space:
@@ -160,14 +150,10 @@ def _cuda_space(facts: dict[str, Any]) -> Space:
 
 # ---------------------------------------------------------------- starting rules
 
-def start(facts: dict[str, Any], backend: str, hw: Hardware) -> dict[str, Any]:
-    if backend == "cpu":
-        # ATen's own statistics: a constant row's deviations exactly 0, as eager's (the two-pass
-        # sum / n gave 0.0003 where eager gives 0), about as fast (timings in kernels/cpu.c).
-        return {"stats": "welford" if facts["kind"] == "layer" else "float", "schedule": "static", "simd": True}
-    if backend == "cuda":
-        return _cuda_start(facts, hw)
-    return _triton_start(facts, hw)
+def _cpu_start(facts: dict[str, Any], hw: Hardware) -> dict[str, Any]:
+    # ATen's own statistics: a constant row's deviations exactly 0, as eager's (the two-pass
+    # sum / n gave 0.0003 where eager gives 0), about as fast (timings in kernels/cpu.c).
+    return {"stats": "welford" if facts["kind"] == "layer" else "float", "schedule": "static", "simd": True}
 
 
 def _triton_start(facts: dict[str, Any], hw: Hardware) -> dict[str, Any]:
@@ -212,28 +198,33 @@ def _c_norm_constants(facts: dict[str, Any]) -> dict[str, Any]:
             "EPS": f"{facts['eps']!r}f"}
 
 
-def render(facts: dict[str, Any], backend: str, point: dict[str, Any]) -> str:
-    if backend == "cpu":
-        name = "cpu.c"
-        constants = {**_c_norm_constants(facts), **c_element(facts["dtype"]), "STATS": point["stats"].upper(),
-                     "SCHEDULE": point["schedule"], "SIMD_LOOPS": point["simd"]}
-    elif backend == "cuda":
-        name = "cuda_rows.cu"
-        constants = {**_c_norm_constants(facts), **cuda_element(facts["dtype"]),
-                     "THREADS_PER_ROW": point["threads_per_row"], "ROWS_PER_BLOCK": point["rows_per_block"],
-                     "VEC": point["vec"], "CACHE_ROW": point["cache_row"]}
+def _cpu_render(facts: dict[str, Any], point: dict[str, Any]) -> str:
+    return _render(facts, "cpu.c", {**_c_norm_constants(facts), **c_element(facts["dtype"]),
+                                    "STATS": point["stats"].upper(), "SCHEDULE": point["schedule"],
+                                    "SIMD_LOOPS": point["simd"]})
+
+
+def _cuda_render(facts: dict[str, Any], point: dict[str, Any]) -> str:
+    return _render(facts, "cuda_rows.cu", {
+        **_c_norm_constants(facts), **cuda_element(facts["dtype"]), "THREADS_PER_ROW": point["threads_per_row"],
+        "ROWS_PER_BLOCK": point["rows_per_block"], "VEC": point["vec"], "CACHE_ROW": point["cache_row"]})
+
+
+def _triton_render(facts: dict[str, Any], point: dict[str, Any]) -> str:
+    variant = point["variant"]
+    if variant == "single_tile":
+        constants = {"BLOCK_N": _whole_row(facts["cols"]), "ROWS_PER_PROGRAM": point["rows_per_program"],
+                     "PERSISTENT": point["persistent"]}
     else:
-        variant = point["variant"]
-        name = f"triton_{variant}.py"
-        if variant == "single_tile":
-            constants = {"BLOCK_N": _whole_row(facts["cols"]), "ROWS_PER_PROGRAM": point["rows_per_program"],
-                         "PERSISTENT": point["persistent"]}
-        else:
-            constants = {"BLOCK_N": point["block_n"], "NUM_STAGES": point["num_stages"]}
-        stats = facts["outputs"][-1]
-        constants |= {"NUM_WARPS": point["num_warps"], **_norm_constants(facts), "EPS": facts["eps"],
-                      "STATS_SHAPE": tuple(stats["shape"]), "STATS_STRIDE": tuple(stats["stride"]),
-                      "STATS_F32": facts["stats_f32"]}
+        constants = {"BLOCK_N": point["block_n"], "NUM_STAGES": point["num_stages"]}
+    stats = facts["outputs"][-1]
+    constants |= {"NUM_WARPS": point["num_warps"], **_norm_constants(facts), "EPS": facts["eps"],
+                  "STATS_SHAPE": tuple(stats["shape"]), "STATS_STRIDE": tuple(stats["stride"]),
+                  "STATS_F32": facts["stats_f32"]}
+    return _render(facts, f"triton_{variant}.py", constants)
+
+
+def _render(facts: dict[str, Any], name: str, constants: dict[str, Any]) -> str:
     text = kernel_file.read(__name__, name)
     return kernel_file.render(text, facts["op"], constants, kernel_file.style_of(name))
 
@@ -282,9 +273,14 @@ def explain(name: str, old: Any, new: Any) -> str:
     return "try a neighbouring value"
 
 
+WRITERS = Writers(cpu=Writer(lambda facts, hw: _cpu_space(facts), _cpu_start, _cpu_render),
+                  triton=Writer(lambda facts, hw: _triton_space(facts), _triton_start, _triton_render),
+                  cuda=Writer(lambda facts, hw: _cuda_space(facts), _cuda_start, _cuda_render))
+space, start, render = WRITERS.space, WRITERS.start, WRITERS.render  # by backend name
+
+
 def _family(kind: str) -> Family:
-    return Family(name=f"{kind}_norm", match=lambda task: match(task, kind), space=space, start=start,
-                  render=render, explain=explain)
+    return Family(name=f"{kind}_norm", match=lambda task: match(task, kind), writers=WRITERS, explain=explain)
 
 
 FAMILIES = [_family("layer"), _family("rms")]

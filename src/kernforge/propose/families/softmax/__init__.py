@@ -15,7 +15,7 @@ import math
 from typing import Any
 
 from kernforge.propose.builtin import kernel_file
-from kernforge.propose.builtin.family import Family, Hardware
+from kernforge.propose.builtin.family import Family, Hardware, Writer, Writers
 from kernforge.propose.builtin.space import Param, Space, Variant
 from kernforge.propose.families.common import (
     ITEMSIZE,
@@ -63,17 +63,7 @@ POW2_BLOCKS = (256, 512, 1024, 2048, 4096, 8192)
 WARPS = (1, 2, 4, 8, 16)
 
 
-def space(facts: dict[str, Any], backend: str, hw: Hardware) -> Space | None:
-    if backend == "cpu":
-        return _cpu_space(facts)
-    if backend == "triton":
-        return _triton_space(facts)
-    if backend == "cuda":
-        return _cuda_space(facts)
-    return None
-
-
-def _cpu_space(facts: dict[str, Any]) -> Space:
+def _cpu_space(facts: dict[str, Any], hw: Hardware) -> Space:
     # store_exp keeps exp() in the output between passes: exact only when the output is fp32,
     # and only for softmax (log-softmax needs x again at the end).
     store = facts["dtype"] == "float32" and not facts["log"]
@@ -82,7 +72,7 @@ def _cpu_space(facts: dict[str, Any]) -> Space:
                          Param("schedule", ("static", "dynamic")), Param("simd", (False, True))])
 
 
-def _triton_space(facts: dict[str, Any]) -> Space:
+def _triton_space(facts: dict[str, Any], hw: Hardware) -> Space:
     cols = facts["cols"]
     whole = _whole_row(cols)
     packs = tuple(r for r in (1, 2, 4, 8, 16, 32, 64) if r * whole <= MAX_TILE)
@@ -114,7 +104,7 @@ def _cuda_items(facts: dict[str, Any], point: dict[str, Any]) -> int:
     return math.ceil(facts["cols"] / (point["threads_per_row"] * point["vec"]))
 
 
-def _cuda_space(facts: dict[str, Any]) -> Space:
+def _cuda_space(facts: dict[str, Any], hw: Hardware) -> Space:
     cols = facts["cols"]
 
     def rows_valid(point: dict[str, Any]) -> bool:
@@ -142,14 +132,10 @@ def _cuda_space(facts: dict[str, Any]) -> Space:
 
 # ---------------------------------------------------------------- starting rules
 
-def start(facts: dict[str, Any], backend: str, hw: Hardware) -> dict[str, Any]:
-    if backend == "cpu":
-        # The best guess measured on a Zen 4 CPU: exp() stored once, vectorised.
-        store = "store_exp" if facts["dtype"] == "float32" and not facts["log"] else "recompute"
-        return {"algorithm": store, "exp": "poly", "schedule": "static", "simd": True}
-    if backend == "cuda":
-        return _cuda_start(facts, hw)
-    return _triton_start(facts, hw)
+def _cpu_start(facts: dict[str, Any], hw: Hardware) -> dict[str, Any]:
+    # The best guess measured on a Zen 4 CPU: exp() stored once, vectorised.
+    store = "store_exp" if facts["dtype"] == "float32" and not facts["log"] else "recompute"
+    return {"algorithm": store, "exp": "poly", "schedule": "static", "simd": True}
 
 
 def _triton_start(facts: dict[str, Any], hw: Hardware) -> dict[str, Any]:
@@ -188,29 +174,35 @@ def _cuda_start(facts: dict[str, Any], hw: Hardware) -> dict[str, Any]:
 
 # ---------------------------------------------------------------- render
 
-def render(facts: dict[str, Any], backend: str, point: dict[str, Any]) -> str:
-    if backend == "cpu":
-        name, constants = "cpu.c", {
-            "ROWS": f"{facts['rows']}LL", "COLS": f"{facts['cols']}LL", **c_element(facts["dtype"]),
-            "LOG": facts["log"], "ALGORITHM": point["algorithm"].upper(), "POLY_EXP": point["exp"] == "poly",
-            "SCHEDULE": point["schedule"], "SIMD_LOOPS": point["simd"]}
-    elif backend == "cuda":
-        name = f"cuda_{point['variant']}.cu"
-        constants = {"ROWS": f"{facts['rows']}LL", "COLS": f"{facts['cols']}LL", **cuda_element(facts["dtype"]),
-                     "LOG": facts["log"]}
-        if point["variant"] == "rows":
-            constants |= {"THREADS_PER_ROW": point["threads_per_row"], "ROWS_PER_BLOCK": point["rows_per_block"],
-                          "VEC": point["vec"], "CACHE_ROW": point["cache_row"]}
-        else:
-            constants |= {"THREADS": point["threads"], "VEC": point["vec"], "CHUNK": point["chunk"]}
+def _cpu_render(facts: dict[str, Any], point: dict[str, Any]) -> str:
+    return _render(facts, "cpu.c", {
+        "ROWS": f"{facts['rows']}LL", "COLS": f"{facts['cols']}LL", **c_element(facts["dtype"]),
+        "LOG": facts["log"], "ALGORITHM": point["algorithm"].upper(), "POLY_EXP": point["exp"] == "poly",
+        "SCHEDULE": point["schedule"], "SIMD_LOOPS": point["simd"]})
+
+
+def _cuda_render(facts: dict[str, Any], point: dict[str, Any]) -> str:
+    constants = {"ROWS": f"{facts['rows']}LL", "COLS": f"{facts['cols']}LL", **cuda_element(facts["dtype"]),
+                 "LOG": facts["log"]}
+    if point["variant"] == "rows":
+        constants |= {"THREADS_PER_ROW": point["threads_per_row"], "ROWS_PER_BLOCK": point["rows_per_block"],
+                      "VEC": point["vec"], "CACHE_ROW": point["cache_row"]}
     else:
-        variant = point["variant"]
-        name = f"triton_{variant}.py"
-        if variant == "single_tile":
-            constants = {"BLOCK_N": _whole_row(facts["cols"]), "ROWS_PER_PROGRAM": point["rows_per_program"]}
-        else:
-            constants = {"BLOCK_N": point["block_n"]}
-        constants |= {"NUM_WARPS": point["num_warps"], "LOG": facts["log"]}
+        constants |= {"THREADS": point["threads"], "VEC": point["vec"], "CHUNK": point["chunk"]}
+    return _render(facts, f"cuda_{point['variant']}.cu", constants)
+
+
+def _triton_render(facts: dict[str, Any], point: dict[str, Any]) -> str:
+    variant = point["variant"]
+    if variant == "single_tile":
+        constants = {"BLOCK_N": _whole_row(facts["cols"]), "ROWS_PER_PROGRAM": point["rows_per_program"]}
+    else:
+        constants = {"BLOCK_N": point["block_n"]}
+    constants |= {"NUM_WARPS": point["num_warps"], "LOG": facts["log"]}
+    return _render(facts, f"triton_{variant}.py", constants)
+
+
+def _render(facts: dict[str, Any], name: str, constants: dict[str, Any]) -> str:
     text = kernel_file.read(__name__, name)
     return kernel_file.render(text, facts["op"], constants, kernel_file.style_of(name))
 
@@ -258,4 +250,8 @@ def explain(name: str, old: Any, new: Any) -> str:
     return "try a neighbouring value"
 
 
-FAMILIES = [Family(name="softmax", match=match, space=space, start=start, render=render, explain=explain)]
+WRITERS = Writers(cpu=Writer(_cpu_space, _cpu_start, _cpu_render),
+                  triton=Writer(_triton_space, _triton_start, _triton_render),
+                  cuda=Writer(_cuda_space, _cuda_start, _cuda_render))
+space, start, render = WRITERS.space, WRITERS.start, WRITERS.render  # by backend name
+FAMILIES = [Family(name="softmax", match=match, writers=WRITERS, explain=explain)]
