@@ -9,6 +9,7 @@ from typing import Any
 import typer
 
 from kernforge.errors import UserError
+from kernforge.records import TaskRow
 
 from kernforge.cli import console
 from kernforge.cli.app import LS_EXAMPLES, REPORT_EXAMPLES, SHOW_EXAMPLES, UI_EXAMPLES, app
@@ -127,7 +128,7 @@ def show(
         console.out.print(f"{title}; this run did not finish: every candidate evaluated before it stopped is below",
                   markup=False, highlight=False)
     else:
-        console.out.print(results_table(data["tasks"], title=title))
+        console.out.print(results_table([TaskRow.from_json(t) for t in data["tasks"]], title=title))
         print_end_to_end(data.get("end_to_end"))
     for line in candidate_lines(record):
         console.out.print(line, markup=False, highlight=False, soft_wrap=True)

@@ -10,6 +10,7 @@ from typing import Any
 import typer
 
 from kernforge.errors import UserError
+from kernforge.records import TaskRow
 
 from kernforge.cli import console
 from kernforge.cli.app import ADD_EXAMPLES, EVAL_EXAMPLES, OPTIMIZE_EXAMPLES, PROFILE_EXAMPLES, app
@@ -138,18 +139,19 @@ def optimize(
     console.out.print(profile_table(result.capture, limit=8))
     for reason, ops in _group_skipped(data["skipped"]).items():
         console.out.print(f"skipped, {reason}: {ops}", markup=False, highlight=False)
-    if not data["tasks"]:
+    rows = [TaskRow.from_json(t) for t in data["tasks"]]
+    if not rows:
         console.out.print(f"no op of this model has a {opts.proposer} template for the {result.backend} backend yet: "
                   "nothing was searched")
     budget = f"a time budget of {opts.time_budget}, at most " if opts.time_budget else ""
-    console.out.print(results_table(data["tasks"], title=f"{result.backend} backend on {result.device}, "
+    console.out.print(results_table(rows, title=f"{result.backend} backend on {result.device}, "
                                                  f"{opts.strategy}, {budget}{opts.iterations} iterations per op, "
                                                  f"{result.wall_s:.0f} s"))
     from kernforge.tasks import task_label
 
-    for task in data["tasks"]:  # why each search ended: its budget spent, or why sooner
-        if task["stopped"]:
-            console.out.print(f"{task_label(task['task'])} {task['op']}: search ended, {task['stopped']}",
+    for row in rows:  # why each search ended: its budget spent, or why sooner
+        if row.stopped:
+            console.out.print(f"{task_label(row.task)} {row.op}: search ended, {row.stopped}",
                       markup=False, highlight=False)
     print_llm_usage(data.get("llm"))
     print_end_to_end(data.get("end_to_end"))

@@ -131,7 +131,7 @@ def summary(result: OptimizeResult) -> dict[str, Any]:
         "device": result.device,
         "wall_s": result.wall_s,
         "phases": run_phases(read_events(result.run_dir / "events.jsonl")),
-        "tasks": [task_row(o) for o in result.outcomes],
+        "tasks": [task_row(o).to_json() for o in result.outcomes],
         "skipped": [{"op": p.op, "signature": p.signature, "share": p.share, "reason": why}
                     for p, why in result.skipped],
         **({"llm": {"model": llm_label(result.options.llm), **asdict(result.llm_usage)}} if result.llm_usage else {}),

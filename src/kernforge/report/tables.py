@@ -8,6 +8,7 @@ from rich.table import Table
 
 from kernforge.capture import Capture
 from kernforge.capture.compiled import AT_FLOOR_NOTE, from_json
+from kernforge.records import TaskRow
 
 
 # Where the compiled model was profiled: its time, the floor and the headroom per op, the gain
@@ -84,16 +85,15 @@ def _short_module(path: str, width: int = 32) -> str:
     return path if len(path) <= width else "..." + path[-(width - 3):]
 
 
-def results_table(rows: list[dict[str, Any]], title: str) -> Table:
+def results_table(rows: list[TaskRow], title: str) -> Table:
     table = Table(title=title)
     for name in ("op", "shape", "dtype", "share", "eager ms", "compile ms", "best ms",
                  "best speedup vs eager", "vs compile", "correct/tried", "verdict"):
         table.add_column(name, justify="left" if name in ("op", "shape", "dtype", "verdict") else "right")
     for r in rows:
-        table.add_row(r["op"], r["shape"], r["dtype"], f"{r['share']:.1%}", _ms(r["eager_p50_ms"]),
-                      _ms(r.get("compile_p50_ms")), _ms(r["best_p50_ms"]),
-                      _speedup(r["best_speedup_vs_eager"]), _speedup(r.get("best_speedup_vs_compile")),
-                      f"{r['correct']}/{r['candidates']}", r["verdict"])
+        table.add_row(r.op, r.shape, r.dtype, f"{r.share:.1%}", _ms(r.eager_p50_ms), _ms(r.compile_p50_ms),
+                      _ms(r.best_p50_ms), _speedup(r.best_speedup_vs_eager), _speedup(r.best_speedup_vs_compile),
+                      f"{r.correct}/{r.candidates}", r.verdict)
     return table
 
 

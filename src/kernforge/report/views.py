@@ -17,6 +17,7 @@ from typing import Any
 from kernforge.backends.build_report import resource_usage, summarise
 from kernforge.evaluate.judge import CHECKS
 from kernforge.propose.context import task_facts
+from kernforge.records import TaskRow
 from kernforge.report.svg import Series, Spread, TreePoint, line_plot_svg, timing_svg, tree_svg
 from kernforge.search.nodes import Node
 from kernforge.phases import PHASES, phase_text
@@ -156,17 +157,17 @@ def hot_rows(run: PartialRun) -> list[dict[str, Any]]:
 
     rows = []
     for t in run.tasks:
-        outcome = t.outcome
-        row = task_row(outcome) if outcome else {"op": t.op, "shape": t.shape, "dtype": t.dtype, "share": t.share}
-        best = row.get("best_node")
-        speedup = row.get("best_speedup_vs_eager") if best else None
+        # a task with no task.json yet (pending): its row is what the events said of it
+        row = task_row(t.outcome) if t.outcome else TaskRow(task=t.task_id, op=t.op, shape=t.shape, dtype=t.dtype,
+                                                            share=t.share)
+        speedup = row.best_speedup_vs_eager if row.best_node else None
         rows.append({
-            "task": t.task_id, "op": row["op"], "shape": row["shape"], "dtype": row["dtype"], "share": row["share"],
-            "state": t.state, "eager_ms": row.get("eager_p50_ms"), "compile_ms": row.get("compile_p50_ms"),
-            "best_ms": row.get("best_p50_ms"), "best_node": best, "speedup_vs_eager": speedup,
-            "speedup_vs_compile": row.get("best_speedup_vs_compile"),
+            "task": t.task_id, "op": row.op, "shape": row.shape, "dtype": row.dtype, "share": row.share,
+            "state": t.state, "eager_ms": row.eager_p50_ms, "compile_ms": row.compile_p50_ms,
+            "best_ms": row.best_p50_ms, "best_node": row.best_node, "speedup_vs_eager": speedup,
+            "speedup_vs_compile": row.best_speedup_vs_compile,
             "projected_gain": amdahl(t.share, speedup) if speedup else None,
-            "candidates": row.get("candidates", 0), "correct": row.get("correct", 0),
+            "candidates": row.candidates, "correct": row.correct,
             "running": sum(n.state == "running" for n in t.nodes), "iterations": t.iterations,
             "stopped": t.stopped, "error": t.error, "seeded_from": t.seeded_from})
     return rows

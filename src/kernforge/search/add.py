@@ -107,5 +107,5 @@ def _rewrite_summary(store: RunStore, outcome: TaskOutcome) -> None:
         return
     data = store.read_json("summary.json")
     row = task_row(outcome)
-    data["tasks"] = [row if t["task"] == row["task"] else t for t in data.get("tasks", [])]
+    data["tasks"] = [row.to_json() if t["task"] == row.task else t for t in data.get("tasks", [])]
     store.write_json("summary.json", data)
