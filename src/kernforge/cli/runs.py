@@ -9,7 +9,7 @@ from typing import Any
 import typer
 
 from kernforge.errors import UserError
-from kernforge.records import TaskRow
+from kernforge.records import EndToEnd, TaskRow, VariantName
 
 from kernforge.cli import console
 from kernforge.cli.app import LS_EXAMPLES, REPORT_EXAMPLES, SHOW_EXAMPLES, UI_EXAMPLES, app
@@ -129,7 +129,7 @@ def show(
                   markup=False, highlight=False)
     else:
         console.out.print(results_table([TaskRow.from_json(t) for t in data["tasks"]], title=title))
-        print_end_to_end(data.get("end_to_end"))
+        print_end_to_end(EndToEnd.read(data.get("end_to_end")))
     for line in candidate_lines(record):
         console.out.print(line, markup=False, highlight=False, soft_wrap=True)
     if data and data.get("llm"):
@@ -164,27 +164,25 @@ def _run_overview(store: Any) -> dict[str, Any]:
     summary = store.read_json("summary.json") if (store.root / "summary.json").is_file() else {}
     return {"run": store.root.name, "model": record.settings.model_name or "?", "backend": record.backend,
             "device": record.device, "tasks": len(record.tasks), "best_speedup": max(speedups) if speedups else None,
-            "end_to_end": _end_to_end_cell(summary.get("end_to_end")), "state": state}
+            "end_to_end": _end_to_end_cell(EndToEnd.read(summary.get("end_to_end"))), "state": state}
 
 
 # `ls`'s end-to-end cell: the patched model against the unpatched one, eager then compiled
-END_TO_END_SHOWN = (("patched eager vs eager", "eager"), ("patched compile vs compile", "compile"))
-SHORT_VERDICTS = ("faster", "slower", "within noise")
+END_TO_END_SHOWN = ((VariantName.PATCHED_EAGER, "eager"), (VariantName.PATCHED_COMPILE, "compile"))
 
 
-def _end_to_end_cell(report: dict[str, Any] | None) -> str:
+def _end_to_end_cell(report: EndToEnd | None) -> str:
     """The model end to end as apply measured it ("1.33x eager (faster), 1.10x compile (within
     noise)"), "not applied", or apply's error in a few words."""
-    if not report:
+    if report is None:
         return "not applied"
-    if report.get("error"):
-        return f"apply failed: {str(report['error'])[:60]}"
+    if report.error:
+        return f"apply failed: {report.error[:60]}"
     parts = []
-    for key, label in END_TO_END_SHOWN:
-        entry = (report.get("speedups") or {}).get(key)
-        if entry and entry.get("speedup"):
-            verdict = str(entry.get("verdict", ""))  # a sentence where no kernel was installed: left out
-            parts.append(f"{entry['speedup']:.2f}x {label}" + (f" ({verdict})" if verdict in SHORT_VERDICTS else ""))
+    for variant, label in END_TO_END_SHOWN:
+        c = report.comparison(variant)
+        if c and c.speedup:  # the verdict only where kernels were in it: else the model as it is
+            parts.append(f"{c.speedup:.2f}x {label}" + (f" ({c.verdict})" if c.installed else ""))
     return ", ".join(parts) or "no timing"
 
 

@@ -154,7 +154,7 @@ def optimize(
             console.out.print(f"{task_label(row.task)} {row.op}: search ended, {row.stopped}",
                       markup=False, highlight=False)
     print_llm_usage(data.get("llm"))
-    print_end_to_end(data.get("end_to_end"))
+    print_end_to_end(result.end_to_end)
     console.out.print(phases_line(data["phases"]), markup=False, highlight=False, soft_wrap=True)
     console.out.print(f"run folder: {result.run_dir}")
 

@@ -12,6 +12,7 @@ from kernforge.capture import Capture
 from kernforge.errors import UserError, strict
 from kernforge.evaluate.executors import make_executor
 from kernforge.propose import Usage
+from kernforge.records import EndToEnd
 from kernforge.search import Node, TaskOutcome, get_strategy, search_task
 from kernforge.search.budget import (MIN_TASK_S, FixedCosts, TimeBudget, parse_duration, projected_gain,
                                      task_bytes)
@@ -99,7 +100,7 @@ def rank_gain(capture: Capture, task: Any) -> float:
     return task.gain_if_2x
 
 
-def apply_run_folder(store: RunStore, compile_model: bool, time_limit_s: float | None = None) -> dict[str, Any]:
+def apply_run_folder(store: RunStore, compile_model: bool, time_limit_s: float | None = None) -> EndToEnd:
     """The winners installed into the model and measured end to end (integrate.apply, which adds
     its report to summary.json); a model that cannot be patched is said, not raised: the search's
     results stand. The model is also timed under torch.compile on a GPU, and on a CPU only where
@@ -112,15 +113,16 @@ def apply_run_folder(store: RunStore, compile_model: bool, time_limit_s: float |
     store.emit(ApplyProgress(line="installing the winners into the model"))
     try:
         return apply_run(run_dir, compile_model=compile_model, time_limit_s=time_limit_s,
-                         on_progress=lambda line: store.emit(ApplyProgress(line=line))).to_json()
+                         on_progress=lambda line: store.emit(ApplyProgress(line=line)))
     except Exception as e:  # noqa: BLE001 - a kernel that fails in the model must not lose the search's results
         if strict() and not isinstance(e, UserError):
             raise
+        failed = EndToEnd(error=str(e) if isinstance(e, UserError) else
+                          f"apply failed: {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}")
         data = store.read_json("summary.json")
-        data["end_to_end"] = {"error": str(e) if isinstance(e, UserError) else
-                              f"apply failed: {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"}
+        data["end_to_end"] = failed.to_json()
         store.write_json("summary.json", data)
-        return data["end_to_end"]
+        return failed
 
 
 def summary(result: OptimizeResult) -> dict[str, Any]:
@@ -135,7 +137,7 @@ def summary(result: OptimizeResult) -> dict[str, Any]:
         "skipped": [{"op": p.op, "signature": p.signature, "share": p.share, "reason": why}
                     for p, why in result.skipped],
         **({"llm": {"model": llm_label(result.options.llm), **asdict(result.llm_usage)}} if result.llm_usage else {}),
-        **({"end_to_end": result.end_to_end} if result.end_to_end is not None else {}),
+        **({"end_to_end": result.end_to_end.to_json()} if result.end_to_end is not None else {}),
     }
 
 
@@ -154,8 +156,8 @@ def usage_of(events: list[Event]) -> Usage:
     return total
 
 
-def applied_before(store: RunStore) -> dict[str, Any] | None:
+def applied_before(store: RunStore) -> EndToEnd | None:
     """The end-to-end report a finished run's summary.json holds, if any."""
     if not (store.root / "summary.json").is_file():
         return None
-    return store.read_json("summary.json").get("end_to_end")
+    return EndToEnd.read(store.read_json("summary.json").get("end_to_end"))

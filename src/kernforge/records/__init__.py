@@ -7,6 +7,16 @@ fields where it is shown (or written), never compared. Nothing here imports the 
 kernforge, so any stage may import it.
 """
 
+from kernforge.records.endtoend import (
+    Comparison,
+    EndToEnd,
+    KernelEffect,
+    OutputCheck,
+    VariantName,
+    VariantTiming,
+    Verdict,
+)
 from kernforge.records.summary import Finalist, TaskRow, TaskStatus
 
-__all__ = ["Finalist", "TaskRow", "TaskStatus"]
+__all__ = ["Comparison", "EndToEnd", "Finalist", "KernelEffect", "OutputCheck", "TaskRow", "TaskStatus",
+           "VariantName", "VariantTiming", "Verdict"]

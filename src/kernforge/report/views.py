@@ -17,7 +17,7 @@ from typing import Any
 from kernforge.backends.build_report import resource_usage, summarise
 from kernforge.evaluate.judge import CHECKS
 from kernforge.propose.context import task_facts
-from kernforge.records import TaskRow
+from kernforge.records import Comparison, EndToEnd, TaskRow, VariantName
 from kernforge.report.svg import Series, Spread, TreePoint, line_plot_svg, timing_svg, tree_svg
 from kernforge.search.nodes import Node
 from kernforge.phases import PHASES, phase_text
@@ -52,35 +52,31 @@ def elapsed_s(run: PartialRun, now: float) -> float | None:
     return max(0.0, end - run.started)
 
 
-def end_to_end_report(run: PartialRun) -> dict[str, Any]:
+def end_to_end_report(run: PartialRun) -> EndToEnd | None:
     """What `apply` measured of the whole model (integrate/apply.json, else summary.json's
-    "end_to_end"); {} where it did not run or its record is not a mapping."""
-    report = run.applied or (run.summary or {}).get("end_to_end") or {}
-    return report if isinstance(report, dict) else {}
+    "end_to_end"); None where it did not run or its record cannot be read."""
+    return run.applied or EndToEnd.read((run.summary or {}).get("end_to_end"))
 
 
 def end_to_end(run: PartialRun) -> dict[str, str | None]:
     """The model's own speedups where `apply` measured them, as text with apply's verdict: patched
     eager vs eager, and patched compile vs compile. A figure inside the noise says so."""
     report = end_to_end_report(run)
-    if not report:
+    if report is None:
         return {"eager": None, "compile": None, "note": None}
-    speedups = report.get("speedups", {})
-    return {"eager": e2e_text(speedups.get("patched eager vs eager")),
-            "compile": e2e_text(speedups.get("patched compile vs compile")),
-            "note": report.get("note") or report.get("error")}
+    return {"eager": e2e_text(report.comparison(VariantName.PATCHED_EAGER)),
+            "compile": e2e_text(report.comparison(VariantName.PATCHED_COMPILE)),
+            "note": report.note or report.error}
 
 
-def e2e_text(comparison: dict[str, Any] | None) -> str | None:
-    if not comparison or comparison.get("speedup") is None:
+def e2e_text(comparison: Comparison | None) -> str | None:
+    if comparison is None or comparison.speedup is None:
         return None
-    speedup, verdict = comparison["speedup"], str(comparison.get("verdict", ""))
-    repeat = f" (repeat {comparison['repeat_speedup']:.2f}x)" if comparison.get("repeat_speedup") else ""
-    if verdict == "faster" or not verdict:
-        return f"{speedup:.2f}x{repeat}"
-    if verdict.startswith("no kernel installed"):
+    if comparison.kernels == "none installed":
         return "none installed"
-    return f"{speedup:.2f}x{repeat}, {verdict}"
+    repeat = f" (repeat {comparison.repeat_speedup:.2f}x)" if comparison.repeat_speedup else ""
+    verdict = "" if comparison.installed and comparison.verdict == "faster" else f", {comparison.verdict_text}"
+    return f"{comparison.speedup:.2f}x{repeat}{verdict}"
 
 
 def status_counts(tasks: list[TaskState]) -> dict[str, int]:
@@ -248,10 +244,11 @@ def compare_side(task: TaskState | None) -> dict[str, Any] | None:
 
 def end_to_end_pairs(a: PartialRun, b: PartialRun) -> list[dict[str, Any]]:
     """apply's comparisons of either run ("patched eager vs eager", ...), each as both runs' text."""
-    figures = [end_to_end_report(r).get("speedups") or {} for r in (a, b)]
-    figures = [f if isinstance(f, dict) else {} for f in figures]
-    keys = list(dict.fromkeys([*figures[0], *figures[1]]))
-    return [{"what": k, "a": e2e_text(figures[0].get(k)), "b": e2e_text(figures[1].get(k))} for k in keys]
+    reports = [end_to_end_report(r) or EndToEnd() for r in (a, b)]
+    pairs = list(dict.fromkeys((c.candidate, c.baseline) for r in reports for c in r.comparisons))
+    return [{"what": f"{candidate} vs {baseline}", **{side: e2e_text(r.comparison(candidate, baseline))
+                                                      for side, r in zip("ab", reports)}}
+            for candidate, baseline in pairs]
 
 
 # ---------------------------------------------------------------- a task
