@@ -9,7 +9,6 @@ import pytest
 from kernforge.errors import UserError
 from kernforge.evaluate import Baseline, EvalResult, Timing
 from kernforge.optimize import OptimizeOptions, optimize
-from kernforge.records import TaskRow
 from kernforge.search.nodes import task_row
 from kernforge.propose import Proposal
 from kernforge.search import Node, TaskOutcome
@@ -139,11 +138,11 @@ def test_an_op_over_the_sample_cap_is_searched_and_its_row_says_so(write_model, 
     """)
     result = optimize(OptimizeOptions(spec=str(path), backend="cpu", iterations=1, top_k=1, runs_dir=runs_dir))
     assert result.skipped == []
-    (row,) = summary(result)["tasks"]
-    assert row["op"] == "aten::native_layer_norm.default" and row["real_inputs"] == "partial"
-    assert row["correct"] == 1 and row["error"] == "", row
+    (row,) = summary(result).tasks
+    assert row.op == "aten::native_layer_norm.default" and row.real_inputs == "partial"
+    assert row.correct == 1 and row.error == "", row
     note = "searched on fresh inputs of the captured signature: some real inputs were over the sample cap"
-    assert row["verdict"].endswith(f"; {note}"), row["verdict"]
+    assert row.verdict.endswith(f"; {note}"), row.verdict
     console = Console(width=400, record=True, file=io.StringIO())
-    console.print(results_table([TaskRow.from_json(row)], "results"))
+    console.print(results_table([row], "results"))
     assert note in console.export_text()  # the terminal table says so too

@@ -105,3 +105,14 @@ def test_a_way_this_kernforge_does_not_know_is_left_out():
     report = EndToEnd.from_json({"timings_ms": {"eager": {"p50_ms": 1.0}, "eager, on a TPU": {"p50_ms": 0.5}},
                                  "speedups": {"eager, on a TPU vs eager": {"speedup": 2.0, "verdict": "faster"}}})
     assert list(report.timings_ms) == [VariantName.EAGER] and report.comparisons == []
+
+
+def test_a_summary_keeps_what_it_does_not_know_and_reads_its_report():
+    from kernforge.records import RunSummary
+
+    data = {"run_dir": "runs/x", "model": "m", "backend": "cpu", "device": "cpu", "wall_s": 3.0,
+            "phases": {"capture": 1.0}, "tasks": [OLDEST_ROW], "skipped": [],
+            "end_to_end": {"error": "apply failed: RuntimeError"}, "from_a_newer_kernforge": [1]}
+    summary = RunSummary.from_json(data)
+    assert summary.tasks[0].status == "faster" and summary.end_to_end.error.startswith("apply failed")
+    assert summary.to_json() == {**data, "tasks": [TaskRow.from_json(OLDEST_ROW).to_json()]}

@@ -9,7 +9,7 @@ from typing import Any
 import typer
 
 from kernforge.errors import UserError
-from kernforge.records import EndToEnd, TaskRow, VariantName
+from kernforge.records import EndToEnd, VariantName
 
 from kernforge.cli import console
 from kernforge.cli.app import LS_EXAMPLES, REPORT_EXAMPLES, SHOW_EXAMPLES, UI_EXAMPLES, app
@@ -113,9 +113,9 @@ def show(
     if not (root / "config.json").is_file():
         raise UserError(f"no run folder '{run}' (looked in {root}); see kernforge ls")
     record = read_run(root)
-    data = record.store.read_json("summary.json") if (root / "summary.json").is_file() else None
+    data = record.store.summary()
     if as_json:
-        print(json.dumps(run_json(record, data), indent=1))
+        print(json.dumps(run_json(record, data.to_json() if data else None), indent=1))
         return
     evaluation = _evaluation_report(record)
     model = record.settings.model_name or "?"
@@ -128,12 +128,12 @@ def show(
         console.out.print(f"{title}; this run did not finish: every candidate evaluated before it stopped is below",
                   markup=False, highlight=False)
     else:
-        console.out.print(results_table([TaskRow.from_json(t) for t in data["tasks"]], title=title))
-        print_end_to_end(EndToEnd.read(data.get("end_to_end")))
+        console.out.print(results_table(data.tasks, title=title))
+        print_end_to_end(data.end_to_end)
     for line in candidate_lines(record):
         console.out.print(line, markup=False, highlight=False, soft_wrap=True)
-    if data and data.get("llm"):
-        print_llm_usage(data["llm"])
+    if data and data.llm:
+        print_llm_usage(data.llm)
     console.out.print(phases_line(run_phases(record.store.events())), markup=False, highlight=False, soft_wrap=True)
     console.out.print(f"run folder: {root}", markup=False, highlight=False, soft_wrap=True)
 
@@ -161,10 +161,10 @@ def _run_overview(store: Any) -> dict[str, Any]:
         state = _evaluation_state(record)
     else:
         state = "finished" if (store.root / "summary.json").is_file() else "incomplete"
-    summary = store.read_json("summary.json") if (store.root / "summary.json").is_file() else {}
+    summary = store.summary()
     return {"run": store.root.name, "model": record.settings.model_name or "?", "backend": record.backend,
             "device": record.device, "tasks": len(record.tasks), "best_speedup": max(speedups) if speedups else None,
-            "end_to_end": _end_to_end_cell(EndToEnd.read(summary.get("end_to_end"))), "state": state}
+            "end_to_end": _end_to_end_cell(summary.end_to_end if summary else None), "state": state}
 
 
 # `ls`'s end-to-end cell: the patched model against the unpatched one, eager then compiled

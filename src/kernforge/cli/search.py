@@ -10,7 +10,6 @@ from typing import Any
 import typer
 
 from kernforge.errors import UserError
-from kernforge.records import TaskRow
 
 from kernforge.cli import console
 from kernforge.cli.app import ADD_EXAMPLES, EVAL_EXAMPLES, OPTIMIZE_EXAMPLES, PROFILE_EXAMPLES, app
@@ -134,12 +133,12 @@ def optimize(
     opts = result.options
     data = summary(result)
     if as_json:
-        print(json.dumps(data, indent=1))
+        print(json.dumps(data.to_json(), indent=1))
         return
     console.out.print(profile_table(result.capture, limit=8))
-    for reason, ops in _group_skipped(data["skipped"]).items():
+    for reason, ops in _group_skipped(data.skipped).items():
         console.out.print(f"skipped, {reason}: {ops}", markup=False, highlight=False)
-    rows = [TaskRow.from_json(t) for t in data["tasks"]]
+    rows = data.tasks
     if not rows:
         console.out.print(f"no op of this model has a {opts.proposer} template for the {result.backend} backend yet: "
                   "nothing was searched")
@@ -153,9 +152,9 @@ def optimize(
         if row.stopped:
             console.out.print(f"{task_label(row.task)} {row.op}: search ended, {row.stopped}",
                       markup=False, highlight=False)
-    print_llm_usage(data.get("llm"))
-    print_end_to_end(result.end_to_end)
-    console.out.print(phases_line(data["phases"]), markup=False, highlight=False, soft_wrap=True)
+    print_llm_usage(data.llm)
+    print_end_to_end(data.end_to_end)
+    console.out.print(phases_line(data.phases), markup=False, highlight=False, soft_wrap=True)
     console.out.print(f"run folder: {result.run_dir}")
 
 

@@ -527,11 +527,11 @@ def _finish(record: RunRecord, report: EndToEnd, started: float) -> EndToEnd:
     store = record.store
     store.write_json("integrate/apply.json", report.to_json())
     store.emit(PhaseTimed(phase="apply", seconds=report.wall_s))
-    if (record.root / "summary.json").is_file():
-        summary = store.read_json("summary.json")
-        summary["end_to_end"] = report.to_json()
-        summary["phases"] = run_phases(store.events())
-        store.write_json("summary.json", summary)
+    summary = store.summary()
+    if summary is not None:
+        summary.end_to_end = report
+        summary.phases = run_phases(store.events())
+        store.write_summary(summary)
     store.emit(Applied(kernels=[k.kernel for k in report.kernels],
                        speedups={c.key: c.speedup for c in report.comparisons}))
     _free()

@@ -12,7 +12,7 @@ from kernforge.capture import Capture
 from kernforge.errors import UserError, strict
 from kernforge.evaluate.executors import make_executor
 from kernforge.propose import Usage
-from kernforge.records import EndToEnd
+from kernforge.records import EndToEnd, RunSummary
 from kernforge.search import Node, TaskOutcome, get_strategy, search_task
 from kernforge.search.budget import (MIN_TASK_S, FixedCosts, TimeBudget, parse_duration, projected_gain,
                                      task_bytes)
@@ -59,10 +59,10 @@ def search_all(opts: OptimizeOptions, result: OptimizeResult, store: RunStore, b
     if opts.proposer != "builtin":
         result.llm_usage = llm_spent(store)
     applied = applied_before(store) if not tasks else None  # nothing searched: the model is as it was applied
-    store.write_json("summary.json", summary(result))
+    store.write_summary(summary(result))
     if applied is not None:
         result.end_to_end = applied
-        store.write_json("summary.json", summary(result))
+        store.write_summary(summary(result))
     elif opts.apply:
         result.end_to_end = apply_run_folder(store, device == "cuda" or opts.compile not in ("auto", "none"),
                                    budget.apply_s() if budget else None)
@@ -119,26 +119,21 @@ def apply_run_folder(store: RunStore, compile_model: bool, time_limit_s: float |
             raise
         failed = EndToEnd(error=str(e) if isinstance(e, UserError) else
                           f"apply failed: {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}")
-        data = store.read_json("summary.json")
-        data["end_to_end"] = failed.to_json()
-        store.write_json("summary.json", data)
+        written = store.summary()
+        if written is not None:  # written above, before apply began
+            written.end_to_end = failed
+            store.write_summary(written)
         return failed
 
 
-def summary(result: OptimizeResult) -> dict[str, Any]:
-    return {
-        "run_dir": str(result.run_dir),
-        "model": result.capture.model,
-        "backend": result.backend,
-        "device": result.device,
-        "wall_s": result.wall_s,
-        "phases": run_phases(read_events(result.run_dir / "events.jsonl")),
-        "tasks": [task_row(o).to_json() for o in result.outcomes],
-        "skipped": [{"op": p.op, "signature": p.signature, "share": p.share, "reason": why}
-                    for p, why in result.skipped],
-        **({"llm": {"model": llm_label(result.options.llm), **asdict(result.llm_usage)}} if result.llm_usage else {}),
-        **({"end_to_end": result.end_to_end.to_json()} if result.end_to_end is not None else {}),
-    }
+def summary(result: OptimizeResult) -> RunSummary:
+    return RunSummary(
+        run_dir=str(result.run_dir), model=result.capture.model, backend=result.backend, device=result.device,
+        wall_s=result.wall_s, phases=run_phases(read_events(result.run_dir / "events.jsonl")),
+        tasks=[task_row(o) for o in result.outcomes],
+        skipped=[{"op": p.op, "signature": p.signature, "share": p.share, "reason": why} for p, why in result.skipped],
+        llm={"model": llm_label(result.options.llm), **asdict(result.llm_usage)} if result.llm_usage else None,
+        end_to_end=result.end_to_end)
 
 
 def llm_spent(store: RunStore) -> Usage:
@@ -158,6 +153,5 @@ def usage_of(events: list[Event]) -> Usage:
 
 def applied_before(store: RunStore) -> EndToEnd | None:
     """The end-to-end report a finished run's summary.json holds, if any."""
-    if not (store.root / "summary.json").is_file():
-        return None
-    return EndToEnd.read(store.read_json("summary.json").get("end_to_end"))
+    written = store.summary()
+    return written.end_to_end if written else None

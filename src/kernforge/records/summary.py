@@ -1,15 +1,19 @@
-"""summary.json's rows: one TaskRow per task of the run, its best kernel and what came of it.
+"""summary.json as records: the run (RunSummary) and one TaskRow per task, its best kernel and
+what came of it.
 
-search.nodes.task_row makes a row from a task's outcome; `kernforge show`, the result table,
-`kernforge add` and the dashboard read it. to_json writes the keys summary.json always had
-(plus `status`); from_json reads a row of any earlier kernforge, whose missing keys take their
-defaults and whose status is read from its verdict's opening words.
+optimize writes it when the search ends, `kernforge add` makes a task's row again and `apply`
+adds its report; `show`, `ls`, the result table and the dashboard read it. to_json writes the
+keys summary.json always had (plus a row's `status`); from_json reads the file of any earlier
+kernforge: missing keys take their defaults, a row's status is read from its verdict's opening
+words, and keys this version does not know are kept and written back.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
+
+from kernforge.records.endtoend import EndToEnd
 
 # What came of a task, in short; `verdict` says it in words, with why and any notes.
 TaskStatus = Literal["faster", "no faster", "not timed", "no correct", "not searched"]
@@ -84,3 +88,39 @@ def status_of(verdict: str) -> TaskStatus:
     stopped early: ..." is "faster")."""
     return next((status for status, words in VERDICT_OPENINGS.items() if verdict.startswith(words)),
                 "not searched")
+
+
+@dataclass
+class RunSummary:
+    run_dir: str = ""
+    model: str = ""
+    backend: str = ""
+    device: str = ""
+    wall_s: float = 0.0  # the search's, apply not included
+    phases: dict[str, float] = field(default_factory=dict)  # seconds per phase (kernforge.phases)
+    tasks: list[TaskRow] = field(default_factory=list)
+    skipped: list[dict[str, Any]] = field(default_factory=list)  # hotter ops not searched: op, signature, share, reason
+    llm: dict[str, Any] | None = None  # the LLM's model and usage, where one was used
+    end_to_end: EndToEnd | None = None  # apply's report (or why it failed), once applied
+    extra: dict[str, Any] = field(default_factory=dict, repr=False)  # keys a newer kernforge wrote
+
+    def to_json(self) -> dict[str, Any]:
+        data = {"run_dir": self.run_dir, "model": self.model, "backend": self.backend, "device": self.device,
+                "wall_s": self.wall_s, "phases": dict(self.phases), "tasks": [t.to_json() for t in self.tasks],
+                "skipped": list(self.skipped)}
+        if self.llm is not None:
+            data["llm"] = self.llm
+        if self.end_to_end is not None:
+            data["end_to_end"] = self.end_to_end.to_json()
+        return data | self.extra
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RunSummary:
+        known = {f.name for f in fields(cls)} - {"extra"}
+        return cls(run_dir=str(data.get("run_dir", "")), model=str(data.get("model", "")),
+                   backend=str(data.get("backend", "")), device=str(data.get("device", "")),
+                   wall_s=float(data.get("wall_s") or 0.0), phases=dict(data.get("phases") or {}),
+                   tasks=[TaskRow.from_json(t) for t in data.get("tasks") or [] if isinstance(t, dict)],
+                   skipped=[s for s in data.get("skipped") or [] if isinstance(s, dict)], llm=data.get("llm"),
+                   end_to_end=EndToEnd.read(data.get("end_to_end")),
+                   extra={k: v for k, v in data.items() if k not in known})

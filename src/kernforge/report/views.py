@@ -55,7 +55,7 @@ def elapsed_s(run: PartialRun, now: float) -> float | None:
 def end_to_end_report(run: PartialRun) -> EndToEnd | None:
     """What `apply` measured of the whole model (integrate/apply.json, else summary.json's
     "end_to_end"); None where it did not run or its record cannot be read."""
-    return run.applied or EndToEnd.read((run.summary or {}).get("end_to_end"))
+    return run.applied or (run.summary.end_to_end if run.summary else None)
 
 
 def end_to_end(run: PartialRun) -> dict[str, str | None]:
