@@ -111,12 +111,14 @@ def test_a_clear_verdict_with_time_to_spare_runs_the_default_rounds_and_no_more(
 
 
 def test_the_printed_report_says_the_limit_and_the_rounds():
+    from kernforge.records import EndToEnd
     from kernforge.report import end_to_end_tables
 
     report = {"model": "m", "device": "cpu", "time_limit_s": 60.0, "wall_s": 41.2, "notes": ["cut note"],
               "rounds": [{"variants": ["eager", "patched eager"], "rounds": 2, "calls": {}, "cut": True},
                          {"variants": ["eager", "patched eager"], "rounds": 7, "calls": {}, "cut": False}]}
-    lines = [item for item in end_to_end_tables(report) if isinstance(item, str)]
+    lines = [item for item in end_to_end_tables(EndToEnd.from_json(report)) if isinstance(item, str)]
     assert "apply's time limit 60 s: 2-7 timing rounds in each of 2 measurements, in 41 s" in lines
     assert "cut note" in lines
-    assert not [line for line in end_to_end_tables({**report, "time_limit_s": None}) if "time limit" in str(line)]
+    untimed = EndToEnd.from_json({**report, "time_limit_s": None})
+    assert not [line for line in end_to_end_tables(untimed) if "time limit" in str(line)]

@@ -64,8 +64,8 @@ def test_apply_checks_the_chain_end_to_end_in_eager_and_under_compile(run_dir):
     (effect,) = report.kernels
     assert effect.op == CHAIN and effect.calls_per_forward == 1
     assert effect.in_compiled_graph, "compile's graph pass did not put the chain's kernel in the graph"
-    assert report.checks and all(c["pass"] for c in report.checks), report.checks
-    assert {c["variant"] for c in report.checks} >= {"patched eager"}
+    assert report.checks and all(c.passed for c in report.checks), report.checks
+    assert {c.variant for c in report.checks} >= {"patched eager"}
 
 
 def test_the_exported_package_installs_the_chain(run_dir, model, tmp_path):

@@ -18,7 +18,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "kernforge"
 # part). What the pipeline runs in order (capture, tasks, evaluate, propose, search, integrate)
 # stands in that order above the shared pieces; what drives or shows a whole run is on top.
 LAYERS = [
-    {"errors", "phases", "importing", "include"},
+    {"errors", "phases", "importing", "include", "records"},
     {"harness", "store", "models"},
     {"backends"},
     {"capture"},

@@ -40,42 +40,42 @@ def outcome(softmax_task):
 def test_faster_kernel_found(outcome):
     row = task_row(outcome([node(0, timed_ok(0.5, True)), node(1, timed_ok(0.25, True)),
                             node(2, EvalResult(status="crash"))]))
-    assert row["verdict"] == "faster kernel found"
-    assert row["best_node"] == "n0001"
-    assert row["best_speedup_vs_eager"] == pytest.approx(4.0)
-    assert row["best_p50_ms"] == 0.25
-    assert (row["candidates"], row["correct"]) == (3, 2)
-    assert row["status_counts"] == {"ok": 2, "crash": 1}
+    assert row.verdict == "faster kernel found" and row.status == "faster"
+    assert row.best_node == "n0001"
+    assert row.best_speedup_vs_eager == pytest.approx(4.0)
+    assert row.best_p50_ms == 0.25
+    assert (row.candidates, row.correct) == (3, 2)
+    assert row.status_counts == {"ok": 2, "crash": 1}
 
 
 def test_no_faster_kernel_found_is_a_speedup_of_one(outcome):
     row = task_row(outcome([node(0, timed_ok(1.2, False))]))
-    assert row["verdict"] == "no faster kernel found"
-    assert row["best_speedup_vs_eager"] == 1.0 and row["best_node"] is None
-    assert row["eager_p50_ms"] == EAGER.p50_ms
+    assert row.verdict == "no faster kernel found" and row.status == "no faster"
+    assert row.best_speedup_vs_eager == 1.0 and row.best_node is None
+    assert row.eager_p50_ms == EAGER.p50_ms
 
 
 def test_no_correct_kernel(outcome):
     row = task_row(outcome([node(0, EvalResult(status="wrong_result")),
                             node(1, EvalResult(status="timeout"))]))
-    assert row["verdict"].startswith("no correct kernel found (1 of 2 ")
-    assert row["correct"] == 0
+    assert row.verdict.startswith("no correct kernel found (1 of 2 ")
+    assert row.correct == 0 and row.status == "no correct"
     # one reason failing every candidate is named: what a user must fix or report
     scan = "static scan: library-op (line 195: arrived = torch.zeros(...)): calls torch.zeros"
     row = task_row(outcome([node(i, EvalResult(status="cheat", reason=scan + "\nmore")) for i in range(3)]))
-    assert row["verdict"] == f"no correct kernel found (3 of 3 cheat: {scan})"
+    assert row.verdict == f"no correct kernel found (3 of 3 cheat: {scan})"
 
 
 def test_untimed_correct_kernel(outcome):
     row = task_row(outcome([node(0, EvalResult(status="ok"))]))
-    assert row["verdict"] == "correct kernel found (interpreter: not timed)"
-    assert row["best_speedup_vs_eager"] is None
+    assert row.verdict == "correct kernel found (interpreter: not timed)" and row.status == "not timed"
+    assert row.best_speedup_vs_eager is None
 
 
 def test_task_not_searched(outcome):
     row = task_row(outcome([], error="the baseline failed", baseline=None))
-    assert row["verdict"] == "not searched: the baseline failed"
-    assert row["eager_p50_ms"] is None
+    assert row.verdict == "not searched: the baseline failed" and row.status == "not searched"
+    assert row.eager_p50_ms is None
 
 
 def test_forward_that_raises_is_reported_before_a_run_folder_is_made(write_model, tmp_path: Path):
@@ -138,11 +138,11 @@ def test_an_op_over_the_sample_cap_is_searched_and_its_row_says_so(write_model, 
     """)
     result = optimize(OptimizeOptions(spec=str(path), backend="cpu", iterations=1, top_k=1, runs_dir=runs_dir))
     assert result.skipped == []
-    (row,) = summary(result)["tasks"]
-    assert row["op"] == "aten::native_layer_norm.default" and row["real_inputs"] == "partial"
-    assert row["correct"] == 1 and row["error"] == "", row
+    (row,) = summary(result).tasks
+    assert row.op == "aten::native_layer_norm.default" and row.real_inputs == "partial"
+    assert row.correct == 1 and row.error == "", row
     note = "searched on fresh inputs of the captured signature: some real inputs were over the sample cap"
-    assert row["verdict"].endswith(f"; {note}"), row["verdict"]
+    assert row.verdict.endswith(f"; {note}"), row.verdict
     console = Console(width=400, record=True, file=io.StringIO())
     console.print(results_table([row], "results"))
     assert note in console.export_text()  # the terminal table says so too

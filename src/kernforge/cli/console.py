@@ -8,6 +8,8 @@ from typing import Any
 
 from rich.console import Console
 
+from kernforge.records import EndToEnd
+
 
 # Off a terminal rich would wrap tables at 80 columns; a log file can take wide rows.
 out = Console(width=None if sys.stdout.isatty() else 200)
@@ -21,13 +23,13 @@ def print_llm_usage(usage: dict[str, Any] | None) -> None:
                   f"{usage['latency_s']:.0f} s waiting on replies", markup=False, highlight=False)
 
 
-def print_end_to_end(report: dict[str, Any] | None) -> None:
+def print_end_to_end(report: EndToEnd | None) -> None:
     from kernforge.report import end_to_end_tables
 
     if report is None:
         return
-    if "error" in report:
-        out.print(f"not applied to the model: {report['error']}", markup=False, highlight=False)
+    if report.error:
+        out.print(f"not applied to the model: {report.error}", markup=False, highlight=False)
         return
     for item in end_to_end_tables(report):
         out.print(item, markup=False, highlight=False) if isinstance(item, str) else out.print(item)

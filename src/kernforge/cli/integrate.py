@@ -44,7 +44,7 @@ def apply_command(
     overrides = {"attention": attention} if attention else {}
     try:
         report = apply_run(root, spec, compile_model=compile_model, on_progress=say,
-                           model_overrides=overrides, time_limit_s=limit_s).to_json()
+                           model_overrides=overrides, time_limit_s=limit_s)
     except UserError:
         raise
     except Exception as e:  # a kernel failing inside the model: one line (KERNFORGE_STRICT=1 re-raises)
@@ -53,7 +53,7 @@ def apply_command(
         raise UserError(f"apply failed: {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}; "
                         "the model was left unpatched (KERNFORGE_STRICT=1 shows the traceback)") from None
     if as_json:
-        print(json.dumps(report, indent=1))
+        print(json.dumps(report.to_json(), indent=1))
         return
     print_end_to_end(report)
     console.out.print(f"run folder: {root}")

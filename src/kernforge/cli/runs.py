@@ -9,6 +9,7 @@ from typing import Any
 import typer
 
 from kernforge.errors import UserError
+from kernforge.records import EndToEnd, VariantName
 
 from kernforge.cli import console
 from kernforge.cli.app import LS_EXAMPLES, REPORT_EXAMPLES, SHOW_EXAMPLES, UI_EXAMPLES, app
@@ -112,9 +113,9 @@ def show(
     if not (root / "config.json").is_file():
         raise UserError(f"no run folder '{run}' (looked in {root}); see kernforge ls")
     record = read_run(root)
-    data = record.store.read_json("summary.json") if (root / "summary.json").is_file() else None
+    data = record.store.summary()
     if as_json:
-        print(json.dumps(run_json(record, data), indent=1))
+        print(json.dumps(run_json(record, data.to_json() if data else None), indent=1))
         return
     evaluation = _evaluation_report(record)
     model = record.settings.model_name or "?"
@@ -127,12 +128,12 @@ def show(
         console.out.print(f"{title}; this run did not finish: every candidate evaluated before it stopped is below",
                   markup=False, highlight=False)
     else:
-        console.out.print(results_table(data["tasks"], title=title))
-        print_end_to_end(data.get("end_to_end"))
+        console.out.print(results_table(data.tasks, title=title))
+        print_end_to_end(data.end_to_end)
     for line in candidate_lines(record):
         console.out.print(line, markup=False, highlight=False, soft_wrap=True)
-    if data and data.get("llm"):
-        print_llm_usage(data["llm"])
+    if data and data.llm:
+        print_llm_usage(data.llm)
     console.out.print(phases_line(run_phases(record.store.events())), markup=False, highlight=False, soft_wrap=True)
     console.out.print(f"run folder: {root}", markup=False, highlight=False, soft_wrap=True)
 
@@ -160,30 +161,28 @@ def _run_overview(store: Any) -> dict[str, Any]:
         state = _evaluation_state(record)
     else:
         state = "finished" if (store.root / "summary.json").is_file() else "incomplete"
-    summary = store.read_json("summary.json") if (store.root / "summary.json").is_file() else {}
+    summary = store.summary()
     return {"run": store.root.name, "model": record.settings.model_name or "?", "backend": record.backend,
             "device": record.device, "tasks": len(record.tasks), "best_speedup": max(speedups) if speedups else None,
-            "end_to_end": _end_to_end_cell(summary.get("end_to_end")), "state": state}
+            "end_to_end": _end_to_end_cell(summary.end_to_end if summary else None), "state": state}
 
 
 # `ls`'s end-to-end cell: the patched model against the unpatched one, eager then compiled
-END_TO_END_SHOWN = (("patched eager vs eager", "eager"), ("patched compile vs compile", "compile"))
-SHORT_VERDICTS = ("faster", "slower", "within noise")
+END_TO_END_SHOWN = ((VariantName.PATCHED_EAGER, "eager"), (VariantName.PATCHED_COMPILE, "compile"))
 
 
-def _end_to_end_cell(report: dict[str, Any] | None) -> str:
+def _end_to_end_cell(report: EndToEnd | None) -> str:
     """The model end to end as apply measured it ("1.33x eager (faster), 1.10x compile (within
     noise)"), "not applied", or apply's error in a few words."""
-    if not report:
+    if report is None:
         return "not applied"
-    if report.get("error"):
-        return f"apply failed: {str(report['error'])[:60]}"
+    if report.error:
+        return f"apply failed: {report.error[:60]}"
     parts = []
-    for key, label in END_TO_END_SHOWN:
-        entry = (report.get("speedups") or {}).get(key)
-        if entry and entry.get("speedup"):
-            verdict = str(entry.get("verdict", ""))  # a sentence where no kernel was installed: left out
-            parts.append(f"{entry['speedup']:.2f}x {label}" + (f" ({verdict})" if verdict in SHORT_VERDICTS else ""))
+    for variant, label in END_TO_END_SHOWN:
+        c = report.comparison(variant)
+        if c and c.speedup:  # the verdict only where kernels were in it: else the model as it is
+            parts.append(f"{c.speedup:.2f}x {label}" + (f" ({c.verdict})" if c.installed else ""))
     return ", ".join(parts) or "no timing"
 
 

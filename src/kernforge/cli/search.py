@@ -133,27 +133,28 @@ def optimize(
     opts = result.options
     data = summary(result)
     if as_json:
-        print(json.dumps(data, indent=1))
+        print(json.dumps(data.to_json(), indent=1))
         return
     console.out.print(profile_table(result.capture, limit=8))
-    for reason, ops in _group_skipped(data["skipped"]).items():
+    for reason, ops in _group_skipped(data.skipped).items():
         console.out.print(f"skipped, {reason}: {ops}", markup=False, highlight=False)
-    if not data["tasks"]:
+    rows = data.tasks
+    if not rows:
         console.out.print(f"no op of this model has a {opts.proposer} template for the {result.backend} backend yet: "
                   "nothing was searched")
     budget = f"a time budget of {opts.time_budget}, at most " if opts.time_budget else ""
-    console.out.print(results_table(data["tasks"], title=f"{result.backend} backend on {result.device}, "
+    console.out.print(results_table(rows, title=f"{result.backend} backend on {result.device}, "
                                                  f"{opts.strategy}, {budget}{opts.iterations} iterations per op, "
                                                  f"{result.wall_s:.0f} s"))
     from kernforge.tasks import task_label
 
-    for task in data["tasks"]:  # why each search ended: its budget spent, or why sooner
-        if task["stopped"]:
-            console.out.print(f"{task_label(task['task'])} {task['op']}: search ended, {task['stopped']}",
+    for row in rows:  # why each search ended: its budget spent, or why sooner
+        if row.stopped:
+            console.out.print(f"{task_label(row.task)} {row.op}: search ended, {row.stopped}",
                       markup=False, highlight=False)
-    print_llm_usage(data.get("llm"))
-    print_end_to_end(data.get("end_to_end"))
-    console.out.print(phases_line(data["phases"]), markup=False, highlight=False, soft_wrap=True)
+    print_llm_usage(data.llm)
+    print_end_to_end(data.end_to_end)
+    console.out.print(phases_line(data.phases), markup=False, highlight=False, soft_wrap=True)
     console.out.print(f"run folder: {result.run_dir}")
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import gc
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,64 +20,25 @@ import torch
 from kernforge.errors import UserError
 from kernforge.integrate import endtoend as e2e
 from kernforge.integrate import overhead, runtime
+from kernforge.harness.timing import Timing
 from kernforge.integrate.pace import Pace
 from kernforge.integrate.install import Patch, compile_caches_off, patch
+from kernforge.records import Comparison, EndToEnd, KernelEffect, OutputCheck, VariantName, VariantTiming
 from kernforge.search.runs import RunRecord, read_run, run_phases
 from kernforge.store.events import Applied, PhaseTimed
 
 FRESH_SETS = 2  # fresh input sets checked beside the captured one
+ALL_KERNELS = "patched eager, all"  # the first timing's model with every kernel, before any is dropped
 
 
-@dataclass
-class KernelEffect:
-    """One kernel in the whole model."""
-
-    task: str
-    op: str
-    kernel: str
-    op_speedup_vs_eager: float  # the search's, on the op alone
-    op_p50_ms: float = 0.0  # the search's, the kernel on the op alone
-    op_eager_p50_ms: float = 0.0  # the search's, the ATen op alone
-    calls_per_forward: int = 0  # calls of one forward pass that took the kernel
-    eager_verdict: str = ""  # the model with this kernel alone against eager: faster | within noise | slower
-    eager_speedup: float | None = None
-    compile_verdict: str = ""  # the same under torch.compile, against the compiled model
-    compile_speedup: float | None = None
-    in_compiled_graph: bool = False  # the custom op was traced into the compiled graph
-    installed_eager: bool = False
-    installed_compile: bool = False
-    note: str = ""
-
-
-@dataclass
-class ApplyReport:
-    run_dir: str
-    model: str
-    device: str
-    kernels: list[KernelEffect] = field(default_factory=list)
-    not_installed: dict[str, str] = field(default_factory=dict)  # task -> why
-    checks: list[dict[str, Any]] = field(default_factory=list)  # per input set and variant
-    tolerance: str = ""
-    timings_ms: dict[str, dict[str, float]] = field(default_factory=dict)  # variant -> p20/p50/p80
-    speedups: dict[str, dict[str, Any]] = field(default_factory=dict)  # comparison -> speedup, verdict
-    routing: list[dict[str, Any]] = field(default_factory=list)
-    graph_routes: dict[str, dict[str, Any]] = field(default_factory=dict)  # graphed variant -> op -> routes at capture
-    notes: list[str] = field(default_factory=list)  # what could not be measured, and why
-    note: str = ""
-    wall_s: float = 0.0
-    time_limit_s: float | None = None  # apply's time limit (pace.py), None: none
-    rounds: list[dict[str, Any]] = field(default_factory=list)  # under a limit: each timing's rounds (pace.Measured)
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
+V = VariantName  # the ways the model is timed, each named once
 
 OnProgress = Callable[[str], None]
 
 
 def apply_run(run_dir: Path, spec: str | None = None, compile_model: bool = True,
               on_progress: OnProgress = lambda line: None,
-              model_overrides: dict[str, Any] | None = None, time_limit_s: float | None = None) -> ApplyReport:
+              model_overrides: dict[str, Any] | None = None, time_limit_s: float | None = None) -> EndToEnd:
     """`model_overrides` change the run's model options (e.g. {"attention": "sdpa"}: the same
     model with the attention a user gets by default). `time_limit_s`: the seconds apply may take
     from here, loading the model included; its end-to-end timings are sized to fit (pace.py)."""
@@ -89,8 +50,8 @@ def apply_run(run_dir: Path, spec: str | None = None, compile_model: bool = True
 
 
 def _apply(record: RunRecord, loaded: Any, compile_model: bool, on_progress: OnProgress,
-           started: float, time_limit_s: float | None = None) -> ApplyReport:
-    report = ApplyReport(run_dir=str(record.root), model=loaded.name, device=record.device, time_limit_s=time_limit_s)
+           started: float, time_limit_s: float | None = None) -> EndToEnd:
+    report = EndToEnd(run_dir=str(record.root), model=loaded.name, device=record.device, time_limit_s=time_limit_s)
     handle = patch(loaded.module, record, measured=False)  # apply measures afresh, whatever an earlier apply said
     try:
         report.not_installed.update(handle.skipped)
@@ -142,7 +103,7 @@ def expected_measurements(reached: int, compile_model: bool, cuda: bool) -> int:
     return count
 
 
-def _report_rounds(report: ApplyReport, pace: Pace) -> None:
+def _report_rounds(report: EndToEnd, pace: Pace) -> None:
     report.rounds = [asdict(m) for m in pace.done]
     if pace.cut:
         report.notes.append(f"the time limit ({report.time_limit_s:.0f} s) cut the timing rounds of {pace.cut} of "
@@ -214,10 +175,10 @@ def _oracles(model: torch.nn.Module, input_sets: dict[str, Any]) -> tuple[dict[s
 
 def _check_eager(model: torch.nn.Module, input_sets: dict[str, Any], oracles: dict[str, e2e.Oracle],
                  specs: list[runtime.KernelSpec], effects: dict[str, KernelEffect],
-                 report: ApplyReport) -> list[runtime.KernelSpec]:
+                 report: EndToEnd) -> list[runtime.KernelSpec]:
     """The kernels with which the patched model's outputs pass on every set: all of them where
     they pass together, else each one alone (a failure is then pinned to its kernel)."""
-    if _passes(model, input_sets, oracles, specs, "patched eager", report):
+    if _passes(model, input_sets, oracles, specs, V.PATCHED_EAGER, report):
         return specs
     kept = []
     for spec in specs:
@@ -229,7 +190,7 @@ def _check_eager(model: torch.nn.Module, input_sets: dict[str, Any], oracles: di
 
 
 def _passes(model: torch.nn.Module, input_sets: dict[str, Any], oracles: dict[str, e2e.Oracle],
-            specs: list[runtime.KernelSpec], variant: str, report: ApplyReport) -> bool:
+            specs: list[runtime.KernelSpec], variant: str, report: EndToEnd) -> bool:
     installation = runtime.install(specs, model)
     try:
         results = {label: e2e.judge_outputs(e2e.forward(model, inputs), oracles[label])
@@ -240,38 +201,37 @@ def _passes(model: torch.nn.Module, input_sets: dict[str, Any], oracles: dict[st
 
 
 def _record_checks(results: dict[str, tuple[str | None, float]], oracles: dict[str, e2e.Oracle], variant: str,
-                   report: ApplyReport) -> bool:
+                   report: EndToEnd) -> bool:
     for label, (why, error) in results.items():
-        report.checks.append({"variant": variant, "inputs": label, "error": error,
-                              "eager_error": oracles[label].eager_error,
-                              "pass": why is None, "why": why or ""})
+        report.checks.append(OutputCheck(variant=variant, inputs=label, error=error,
+                                         eager_error=oracles[label].eager_error, passed=why is None, why=why or ""))
     return all(why is None for why, _ in results.values())
 
 
 def _measure(loaded: Any, device: torch.device, specs: list[runtime.KernelSpec], effects: dict[str, KernelEffect],
-             report: ApplyReport, input_sets: dict[str, Any], oracles: dict[str, e2e.Oracle],
+             report: EndToEnd, input_sets: dict[str, Any], oracles: dict[str, e2e.Oracle],
              compile_model: bool, on_progress: OnProgress, pace: Pace | None = None) -> None:
     model, inputs = loaded.module, loaded.inputs
     eager = e2e.model_call(model, inputs)
     alone = [e2e.Variant(f"eager+{s.name}", eager, [s], model) for s in specs] if len(specs) > 1 else []
-    variants = [e2e.Variant("eager", eager), e2e.Variant("patched eager, all", eager, specs, model), *alone]
+    variants = [e2e.Variant(V.EAGER, eager), e2e.Variant(ALL_KERNELS, eager, specs, model), *alone]
     first, compiled = None, None
     if compile_model:
         on_progress("compiling the model (torch.compile, default mode)")
         runtime.reset_compiled_code()
         compiled = e2e.compiled_model(model, "compile")
         try:
-            first = e2e.time_variants([*variants, e2e.Variant("compile", lambda: compiled(*inputs))], device,
+            first = e2e.time_variants([*variants, e2e.Variant(V.COMPILE, lambda: compiled(*inputs))], device,
                                       pace=pace)
         except Exception as e:  # noqa: BLE001 - a model torch.compile cannot compile is still measured in eager
             compile_model = False
             report.note = f"torch.compile failed on this model ({type(e).__name__}: {str(e).splitlines()[0][:160]})"
     first = first or e2e.time_variants(variants, device, pace=pace)
     for spec in specs:
-        own = first[f"eager+{spec.name}"] if alone else first["patched eager, all"]
+        own = first[f"eager+{spec.name}"] if alone else first[ALL_KERNELS]
         effect = effects[spec.name]
-        effect.eager_verdict = e2e.verdict(own, first["eager"])
-        effect.eager_speedup = e2e.speedup(own, first["eager"])
+        effect.eager_verdict = e2e.verdict(own, first[V.EAGER])
+        effect.eager_speedup = e2e.speedup(own, first[V.EAGER])
         effect.installed_eager = pays(effect.eager_verdict, effect.eager_speedup) and effect.calls_per_forward > 0
         if effect.calls_per_forward and not effect.installed_eager:
             effect.note = ("makes the model slower in eager: dropped" if effect.eager_verdict == "slower"
@@ -281,7 +241,7 @@ def _measure(loaded: Any, device: torch.device, specs: list[runtime.KernelSpec],
                                              on_progress, pace)
     patched = _final_phase(model, inputs, device, eager_kept, compile_kept, measured, first,
                            compiled if compile_model else None, report, pace)
-    drop_if_slower(report.speedups["patched eager vs eager"], [effects[s.name] for s in eager_kept])
+    drop_if_slower(report.comparison(V.PATCHED_EAGER), [effects[s.name] for s in eager_kept])
     if patched is not None:
         _check_compiled(model, patched, input_sets, oracles, eager_kept, compile_kept, report)
     graph_set = [s for s in specs if effects[s.name].calls_per_forward]
@@ -292,12 +252,10 @@ def _measure(loaded: Any, device: torch.device, specs: list[runtime.KernelSpec],
 
 # ---------------------------------------------------------------------------- under CUDA graphs
 
-GRAPH_EAGER, GRAPH_PATCHED = "eager, CUDA graph", "patched eager, CUDA graph"
-RO_COMPILE, RO_PATCHED = "compile, reduce-overhead", "patched compile, reduce-overhead"
 
 
 def _graph_phase(model: torch.nn.Module, inputs: Any, device: torch.device, specs: list[runtime.KernelSpec],
-                 report: ApplyReport, input_sets: dict[str, Any], oracles: dict[str, e2e.Oracle],
+                 report: EndToEnd, input_sets: dict[str, Any], oracles: dict[str, e2e.Oracle],
                  compile_model: bool, pace: Pace | None = None) -> None:
     """A static-shape model replayed from a CUDA graph pays no host cost per op, so every kernel
     the model reaches goes in (a route's host cost, what drops kernels in eager, is not paid in a
@@ -307,9 +265,9 @@ def _graph_phase(model: torch.nn.Module, inputs: Any, device: torch.device, spec
     captured (a host sync in its forward, say) is said, not raised."""
     plain = e2e.GraphedForward(model, inputs, "the model as it is")
     patched = e2e.GraphedForward(model, inputs, "the model with the kernels")
-    pair = [e2e.Variant(GRAPH_EAGER, plain), e2e.Variant(GRAPH_PATCHED, patched, specs, model)]
+    pair = [e2e.Variant(V.GRAPH_EAGER, plain), e2e.Variant(V.GRAPH_PATCHED, patched, specs, model)]
     try:
-        _timed_pair(pair, device, report, f"{GRAPH_PATCHED} vs {GRAPH_EAGER}", seeds=(5, 6), pace=pace)
+        _timed_pair(pair, device, report, seeds=(5, 6), pace=pace)
         _check_graph(patched, input_sets, oracles, report)
     except e2e.CaptureError as e:  # a forward that cannot be captured is a fact about the model
         report.notes.append(f"CUDA graph: not captured, {e}")
@@ -324,10 +282,10 @@ def _graph_phase(model: torch.nn.Module, inputs: Any, device: torch.device, spec
     runtime.reset_compiled_code()
     ro_plain = e2e.compiled_model(model, "ro", "reduce-overhead")
     ro_patched = e2e.compiled_model(model, "ro_patched", "reduce-overhead")
-    pair = [e2e.Variant(RO_COMPILE, lambda: ro_plain(*inputs)),
-            e2e.Variant(RO_PATCHED, lambda: ro_patched(*inputs), marked, model)]
+    pair = [e2e.Variant(V.RO_COMPILE, lambda: ro_plain(*inputs)),
+            e2e.Variant(V.RO_PATCHED, lambda: ro_patched(*inputs), marked, model)]
     try:
-        _timed_pair(pair, device, report, f"{RO_PATCHED} vs {RO_COMPILE}", seeds=(7, 8), pace=pace)
+        _timed_pair(pair, device, report, seeds=(7, 8), pace=pace)
         _check_reduce_overhead(model, ro_patched, marked, input_sets, oracles, report)
     except Exception as e:  # noqa: BLE001 - inductor's cudagraphs refuse some models: the rest stands
         report.notes.append(f"reduce-overhead: {_first_line(e)}")
@@ -336,40 +294,39 @@ def _graph_phase(model: torch.nn.Module, inputs: Any, device: torch.device, spec
         _free()
 
 
-def _timed_pair(pair: list[e2e.Variant], device: torch.device, report: ApplyReport, key: str,
-                seeds: tuple[int, int], pace: Pace | None = None) -> None:
-    """The two variants alternated in shuffled rounds, twice; both figures kept."""
+def _timed_pair(pair: list[e2e.Variant], device: torch.device, report: EndToEnd, seeds: tuple[int, int],
+                pace: Pace | None = None) -> None:
+    """The two variants (unpatched, patched) alternated in shuffled rounds, twice; both figures kept."""
+    base, patched = pair
     first = e2e.time_variants(pair, device, seed=seeds[0], pace=pace)
-    base, candidate = (first[v.name] for v in pair)
-    report.speedups[key] = _comparison(candidate, base)
+    comparison = report.add(_comparison(patched.name, base.name, first[patched.name], first[base.name]))
     again = e2e.time_variants(pair, device, seed=seeds[1], pace=pace)
-    _confirm(report.speedups[key], again[pair[1].name], again[pair[0].name])
+    _confirm(comparison, again[patched.name], again[base.name])
     for v in pair:
-        t = first[v.name]
-        report.timings_ms[v.name] = {"p20_ms": t.p20_ms, "p50_ms": t.p50_ms, "p80_ms": t.p80_ms, "runs": t.runs}
-    report.graph_routes[pair[1].name] = {op: c.to_json() for op, c in pair[1].counts.items()}
+        report.timings_ms[v.name] = _timing_record(first[v.name])
+    report.graph_routes[patched.name] = {op: c.to_json() for op, c in patched.counts.items()}
 
 
 def _check_graph(graphed: e2e.GraphedForward, input_sets: dict[str, Any], oracles: dict[str, e2e.Oracle],
-                 report: ApplyReport) -> None:
+                 report: EndToEnd) -> None:
     """The captured graph replayed on each input set's values, copied into its static inputs: a
     kernel that baked a captured value in, or that fell out of the graph, fails here."""
     results = {}
     for label, values in input_sets.items():
         graphed.load(values)
         results[label] = e2e.judge_outputs(e2e.outputs_of(graphed()), oracles[label])
-    _record_checks(results, oracles, GRAPH_PATCHED, report)
+    _record_checks(results, oracles, V.GRAPH_PATCHED, report)
 
 
 def _check_reduce_overhead(model: torch.nn.Module, compiled: Callable[..., Any], marked: list[runtime.KernelSpec],
-                           input_sets: dict[str, Any], oracles: dict[str, e2e.Oracle], report: ApplyReport) -> None:
+                           input_sets: dict[str, Any], oracles: dict[str, e2e.Oracle], report: EndToEnd) -> None:
     installation = runtime.install(marked, model)
     try:  # each output judged before the next replay overwrites inductor's graph outputs
         results = {label: e2e.judge_outputs(e2e.outputs_of(compiled(*values)), oracles[label])
                    for label, values in input_sets.items()}
     finally:
         installation.remove()
-    _record_checks(results, oracles, RO_PATCHED, report)
+    _record_checks(results, oracles, V.RO_PATCHED, report)
 
 
 def _first_line(e: BaseException) -> str:
@@ -377,17 +334,17 @@ def _first_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text.splitlines()[0][:200] if text else ''}"
 
 
-def drop_if_slower(comparison: dict[str, Any], kept: list[KernelEffect]) -> None:
+def drop_if_slower(comparison: Comparison | None, kept: list[KernelEffect]) -> None:
     """Each kept kernel paid alone, but the model with all of them is slower, in both interleaved
     measurements (their host costs add up: Gemma-style bf16 on the H200, 1.09x and 1.57x alone,
     0.86x together, bench/results/h200/issue32/README.md): none is installed in eager."""
-    if not kept or comparison.get("verdict") != "slower":
+    if comparison is None or not kept or not comparison.installed or comparison.verdict != "slower":
         return
     for effect in kept:
         effect.installed_eager = False
         effect.note = (effect.note + "; " if effect.note else "") + \
-            f"the model with every kept kernel was slower ({comparison['speedup']:.2f}x, repeated): dropped in eager"
-    comparison["verdict"] = "slower: every kernel dropped in eager, the model as it is"
+            f"the model with every kept kernel was slower ({comparison.speedup:.2f}x, repeated): dropped in eager"
+    comparison.kernels = "all dropped"
 
 
 def pays(verdict: str, speedup: float | None) -> bool:
@@ -401,7 +358,7 @@ class CompilePhase:
     """The model compiled with some kernels in its graph, timed beside eager in a phase of its own."""
 
     specs: list[runtime.KernelSpec]
-    timings: dict[str, Any]  # "eager", "patched compile"
+    timings: dict[str, Any]  # V.EAGER, V.PATCHED_COMPILE
     counts: dict[str, runtime.RouteCounts]
     compiled: Callable[..., Any]
 
@@ -410,9 +367,9 @@ def _compile_phase(model: torch.nn.Module, inputs: Any, device: torch.device, in
                    installed: list[runtime.KernelSpec], tag: str, pace: Pace | None = None) -> CompilePhase:
     runtime.reset_compiled_code()
     compiled = e2e.compiled_model(model, tag)
-    patched = e2e.Variant("patched compile", lambda: compiled(*inputs),
+    patched = e2e.Variant(V.PATCHED_COMPILE, lambda: compiled(*inputs),
                           e2e.with_compile_flag(installed, {s.name for s in in_graph}), model)
-    timings = e2e.time_variants([e2e.Variant("eager", e2e.model_call(model, inputs)), patched], device, seed=1,
+    timings = e2e.time_variants([e2e.Variant(V.EAGER, e2e.model_call(model, inputs)), patched], device, seed=1,
                                 pace=pace)
     return CompilePhase(specs=in_graph, timings=timings, counts=patched.counts, compiled=compiled)
 
@@ -457,24 +414,22 @@ def _compile_choice(model: torch.nn.Module, inputs: Any, device: torch.device, s
 
 def together_speedup(phase: CompilePhase, first: dict[str, Any]) -> float:
     t = phase.timings
-    return e2e.speedup(t["patched compile"], first["compile"], t["eager"], first["eager"])
+    return e2e.speedup(t[V.PATCHED_COMPILE], first[V.COMPILE], t[V.EAGER], first[V.EAGER])
 
 
 def _judge_under_compile(phase: CompilePhase, specs: list[runtime.KernelSpec], effects: dict[str, KernelEffect],
                          first: dict[str, Any], how: str) -> bool:
     """Record the phase's verdict on each of its kernels; whether the phase pays."""
     t = phase.timings
-    verdict_now = e2e.verdict(t["patched compile"], first["compile"], t["eager"], first["eager"])
-    speed = e2e.speedup(t["patched compile"], first["compile"], t["eager"], first["eager"])
+    verdict_now = e2e.verdict(t[V.PATCHED_COMPILE], first[V.COMPILE], t[V.EAGER], first[V.EAGER])
+    speed = e2e.speedup(t[V.PATCHED_COMPILE], first[V.COMPILE], t[V.EAGER], first[V.EAGER])
     paid = pays(verdict_now, speed)
     for spec in specs:
         effect = effects[spec.name]
         traced = phase.counts.get(spec.op, runtime.RouteCounts()).traced_by_kernel
         effect.in_compiled_graph = traced.get(spec.name, 0) > 0
-        effect.compile_verdict = verdict_now if how == "alone" else f"{verdict_now} ({how})"
+        effect.compile_verdict, effect.compiled_with_others = verdict_now, how != "alone"
         effect.compile_speedup = speed
-        if not effect.in_compiled_graph:
-            effect.compile_verdict = "not in the compiled graph"
         effect.installed_compile = effect.in_compiled_graph and paid
         if how == "alone" and effect.in_compiled_graph and not paid:
             effect.note = (effect.note + "; " if effect.note else "") + (
@@ -486,7 +441,7 @@ def _judge_under_compile(phase: CompilePhase, specs: list[runtime.KernelSpec], e
 
 def _final_phase(model: torch.nn.Module, inputs: Any, device: torch.device, eager_kept: list[runtime.KernelSpec],
                  compile_kept: list[runtime.KernelSpec], measured: CompilePhase | None, first: dict[str, Any],
-                 compiled: Callable[..., Any] | None, report: ApplyReport,
+                 compiled: Callable[..., Any] | None, report: EndToEnd,
                  pace: Pace | None = None) -> Callable[..., Any] | None:
     """The model as the kernels that stayed leave it, four ways; speedups beyond the noise only,
     each confirmed by a second interleaved measurement. Under compile that is the phase that
@@ -495,45 +450,43 @@ def _final_phase(model: torch.nn.Module, inputs: Any, device: torch.device, eage
     checks), if there is one."""
     compile_model = compiled is not None
     eager = e2e.model_call(model, inputs)
-    pair = [e2e.Variant("eager", eager), e2e.Variant("patched eager", eager, eager_kept, model)]
+    pair = [e2e.Variant(V.EAGER, eager), e2e.Variant(V.PATCHED_EAGER, eager, eager_kept, model)]
     final = e2e.time_variants(pair, device, seed=2, pace=pace)
-    timings = {"eager": final["eager"], "patched eager": final["patched eager"]}
-    report.speedups["patched eager vs eager"] = _comparison(final["patched eager"], final["eager"])
+    timings = {V.EAGER: final[V.EAGER], V.PATCHED_EAGER: final[V.PATCHED_EAGER]}
+    in_eager = report.add(_comparison(V.PATCHED_EAGER, V.EAGER, final[V.PATCHED_EAGER], final[V.EAGER]))
     if eager_kept:
         again = e2e.time_variants(pair, device, seed=3, pace=pace)
-        _confirm(report.speedups["patched eager vs eager"], again["patched eager"], again["eager"])
-    if not eager_kept:
-        report.speedups["patched eager vs eager"]["verdict"] = "no kernel installed in eager: the model as it is"
+        _confirm(in_eager, again[V.PATCHED_EAGER], again[V.EAGER])
+    else:
+        in_eager.kernels = "none installed"
     phase = measured
     if compile_model and compile_kept and phase is None:
         phase = _compile_phase(model, inputs, device, compile_kept, _union(eager_kept, compile_kept), "patched",
                                pace)
     if compile_model:
-        timings["compile"] = first["compile"]
-        report.speedups["compile vs eager"] = _comparison(first["compile"], first["eager"])
+        timings[V.COMPILE] = first[V.COMPILE]
+        report.add(_comparison(V.COMPILE, V.EAGER, first[V.COMPILE], first[V.EAGER]))
         if phase is not None:
-            timings["patched compile"] = phase.timings["patched compile"]
-            report.speedups["patched compile vs compile"] = _comparison(
-                phase.timings["patched compile"], first["compile"], phase.timings["eager"], first["eager"])
-            report.speedups["patched compile vs eager"] = _comparison(
-                phase.timings["patched compile"], phase.timings["eager"])
+            timings[V.PATCHED_COMPILE] = phase.timings[V.PATCHED_COMPILE]
+            under = report.add(_comparison(V.PATCHED_COMPILE, V.COMPILE, phase.timings[V.PATCHED_COMPILE],
+                                           first[V.COMPILE], phase.timings[V.EAGER], first[V.EAGER]))
+            report.add(_comparison(V.PATCHED_COMPILE, V.EAGER, phase.timings[V.PATCHED_COMPILE], phase.timings[V.EAGER]))
             installed = e2e.with_compile_flag(_union(eager_kept, compile_kept), {s.name for s in compile_kept})
-            again = e2e.time_variants([e2e.Variant("compile", lambda: compiled(*inputs)),
-                                       e2e.Variant("patched compile", lambda: phase.compiled(*inputs), installed, model)],
+            again = e2e.time_variants([e2e.Variant(V.COMPILE, lambda: compiled(*inputs)),
+                                       e2e.Variant(V.PATCHED_COMPILE, lambda: phase.compiled(*inputs), installed, model)],
                                       device, seed=4, pace=pace)
-            _confirm(report.speedups["patched compile vs compile"], again["patched compile"], again["compile"])
+            _confirm(under, again[V.PATCHED_COMPILE], again[V.COMPILE])
         else:
-            timings["patched compile"] = first["compile"]
-            report.speedups["patched compile vs compile"] = {
-                "speedup": 1.0, "verdict": "no kernel installed under compile: the compiled model as it is"}
-    report.timings_ms = {k: {"p20_ms": t.p20_ms, "p50_ms": t.p50_ms, "p80_ms": t.p80_ms, "runs": t.runs}
-                         for k, t in timings.items()}
+            timings[V.PATCHED_COMPILE] = first[V.COMPILE]
+            report.add(Comparison(candidate=V.PATCHED_COMPILE, baseline=V.COMPILE, speedup=1.0, verdict="within noise",
+                                  kernels="none installed"))
+    report.timings_ms = {name: _timing_record(t) for name, t in timings.items()}
     return phase.compiled if phase is not None else None
 
 
 def _check_compiled(model: torch.nn.Module, compiled: Callable[..., Any], input_sets: dict[str, Any], oracles: dict[str, e2e.Oracle],
                     eager_kept: list[runtime.KernelSpec], compile_kept: list[runtime.KernelSpec],
-                    report: ApplyReport) -> None:
+                    report: EndToEnd) -> None:
     """The patched model under torch.compile, on every input set, judged as eager patched was
     (same shapes: the code compiled in the final phase, no recompile)."""
     installation = runtime.install(e2e.with_compile_flag(_union(eager_kept, compile_kept),
@@ -543,21 +496,25 @@ def _check_compiled(model: torch.nn.Module, compiled: Callable[..., Any], input_
                    for label, inputs in input_sets.items()}
     finally:
         installation.remove()
-    _record_checks(results, oracles, "patched compile", report)
+    _record_checks(results, oracles, V.PATCHED_COMPILE, report)
 
 
-def _confirm(comparison: dict[str, Any], candidate: Any, baseline: Any) -> None:
-    """The comparison as a second measurement, the two alternated in shuffled rounds, repeats it:
-    both figures kept; a verdict the repeat does not give again is within the noise."""
-    repeat = _comparison(candidate, baseline)
-    comparison["repeat_speedup"], comparison["repeat_verdict"] = repeat["speedup"], repeat["verdict"]
-    if repeat["verdict"] != comparison["verdict"]:
-        comparison["first_verdict"], comparison["verdict"] = comparison["verdict"], "within noise"
+def _confirm(comparison: Comparison, candidate: Timing, baseline: Timing) -> None:
+    """The comparison repeated by a second measurement, the two alternated in shuffled rounds."""
+    comparison.confirm(_comparison(comparison.candidate, comparison.baseline, candidate, baseline))
 
 
-def _comparison(candidate: Any, baseline: Any, candidate_ref: Any = None, baseline_ref: Any = None) -> dict[str, Any]:
-    return {"speedup": e2e.speedup(candidate, baseline, candidate_ref, baseline_ref),
-            "verdict": e2e.verdict(candidate, baseline, candidate_ref, baseline_ref)}
+def _comparison(candidate: VariantName, baseline: VariantName, candidate_t: Timing, baseline_t: Timing,
+                candidate_ref: Timing | None = None, baseline_ref: Timing | None = None) -> Comparison:
+    """`candidate` against `baseline` from their timings (each against its own phase's eager, the
+    refs, where the two were timed in different phases)."""
+    return Comparison(candidate=candidate, baseline=baseline,
+                      speedup=e2e.speedup(candidate_t, baseline_t, candidate_ref, baseline_ref),
+                      verdict=e2e.verdict(candidate_t, baseline_t, candidate_ref, baseline_ref))
+
+
+def _timing_record(t: Timing) -> VariantTiming:
+    return VariantTiming(p20_ms=t.p20_ms, p50_ms=t.p50_ms, p80_ms=t.p80_ms, runs=t.runs)
 
 
 def _union(a: list[runtime.KernelSpec], b: list[runtime.KernelSpec]) -> list[runtime.KernelSpec]:
@@ -565,18 +522,18 @@ def _union(a: list[runtime.KernelSpec], b: list[runtime.KernelSpec]) -> list[run
     return a + [s for s in b if s.name not in names]
 
 
-def _finish(record: RunRecord, report: ApplyReport, started: float) -> ApplyReport:
+def _finish(record: RunRecord, report: EndToEnd, started: float) -> EndToEnd:
     report.wall_s = time.perf_counter() - started
     store = record.store
     store.write_json("integrate/apply.json", report.to_json())
     store.emit(PhaseTimed(phase="apply", seconds=report.wall_s))
-    if (record.root / "summary.json").is_file():
-        summary = store.read_json("summary.json")
-        summary["end_to_end"] = report.to_json()
-        summary["phases"] = run_phases(store.events())
-        store.write_json("summary.json", summary)
+    summary = store.summary()
+    if summary is not None:
+        summary.end_to_end = report
+        summary.phases = run_phases(store.events())
+        store.write_summary(summary)
     store.emit(Applied(kernels=[k.kernel for k in report.kernels],
-                       speedups={k: v["speedup"] for k, v in report.speedups.items()}))
+                       speedups={c.key: c.speedup for c in report.comparisons}))
     _free()
     return report
 

@@ -36,6 +36,7 @@ from kernforge.evaluate.checks import compare, element_bound, oracle_dtype, upca
 from kernforge.harness.timing import Timing, clearly_faster, clearly_faster_relative, timing_from
 from kernforge.integrate import runtime
 from kernforge.integrate.pace import Measured, Pace, another_round, calls_per_round, was_cut
+from kernforge.records import Verdict
 
 ROUNDS = 5
 ROUND_MS = 150.0  # each variant's share of a round: ~3 calls of an 85 ms VAE decoder, 50 of a 3 ms one
@@ -152,7 +153,7 @@ def judge_outputs(outs: list[torch.Tensor], oracle: Oracle) -> tuple[str | None,
 
 @dataclass
 class Variant:
-    name: str
+    name: str  # a records.VariantName, or the label of a measurement's other model (one kernel alone)
     call: Callable[[], Any]
     specs: list[runtime.KernelSpec] = field(default_factory=list)  # installed while it runs
     model: torch.nn.Module | None = None  # where chains that are a module's forward are installed
@@ -329,7 +330,7 @@ class GraphedForward:
 
 
 def verdict(candidate: Timing, baseline: Timing, candidate_ref: Timing | None = None,
-            baseline_ref: Timing | None = None) -> str:
+            baseline_ref: Timing | None = None) -> Verdict:
     """faster | slower | within noise, beyond the noise as the evaluator decides it; each against
     its own phase's eager when the two were timed in different phases."""
     if candidate_ref is None or baseline_ref is None:

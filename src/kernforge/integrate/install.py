@@ -181,12 +181,11 @@ def placement(run: RunRecord, kernel: str) -> tuple[bool, bool] | None:
     run was not applied (or not with this kernel). An apply that did not compile the model
     leaves compile's choice open (True): nothing was measured against it."""
     report = run.applied
-    if not report:
+    if report is None:
         return None
-    for effect in report.get("kernels", []):
-        if effect.get("kernel") == kernel:
-            compiled = bool(report.get("timings_ms", {}).get("compile"))
-            return bool(effect.get("installed_eager")), bool(effect.get("installed_compile")) or not compiled
+    for effect in report.kernels:
+        if effect.kernel == kernel:
+            return effect.installed_eager, effect.installed_compile or not report.compiled
     return None
 
 

@@ -12,6 +12,7 @@ from kernforge.capture import Capture
 from kernforge.errors import UserError, strict
 from kernforge.evaluate.executors import make_executor
 from kernforge.propose import Usage
+from kernforge.records import EndToEnd, RunSummary
 from kernforge.search import Node, TaskOutcome, get_strategy, search_task
 from kernforge.search.budget import (MIN_TASK_S, FixedCosts, TimeBudget, parse_duration, projected_gain,
                                      task_bytes)
@@ -58,10 +59,10 @@ def search_all(opts: OptimizeOptions, result: OptimizeResult, store: RunStore, b
     if opts.proposer != "builtin":
         result.llm_usage = llm_spent(store)
     applied = applied_before(store) if not tasks else None  # nothing searched: the model is as it was applied
-    store.write_json("summary.json", summary(result))
+    store.write_summary(summary(result))
     if applied is not None:
         result.end_to_end = applied
-        store.write_json("summary.json", summary(result))
+        store.write_summary(summary(result))
     elif opts.apply:
         result.end_to_end = apply_run_folder(store, device == "cuda" or opts.compile not in ("auto", "none"),
                                    budget.apply_s() if budget else None)
@@ -99,7 +100,7 @@ def rank_gain(capture: Capture, task: Any) -> float:
     return task.gain_if_2x
 
 
-def apply_run_folder(store: RunStore, compile_model: bool, time_limit_s: float | None = None) -> dict[str, Any]:
+def apply_run_folder(store: RunStore, compile_model: bool, time_limit_s: float | None = None) -> EndToEnd:
     """The winners installed into the model and measured end to end (integrate.apply, which adds
     its report to summary.json); a model that cannot be patched is said, not raised: the search's
     results stand. The model is also timed under torch.compile on a GPU, and on a CPU only where
@@ -112,31 +113,27 @@ def apply_run_folder(store: RunStore, compile_model: bool, time_limit_s: float |
     store.emit(ApplyProgress(line="installing the winners into the model"))
     try:
         return apply_run(run_dir, compile_model=compile_model, time_limit_s=time_limit_s,
-                         on_progress=lambda line: store.emit(ApplyProgress(line=line))).to_json()
+                         on_progress=lambda line: store.emit(ApplyProgress(line=line)))
     except Exception as e:  # noqa: BLE001 - a kernel that fails in the model must not lose the search's results
         if strict() and not isinstance(e, UserError):
             raise
-        data = store.read_json("summary.json")
-        data["end_to_end"] = {"error": str(e) if isinstance(e, UserError) else
-                              f"apply failed: {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"}
-        store.write_json("summary.json", data)
-        return data["end_to_end"]
+        failed = EndToEnd(error=str(e) if isinstance(e, UserError) else
+                          f"apply failed: {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}")
+        written = store.summary()
+        if written is not None:  # written above, before apply began
+            written.end_to_end = failed
+            store.write_summary(written)
+        return failed
 
 
-def summary(result: OptimizeResult) -> dict[str, Any]:
-    return {
-        "run_dir": str(result.run_dir),
-        "model": result.capture.model,
-        "backend": result.backend,
-        "device": result.device,
-        "wall_s": result.wall_s,
-        "phases": run_phases(read_events(result.run_dir / "events.jsonl")),
-        "tasks": [task_row(o) for o in result.outcomes],
-        "skipped": [{"op": p.op, "signature": p.signature, "share": p.share, "reason": why}
-                    for p, why in result.skipped],
-        **({"llm": {"model": llm_label(result.options.llm), **asdict(result.llm_usage)}} if result.llm_usage else {}),
-        **({"end_to_end": result.end_to_end} if result.end_to_end is not None else {}),
-    }
+def summary(result: OptimizeResult) -> RunSummary:
+    return RunSummary(
+        run_dir=str(result.run_dir), model=result.capture.model, backend=result.backend, device=result.device,
+        wall_s=result.wall_s, phases=run_phases(read_events(result.run_dir / "events.jsonl")),
+        tasks=[task_row(o) for o in result.outcomes],
+        skipped=[{"op": p.op, "signature": p.signature, "share": p.share, "reason": why} for p, why in result.skipped],
+        llm={"model": llm_label(result.options.llm), **asdict(result.llm_usage)} if result.llm_usage else None,
+        end_to_end=result.end_to_end)
 
 
 def llm_spent(store: RunStore) -> Usage:
@@ -154,8 +151,7 @@ def usage_of(events: list[Event]) -> Usage:
     return total
 
 
-def applied_before(store: RunStore) -> dict[str, Any] | None:
+def applied_before(store: RunStore) -> EndToEnd | None:
     """The end-to-end report a finished run's summary.json holds, if any."""
-    if not (store.root / "summary.json").is_file():
-        return None
-    return store.read_json("summary.json").get("end_to_end")
+    written = store.summary()
+    return written.end_to_end if written else None

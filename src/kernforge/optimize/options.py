@@ -13,6 +13,7 @@ from kernforge.capture import Capture, OpProfile
 from kernforge.errors import UserError
 from kernforge.models import ModelOptions
 from kernforge.propose import ProposerOptions, Usage
+from kernforge.records import EndToEnd
 from kernforge.search import TaskOutcome
 from kernforge.search.engine import FINALISTS
 from kernforge.store.events import (Event)
@@ -57,7 +58,7 @@ class OptimizeResult:
     outcomes: list[TaskOutcome] = field(default_factory=list)
     skipped: list[tuple[OpProfile, str]] = field(default_factory=list)
     wall_s: float = 0.0
-    end_to_end: dict[str, Any] | None = None  # integrate.apply's report, or {"error": why}
+    end_to_end: EndToEnd | None = None  # integrate.apply's report, or EndToEnd(error=why)
     llm_usage: Usage | None = None  # what the run's LLM calls cost, resumed parts included
 
 

@@ -8,6 +8,8 @@ from rich.table import Table
 
 from kernforge.capture import Capture
 from kernforge.capture.compiled import AT_FLOOR_NOTE, from_json
+from kernforge.records import Comparison, EndToEnd, TaskRow
+from kernforge.records.endtoend import AGAINST
 
 
 # Where the compiled model was profiled: its time, the floor and the headroom per op, the gain
@@ -84,16 +86,15 @@ def _short_module(path: str, width: int = 32) -> str:
     return path if len(path) <= width else "..." + path[-(width - 3):]
 
 
-def results_table(rows: list[dict[str, Any]], title: str) -> Table:
+def results_table(rows: list[TaskRow], title: str) -> Table:
     table = Table(title=title)
     for name in ("op", "shape", "dtype", "share", "eager ms", "compile ms", "best ms",
                  "best speedup vs eager", "vs compile", "correct/tried", "verdict"):
         table.add_column(name, justify="left" if name in ("op", "shape", "dtype", "verdict") else "right")
     for r in rows:
-        table.add_row(r["op"], r["shape"], r["dtype"], f"{r['share']:.1%}", _ms(r["eager_p50_ms"]),
-                      _ms(r.get("compile_p50_ms")), _ms(r["best_p50_ms"]),
-                      _speedup(r["best_speedup_vs_eager"]), _speedup(r.get("best_speedup_vs_compile")),
-                      f"{r['correct']}/{r['candidates']}", r["verdict"])
+        table.add_row(r.op, r.shape, r.dtype, f"{r.share:.1%}", _ms(r.eager_p50_ms), _ms(r.compile_p50_ms),
+                      _ms(r.best_p50_ms), _speedup(r.best_speedup_vs_eager), _speedup(r.best_speedup_vs_compile),
+                      f"{r.correct}/{r.candidates}", r.verdict)
     return table
 
 
@@ -221,49 +222,38 @@ def _speedup(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}x"
 
 
-def end_to_end_tables(report: dict[str, Any]) -> list[Any]:
+def end_to_end_tables(report: EndToEnd) -> list[Any]:
     """`kernforge apply`'s result: the model four ways, then each kernel's effect in it."""
     items: list[Any] = []
-    if report.get("timings_ms"):
-        timing = Table(title=f"{report['model']} end to end on {report['device']} (median ms, p20-p80)")
+    if report.timings_ms:
+        timing = Table(title=f"{report.model} end to end on {report.device} (median ms, p20-p80)")
         for name in ("variant", "p50 ms", "p20-p80 ms", "speedup", "against", "verdict"):
             timing.add_column(name, justify="left" if name in ("variant", "against", "verdict") else "right")
-        against = {"patched eager": ("patched eager vs eager", "eager"), "compile": ("compile vs eager", "eager"),
-                   "patched compile": ("patched compile vs compile", "compile"),
-                   "patched eager, CUDA graph": ("patched eager, CUDA graph vs eager, CUDA graph",
-                                                 "eager, CUDA graph"),
-                   "patched compile, reduce-overhead": (
-                       "patched compile, reduce-overhead vs compile, reduce-overhead", "compile, reduce-overhead")}
-        for variant, t in report["timings_ms"].items():
-            key, base = against.get(variant, ("", ""))
-            comparison = report["speedups"].get(key, {})
-            speed = comparison.get("speedup")
-            verdict = comparison.get("verdict", "")
-            if comparison.get("repeat_speedup"):  # the second, interleaved measurement
-                verdict += (f" (repeat {comparison['repeat_speedup']:.2f}x, {comparison['repeat_verdict']}"
-                            + (f"; first {comparison['first_verdict']}" if comparison.get("first_verdict") else "") + ")")
-            timing.add_row(variant, f"{t['p50_ms']:.3f}", f"{t['p20_ms']:.3f}-{t['p80_ms']:.3f}",
-                           _speedup(speed) if key else "", base, verdict)
+        for variant, t in report.timings_ms.items():
+            base = AGAINST.get(variant)
+            comparison = report.comparison(variant, base) if base else None
+            timing.add_row(str(variant), f"{t.p50_ms:.3f}", f"{t.p20_ms:.3f}-{t.p80_ms:.3f}",
+                           _speedup(comparison.speedup if comparison else None) if base else "", str(base or ""),
+                           _comparison_text(comparison))
         items.append(timing)
-    if report.get("kernels"):
+    if report.kernels:
         kernels = Table(title="each kernel alone in the model (a speedup only beyond the noise)")
         for name in ("task", "op", "op alone", "calls", "eager", "under compile", "installed", "note"):
             kernels.add_column(name, justify="right" if name in ("op alone", "calls") else "left")
-        for k in report["kernels"]:
-            where = [m for m, on in (("eager", k["installed_eager"]), ("compile", k["installed_compile"])) if on]
-            kernels.add_row(k["task"], k["op"], _speedup(k["op_speedup_vs_eager"]), str(k["calls_per_forward"]),
-                            _effect(k["eager_speedup"], k["eager_verdict"]),
-                            _effect(k["compile_speedup"], k["compile_verdict"]),
-                            " + ".join(where) or "no", k["note"])
+        for k in report.kernels:
+            where = [m for m, on in (("eager", k.installed_eager), ("compile", k.installed_compile)) if on]
+            kernels.add_row(k.task, k.op, _speedup(k.op_speedup_vs_eager), str(k.calls_per_forward),
+                            _effect(k.eager_speedup, k.eager_verdict or ""), _effect(k.compile_speedup, k.compile_text),
+                            " + ".join(where) or "no", k.note)
         items.append(kernels)
-    failed = [c for c in report.get("checks", []) if not c["pass"]]
-    checked = {c["variant"] for c in report.get("checks", [])}
+    failed = [c for c in report.checks if not c.passed]
+    checked = {c.variant for c in report.checks}
     if checked:
         items.append(f"outputs checked ({', '.join(sorted(checked))}) on "
-                     f"{len({c['inputs'] for c in report['checks']})} input sets, {report['tolerance']}: "
-                     + (f"{len(failed)} failed: " + "; ".join(f"{c['variant']} on {c['inputs']}: {c['why'][:120]}"
+                     f"{len({c.inputs for c in report.checks})} input sets, {report.tolerance}: "
+                     + (f"{len(failed)} failed: " + "; ".join(f"{c.variant} on {c.inputs}: {c.why[:120]}"
                                                               for c in failed) if failed else "all within tolerance"))
-    for r in report.get("routing", []):
+    for r in report.routing:
         via = {"module": " at its module's forward", "placeholders": " through placeholders"}.get(r.get("via", "op"), "")
         how = "native" if r.get("native") else "Python"
         aten = f", {r['aten_us']:.1f} us for the ATen call it replaces" if "aten_us" in r else ""
@@ -271,23 +261,33 @@ def end_to_end_tables(report: dict[str, Any]) -> list[Any]:
                      f"({r['routed_hit_us']:.1f} us against its direct call's {r['direct_us']:.1f}{aten}), "
                      f"{r['miss_overhead_us']:+.1f} us per call falling back; an unpatched op "
                      f"{r['unpatched_op_us']:.1f} -> {r['unpatched_op_patched_us']:.1f} us")
-    for task, why in report.get("not_installed", {}).items():
+    for task, why in report.not_installed.items():
         items.append(f"not installed, {task}: {why}")
-    if report.get("time_limit_s") is not None:
+    if report.time_limit_s is not None:
         items.append(_rounds_line(report))
-    items += report.get("notes", [])
-    if report.get("note"):
-        items.append(report["note"])
+    items += report.notes
+    if report.note:
+        items.append(report.note)
     return items
 
 
-def _rounds_line(report: dict[str, Any]) -> str:
+def _comparison_text(c: Comparison | None) -> str:
+    """A comparison's verdict, with its repeat (the second, interleaved measurement) where one ran."""
+    if c is None:
+        return ""
+    if not c.repeat_speedup:
+        return c.verdict_text
+    first = f"; first {c.first_verdict}" if c.first_verdict else ""
+    return f"{c.verdict_text} (repeat {c.repeat_speedup:.2f}x, {c.repeat_verdict}{first})"
+
+
+def _rounds_line(report: EndToEnd) -> str:
     """How apply's time limit sized its timings: the rounds each measurement ran."""
     from kernforge.integrate.pace import rounds_span
 
-    rounds = [m["rounds"] for m in report.get("rounds", [])]
+    rounds = [m["rounds"] for m in report.rounds]
     ran = f"{rounds_span(rounds)} timing rounds in each of {len(rounds)} measurements" if rounds else "no timing ran"
-    return f"apply's time limit {report['time_limit_s']:.0f} s: {ran}, in {report.get('wall_s', 0.0):.0f} s"
+    return f"apply's time limit {report.time_limit_s:.0f} s: {ran}, in {report.wall_s:.0f} s"
 
 
 def _effect(speedup: float | None, verdict: str) -> str:

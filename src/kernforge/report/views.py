@@ -18,6 +18,7 @@ from kernforge.backends import REGISTRY
 from kernforge.backends.build_report import resource_usage, summarise
 from kernforge.evaluate.judge import CHECKS
 from kernforge.propose.context import task_facts
+from kernforge.records import Comparison, EndToEnd, TaskRow, VariantName
 from kernforge.report.svg import Series, Spread, TreePoint, line_plot_svg, timing_svg, tree_svg
 from kernforge.search.nodes import Node
 from kernforge.phases import PHASES, phase_text
@@ -52,35 +53,31 @@ def elapsed_s(run: PartialRun, now: float) -> float | None:
     return max(0.0, end - run.started)
 
 
-def end_to_end_report(run: PartialRun) -> dict[str, Any]:
+def end_to_end_report(run: PartialRun) -> EndToEnd | None:
     """What `apply` measured of the whole model (integrate/apply.json, else summary.json's
-    "end_to_end"); {} where it did not run or its record is not a mapping."""
-    report = run.applied or (run.summary or {}).get("end_to_end") or {}
-    return report if isinstance(report, dict) else {}
+    "end_to_end"); None where it did not run or its record cannot be read."""
+    return run.applied or (run.summary.end_to_end if run.summary else None)
 
 
 def end_to_end(run: PartialRun) -> dict[str, str | None]:
     """The model's own speedups where `apply` measured them, as text with apply's verdict: patched
     eager vs eager, and patched compile vs compile. A figure inside the noise says so."""
     report = end_to_end_report(run)
-    if not report:
+    if report is None:
         return {"eager": None, "compile": None, "note": None}
-    speedups = report.get("speedups", {})
-    return {"eager": e2e_text(speedups.get("patched eager vs eager")),
-            "compile": e2e_text(speedups.get("patched compile vs compile")),
-            "note": report.get("note") or report.get("error")}
+    return {"eager": e2e_text(report.comparison(VariantName.PATCHED_EAGER)),
+            "compile": e2e_text(report.comparison(VariantName.PATCHED_COMPILE)),
+            "note": report.note or report.error}
 
 
-def e2e_text(comparison: dict[str, Any] | None) -> str | None:
-    if not comparison or comparison.get("speedup") is None:
+def e2e_text(comparison: Comparison | None) -> str | None:
+    if comparison is None or comparison.speedup is None:
         return None
-    speedup, verdict = comparison["speedup"], str(comparison.get("verdict", ""))
-    repeat = f" (repeat {comparison['repeat_speedup']:.2f}x)" if comparison.get("repeat_speedup") else ""
-    if verdict == "faster" or not verdict:
-        return f"{speedup:.2f}x{repeat}"
-    if verdict.startswith("no kernel installed"):
+    if comparison.kernels == "none installed":
         return "none installed"
-    return f"{speedup:.2f}x{repeat}, {verdict}"
+    repeat = f" (repeat {comparison.repeat_speedup:.2f}x)" if comparison.repeat_speedup else ""
+    verdict = "" if comparison.installed and comparison.verdict == "faster" else f", {comparison.verdict_text}"
+    return f"{comparison.speedup:.2f}x{repeat}{verdict}"
 
 
 def status_counts(tasks: list[TaskState]) -> dict[str, int]:
@@ -157,17 +154,17 @@ def hot_rows(run: PartialRun) -> list[dict[str, Any]]:
 
     rows = []
     for t in run.tasks:
-        outcome = t.outcome
-        row = task_row(outcome) if outcome else {"op": t.op, "shape": t.shape, "dtype": t.dtype, "share": t.share}
-        best = row.get("best_node")
-        speedup = row.get("best_speedup_vs_eager") if best else None
+        # a task with no task.json yet (pending): its row is what the events said of it
+        row = task_row(t.outcome) if t.outcome else TaskRow(task=t.task_id, op=t.op, shape=t.shape, dtype=t.dtype,
+                                                            share=t.share)
+        speedup = row.best_speedup_vs_eager if row.best_node else None
         rows.append({
-            "task": t.task_id, "op": row["op"], "shape": row["shape"], "dtype": row["dtype"], "share": row["share"],
-            "state": t.state, "eager_ms": row.get("eager_p50_ms"), "compile_ms": row.get("compile_p50_ms"),
-            "best_ms": row.get("best_p50_ms"), "best_node": best, "speedup_vs_eager": speedup,
-            "speedup_vs_compile": row.get("best_speedup_vs_compile"),
+            "task": t.task_id, "op": row.op, "shape": row.shape, "dtype": row.dtype, "share": row.share,
+            "state": t.state, "eager_ms": row.eager_p50_ms, "compile_ms": row.compile_p50_ms,
+            "best_ms": row.best_p50_ms, "best_node": row.best_node, "speedup_vs_eager": speedup,
+            "speedup_vs_compile": row.best_speedup_vs_compile,
             "projected_gain": amdahl(t.share, speedup) if speedup else None,
-            "candidates": row.get("candidates", 0), "correct": row.get("correct", 0),
+            "candidates": row.candidates, "correct": row.correct,
             "running": sum(n.state == "running" for n in t.nodes), "iterations": t.iterations,
             "stopped": t.stopped, "error": t.error, "seeded_from": t.seeded_from})
     return rows
@@ -248,10 +245,11 @@ def compare_side(task: TaskState | None) -> dict[str, Any] | None:
 
 def end_to_end_pairs(a: PartialRun, b: PartialRun) -> list[dict[str, Any]]:
     """apply's comparisons of either run ("patched eager vs eager", ...), each as both runs' text."""
-    figures = [end_to_end_report(r).get("speedups") or {} for r in (a, b)]
-    figures = [f if isinstance(f, dict) else {} for f in figures]
-    keys = list(dict.fromkeys([*figures[0], *figures[1]]))
-    return [{"what": k, "a": e2e_text(figures[0].get(k)), "b": e2e_text(figures[1].get(k))} for k in keys]
+    reports = [end_to_end_report(r) or EndToEnd() for r in (a, b)]
+    pairs = list(dict.fromkeys((c.candidate, c.baseline) for r in reports for c in r.comparisons))
+    return [{"what": f"{candidate} vs {baseline}", **{side: e2e_text(r.comparison(candidate, baseline))
+                                                      for side, r in zip("ab", reports)}}
+            for candidate, baseline in pairs]
 
 
 # ---------------------------------------------------------------- a task

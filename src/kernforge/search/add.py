@@ -103,9 +103,9 @@ def _parent(nodes: list[Node], parent: str | None) -> Node | None:
 def _rewrite_summary(store: RunStore, outcome: TaskOutcome) -> None:
     """summary.json's row for the task made again with the new node (when the run has a summary)."""
 
-    if not (store.root / "summary.json").is_file():
+    written = store.summary()
+    if written is None:
         return
-    data = store.read_json("summary.json")
     row = task_row(outcome)
-    data["tasks"] = [row if t["task"] == row["task"] else t for t in data.get("tasks", [])]
-    store.write_json("summary.json", data)
+    written.tasks = [row if t.task == row.task else t for t in written.tasks]
+    store.write_summary(written)

@@ -10,6 +10,7 @@ from typing import Any
 
 from kernforge.evaluate import Baseline, EvalResult
 from kernforge.propose import Proposal
+from kernforge.records.summary import VERDICT_OPENINGS, Finalist, TaskRow, TaskStatus
 from kernforge.store import RunStore
 from kernforge.tasks import KernelTask
 
@@ -110,51 +111,45 @@ def row_of(task: KernelTask, node: Node) -> dict[str, Any]:
     }
 
 
-def task_row(outcome: TaskOutcome) -> dict[str, Any]:
+def task_row(outcome: TaskOutcome) -> TaskRow:
     """One line of the result table: the best speedup is 1.0 unless a kernel beat eager beyond noise."""
     task, best = outcome.task, outcome.best
     eager = best.final.eager if best else (outcome.baseline.eager if outcome.baseline else None)
     compiled = outcome.baseline.compiled_p50_ms if outcome.baseline else None
     timed = any(n.result.timed for n in outcome.nodes)
-    return {
-        "task": task.task_id,
-        "op": task.op,
-        "shape": task.shape_text,
-        "dtype": task.dtype_text,
-        "share": task.share,
-        "eager_p50_ms": eager.p50_ms if eager else None,
-        "best_p50_ms": best.final.timing.p50_ms if best else None,
-        "best_speedup_vs_eager": best.final.speedup_vs_eager if best else (1.0 if timed else None),
-        "best_node": best.node_id if best else None,
-        "compile_p50_ms": compiled,
-        "best_speedup_vs_compile": (compiled / best.final.timing.p50_ms) if best and compiled else None,
-        "finalists": {n.node_id: {"search_speedup_vs_eager": n.result.speedup_vs_eager,
-                                  "status": n.confirmed.status,
-                                  "speedup_vs_eager": n.confirmed.speedup_vs_eager}
-                      for n in outcome.nodes if n.confirmed is not None},
-        "verdict": _verdict(outcome, best, timed),
-        "real_inputs": task.real_inputs,  # all | partial | none (over the sample cap: drawn)
-        "candidates": len(outcome.nodes),
-        "correct": len(outcome.correct),
-        "status_counts": outcome.status_counts(),
-        "error": outcome.error,
-        "stopped": outcome.stopped,
-        "seeded_from": outcome.seeded_from,  # the sibling's task/node its search started from, or ""
-    }
+    status = _status(outcome, best, timed)
+    return TaskRow(
+        task=task.task_id, op=task.op, shape=task.shape_text, dtype=task.dtype_text, share=task.share,
+        eager_p50_ms=eager.p50_ms if eager else None,
+        best_p50_ms=best.final.timing.p50_ms if best else None,
+        best_speedup_vs_eager=best.final.speedup_vs_eager if best else (1.0 if timed else None),
+        best_node=best.node_id if best else None,
+        compile_p50_ms=compiled,
+        best_speedup_vs_compile=(compiled / best.final.timing.p50_ms) if best and compiled else None,
+        finalists={n.node_id: Finalist(search_speedup_vs_eager=n.result.speedup_vs_eager, status=n.confirmed.status,
+                                       speedup_vs_eager=n.confirmed.speedup_vs_eager)
+                   for n in outcome.nodes if n.confirmed is not None},
+        status=status, verdict=_verdict(outcome, status),
+        real_inputs=task.real_inputs,  # all | partial | none (over the sample cap: drawn)
+        candidates=len(outcome.nodes), correct=len(outcome.correct), status_counts=outcome.status_counts(),
+        error=outcome.error, stopped=outcome.stopped, seeded_from=outcome.seeded_from)
 
 
-def _verdict(outcome: TaskOutcome, best: Node | None, timed: bool) -> str:
-    """What came of the task; one searched on drawn inputs (real ones over the sample cap) says so."""
+def _status(outcome: TaskOutcome, best: Node | None, timed: bool) -> TaskStatus:
     if outcome.error:
-        return f"not searched: {outcome.error}"
+        return "not searched"
     if best is not None:
-        verdict = "faster kernel found"
-    elif not outcome.correct:
-        verdict = "no correct kernel found" + _commonest_failure(outcome)
-    elif not timed:
-        verdict = "correct kernel found (interpreter: not timed)"
-    else:
-        verdict = "no faster kernel found"
+        return "faster"
+    if not outcome.correct:
+        return "no correct"
+    return "no faster" if timed else "not timed"
+
+
+def _verdict(outcome: TaskOutcome, status: TaskStatus) -> str:
+    """What came of the task; one searched on drawn inputs (real ones over the sample cap) says so."""
+    if status == "not searched":
+        return f"{VERDICT_OPENINGS[status]}: {outcome.error}"
+    verdict = VERDICT_OPENINGS[status] + (_commonest_failure(outcome) if status == "no correct" else "")
     early = outcome.stopped and not outcome.stopped.startswith(BUDGET_SPENT)  # a spent budget is the row's `stopped`
     notes = [n for n in (outcome.task.inputs_note, f"stopped early: {outcome.stopped}" if early else "") if n]
     return "; ".join([verdict, *notes])

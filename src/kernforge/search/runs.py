@@ -20,6 +20,7 @@ from kernforge.errors import UserError
 from kernforge.phases import PHASES
 from kernforge.evaluate import Baseline, EvalResult, Timing
 from kernforge.propose import Proposal
+from kernforge.records import EndToEnd, RunSummary
 from kernforge.search.nodes import Node, TaskOutcome, previous_nodes
 from kernforge.search.siblings import seeded_from
 from kernforge.store.events import (Event, EventTail, NodeFinished, NodeStarted, RunEnded, RunStarted,
@@ -70,11 +71,11 @@ class RunRecord:
         return self.settings.device_name
 
     @property
-    def applied(self) -> dict[str, Any] | None:
+    def applied(self) -> EndToEnd | None:
         """`kernforge apply`'s report (integrate/apply.json), where the run was applied."""
         path = self.root / "integrate" / "apply.json"
         try:
-            return json.loads(path.read_text()) if path.is_file() else None
+            return EndToEnd.read(json.loads(path.read_text())) if path.is_file() else None
         except (OSError, ValueError):
             return None
 
@@ -181,8 +182,8 @@ class PartialRun:
     tasks: list[TaskState] = field(default_factory=list)
     skipped: list[dict[str, Any]] = field(default_factory=list)
     profile: dict[str, Any] | None = None
-    summary: dict[str, Any] | None = None
-    applied: dict[str, Any] | None = None
+    summary: RunSummary | None = None
+    applied: EndToEnd | None = None  # integrate/apply.json
     status: str = "stopped"  # running | finished | stopped
     problems: list[str] = field(default_factory=list)
 
@@ -225,16 +226,27 @@ def read_run_partial(path: Path, now: float | None = None) -> PartialRun:
     if tail.unreadable:
         run.problems.append(f"events.jsonl: {tail.unreadable} line(s) are not JSON and were skipped")
     run.profile = _json_or_problem(run, "capture/profile.json", missing_ok=True)
-    run.summary = _json_or_problem(run, "summary.json", missing_ok=True)
-    run.applied = _json_or_problem(run, "integrate/apply.json", missing_ok=True)
+    summary = _json_or_problem(run, "summary.json", missing_ok=True)
+    applied = _json_or_problem(run, "integrate/apply.json", missing_ok=True)
     run.skipped = _rows_of(_json_or_problem(run, "skipped.json", missing_ok=True) or _skipped_from_events(run.events))
-    for name in ("profile", "summary", "applied"):
-        if getattr(run, name) is not None and not isinstance(getattr(run, name), dict):
-            run.problems.append(f"{name} is not the record it should be; it is left out")
-            setattr(run, name, None)
+    if run.profile is not None and not isinstance(run.profile, dict):
+        run.problems.append("profile is not the record it should be; it is left out")
+        run.profile = None
+    run.summary = _summary_or_problem(run, summary)
+    run.applied = EndToEnd.read(applied)
+    if applied and run.applied is None:
+        run.problems.append("applied is not the record it should be; it is left out")
     run.tasks = _task_states(run)
     run.status = _run_status(run, time.time() if now is None else now)
     return run
+
+
+def _summary_or_problem(run: PartialRun, data: Any) -> RunSummary | None:
+    try:
+        return RunSummary.from_json(data) if data is not None else None
+    except (AttributeError, TypeError, ValueError):  # a list, or a hand-edited field of the wrong kind
+        run.problems.append("summary is not the record it should be; it is left out")
+        return None
 
 
 def _json_or_problem(run: PartialRun, relative: str, missing_ok: bool = False) -> Any:

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kernforge.records import RunSummary
 from kernforge.store.db import NodeRecord, RunDB
 from kernforge.store.events import Event, read_events
 
@@ -108,6 +109,13 @@ class RunStore:
 
     def read_json(self, relative: str) -> Any:
         return json.loads((self.root / relative).read_text())
+
+    def summary(self) -> RunSummary | None:
+        """summary.json as a record; None where the run has not finished."""
+        return RunSummary.from_json(self.read_json("summary.json")) if (self.root / "summary.json").is_file() else None
+
+    def write_summary(self, summary: RunSummary) -> None:
+        self.write_json("summary.json", summary.to_json())
 
     def append_result(self, row: dict[str, Any]) -> None:
         path = self.root / "results.tsv"
