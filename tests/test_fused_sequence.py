@@ -14,9 +14,10 @@ import pytest
 import torch
 from test_fused_install import _chains_of as chains_of
 from test_fused_install import _spec as chain_spec  # the chain's float64 replay, counted
+from test_fused_module import _own_state, _same_state
 from torch import nn
 
-from kernforge.integrate import runtime
+from kernforge.integrate import fused, runtime
 
 pytestmark = pytest.mark.unit
 
@@ -138,3 +139,175 @@ def test_a_later_modules_parameter_or_a_second_argument_is_no_sequence():
 
     chains = chains_of(Net().eval(), torch.randn(2, 8, 6, 6))
     assert chains and not any(c.modules for c in chains)
+
+
+@pytest.mark.parametrize("cout", [8, 12], ids=["one chain, two pairs", "two chains at one SiLU"])
+def test_both_pairs_run_the_kernel_and_the_block_matches(cout):
+    net, (x, temb) = block(cout=cout), inputs()
+    calls: list[int] = []
+    specs = specs_of(net, x, temb, calls)
+    assert len(specs) == (1 if cout == 8 else 2)
+    with torch.no_grad():
+        expected = net(x, temb)
+    got, installation = run(net, specs, x, temb)
+    assert installation.routed == []  # every pair held by its modules: no placeholder routers
+    assert counts(installation, specs) == (2, 0) and len(calls) == 2
+    assert type(got) is torch.Tensor
+    torch.testing.assert_close(got, expected)
+
+
+@pytest.mark.parametrize("cout", [8, 12], ids=["one chain", "two chains at one SiLU"])
+def test_removal_leaves_both_modules_as_they_were(cout):
+    net, (x, temb) = block(cout=cout), inputs()
+    specs = specs_of(net, x, temb, [])
+    before = {name: _own_state(net.get_submodule(name)) for name in ("norm1", "norm2", "nonlinearity")}
+    printed = repr(net)
+    with torch.no_grad():
+        expected = net(x, temb)
+    installation = runtime.install(specs, net)
+    try:
+        assert "forward" in net.norm1.__dict__ and "forward" in net.nonlinearity.__dict__
+        assert repr(net) == printed
+    finally:
+        installation.remove()
+    assert all(_same_state(net.get_submodule(name), state) for name, state in before.items())
+    with torch.no_grad():
+        assert torch.equal(net(x, temb), expected)
+
+
+def test_the_shared_silu_on_any_other_tensor_is_its_own_forward():
+    net, (x, temb) = block(), inputs()
+    calls: list[int] = []
+    (spec,) = specs_of(net, x, temb, calls)
+    h = torch.randn(2, 8, 6, 6)
+    installation = runtime.install([spec], net)
+    try:
+        with torch.no_grad():
+            got = net.nonlinearity(h), net.nonlinearity(temb)
+    finally:
+        installation.remove()
+    assert torch.equal(got[0], torch.nn.functional.silu(h)) and torch.equal(got[1], torch.nn.functional.silu(temb))
+    assert calls == [] and counts(installation, [spec]) == (0, 0)  # no pair was started: nothing to count
+
+
+def test_a_hook_that_reads_the_groupnorms_output_makes_it_and_the_block_is_bit_exact():
+    net, (x, temb) = block(), inputs()
+    calls: list[int] = []
+    (spec,) = specs_of(net, x, temb, calls)
+    with torch.no_grad():
+        expected = net(x, temb)
+    seen: list[torch.Tensor] = []
+    installation = runtime.install([spec], net)
+    try:
+        hooks = [net.get_submodule(n).register_forward_hook(lambda _m, _a, out: seen.append(out.sum()))
+                 for n in ("norm1", "norm2")]
+        with torch.no_grad():
+            got = net(x, temb)
+        for hook in hooks:
+            hook.remove()
+    finally:
+        installation.remove()
+    assert calls == [] and counts(installation, [spec]) == (0, 2)
+    assert torch.equal(got, expected) and len(seen) == 2
+
+
+def test_a_model_that_reads_the_intermediate_first_falls_back_bit_exact():
+    captured, (x, temb) = block(), inputs()
+    calls: list[int] = []
+    (spec,) = specs_of(captured, x, temb, calls)
+    variant = block(ReadsNormBefore)
+    with torch.no_grad():
+        expected = variant(x, temb)
+    got, installation = run(variant, [spec], x, temb)
+    assert calls == [] and counts(installation, [spec]) == (0, 1) and torch.equal(got, expected)
+
+
+def test_a_model_that_reads_the_intermediate_after_the_pair_gets_its_value_made_apart():
+    captured, (x, temb) = block(), inputs()
+    calls: list[int] = []
+    (spec,) = specs_of(captured, x, temb, calls)
+    variant = block(ReadsNormAfter)
+    with torch.no_grad():
+        expected = variant(x, temb)
+    (activated, plus_one), installation = run(variant, [spec], x, temb)
+    assert len(calls) == 1 and counts(installation, [spec]) == (1, 0)
+    torch.testing.assert_close(activated, expected[0])
+    assert type(plus_one) is torch.Tensor and torch.equal(plus_one, expected[1])
+
+
+@pytest.mark.parametrize("change", ["batch", "float64", "misaligned", "channels_last"])
+def test_other_shapes_dtypes_or_layouts_fall_back_bit_exact(change):
+    net, (x, temb) = block(), inputs()
+    calls: list[int] = []
+    (spec,) = specs_of(net, x, temb, calls)
+    if change == "batch":
+        x = inputs(batch=3)[0]
+    elif change == "float64":
+        net, x = net.double(), x.double()
+    elif change == "misaligned":
+        x = torch.empty(x.numel() + 1)[1:].view_as(x).copy_(x)  # one element off the proved alignment
+    else:
+        x = x.contiguous(memory_format=torch.channels_last)
+
+    def pair(x: torch.Tensor) -> torch.Tensor:
+        return net.nonlinearity(net.norm1(x))
+    with torch.no_grad():
+        expected = pair(x)
+    installation = runtime.install([spec], net)
+    try:
+        with torch.no_grad():
+            got = pair(x)
+    finally:
+        installation.remove()
+    assert calls == [] and counts(installation, [spec]) == (0, 1) and torch.equal(got, expected)
+
+
+def test_a_gradient_wanted_takes_the_modules_own_forwards():
+    net, (x, temb) = block(), inputs()
+    calls: list[int] = []
+    (spec,) = specs_of(net, x, temb, calls)
+    x = x.clone().requires_grad_()
+    installation = runtime.install([spec], net)
+    try:
+        net(x, temb).sum().backward()
+    finally:
+        installation.remove()
+    assert calls == [] and x.grad is not None and net.norm1.weight.grad is not None
+
+
+def test_an_input_written_in_place_between_the_modules_stops_with_an_error():
+    captured, (x, temb) = block(), inputs()
+    (spec,) = specs_of(captured, x, temb, [])
+    with pytest.raises(RuntimeError, match="written in place between its modules' calls"):
+        run(block(WritesInput), [spec], x.clone(), temb)
+
+
+def test_a_value_not_made_yet_shows_the_real_one_when_printed_or_read():
+    net, (x, temb) = block(), inputs()
+    (spec,) = specs_of(net, x, temb, [])
+    installation = runtime.install([spec], net)
+    try:
+        with torch.no_grad():
+            pending = net.norm1(x)
+            assert type(pending) is fused._Lazy and pending.shape == x.shape
+            text = repr(pending)
+            made = pending + 0
+    finally:
+        installation.remove()
+    with torch.no_grad():
+        real = net.norm1(x)
+    assert torch.equal(made, real) and text == repr(real)
+
+
+def test_a_record_without_modules_reads_as_before():
+    """A profile written before sequences were marked: no "modules" key, no route, placeholders."""
+    net, (x, temb) = block(), inputs()
+    calls: list[int] = []
+    (spec,) = specs_of(net, x, temb, calls)
+    spec.chain = {k: v for k, v in spec.chain.items() if k != "modules"}
+    with torch.no_grad():
+        expected = net(x, temb)
+    got, installation = run(net, [spec], x, temb)
+    assert installation.routed == ["aten::native_group_norm.default"] and not installation.module_routes
+    assert len(calls) == 2 and installation.counts[spec.op].kernel == 2
+    torch.testing.assert_close(got, expected)
