@@ -311,3 +311,14 @@ def test_a_record_without_modules_reads_as_before():
     assert installation.routed == ["aten::native_group_norm.default"] and not installation.module_routes
     assert len(calls) == 2 and installation.counts[spec.op].kernel == 2
     torch.testing.assert_close(got, expected)
+
+
+def test_applys_routing_measure_calls_the_pair_as_the_model_does():
+    from kernforge.integrate import overhead
+
+    net, (x, temb) = block(), inputs()
+    calls: list[int] = []
+    (spec,) = specs_of(net, x, temb, calls)
+    cost = overhead.measure(spec, [spec], torch.device("cpu"), net)
+    assert cost.via == "modules" and not cost.native and len(calls) > 0
+    assert cost.routed_hit_us > 0 and cost.aten_us > 0
