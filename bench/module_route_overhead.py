@@ -21,7 +21,7 @@ the same spec and printed beside it.
 
 `--case gn-silu`: a chain at a sequence of modules, diffusers' ResnetBlock2D's
 `h = self.nonlinearity(self.norm1(x))` (GroupNorm, then the block's SiLU module), with a C kernel
-for group norm + SiLU, float32 (1, --channels, 8, 8) in 8 groups. Each round times the pair's
+for group norm + SiLU, float32 (1, --channels, --hw, --hw) in 4 groups. Each round times the pair's
 call `nonlinearity(norm1(x))`:
 
 - eager:        nothing installed (the two modules' own forwards);
@@ -31,7 +31,7 @@ call `nonlinearity(norm1(x))`:
 - placeholders: installed without the model: the group norm's ATen call is routed and returns a
                 placeholder, the SiLU's ATen call on it runs the kernel.
 
-    PYTHONPATH=src python bench/module_route_overhead.py --case gn-silu [--channels 32 --burst 1000 --rounds 15]
+    PYTHONPATH=src python bench/module_route_overhead.py --case gn-silu [--channels 8 --hw 4 --burst 1000 --rounds 15 --threads 1]
 """
 
 from __future__ import annotations
@@ -185,8 +185,14 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=15, help="rounds, each timing every call once")
     parser.add_argument("--case", choices=["rms-norm", "gn-silu"], default="rms-norm",
                         help="rms-norm: a chain at one module; gn-silu: at a GroupNorm then a SiLU module")
-    parser.add_argument("--channels", type=int, default=32, help="gn-silu: channels of x (1, C, 8, 8)")
+    # small, so that the kernel's own work (~1 us) leaves the routes' host cost to show
+    parser.add_argument("--channels", type=int, default=8, help="gn-silu: channels of x (1, C, HW, HW)")
+    parser.add_argument("--hw", type=int, default=4, help="gn-silu: height and width of x")
+    # on a host other jobs load, ATen's two OpenMP threads made the eager group norm 0.05-14 ms a call
+    parser.add_argument("--threads", type=int, default=0, help="torch's threads (0: torch's default)")
     opts = parser.parse_args()
+    if opts.threads:
+        torch.set_num_threads(opts.threads)
     if opts.case == "gn-silu":
         gn_silu(opts)
         return
@@ -250,11 +256,11 @@ def main() -> None:
 def gn_silu(opts: argparse.Namespace) -> None:
     """The pair route against the placeholders and the kernel's own entry (--case gn-silu)."""
     torch.manual_seed(0)
-    model = ResnetHalf(opts.channels).eval()
+    model = ResnetHalf(opts.channels, groups=4).eval()
     nn.init.normal_(model.norm1.weight, std=0.5)
     nn.init.normal_(model.norm1.bias, std=0.5)
     norm, act = model.norm1, model.nonlinearity
-    x = torch.randn(1, opts.channels, 8, 8)
+    x = torch.randn(1, opts.channels, opts.hw, opts.hw)
     chain = chain_of(model, x)
     assert chain.modules and not chain.module, "capture did not mark the pair"
     with tempfile.TemporaryDirectory(prefix="kf_route_") as scratch:
@@ -287,7 +293,7 @@ def gn_silu(opts: argparse.Namespace) -> None:
                         "placeholders": overhead.measure(spec, [spec], torch.device("cpu"))}
 
     m = {name: statistics.median(v) for name, v in samples.items()}
-    print(f"# module route overhead: {chain.op} at GroupNorm then SiLU (two modules), x 1x{opts.channels}x8x8 "
+    print(f"# module route overhead: {chain.op} at GroupNorm then SiLU (two modules), x 1x{opts.channels}x{opts.hw}x{opts.hw} "
           f"float32, {norm.num_groups} groups, C kernel")
     print(f"# {platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, "
           f"torch {torch.__version__}, Python {platform.python_version()}; "
