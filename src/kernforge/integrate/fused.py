@@ -29,7 +29,10 @@ dtype and alignment) and puts the custom op kernforge::<name> in the chain's pla
 
 At a module. A chain that is exactly a module's forward (an RMSNorm) is installed on the module
 instead, where the model is given: the module's call runs the kernel behind one guard on its
-arguments and parameters, with no placeholder (the last section of this file).
+arguments and parameters, with no placeholder (the module boundary's section of this file). A
+chain that is exactly the forwards of consecutive modules (a GroupNorm, then its block's SiLU) is
+installed at those modules: the first returns a value not made yet, the next runs the kernel on it
+(the last section).
 """
 
 from __future__ import annotations
