@@ -18,6 +18,20 @@ route's Python is what the ratio shows. apply's routing measure (overhead.measur
 the same spec and printed beside it.
 
     PYTHONPATH=src python bench/module_route_overhead.py [--rows 4 --cols 256 --burst 1000 --rounds 15]
+
+`--case gn-silu`: a chain at a sequence of modules, diffusers' ResnetBlock2D's
+`h = self.nonlinearity(self.norm1(x))` (GroupNorm, then the block's SiLU module), with a C kernel
+for group norm + SiLU, float32 (1, --channels, --hw, --hw) in 4 groups. Each round times the pair's
+call `nonlinearity(norm1(x))`:
+
+- eager:        nothing installed (the two modules' own forwards);
+- native:       the kernel's C++ entry on (x, weight, bias), no guard;
+- pair:         installed at the modules (runtime.install with the model): the GroupNorm's call
+                returns a value not made yet, the SiLU's call runs the kernel;
+- placeholders: installed without the model: the group norm's ATen call is routed and returns a
+                placeholder, the SiLU's ATen call on it runs the kernel.
+
+    PYTHONPATH=src python bench/module_route_overhead.py --case gn-silu [--channels 8 --hw 4 --burst 1000 --rounds 15 --threads 1]
 """
 
 from __future__ import annotations
@@ -86,18 +100,67 @@ int kf_forward(const kf_tensor *in, int n_in, kf_tensor *out, int n_out) {
 """
 
 
+GN_SILU_KERNEL = cpu.C_PRELUDE + r"""
+#include <math.h>
+/* y = silu(group_norm(x, GROUPS, w, b, EPS)) over float32 NCHW, contiguous; statistics in float */
+int kf_forward(const kf_tensor *in, int n_in, kf_tensor *out, int n_out) {
+    if (n_in != 3 || n_out != 1 || in[0].dtype != KF_F32) return 1;
+    const int64_t n = in[0].sizes[0], c = in[0].sizes[1];
+    int64_t hw = 1;
+    for (int64_t d = 2; d < in[0].ndim; ++d) hw *= in[0].sizes[d];
+    const int64_t cg = c / GROUPS, span = cg * hw;
+    const float *x = (const float *)in[0].data, *w = (const float *)in[1].data, *b = (const float *)in[2].data;
+    float *y = (float *)out[0].data;
+    for (int64_t i = 0; i < n * GROUPS; ++i) {
+        const float *xs = x + i * span;
+        float *ys = y + i * span;
+        float s = 0.0f, ss = 0.0f;
+        for (int64_t k = 0; k < span; ++k) s += xs[k];
+        const float mean = s / span;
+        for (int64_t k = 0; k < span; ++k) { const float d = xs[k] - mean; ss += d * d; }
+        const float rstd = 1.0f / sqrtf(ss / span + EPS);
+        for (int64_t cc = 0; cc < cg; ++cc) {
+            const int64_t ch = (i % GROUPS) * cg + cc;
+            const float a = w[ch] * rstd, shift = b[ch] - mean * a;
+            for (int64_t k = 0; k < hw; ++k) {
+                const float v = xs[cc * hw + k] * a + shift;
+                ys[cc * hw + k] = v / (1.0f + expf(-v));
+            }
+        }
+    }
+    return 0;
+}
+"""
+
+
+class ResnetHalf(nn.Module):
+    """The first half of diffusers' ResnetBlock2D: norm1, the shared SiLU, conv1."""
+
+    def __init__(self, channels: int, groups: int = 8):
+        super().__init__()
+        self.norm1 = nn.GroupNorm(groups, channels)
+        self.nonlinearity = nn.SiLU()
+        self.conv1 = nn.Conv2d(channels, channels, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.norm1(x)
+        h = self.nonlinearity(h)
+        return self.conv1(h)
+
+
 def chain_of(model: nn.Module, x: torch.Tensor) -> Any:
     recorder = Recorder()
     with ModuleTracker(model, recorder), recorder, torch.no_grad():
         recorder.mark_returned(model(x))
-    (chain,) = [c for c in find_chains(recorder.calls, recorder.returned_ids, recorder.module_calls) if c.module]
+    (chain,) = [c for c in find_chains(recorder.calls, recorder.returned_ids, recorder.module_calls)
+                if c.module or c.modules]
     return chain
 
 
-def c_spec(chain: Any, eps: float, build_dir: Path) -> runtime.KernelSpec:
-    """The chain's spec with the C kernel above, built as install.build_spec builds a C winner."""
-    source = build_dir / "gemma_rms_norm.c"
-    source.write_text(KERNEL.replace("EPS", f"{eps!r}f"))
+def c_spec(chain: Any, eps: float, build_dir: Path, text: str = KERNEL, groups: int = 0) -> runtime.KernelSpec:
+    """The chain's spec with a C kernel above, built as install.build_spec builds a C winner."""
+    source = build_dir / "kernel.c"
+    source.write_text(text.replace("EPS", f"{eps!r}f").replace("GROUPS", str(groups)))
     library = cpu.build(source, build_dir, chain.output_metas).library
     return runtime.KernelSpec(name=runtime.kernel_name(chain.op, source.read_bytes()), op=chain.op,
                               args=chain.input_metas, outputs=chain.output_metas, backend="cpu",
@@ -120,7 +183,19 @@ def main() -> None:
     parser.add_argument("--cols", type=int, default=256)
     parser.add_argument("--burst", type=int, default=1000, help="calls per timed burst")
     parser.add_argument("--rounds", type=int, default=15, help="rounds, each timing every call once")
+    parser.add_argument("--case", choices=["rms-norm", "gn-silu"], default="rms-norm",
+                        help="rms-norm: a chain at one module; gn-silu: at a GroupNorm then a SiLU module")
+    # small, so that the kernel's own work (~1 us) leaves the routes' host cost to show
+    parser.add_argument("--channels", type=int, default=8, help="gn-silu: channels of x (1, C, HW, HW)")
+    parser.add_argument("--hw", type=int, default=4, help="gn-silu: height and width of x")
+    # on a host other jobs load, ATen's two OpenMP threads made the eager group norm 0.05-14 ms a call
+    parser.add_argument("--threads", type=int, default=0, help="torch's threads (0: torch's default)")
     opts = parser.parse_args()
+    if opts.threads:
+        torch.set_num_threads(opts.threads)
+    if opts.case == "gn-silu":
+        gn_silu(opts)
+        return
 
     torch.manual_seed(0)
     norm = GemmaRMSNorm(opts.cols)
@@ -176,6 +251,66 @@ def main() -> None:
           f"direct {cost.direct_us:.2f} us "
           f"({cost.routed_hit_us / cost.direct_us:.2f}x), the ATen calls {cost.aten_us:.2f} us, "
           f"a miss +{cost.miss_overhead_us:.2f} us")
+
+
+def gn_silu(opts: argparse.Namespace) -> None:
+    """The pair route against the placeholders and the kernel's own entry (--case gn-silu)."""
+    torch.manual_seed(0)
+    model = ResnetHalf(opts.channels, groups=4).eval()
+    nn.init.normal_(model.norm1.weight, std=0.5)
+    nn.init.normal_(model.norm1.bias, std=0.5)
+    norm, act = model.norm1, model.nonlinearity
+    x = torch.randn(1, opts.channels, opts.hw, opts.hw)
+    chain = chain_of(model, x)
+    assert chain.modules and not chain.module, "capture did not mark the pair"
+    with tempfile.TemporaryDirectory(prefix="kf_route_") as scratch:
+        spec = c_spec(chain, norm.eps, Path(scratch), GN_SILU_KERNEL, norm.num_groups)
+        runtime.prepare_native(spec)
+        if spec.native is None:
+            raise SystemExit(f"no native entry here: {spec.native_why}")
+        weight, bias = norm.weight, norm.bias
+
+        def pair() -> torch.Tensor:
+            return act(norm(x))
+        kinds = {"eager": None, "native": None, "pair": model, "placeholders": None}
+        samples: dict[str, list[float]] = {name: [] for name in kinds}
+        got: dict[str, torch.Tensor] = {}
+        with torch.no_grad():
+            expected = pair()
+            for _ in range(opts.rounds):
+                samples["eager"].append(burst_us(pair, opts.burst))
+                samples["native"].append(burst_us(lambda: spec.native(x, weight, bias), opts.burst))
+                for name in ("pair", "placeholders"):
+                    installation = runtime.install([spec], kinds[name])
+                    try:
+                        samples[name].append(burst_us(pair, opts.burst))
+                        got[name] = pair()
+                        counts = installation.counts[spec.op]
+                        assert counts.kernel >= opts.burst and counts.fallback == 0, (name, counts)
+                    finally:
+                        installation.remove()
+            measured = {"pair": overhead.measure(spec, [spec], torch.device("cpu"), model),
+                        "placeholders": overhead.measure(spec, [spec], torch.device("cpu"))}
+
+    m = {name: statistics.median(v) for name, v in samples.items()}
+    print(f"# module route overhead: {chain.op} at GroupNorm then SiLU (two modules), x 1x{opts.channels}x{opts.hw}x{opts.hw} "
+          f"float32, {norm.num_groups} groups, C kernel")
+    print(f"# {platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, "
+          f"torch {torch.__version__}, Python {platform.python_version()}; "
+          f"bursts of {opts.burst}, median (min-max) of {opts.rounds} rounds")
+    for name in ("pair", "placeholders"):
+        print(f"# max |{name} - eager| = {(got[name] - expected).abs().max().item():.3g}")
+    for name in kinds:
+        print(f"{name:<13} {m[name]:7.2f} us  ({min(samples[name]):.2f}-{max(samples[name]):.2f})")
+    for name in ("pair", "placeholders"):
+        print(f"{name} / native  {m[name] / m['native']:.2f}x  (+{m[name] - m['native']:.2f} us)")
+    print(f"eager / pair  {m['eager'] / m['pair']:.2f}x")
+    for name, cost in measured.items():
+        print(f"apply's routing measure, {name} (overhead.measure, bursts of {cost.fewest_burst_calls}-"
+              f"{overhead.BURST} calls, median of {overhead.REPEATS}): via {cost.via}, native {cost.native}, "
+              f"routed hit {cost.routed_hit_us:.2f} us, direct {cost.direct_us:.2f} us "
+              f"({cost.routed_hit_us / cost.direct_us:.2f}x), unpatched {cost.aten_us:.2f} us, "
+              f"a miss +{cost.miss_overhead_us:.2f} us")
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ and signatures (each layer's norm) are one chain signature.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -64,6 +65,12 @@ class Chain:
     # positional arguments' count, each chain input as ["arg", position] or ["param", name], and
     # the modules' names; integrate installs the kernel as those modules' forward.
     module: dict[str, Any] | None = None
+    # Where instances are instead the forwards of consecutive modules (module_sequences: a GroupNorm
+    # then its block's SiLU): each stage's class, the first stage's argument count, each chain input
+    # as "module" names it (the first stage's arguments and parameters), each stage's output as
+    # [step, output position], and per instance its modules' names, one per stage. A key of its own, not "module": a kernforge that predates it
+    # would install the whole chain as the first module's forward.
+    modules: dict[str, Any] | None = None
 
     @property
     def op(self) -> str:
@@ -89,6 +96,8 @@ class Chain:
         out = {"steps": self.steps, "outputs": self.outputs, "covers": self.covers()}
         if self.module:
             out["module"] = self.module
+        if self.modules:
+            out["modules"] = self.modules
         return out
 
 
@@ -221,10 +230,12 @@ def module_boundaries(chains: list[Chain], calls: list[Call], module_calls: list
     made is a step, every positional argument a distinct tensor, each chain input an argument
     or one of the module's parameters and buffers, and its one output what the forward returned.
     Such a forward becomes one guarded call (Liger-Kernel's way), where a chain elsewhere needs
-    a placeholder at every step."""
+    a placeholder at every step. A chain that is no one module's forward may be the forwards of
+    consecutive modules (module_sequences)."""
     spans: dict[tuple[int, int], ModuleCall] = {}
     for mc in module_calls:  # in the order they returned: the innermost of equal spans first
         spans.setdefault((mc.first, mc.end), mc)
+    sequences_of = _starting_at(module_calls)
     for chain in chains:
         found: dict[str, tuple[str, int, list[list[Any]], list[str]]] = {}
         for instance in chain.instances:
@@ -238,6 +249,80 @@ def module_boundaries(chains: list[Chain], calls: list[Call], module_calls: list
             cls, n_args, inputs, names = max(found.values(), key=lambda f: len(f[3]))
             chain.module = {"class": cls, "args": n_args, "inputs": inputs, "names": names,
                             "instances": len(chain.instances)}
+        else:
+            module_sequences(chain, calls, sequences_of)
+
+
+def _starting_at(module_calls: list[ModuleCall]) -> dict[int, list[ModuleCall]]:
+    """Per call index, the module calls whose span starts there, in the order they returned
+    (of equal spans the innermost first)."""
+    starting: dict[int, list[ModuleCall]] = {}
+    for mc in module_calls:
+        starting.setdefault(mc.first, []).append(mc)
+    return starting
+
+
+def module_sequences(chain: Chain, calls: list[Call], starting: dict[int, list[ModuleCall]]) -> None:
+    """Mark a chain whose instances are exactly the forwards of consecutive module calls (diffusers'
+    ResnetBlock2D: `h = self.norm1(x); h = self.nonlinearity(h)`, the SiLU module shared): each
+    stage's output the next one's only argument and read by nothing else, the chain's one output
+    the last stage's. Integrate installs it at those modules: the first returns a value not made
+    yet, the last runs the kernel on it (fused.py, at a sequence of modules), with no placeholder
+    at every step."""
+    found: dict[str, tuple[list[str], int, list[list[Any]], list[list[str]]]] = {}
+    for instance in chain.instances:
+        matched = _sequence(instance, calls, starting)
+        if matched is None:
+            continue
+        stages, inputs, outputs = matched
+        classes = [mc.cls for mc in stages]
+        key = json.dumps([classes, len(stages[0].arg_ids), inputs, outputs])
+        found.setdefault(key, (classes, len(stages[0].arg_ids), inputs, outputs, []))[4].append(
+            [mc.name for mc in stages])
+    if found:
+        classes, n_args, inputs, outputs, names = max(found.values(), key=lambda f: len(f[4]))
+        chain.modules = {"classes": classes, "args": n_args, "inputs": inputs, "outputs": outputs,
+                         "names": names, "instances": len(chain.instances)}
+
+
+def _sequence(instance: ChainInstance, calls: list[Call], starting: dict[int, list[ModuleCall]],
+              ) -> tuple[list[ModuleCall], list[list[Any]], list[list[int]]] | None:
+    """The module calls (two or more) whose spans tile the instance's calls, each the widest that
+    fits (of equal spans the innermost); each chain input as the record names it; and each stage's
+    output as [step, output position] (the layout a value not made yet takes). None where the
+    instance is no such sequence."""
+    members = instance.members
+    first, end = members[0], members[-1] + 1
+    if members != list(range(first, end)) or len(instance.outputs) != 1:
+        return None
+    stages: list[ModuleCall] = []
+    while not stages or stages[-1].end < end:
+        at = stages[-1].end if stages else first
+        fitting = [mc for mc in starting.get(at, []) if mc.end <= end and (mc.first, mc.end) != (first, end)]
+        if not fitting:
+            return None
+        stages.append(max(fitting, key=lambda mc: mc.end))
+    head = stages[0]
+    if None in head.arg_ids or len(set(head.arg_ids)) != len(head.arg_ids):
+        return None  # a number or a repeated tensor among the arguments: the guard could not tell
+    for before, after in itertools.pairwise(stages):
+        if before.output_id is None or after.arg_ids != [before.output_id]:
+            return None  # the next module takes more, or not what the one before returned
+    pos, k = instance.outputs[0]
+    if stages[-1].output_id is None or calls[members[pos]].output_ids[k] != stages[-1].output_id:
+        return None
+    made = {tid: [step, out] for step, m in enumerate(members) for out, tid in enumerate(calls[m].output_ids)}
+    if any(mc.output_id not in made for mc in stages):
+        return None  # a stage returned no value a step made
+    inputs: list[list[Any]] = []
+    for tid in instance.inputs:
+        if tid in head.arg_ids:
+            inputs.append(["arg", head.arg_ids.index(tid)])
+        elif tid in head.param_ids:
+            inputs.append(["param", head.param_ids[tid]])
+        else:
+            return None  # a later module's parameter, a global: the first module's call cannot hold it
+    return stages, inputs, [made[mc.output_id] for mc in stages]
 
 
 def _boundary(instance: ChainInstance, calls: list[Call],

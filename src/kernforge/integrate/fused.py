@@ -29,7 +29,10 @@ dtype and alignment) and puts the custom op kernforge::<name> in the chain's pla
 
 At a module. A chain that is exactly a module's forward (an RMSNorm) is installed on the module
 instead, where the model is given: the module's call runs the kernel behind one guard on its
-arguments and parameters, with no placeholder (the last section of this file).
+arguments and parameters, with no placeholder (the module boundary's section of this file). A
+chain that is exactly the forwards of consecutive modules (a GroupNorm, then its block's SiLU) is
+installed at those modules: the first returns a value not made yet, the next runs the kernel on it
+(the last section).
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 
 import torch
 
@@ -526,6 +529,9 @@ class ModuleRoute:
     own_forward: Any = None
     own_class: type | None = None  # its class before install, where route_class replaced it
     route_class: type | None = None
+    # the chain's occurrences this route takes whole (covers_every_instance): one at a module whose
+    # forward the chain is; at a sequence, the first module's route counts its sequences, the rest 0
+    instances: int = 1
 
     def remove(self) -> None:
         if self.had_own_forward:
@@ -542,29 +548,52 @@ class ModuleRoute:
 
 def module_routes(plan: ChainPlan, model: torch.nn.Module, counts: kernels.RouteCounts) -> list[ModuleRoute]:
     """The chain installed at every module capture found it to be (the chain's "module" entry:
-    same name and class here), where the model holds them."""
-    boundary = (plan.spec.chain or {}).get("module")
+    same name and class here), or at every sequence of modules (its "modules" entry), where the
+    model holds them."""
+    chain = plan.spec.chain or {}
+    if chain.get("modules") and not chain.get("module"):
+        return sequence_routes(plan, model, counts)
+    boundary = chain.get("module")
     if not boundary:
         return []
     routes = []
     for name in boundary["names"]:
-        try:
-            module = model.get_submodule(name)
-        except AttributeError:
-            continue
-        if f"{type(module).__module__}.{type(module).__qualname__}" != boundary["class"]:
-            continue  # the model was changed since the run: leave the module as it is
-        routes.append(_install_route(plan, module, boundary, counts))
+        module = _module_at(model, name, boundary["class"])
+        if module is not None:
+            routes.append(_install_route(plan, module, boundary, counts))
     return routes
+
+
+def _module_at(model: torch.nn.Module, name: str, cls: str) -> torch.nn.Module | None:
+    """The model's module of that name, where it is of the class capture saw there; else None (the
+    model was changed since the run: leave the module as it is)."""
+    try:
+        module = model.get_submodule(name)
+    except AttributeError:
+        return None
+    return module if f"{type(module).__module__}.{type(module).__qualname__}" == cls else None
 
 
 def _install_route(plan: ChainPlan, module: torch.nn.Module, boundary: dict[str, Any],
                    counts: kernels.RouteCounts) -> ModuleRoute:
-    route = ModuleRoute(module, "forward" in module.__dict__, module.__dict__.get("forward"))
-    original = route.own_forward if route.had_own_forward else type(module).forward.__get__(module)
-    n_args = int(boundary["args"])
+    route, original = _as_it_is(module)
     run, counter = module_route(plan, module, boundary)
     counts.counters.append((counter, [plan.spec.name]))
+    return _put_route(route, run, original, int(boundary["args"]))
+
+
+def _as_it_is(module: torch.nn.Module) -> tuple[ModuleRoute, Callable[..., Any]]:
+    """What removal puts back, and the forward the module's call runs now (a route's own forward
+    falls back to it)."""
+    route = ModuleRoute(module, "forward" in module.__dict__, module.__dict__.get("forward"))
+    return route, route.own_forward if route.had_own_forward else type(module).forward.__get__(module)
+
+
+def _put_route(route: ModuleRoute, run: Callable[[tuple], Any], original: Callable[..., Any],
+               n_args: int) -> ModuleRoute:
+    """run(args) made the module's forward (guarded_forward) and, where it can be, its call
+    (calling_class)."""
+    module = route.module
     module.forward = forward = guarded_forward(run, original, n_args)
     own_class = type(module)
     try:
@@ -579,8 +608,9 @@ def _install_route(plan: ChainPlan, module: torch.nn.Module, boundary: dict[str,
 
 def covers_every_instance(plan: ChainPlan, routes: list[ModuleRoute]) -> bool:
     """Whether the module routes hold every occurrence capture saw (then no placeholder is needed)."""
-    boundary = (plan.spec.chain or {}).get("module") or {}
-    return bool(routes) and len(routes) == boundary.get("instances", -1)
+    chain = plan.spec.chain or {}
+    boundary = chain.get("module") or chain.get("modules") or {}
+    return bool(routes) and sum(r.instances for r in routes) == boundary.get("instances", -1)
 
 
 def _sources(module: torch.nn.Module, boundary: dict[str, Any]) -> list[tuple[int, Any, str]]:
@@ -708,3 +738,177 @@ def _proved_tensors(plan: ChainPlan) -> Callable[[list[Any], bool], bool]:
             return torch.cuda.current_stream(tensors[0].device).cuda_stream == 0
         return True
     return proved
+
+
+# ---------------------------------------------------------------------------- at a sequence of modules
+#
+# A chain that is exactly the forwards of consecutive module calls (capture's "modules" entry: a
+# GroupNorm, then its block's SiLU module, shared with other calls) is installed at each of them:
+# - the first module's call, where its arguments and parameters are as proved, runs nothing and
+#   returns a _Lazy: a tensor with the layout of that module's output and no storage, holding the
+#   chain's inputs (the call's arguments and the module's parameters);
+# - a later module's call given exactly such a value of the stage before returns the next stage's
+#   _Lazy, or at the last stage the kernel's output on the held inputs;
+# - any other use of a _Lazy (another op, a hook that reads it, a module that is no next stage)
+#   makes its value with the modules' own forwards on the held arguments, as unpatched; a later
+#   module given a made value runs its own forward on it. Only the fused path is given up.
+# Each module's call reaches its route as a single module's does (guarded_forward, calling_class);
+# under torch.compile the own forwards are traced and the graph pass puts the chain's op in. The
+# guard runs in Python at the first module, the kernel through its C++ entry where it has one:
+# bench/results/cpu/issue32/README.md has the host cost beside the placeholders' and the kernel's.
+
+
+class Sequence:
+    """A chain installed at a sequence of modules: what the routes of its modules share."""
+
+    def __init__(self, plan: ChainPlan, record: dict[str, Any]):
+        self.plan, self.spec = plan, plan.spec
+        self.record = record
+        self.last = len(record["classes"]) - 1
+        # each stage's value as its _Lazy shows it: the layout of the step that makes it, made ready
+        # for _make_wrapper_subclass (a torch.Size, and no strides where contiguous: 3.0 against 1.9 us
+        # a value on a loaded 2-core x86 CPU)
+        self.metas = [_layout(plan.steps[int(j)].metas[int(k)]) for j, k in record["outputs"]]
+        self.tally = kernels.Tally()  # kernel: sequences that ran the kernel; fallback: refused or made
+
+    def first(self, module: torch.nn.Module, original: Callable[..., Any]) -> Callable[[tuple], Any]:
+        """route(args) at the first module: a _Lazy where the call is as proved, else None."""
+        sources, proved, grad_enabled = _sources(module, self.record), _proved_tensors(self.plan), torch.is_grad_enabled
+        tally, meta = self.tally, self.metas[0]
+
+        def route(args: tuple) -> Any:
+            try:
+                tensors = [args[at] if at >= 0 else held[attr] for at, held, attr in sources]
+            except KeyError:
+                tensors = None
+            if tensors is None or kernels.RUNNING[0] or not proved(tensors, grad_enabled()):
+                tally.fallback += 1
+                return None
+            return _Lazy(_Held(self, 0, args, tensors, (original,)), meta)
+        return route
+
+    def later(self, stage: int, original: Callable[..., Any]) -> Callable[[tuple], Any]:
+        """route(args) at a later module: given the stage before's _Lazy, not made yet, the next
+        _Lazy or the kernel's output; else None (its own forward)."""
+        meta, last = self.metas[stage], stage == self.last
+
+        def route(args: tuple) -> Any:
+            value = args[0]
+            if type(value) is not _Lazy or kernels.RUNNING[0]:
+                return None
+            held = value._held
+            if held.sequence is not self or held.stage != stage - 1 or held.value is not None:
+                return None
+            held.taken = True
+            return self._run(held) if last else _Lazy(held.then(original), meta)
+        return route
+
+    def _run(self, held: _Held) -> torch.Tensor:
+        held.check_inputs()
+        out = kernels.run_kernel(self.spec, tuple(held.tensors), {}, held.tensors)
+        self.tally.kernel += 1
+        return out[0] if isinstance(out, (tuple, list)) else out
+
+
+class _Held:
+    """What a _Lazy stands for: a sequence's inputs as its first module was called, the stage it
+    reached and the own forwards that make that stage's value."""
+
+    __slots__ = ("args", "forwards", "sequence", "stage", "taken", "tensors", "value", "versions")
+
+    def __init__(self, sequence: Sequence, stage: int, args: tuple, tensors: list[torch.Tensor],
+                 forwards: tuple[Callable[..., Any], ...], versions: list[int] | None = None):
+        self.sequence, self.stage, self.args, self.tensors, self.forwards = sequence, stage, args, tensors, forwards
+        self.versions = versions if versions is not None else [_version(t) for t in tensors]
+        self.value: torch.Tensor | None = None  # made by the own forwards, once another use needed it
+        self.taken = False  # the next module took it (the fused path goes on)
+
+    def then(self, forward: Callable[..., Any]) -> _Held:
+        """The next stage's: the same inputs, one more own forward to make its value."""
+        return _Held(self.sequence, self.stage + 1, self.args, self.tensors, (*self.forwards, forward), self.versions)
+
+    def check_inputs(self) -> None:
+        """An input written in place since the first module's call would give another value than
+        the model's: stop, as a chain's run does."""
+        if any(_version(t) != v for t, v in zip(self.tensors, self.versions)):
+            spec = self.sequence.spec
+            raise RuntimeError(f"an input of the fused chain kernforge::{spec.name} ({spec.op}) was written in "
+                               "place between its modules' calls; the fused kernel would read the new value. "
+                               "Remove this kernel (kernforge.patch(..., only=...)) for this model")
+
+    def made(self) -> torch.Tensor:
+        """The stage's value by the modules' own forwards (routes and routers aside), once."""
+        if self.value is None:
+            self.check_inputs()
+            if not self.taken:
+                self.sequence.tally.fallback += 1
+            with _original_ops():
+                value = self.forwards[0](*self.args)
+                for forward in self.forwards[1:]:
+                    value = forward(value)
+            self.value = value
+        return self.value
+
+
+Layout = tuple[torch.Size, "tuple[int, ...] | None", torch.dtype]  # shape, strides (None: contiguous), dtype
+
+
+def _layout(meta: dict[str, Any]) -> Layout:
+    size, stride = torch.Size(meta["shape"]), tuple(meta["stride"])
+    return size, None if stride == torch.empty(size, device="meta").stride() else stride, meta["dtype"]
+
+
+class _Lazy(torch.Tensor):
+    """A module's output not made yet, at a chain installed at a sequence of modules: the layout
+    of the real one, no storage."""
+
+    _held: _Held
+
+    @staticmethod
+    def __new__(cls, held: _Held, layout: Layout) -> Self:
+        size, stride, dtype = layout
+        device = held.tensors[0].device
+        self = (torch.Tensor._make_wrapper_subclass(cls, size, dtype=dtype, device=device) if stride is None else
+                torch.Tensor._make_wrapper_subclass(cls, size, strides=stride, dtype=dtype, device=device))
+        self._held = held
+        return self
+
+    def __repr__(self) -> str:  # printing one shows its value, as printing a tensor does
+        return repr(self._held.made())
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    @classmethod
+    def __torch_dispatch__(cls, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        return func(*_made(args), **{k: _made(v) for k, v in (kwargs or {}).items()})
+
+
+def _made(value: Any) -> Any:
+    if isinstance(value, _Lazy):
+        return value._held.made()
+    if isinstance(value, (list, tuple)):
+        return type(value)(_made(v) for v in value)
+    return value
+
+
+def sequence_routes(plan: ChainPlan, model: torch.nn.Module, counts: kernels.RouteCounts) -> list[ModuleRoute]:
+    """The chain installed at every sequence of modules capture found it to be (same names and
+    classes here): one route per module and stage, a module shared by sequences (the block's SiLU)
+    routed once; a sequence with a module the model no longer holds is left to the modules' own
+    forwards."""
+    record = (plan.spec.chain or {})["modules"]
+    sequence = Sequence(plan, record)
+    counts.counters.append((sequence.tally, [plan.spec.name]))
+    placed: dict[tuple[int, int], ModuleRoute] = {}
+    for names in record["names"]:
+        modules = [_module_at(model, name, cls) for name, cls in zip(names, record["classes"])]
+        if any(m is None for m in modules) or len(modules) != len(record["classes"]):
+            continue
+        for stage, module in enumerate(modules):
+            if (id(module), stage) not in placed:
+                route, original = _as_it_is(module)
+                route.instances = 0
+                run = sequence.first(module, original) if stage == 0 else sequence.later(stage, original)
+                placed[id(module), stage] = _put_route(route, run, original, int(record["args"]) if stage == 0 else 1)
+        placed[id(modules[0]), 0].instances += 1
+    return list(placed.values())

@@ -46,7 +46,9 @@ class RoutingCost:
     routed_miss_us: float  # the patched ATen op on the same refused inputs: guard, then the original
     unpatched_op_us: float  # an op nobody patched (add), with no routes installed
     unpatched_op_patched_us: float  # the same op with every route installed
-    via: str = "op"  # op: the ATen op's router; placeholders: a chain's steps; module: a module's forward
+    # op: the ATen op's router; placeholders: a chain's steps; module: a module's forward; modules: a
+    # sequence of modules' calls (the first's guard, the last's kernel)
+    via: str = "op"
     native: bool = False  # the hit's guard and launch ran in C++ (dispatch.py), not in Python
     python_direct_us: float | None = None  # the kernel's Python entry called directly, where it has a C++ one
     fewest_burst_calls: int = BURST  # the shortest burst of any kind (a slow call's is cut at BURST_HOST_S)
@@ -92,16 +94,17 @@ def measure(spec: runtime.KernelSpec, all_specs: list[runtime.KernelSpec], devic
             model: torch.nn.Module | None = None) -> RoutingCost:
     """Each cost as the median over REPEATS rounds, each round timing every call with the routes
     out and then in, so that drift (a busy host, clocks) falls on both sides alike. A chain the
-    model holds as a module's forward is called as that module."""
-    module = module_of(spec, model)
-    op = call_of(spec, module)
+    model holds as a module's forward is called as that module, one at a sequence of modules as
+    those modules, each given the one before's output."""
+    modules = modules_of(spec, model)
+    op = call_of(spec, modules)
     args, kwargs = proved_inputs(spec, device)
     miss_args, miss_kwargs = refused_inputs(args, kwargs)
     small = torch.randn(64, device=device)
     runtime.prepare_native(spec)
     tensors = [t for t in kernels.flat((args, kwargs)) if isinstance(t, torch.Tensor)]
     hit_args, miss_call_args = args, miss_args
-    if module is not None:  # called as the model calls it, its arguments picked once, as direct's are
+    if modules is not None:  # called as the model calls it, its arguments picked once, as direct's are
         hit_args, miss_call_args = module_arguments(spec, args), module_arguments(spec, miss_args)
     native = spec.native
     unrouted = {"direct": (lambda: native(*tensors)) if native is not None else lambda: spec.entry(*args, **kwargs),
@@ -123,8 +126,9 @@ def measure(spec: runtime.KernelSpec, all_specs: list[runtime.KernelSpec], devic
                 for name, call in routed.items():
                     samples[name].append(_burst_us(call, device, sizes, name))
                 taken += installation.counts[spec.op].kernel
+                # at a sequence the guard is Python's, at the first module: only the launch is C++
                 via_native = (spec.chain is None and spec.op in installation.native_ops) or (
-                    module is not None and native is not None)
+                    modules is not None and len(modules) == 1 and native is not None)
             finally:
                 installation.remove()
     if taken == 0:
@@ -133,29 +137,42 @@ def measure(spec: runtime.KernelSpec, all_specs: list[runtime.KernelSpec], devic
     return RoutingCost(op=spec.op, kernel=spec.name, direct_us=m["direct"], aten_us=m["aten"], routed_hit_us=m["hit"],
                        original_us=m["original"], routed_miss_us=m["miss"], unpatched_op_us=m["add"],
                        unpatched_op_patched_us=m["add routed"],
-                       via="module" if module is not None else "placeholders" if spec.chain else "op",
+                       via=("module" if len(modules) == 1 else "modules") if modules
+                       else "placeholders" if spec.chain else "op",
                        native=via_native, python_direct_us=m["python direct"] if native is not None else None,
                        fewest_burst_calls=min(sizes.values()))
 
 
-def module_of(spec: runtime.KernelSpec, model: torch.nn.Module | None) -> torch.nn.Module | None:
-    """The first module of the model that holds the chain as its forward, if any."""
-    boundary = (spec.chain or {}).get("module")
-    if model is None or not boundary:
+def modules_of(spec: runtime.KernelSpec, model: torch.nn.Module | None) -> list[torch.nn.Module] | None:
+    """The first module of the model that holds the chain as its forward, or the modules of the
+    first sequence that holds it (one per stage), if any."""
+    chain = spec.chain or {}
+    if model is None:
         return None
-    for name in boundary["names"]:
+    names = [[name] for name in chain["module"]["names"]] if chain.get("module") else (
+        chain["modules"]["names"] if chain.get("modules") else [])
+    for sequence in names:
         try:
-            return model.get_submodule(name)
+            return [model.get_submodule(name) for name in sequence]
         except AttributeError:
             continue
     return None
 
 
-def call_of(spec: runtime.KernelSpec, module: torch.nn.Module | None = None) -> Callable[..., Any]:
-    """What a model calls where the kernel goes: the ATen op, a chain's steps one by one, or
-    the module whose forward the chain is (on module_arguments)."""
-    if module is not None:
-        return module
+def call_of(spec: runtime.KernelSpec, modules: list[torch.nn.Module] | None = None) -> Callable[..., Any]:
+    """What a model calls where the kernel goes: the ATen op, a chain's steps one by one, the
+    module whose forward the chain is, or the modules of a sequence in turn (on module_arguments)."""
+    if modules is not None and len(modules) == 1:
+        return modules[0]
+    if modules is not None:
+        first, later = modules[0], modules[1:]
+
+        def in_turn(*args: Any) -> Any:
+            value = first(*args)
+            for module in later:
+                value = module(value)
+            return value
+        return in_turn
     if spec.chain is None:
         return kernels.resolve(spec.op)
     steps = fused.ChainPlan(spec).steps
@@ -163,10 +180,11 @@ def call_of(spec: runtime.KernelSpec, module: torch.nn.Module | None = None) -> 
 
 
 def module_arguments(spec: runtime.KernelSpec, inputs: list[Any]) -> list[Any]:
-    """The module's positional arguments among the chain's inputs, in order (its parameters are
-    its own). Picked once, not at each call: a lambda and a list made per call cost 0.4 us of the
+    """The (first) module's positional arguments among the chain's inputs, in order (its parameters
+    are its own). Picked once, not at each call: a lambda and a list made per call cost 0.4 us of the
     routed call on a 2-core x86 CPU, where the direct call pays neither."""
-    boundary = (spec.chain or {})["module"]["inputs"]
+    chain = spec.chain or {}
+    boundary = (chain.get("module") or chain["modules"])["inputs"]
     return [inputs[k] for _, k in sorted((int(where), k) for k, (kind, where) in enumerate(boundary) if kind == "arg")]
 
 

@@ -254,7 +254,8 @@ def end_to_end_tables(report: EndToEnd) -> list[Any]:
                      + (f"{len(failed)} failed: " + "; ".join(f"{c.variant} on {c.inputs}: {c.why[:120]}"
                                                               for c in failed) if failed else "all within tolerance"))
     for r in report.routing:
-        via = {"module": " at its module's forward", "placeholders": " through placeholders"}.get(r.get("via", "op"), "")
+        via = {"module": " at its module's forward", "modules": " at its modules' calls",
+               "placeholders": " through placeholders"}.get(r.get("via", "op"), "")
         how = "native" if r.get("native") else "Python"
         aten = f", {r['aten_us']:.1f} us for the ATen call it replaces" if "aten_us" in r else ""
         items.append(f"routing {r['kernel']}{via} ({how}): {r['hit_overhead_us']:+.1f} us per call taking the kernel "
