@@ -128,6 +128,9 @@ def task_row(outcome: TaskOutcome) -> dict[str, Any]:
         "best_node": best.node_id if best else None,
         "compile_p50_ms": compiled,
         "best_speedup_vs_compile": (compiled / best.final.timing.p50_ms) if best and compiled else None,
+        # timed, failed, skipped (no candidate beat eager) or not asked: evaluate.runner.Baseline.peer_state
+        "compile_peer": (outcome.baseline.peer_state(task_done=bool(outcome.stopped or outcome.error))
+                         if outcome.baseline else ""),
         "finalists": {n.node_id: {"search_speedup_vs_eager": n.result.speedup_vs_eager,
                                   "status": n.confirmed.status,
                                   "speedup_vs_eager": n.confirmed.speedup_vs_eager}
