@@ -18,7 +18,7 @@ from kernforge.evaluate.jobs import Executor
 from kernforge.evaluate.runner import Status, discard_reference, stop_workers
 from kernforge.phases import Stopwatch
 from kernforge.propose import Failure, NoProposal, Proposal, Proposer
-from kernforge.propose.context import Attempt, ProposalContext, Seed, task_facts
+from kernforge.propose.context import Attempt, ProposalContext, Seed, TaskFacts, task_facts
 from kernforge.search.budget import CONFIRM_FACTOR, PLATEAU, candidate_fits
 from kernforge.search.nodes import BUDGET_SPENT, Node, TaskOutcome, repair_depth, row_of
 from kernforge.search.runs import read_baseline
@@ -526,7 +526,7 @@ class TaskJobs:
 
     # ------------------------------------------------------------ the compile peer
 
-    def facts_now(self) -> Any:
+    def facts_now(self) -> TaskFacts:
         """The task's facts for a proposer, with the compile peer as far as it is timed."""
         b = self.outcome.baseline
         return task_facts(self.task, b.eager.p50_ms if b.eager else None, b.compiled_p50_ms,
@@ -537,7 +537,8 @@ class TaskJobs:
         then can it decide something (whether the winner beats torch.compile too, what the report
         says), and from then on the analyst's prompt has it to aim at. Not at the finalists'
         confirmation alone: that is the search's end, when no proposal can use it any more."""
-        if self.peers is None and node.result.ok and node.result.faster_than_eager and self.outcome.baseline.peers_wanted:
+        won = node.result.ok and node.result.faster_than_eager
+        if won and self.peers is None and self.outcome.baseline.peers_wanted:
             self.peers = threading.Thread(target=self.time_peers, name=f"peers-{self.task.task_id}", daemon=True)
             self.peers.start()
 
@@ -571,7 +572,7 @@ def timed_peers(earlier: Baseline | None, modes: tuple[str, ...]) -> dict[str, d
     """A resumed task's compile peers, where an earlier session timed every mode this run asks for:
     they are not timed twice. One that failed is tried again, once a candidate beats eager."""
     compiled = earlier.compiled if earlier is not None else {}
-    timed = modes and set(compiled) == set(modes) and all(e.get("timing") for e in compiled.values())
+    timed = bool(modes) and set(compiled) == set(modes) and all(e.get("timing") for e in compiled.values())
     return dict(compiled) if timed else {}
 
 
