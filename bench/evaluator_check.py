@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from kernforge.evaluate import evaluate_baseline, evaluate_candidate
+from kernforge.evaluate import evaluate_baseline, evaluate_candidate, evaluate_peers
 from kernforge.models import ModelOptions
 from kernforge.optimize.options import compile_modes
 from kernforge.optimize.prepare import capture_run, load_for_run, new_run_folder, release
@@ -45,6 +45,9 @@ def main(out_dir: Path, spec: str, extra_dirs: list[Path]) -> None:
     reference = task_dir / "reference.pt"
     baseline = evaluate_baseline(task_dir / "task.json", reference, loaded.device, task_dir / "baseline", 600.0,
                                  compile_modes("auto", loaded.device))
+    # The peer always, here: this check reports it beside every candidate, winner or not.
+    baseline.compiled, _ = evaluate_peers(task_dir / "task.json", reference, loaded.device, task_dir / "peers", 900.0,
+                                          tuple(baseline.compile_modes))
     candidates = _candidates(task, on_gpu, task_dir, [CHEATS, *extra_dirs])
     rows = []
     for name, backend, source in candidates:

@@ -154,6 +154,21 @@ def test_the_analyst_reads_the_timings_against_the_floor_and_the_build_report():
     assert "40 registers, no spills" in prompt and "torch.compile takes 0.0090 ms" in prompt
 
 
+def test_before_a_candidate_beats_eager_the_prompts_say_the_compile_peer_is_not_timed_yet():
+    from kernforge.evaluate.runner import PEER_PENDING
+
+    facts = task_facts(SOFTMAX, 0.0100, None, PEER_PENDING)
+    first, analysed = context(), context(parent=attempt("n0001", timed(0.0200)))
+    first.facts = analysed.facts = facts
+    assert f"torch.compile {PEER_PENDING}" in prompts.generator_prompt(first, {})
+    assert f"torch.compile on this op: {PEER_PENDING}." in prompts.analyst_prompt(analysed, "")
+    # none asked (--compile none): the prompts say nothing of torch.compile's time
+    ctx_none = context()
+    ctx_none.facts = task_facts(SOFTMAX, 0.0100, None)
+    assert "torch.compile 0" not in prompts.generator_prompt(ctx_none, {})
+    assert "not timed yet" not in prompts.generator_prompt(ctx_none, {})
+
+
 @pytest.mark.parametrize("reply, expected", [
     ('{"bottleneck": "bandwidth", "next": "vectorise"}', {"bottleneck": "bandwidth", "next": "vectorise"}),
     ('Sure.\n```json\n{"next": "fewer passes", "extra": 1}\n```', {"next": "fewer passes"}),

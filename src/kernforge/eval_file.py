@@ -55,7 +55,7 @@ class EvalOptions:
 
 def evaluate_file(opts: EvalOptions) -> dict[str, Any]:
     """Evaluate one hand-written candidate against an op of a model: every check, timing and speedup."""
-    from kernforge.evaluate import evaluate_baseline, evaluate_candidate
+    from kernforge.evaluate import evaluate_baseline, evaluate_candidate, evaluate_peers
     from kernforge.evaluate.runner import discard_reference
     from kernforge.optimize.options import compile_modes, options_json
     from kernforge.optimize.prepare import environment, run_started
@@ -100,6 +100,9 @@ def evaluate_file(opts: EvalOptions) -> dict[str, Any]:
                                      600.0, compile_modes(opts.compile, device))
         result = evaluate_candidate(task_dir / "task.json", reference, source, backend.name,
                                     device, source.parent, opts.candidate_timeout_s)
+        if result.ok and result.faster_than_eager and baseline.peers_wanted:  # only then can it decide something
+            baseline.compiled, _ = evaluate_peers(task_dir / "task.json", reference, device, task_dir / "peers",
+                                                  600.0, tuple(baseline.compile_modes))
     finally:
         discard_reference(reference)
     _record(store, task, baseline, result, opts.kernel_file, backend.source_suffix)
@@ -107,7 +110,8 @@ def evaluate_file(opts: EvalOptions) -> dict[str, Any]:
               "op": task.op, "signature": task.signature, "shape": task.shape_text, "dtype": task.dtype_text,
               "share": task.share, "input_sets": baseline.labels, "eager_errors": baseline.eager_errors,
               "baseline_eager": asdict(baseline.eager) if baseline.eager else None,
-              "compiled": baseline.compiled, "result": result.to_json(),
+              "compiled": baseline.compiled, "compile_peer": baseline.peer_state(task_done=True),
+              "result": result.to_json(),
               "capture_from": str(saved) if saved else ""}
     store.write_json(f"tasks/{task.task_id}/eval.json", report)
     store.emit(RunEnded(wall_s=time.perf_counter() - start, tasks=1,

@@ -17,7 +17,7 @@ PHASES: dict[str, str] = {
     "samples": "input samples written to the run folder",
     "baselines": "each task's baseline worker: inputs, eager timing, the machine's bandwidth",
     "oracle": "each task's float64 oracle and per-element bounds, made and loaded",
-    "compile_peers": "torch.compile of each op alone, timed",
+    "compile_peers": "torch.compile of an op alone, timed where a candidate beat eager",
     "candidates": "the search: candidates built, judged and timed",
     "finalists": "the best candidates timed again, alone",
     "apply": "the winners installed into the model and measured end to end",

@@ -98,8 +98,12 @@ class Baseline:
     device_name: str
     labels: list[str]
     eager_errors: list[list[float]]
-    # torch.compile of the op alone, per mode: {"timing": Timing-dict or None, "error": str}
+    # torch.compile of the op alone, per mode: {"timing": Timing-dict or None, "error": str}; {}
+    # until timed, which is once a candidate beats eager (search/engine.py, TaskJobs.time_peers)
     compiled: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # The modes the run asks for (--compile); [] in records from before peers were timed on demand,
+    # which timed every mode asked in the baseline worker (so `compiled` holds them all)
+    compile_modes: list[str] = field(default_factory=list)
     # The machine's facts for the proposer's prompt (evaluate.hardware); {} from baselines before them
     hardware: dict[str, Any] = field(default_factory=dict)
     # Seconds of the baseline's wall time in each run phase (baselines, oracle, compile_peers:
@@ -108,9 +112,29 @@ class Baseline:
 
     @property
     def compiled_p50_ms(self) -> float | None:
-        """torch.compile's default mode on the op alone, timed in this baseline worker."""
+        """torch.compile's default mode on the op alone, where it was timed."""
         entry = self.compiled.get("default")
         return entry["timing"]["p50_ms"] if entry and entry.get("timing") else None
+
+    @property
+    def peers_wanted(self) -> bool:
+        """The run asks for torch.compile peers and they are not timed yet."""
+        return bool(self.compile_modes) and not self.compiled
+
+    def peer_state(self, task_done: bool) -> str:
+        """Whether the compile peer was timed, in a few words, for the summary and `show`."""
+        if self.compiled:
+            errors = [f"{mode}: {e['error']}" for mode, e in self.compiled.items() if not e.get("timing")]
+            return "failed: " + "; ".join(errors) if errors else "timed"
+        if not self.compile_modes:
+            return "not asked (--compile none)"
+        return PEER_SKIPPED if task_done else PEER_PENDING
+
+
+# Why a task's compile peer has no time: it is timed only where it can decide something, whether
+# a kernel that beats eager beats torch.compile too (search/engine.py, TaskJobs.time_peers).
+PEER_PENDING = "not timed yet (timed once a candidate beats eager)"
+PEER_SKIPPED = "skipped: no candidate beat eager"
 
 
 def run_job(job: dict[str, Any], job_dir: Path, timeout_s: float, env_extra: dict[str, str] | None = None,
@@ -339,10 +363,11 @@ def discard_reference(reference_path: Path) -> None:
 def evaluate_baseline(task_path: Path, reference_path: Path, device: str, job_dir: Path,
                       timeout_s: float, compile_modes: tuple[str, ...] = (),
                       executor: Executor | None = None) -> Baseline:
+    """The task's input sets, oracle and eager timing. `compile_modes` are recorded, not timed:
+    evaluate_peers times them once a candidate gives them something to decide."""
     oracle_file = job_dir / "oracle.pt"
     job = {"mode": "baseline", "task_path": str(task_path), "reference_path": str(reference_path),
-           "oracle_path": str(oracle_file), "device": device, "backend": "none",
-           "compile_modes": list(compile_modes)}
+           "oracle_path": str(oracle_file), "device": device, "backend": "none"}
     clock = Stopwatch()
     try:
         result, tail, _ = (executor.run if executor else run_job)(job, job_dir, timeout_s)
@@ -356,16 +381,30 @@ def evaluate_baseline(task_path: Path, reference_path: Path, device: str, job_di
         oracle_file.unlink(missing_ok=True)
     return Baseline(eager=Timing(**result["eager"]), device_name=result["device_name"],
                     labels=result["labels"], eager_errors=result["eager_errors"],
-                    compiled=result.get("compiled", {}), hardware=result.get("hardware", {}),
+                    compile_modes=list(compile_modes), hardware=result.get("hardware", {}),
                     phases=_baseline_phases(result.get("phases", {}), worker_s, clock.lap()))
 
 
 def _baseline_phases(worker: dict[str, float], worker_s: float, load_s: float) -> dict[str, float]:
     """The baseline's wall time by run phase: the oracle's share (made in the worker, loaded
-    here), the compile peers', and the rest (the worker's start and imports included)."""
-    oracle, peers = worker.get("oracle", 0.0) + load_s, worker.get("compile_peers", 0.0)
-    return {"baselines": max(0.0, worker_s - worker.get("oracle", 0.0) - peers), "oracle": oracle,
-            "compile_peers": peers}
+    here), and the rest (the worker's start and imports included)."""
+    oracle = worker.get("oracle", 0.0)
+    return {"baselines": max(0.0, worker_s - oracle), "oracle": oracle + load_s}
+
+
+def evaluate_peers(task_path: Path, reference_path: Path, device: str, job_dir: Path, timeout_s: float,
+                   compile_modes: tuple[str, ...], executor: Executor | None = None
+                   ) -> tuple[dict[str, dict[str, Any]], float]:
+    """torch.compile of the task's op alone, per mode, timed in a worker of its own on the
+    baseline's input sets (reference_path, which must still exist): (Baseline.compiled, the
+    worker's wall seconds). A worker that dies or runs out of time is each mode's error."""
+    job = {"mode": "peers", "task_path": str(task_path), "reference_path": str(reference_path),
+           "device": device, "backend": "none", "compile_modes": list(compile_modes)}
+    result, tail, wall = (executor.run if executor else run_job)(job, job_dir, timeout_s)
+    if result is None or "compiled" not in result:
+        why = (tail.splitlines() or ["no result"])[0] if result is None else str(result.get("reason", ""))
+        return {mode: {"timing": None, "error": f"the peers' worker failed: {why}"[:300]} for mode in compile_modes}, wall
+    return result["compiled"], wall
 
 
 def evaluate_candidate(task_path: Path, reference_path: Path, source: Path, backend: str, device: str,

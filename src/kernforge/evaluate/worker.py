@@ -1,10 +1,13 @@
 """The evaluation worker: one process per job, started by kernforge.evaluate.runner.
 
-Two kinds of job, never mixed in one process:
+Three kinds of job, never mixed in one process:
   baseline   loads the task's real inputs, makes the other input sets (inputs.make_sets),
              computes the float64 oracle, each element's tolerance and eager's errors, and
-             times eager and torch.compile; imports no candidate. The oracle goes to a file
-             the search process loads and deletes once this worker is gone.
+             times eager; imports no candidate. The oracle goes to a file the search process
+             loads and deletes once this worker is gone.
+  peers      times torch.compile of the op alone, per mode, on the baseline's input sets (its
+             reference file) with the same harness and device lock; imports no candidate. The
+             search asks for it only once a candidate beats eager (engine.TaskJobs.time_peers).
   candidate  binds the harness (session.make_harness) and times eager before any candidate
              code is imported, then builds one candidate, makes one first call (Triton
              compiles there), runs one session of its calls on every input set, some of
@@ -44,7 +47,7 @@ def main(job_path: str) -> int:
     if job["device"] == "cpu" and job.get("memory_limit_bytes"):
         limit_memory(job["memory_limit_bytes"])
     started = time.perf_counter()
-    result = run_baseline(job) if job["mode"] == "baseline" else run_candidate(job)
+    result = {"baseline": run_baseline, "peers": run_peers}.get(job["mode"], run_candidate)(job)
     result["worker_s"] = time.perf_counter() - started  # from the job's start, imports excluded
     Path(job["result_path"]).write_text(json.dumps(result, indent=1))
     return 0
@@ -114,11 +117,28 @@ def run_baseline(job: dict[str, Any]) -> dict[str, Any]:
         timing = time_op(harness, eager_fn, dev_sets, timing_sets, task.outputs, device, vary=vary)
         hardware = measure_hardware(device)  # its bandwidth is timed too: under the lock, after eager's
     phases.mark("baselines")
-    compiled = {mode: _time_compiled(harness, op, dev_sets, timing_sets, task.outputs, device, mode, lock, vary)
-                for mode in job.get("compile_modes", [])}
-    phases.mark("compile_peers")
-    return {"status": "ok", "eager": timing.__dict__, "compiled": compiled, "eager_errors": eager_errors,
+    return {"status": "ok", "eager": timing.__dict__, "eager_errors": eager_errors,
             "labels": labels, "device_name": device_name(device), "hardware": hardware, "phases": phases.seconds}
+
+
+def run_peers(job: dict[str, Any]) -> dict[str, Any]:
+    """torch.compile of the op alone, per mode in job["compile_modes"], timed as the baseline timed
+    eager: the same harness, the input sets of the reference file the baseline wrote, its timing
+    sets and its finding on scaled sets, under the device lock."""
+    from kernforge.tasks import load_task, reference_of
+
+    phases = Phases()
+    task = load_task(Path(job["task_path"]))
+    device = torch.device(job["device"])
+    op = reference_of(task)
+    ref = mapped_reference(Path(job["reference_path"]))
+    dev_sets = [on_device(s, device) for s in ref["input_sets"]]
+    harness = make_harness(device)
+    lock = DeviceLock(job.get("device_lock"), checks_exclusive=device.type == "cpu")
+    vary = bool(ref.get("vary", True))
+    compiled = {mode: _time_compiled(harness, op, dev_sets, ref["timing"], task.outputs, device, mode, lock, vary)
+                for mode in job["compile_modes"]}
+    return {"status": "ok", "compiled": compiled, "phases": phases.done("compile_peers")}
 
 
 def mapped_reference(reference_path: Path) -> dict[str, Any]:

@@ -31,6 +31,9 @@ class TaskFacts:
     share: float  # of the model's time
     eager_p50_ms: float | None
     compile_p50_ms: float | None
+    # Why compile_p50_ms is None where the run asks for a peer: not timed until a candidate beats
+    # eager (evaluate.runner.PEER_PENDING); "" where it is timed or none is asked
+    compile_note: str = ""
 
     def floor_ms(self, bandwidth_gb_s: float | None) -> float | None:
         """The time to move bytes_moved at the measured bandwidth: no memory-bound kernel beats it."""
@@ -93,7 +96,8 @@ class ProposalContext:
     seed: Seed | None = None
 
 
-def task_facts(task: KernelTask, eager_p50_ms: float | None, compile_p50_ms: float | None) -> TaskFacts:
+def task_facts(task: KernelTask, eager_p50_ms: float | None, compile_p50_ms: float | None,
+               compile_note: str = "") -> TaskFacts:
     from kernforge.tasks import chain_program, resolve_op
 
     inputs, scalars = [], []
@@ -109,7 +113,8 @@ def task_facts(task: KernelTask, eager_p50_ms: float | None, compile_p50_ms: flo
     except (AttributeError, RuntimeError, ValueError):
         schema = task.op
     return TaskFacts(op=task.op, schema=schema, inputs=inputs, scalars=scalars, outputs=outputs,
-                     bytes_moved=moved, share=task.share, eager_p50_ms=eager_p50_ms, compile_p50_ms=compile_p50_ms)
+                     bytes_moved=moved, share=task.share, eager_p50_ms=eager_p50_ms, compile_p50_ms=compile_p50_ms,
+                     compile_note=compile_note)
 
 
 def _bytes(meta: dict[str, Any]) -> int:

@@ -92,7 +92,7 @@ def results_table(rows: list[TaskRow], title: str) -> Table:
                  "best speedup vs eager", "vs compile", "correct/tried", "verdict"):
         table.add_column(name, justify="left" if name in ("op", "shape", "dtype", "verdict") else "right")
     for r in rows:
-        table.add_row(r.op, r.shape, r.dtype, f"{r.share:.1%}", _ms(r.eager_p50_ms), _ms(r.compile_p50_ms),
+        table.add_row(r.op, r.shape, r.dtype, f"{r.share:.1%}", _ms(r.eager_p50_ms), _compile_cell(r),
                       _ms(r.best_p50_ms), _speedup(r.best_speedup_vs_eager), _speedup(r.best_speedup_vs_compile),
                       f"{r.correct}/{r.candidates}", r.verdict)
     return table
@@ -121,9 +121,11 @@ def eval_report(report: dict[str, Any], run_folder: bool = True) -> str:
         for mode, entry in report["compiled"].items():
             if entry.get("timing"):
                 lines.append(f"torch.compile {mode}: {entry['timing']['p50_ms']:.4f} ms "
-                             f"(baseline worker); speedup {entry['timing']['p50_ms'] / t['p50_ms']:.2f}x")
+                             f"(its own worker, the same input sets); speedup {entry['timing']['p50_ms'] / t['p50_ms']:.2f}x")
             else:
                 lines.append(f"torch.compile {mode}: failed: {entry.get('error')}")
+        if report.get("compile_peer", "").startswith("skipped"):
+            lines.append("torch.compile: not timed (the candidate did not beat eager)")
     elif r["status"] == "ok":
         lines.append("not timed (Triton's interpreter on a CPU checks correctness only)")
     if r["status"] != "ok" and r.get("log_tail"):
@@ -212,6 +214,13 @@ def runs_table(runs: list[dict[str, Any]]) -> Table:
         table.add_row(r["run"], r["model"], r["backend"], r["device"], str(r["tasks"]),
                       _speedup(r["best_speedup"]), r.get("end_to_end", "-"), r["state"])
     return table
+
+
+def _compile_cell(row: TaskRow) -> str:
+    """The compile peer's median, or why there is none where one was asked (not timed yet, skipped)."""
+    if row.compile_p50_ms is None and row.compile_peer.startswith(("skipped", "not timed")):
+        return row.compile_peer.split(" (")[0].split(":")[0]
+    return _ms(row.compile_p50_ms)
 
 
 def _ms(value: float | None) -> str:

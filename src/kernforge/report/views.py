@@ -162,7 +162,7 @@ def hot_rows(run: PartialRun) -> list[dict[str, Any]]:
             "task": t.task_id, "op": row.op, "shape": row.shape, "dtype": row.dtype, "share": row.share,
             "state": t.state, "eager_ms": row.eager_p50_ms, "compile_ms": row.compile_p50_ms,
             "best_ms": row.best_p50_ms, "best_node": row.best_node, "speedup_vs_eager": speedup,
-            "speedup_vs_compile": row.best_speedup_vs_compile,
+            "speedup_vs_compile": row.best_speedup_vs_compile, "compile_peer": row.compile_peer,
             "projected_gain": amdahl(t.share, speedup) if speedup else None,
             "candidates": row.candidates, "correct": row.correct,
             "running": sum(n.state == "running" for n in t.nodes), "iterations": t.iterations,
@@ -468,7 +468,7 @@ def timing_rows(task: TaskState, r: Any) -> list[dict[str, Any]]:
             timing = entry.get("timing")
             rows.append({"who": f"torch.compile {mode}", "p20": timing and timing["p20_ms"],
                          "p50": timing and timing["p50_ms"], "p80": timing and timing["p80_ms"],
-                         "note": entry.get("error", "")[:200] if not timing else "baseline worker"})
+                         "note": entry.get("error", "")[:200] if not timing else "its own worker, the same input sets"})
     if task.task and b:
         facts = task_facts(task.task, b.eager.p50_ms if b.eager else None, b.compiled_p50_ms)
         bandwidth = (b.hardware or {}).get("bandwidth_gb_s")

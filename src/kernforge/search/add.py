@@ -21,6 +21,7 @@ from kernforge.evaluate.runner import discard_reference
 from kernforge.propose import Proposal
 from kernforge.search.engine import BASELINE_TIMEOUT_S, TaskJobs
 from kernforge.search.nodes import Node, TaskOutcome, previous_nodes, task_row
+from kernforge.search.runs import read_baseline
 from kernforge.search.greedy import keeps
 from kernforge.store.config import RunConfig
 from kernforge.store import RunStore
@@ -63,6 +64,9 @@ def add_candidate(run_dir: Path, task_id: str, kernel_file: Path, parent: str | 
                                      BASELINE_TIMEOUT_S, ())
     except RuntimeError as e:
         raise UserError(f"the task's baseline failed again, so nothing can be judged: {str(e).splitlines()[0]}") from None
+    earlier = read_baseline(store, task_id)  # the run's compile peer: kept where timed, else timed if this one wins
+    if earlier is not None:
+        baseline.compile_modes, baseline.compiled = earlier.compile_modes, earlier.compiled
     outcome = TaskOutcome(task=task, baseline=baseline, nodes=nodes)
     jobs = TaskJobs(task, store, backend, device, _Human(), outcome, LocalExecutor(None, 1, None), timeout_s,
                     task_dir / "task.json", reference)

@@ -12,15 +12,16 @@ from typing import Any
 
 from kernforge.backends import Backend
 from kernforge.errors import strict
-from kernforge.evaluate import evaluate_baseline, evaluate_candidate
+from kernforge.evaluate import Baseline, evaluate_baseline, evaluate_candidate, evaluate_peers
 from kernforge.evaluate.executors import LocalExecutor
 from kernforge.evaluate.jobs import Executor
 from kernforge.evaluate.runner import Status, discard_reference, stop_workers
 from kernforge.phases import Stopwatch
 from kernforge.propose import Failure, NoProposal, Proposal, Proposer
-from kernforge.propose.context import Attempt, ProposalContext, Seed, task_facts
+from kernforge.propose.context import Attempt, ProposalContext, Seed, TaskFacts, task_facts
 from kernforge.search.budget import CONFIRM_FACTOR, PLATEAU, candidate_fits
 from kernforge.search.nodes import BUDGET_SPENT, Node, TaskOutcome, repair_depth, row_of
+from kernforge.search.runs import read_baseline
 from kernforge.search.siblings import task_seed
 from kernforge.search.strategy import Strategy
 from kernforge.store import RunStore
@@ -29,6 +30,8 @@ from kernforge.store.events import (Confirmed, NodeFinished, NodeStarted, PhaseS
 from kernforge.tasks import KernelTask, save_task
 
 BASELINE_TIMEOUT_S = 600.0
+# torch.compile of one op: ~13 s on a 2-core CPU, max-autotune minutes on a GPU; then its timing.
+PEERS_TIMEOUT_S = 900.0
 # Candidates timed again at the end of a task's search, one at a time: during the search,
 # candidates are timed while others build and check, and on an H200 with 8 in flight the same
 # kernel measured 0.0186 ms in one search and 0.058 ms in another.
@@ -240,6 +243,7 @@ def search_task(
     reference_path = task_dir / "reference.pt"
     save_task(task, task_path)
     store.db.set_task_state(task.task_id, "running")
+    earlier = read_baseline(store, task.task_id)  # a resumed task's: its peers, where timed, are kept
     try:
         baseline = evaluate_baseline(task_path, reference_path, device, task_dir / "baseline",
                                      BASELINE_TIMEOUT_S, compile_modes, executor)
@@ -248,6 +252,7 @@ def search_task(
         outcome = TaskOutcome(task=task, baseline=None, error=str(e).splitlines()[0], stopped="its baseline failed")
         store.emit(SearchStopped(task=task.task_id, reason=outcome.stopped))
         return outcome
+    baseline.compiled = timed_peers(earlier, compile_modes)
     store.write_json(f"tasks/{task.task_id}/baseline.json", asdict(baseline))
     for phase, seconds in baseline.phases.items():
         store.emit(PhaseTimed(phase=phase, seconds=seconds, task=task.task_id))
@@ -268,19 +273,27 @@ def search_task(
                         seeded_from=outcome.seeded_from if seed and seed.winner else "", deadline=deadline,
                         share_s=time_share_s or 0.0)
     search.ctx = ctx
+    for node in outcome.nodes:  # a resumed task whose winner's peer was lost with its run
+        search.start_peers(node)
 
     clock = Stopwatch()
     store.emit(PhaseStarted(phase="candidates", done=len(outcome.nodes), total=iterations, task=task.task_id))
     try:
         strategy.run(ctx)
         outcome.stopped = search_ended(ctx, proposer.name)
-        store.emit(PhaseTimed(phase="candidates", seconds=clock.lap(), task=task.task_id))
+        peers_s = search.wait_for_peers()
+        # The peer held one of the executor's slots; its seconds are compile_peers' alone, so the
+        # breakdown still sums to the wall time (with one slot exact; with several, the others
+        # went on with candidates meanwhile, which then read short by at most the peer's time).
+        store.emit(PhaseTimed(phase="candidates", seconds=max(0.0, clock.lap() - peers_s), task=task.task_id))
         store.emit(SearchStopped(task=task.task_id, reason=outcome.stopped))
         store.emit(PhaseStarted(phase="finalists", task=task.task_id))
         for node in pick_finalists(outcome.nodes, finalists):
             if node.confirmed is None:  # a resumed task keeps the re-evaluations it finished
                 search.confirm(node)
         store.emit(PhaseTimed(phase="finalists", seconds=clock.lap(), task=task.task_id))
+        if outcome.best is not None and baseline.peers_wanted:
+            search.time_peers()  # a winner only once confirmed: its peer, with nothing else running
         store.db.set_task_state(task.task_id, "done")
     except KeyboardInterrupt:
         stop_workers()  # Ctrl-C: the candidates in flight are lost (a resume redoes them); no wait for them
@@ -288,7 +301,7 @@ def search_task(
     finally:
         # on an error or a kill, the candidates still running are lost (a resume redoes them);
         # their workers are let finish so that none outlives the reference below
-        search.close()
+        search.close()  # the peer's job too: the reference it reads goes below
         best = outcome.best
         store.emit(TaskEnded(task=task.task_id, candidates=len(outcome.nodes), counts=outcome.status_counts(),
                              best_node=best.node_id if best else None,
@@ -332,8 +345,9 @@ class TaskJobs:
         self.cooldown_until = 0.0  # a retry's Retry-After, for every job of this task
         self.pool = ThreadPoolExecutor(max_workers=self.in_flight)
         self.running: dict[Future, Callable[[Node], bool]] = {}
-        self.facts = task_facts(task, outcome.baseline.eager.p50_ms if outcome.baseline.eager else None,
-                                outcome.baseline.compiled_p50_ms)
+        self.facts = self.facts_now()
+        self.peers: threading.Thread | None = None  # the compile peer's job, once started
+        self.peers_s = 0.0  # its worker's seconds
         self.ctx: SearchContext | None = None
         self.in_flight_nodes: dict[str, tuple[str | None, float]] = {}  # node -> (parent, started)
         self.tree_stats: dict[str, Any] = {}
@@ -466,6 +480,7 @@ class TaskJobs:
         node.repair_depth = repair_depth(node, outcome.nodes)
         node.kept = decide(node)
         outcome.nodes.append(node)
+        self.start_peers(node)
         result = node.result
         if not result.ok:
             self.failures.append(Failure(node.proposal, result.status, result.reason))
@@ -507,6 +522,58 @@ class TaskJobs:
 
     def close(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)
+        self.wait_for_peers()
+
+    # ------------------------------------------------------------ the compile peer
+
+    def facts_now(self) -> TaskFacts:
+        """The task's facts for a proposer, with the compile peer as far as it is timed."""
+        b = self.outcome.baseline
+        return task_facts(self.task, b.eager.p50_ms if b.eager else None, b.compiled_p50_ms,
+                          b.peer_state(task_done=False) if b.peers_wanted else "")
+
+    def start_peers(self, node: Node) -> None:
+        """The compile peer, on a thread of its own, at the first candidate that beats eager: only
+        then can it decide something (whether the winner beats torch.compile too, what the report
+        says), and from then on the analyst's prompt has it to aim at. Not at the finalists'
+        confirmation alone: that is the search's end, when no proposal can use it any more."""
+        won = node.result.ok and node.result.faster_than_eager
+        if won and self.peers is None and self.outcome.baseline.peers_wanted:
+            self.peers = threading.Thread(target=self.time_peers, name=f"peers-{self.task.task_id}", daemon=True)
+            self.peers.start()
+
+    def time_peers(self) -> None:
+        """Time the peer in its own worker job, holding one of the executor's slots as a candidate
+        does, and record it: baseline.json (a resume keeps it), a compile_peers phase, the facts."""
+        store, task_id, baseline = self.store, self.task.task_id, self.outcome.baseline
+        modes = tuple(baseline.compile_modes)
+        with self.workers:
+            try:
+                compiled, seconds = evaluate_peers(self.task_path, self.reference_path, self.device,
+                                                   store.task_dir(task_id) / "peers", PEERS_TIMEOUT_S, modes,
+                                                   self.executor)
+            except Exception as e:  # noqa: BLE001 - a peer is a column of the report, never the search's end
+                compiled, seconds = {m: {"timing": None, "error": f"{type(e).__name__}: {e}"[:300]} for m in modes}, 0.0
+        with self.lock:
+            baseline.compiled = compiled
+            self.facts = self.facts_now()
+            self.peers_s += seconds
+            store.write_json(f"tasks/{task_id}/baseline.json", asdict(baseline))
+        store.emit(PhaseTimed(phase="compile_peers", seconds=seconds, task=task_id))
+
+    def wait_for_peers(self) -> float:
+        """Wait for the peer's job, if one runs; the seconds it has taken so far."""
+        if self.peers is not None:
+            self.peers.join()
+        return self.peers_s
+
+
+def timed_peers(earlier: Baseline | None, modes: tuple[str, ...]) -> dict[str, dict[str, Any]]:
+    """A resumed task's compile peers, where an earlier session timed every mode this run asks for:
+    they are not timed twice. One that failed is tried again, once a candidate beats eager."""
+    compiled = earlier.compiled if earlier is not None else {}
+    timed = bool(modes) and set(compiled) == set(modes) and all(e.get("timing") for e in compiled.values())
+    return dict(compiled) if timed else {}
 
 
 def pick_finalists(nodes: list[Node], count: int) -> list[Node]:

@@ -126,6 +126,8 @@ def task_row(outcome: TaskOutcome) -> TaskRow:
         best_node=best.node_id if best else None,
         compile_p50_ms=compiled,
         best_speedup_vs_compile=(compiled / best.final.timing.p50_ms) if best and compiled else None,
+        compile_peer=(outcome.baseline.peer_state(task_done=bool(outcome.stopped or outcome.error))
+                      if outcome.baseline else ""),
         finalists={n.node_id: Finalist(search_speedup_vs_eager=n.result.speedup_vs_eager, status=n.confirmed.status,
                                        speedup_vs_eager=n.confirmed.speedup_vs_eager)
                    for n in outcome.nodes if n.confirmed is not None},

@@ -127,7 +127,8 @@ def _task_section(facts: TaskFacts, args: list[Any]) -> str:
     lines += ["Outputs:"] + [f"- shape {o['shape']}, {o.get('dtype', '?').replace('torch.', '')}, "
                              f"stride {o.get('stride')}" for o in facts.outputs]
     times = [f"eager PyTorch {facts.eager_p50_ms:.4f} ms" if facts.eager_p50_ms else "",
-             f"torch.compile {facts.compile_p50_ms:.4f} ms" if facts.compile_p50_ms else ""]
+             f"torch.compile {facts.compile_p50_ms:.4f} ms" if facts.compile_p50_ms
+             else f"torch.compile {facts.compile_note}" if facts.compile_note else ""]
     timed = ", ".join(t for t in times if t)
     lines.append(f"Bytes that must move (each input read once, each output written once): {facts.bytes_moved:,}."
                  + (f" Median times on this machine: {timed}." if timed else ""))
@@ -272,6 +273,8 @@ def analyst_prompt(ctx: ProposalContext, build_report: str) -> str:
             lines.append(f"The memory floor: {floor:.4f} ms; the candidate is {r.timing.p50_ms / floor:.2f}x the floor.")
     if facts.compile_p50_ms:
         lines.append(f"torch.compile takes {facts.compile_p50_ms:.4f} ms on this op.")
+    elif facts.compile_note:
+        lines.append(f"torch.compile on this op: {facts.compile_note}.")
     lines.append("## Build report\n" + (build_report or "none (no GPU build tools, or a CPU build)"))
     lines.append("## Profiler\nnone collected for this candidate")
     if len(ctx.lineage) > 1:
