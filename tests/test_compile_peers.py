@@ -50,7 +50,7 @@ def test_no_candidate_beats_eager_no_peer_is_timed(softmax_capture, tmp_path: Pa
     baseline = read_baseline(store, task.task_id)
     assert baseline.compiled == {} and baseline.compile_modes == ["default"]
     row = task_row(outcome)
-    assert row["compile_p50_ms"] is None and row["compile_peer"] == PEER_SKIPPED
+    assert row.compile_p50_ms is None and row.compile_peer == PEER_SKIPPED
 
 
 def test_a_winner_times_its_peer_once_and_a_resume_keeps_it(softmax_capture, tmp_path: Path, monkeypatch):
@@ -77,8 +77,8 @@ def test_a_winner_times_its_peer_once_and_a_resume_keeps_it(softmax_capture, tmp
     timing = baseline.compiled["default"]["timing"]
     assert timing and timing["p50_ms"] > 0, baseline.compiled
     row = task_row(first)
-    assert row["compile_peer"] == "timed" and row["compile_p50_ms"] == timing["p50_ms"]
-    assert row["best_speedup_vs_compile"] == pytest.approx(timing["p50_ms"] / first.best.final.timing.p50_ms)
+    assert row.compile_peer == "timed" and row.compile_p50_ms == timing["p50_ms"]
+    assert row.best_speedup_vs_compile == pytest.approx(timing["p50_ms"] / first.best.final.timing.p50_ms)
 
     # The budget raised and the task searched again from its nodes: a new baseline, the same peer.
     again = search_task(task, store, get_backend("cpu"), "cpu", proposer, get_strategy("greedy"),

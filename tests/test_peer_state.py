@@ -8,6 +8,7 @@ import pytest
 
 from kernforge.evaluate import Baseline, Timing
 from kernforge.evaluate.runner import PEER_PENDING, PEER_SKIPPED
+from kernforge.records.summary import TaskRow
 from kernforge.report.tables import _compile_cell
 from kernforge.search.engine import timed_peers
 
@@ -54,8 +55,11 @@ def test_a_resume_keeps_peers_timed_for_every_mode_it_asks_for_and_nothing_else(
 
 
 def test_the_results_tables_compile_cell_names_a_skipped_or_pending_peer():
-    assert _compile_cell({"compile_p50_ms": 0.5, "compile_peer": "timed"}) == "0.5000"
-    assert _compile_cell({"compile_p50_ms": None, "compile_peer": PEER_SKIPPED}) == "skipped"
-    assert _compile_cell({"compile_p50_ms": None, "compile_peer": PEER_PENDING}) == "not timed yet"
-    assert _compile_cell({"compile_p50_ms": None, "compile_peer": "not asked (--compile none)"}) == "-"
-    assert _compile_cell({"compile_p50_ms": None}) == "-"  # a summary from before
+    def row(**fields):
+        return TaskRow(task="t0", op="aten::_softmax.default", shape="4x8", dtype="float32", share=1.0, **fields)
+
+    assert _compile_cell(row(compile_p50_ms=0.5, compile_peer="timed")) == "0.5000"
+    assert _compile_cell(row(compile_peer=PEER_SKIPPED)) == "skipped"
+    assert _compile_cell(row(compile_peer=PEER_PENDING)) == "not timed yet"
+    assert _compile_cell(row(compile_peer="not asked (--compile none)")) == "-"
+    assert _compile_cell(TaskRow.from_json({"task": "t0", "op": "x", "shape": "", "dtype": "", "share": 0.1})) == "-"  # a summary from before
