@@ -14,7 +14,7 @@ from kernforge.errors import UserError
 from kernforge.evaluate import EvalResult, Timing
 from kernforge.propose import Proposal
 from kernforge.search import Node, get_strategy
-from kernforge.search.budget import (APPLY_MOST_S, APPLY_SHARE, CONFIRM_FACTOR, PLATEAU, TimeBudget,
+from kernforge.search.budget import (APPLY_MOST_S, APPLY_SHARE, CONFIRM_FACTOR, PLATEAU, FixedCosts, TimeBudget,
                                      candidate_fits, parse_duration, projected_gain)
 from kernforge.search.engine import _patience, search_ended
 
@@ -153,3 +153,17 @@ def test_apply_gets_what_is_left_to_the_deadline():
     assert budget.apply_s(now=300.0) == 100.0  # its 100 s reserve, the search having kept to its part
     assert budget.apply_s(now=250.0) == 150.0  # a search that ended early leaves it more
     assert budget.apply_s(now=450.0) == 0.0  # one that ran late leaves it its fewest rounds
+
+
+def test_the_confirmation_reserve_is_the_most_the_runs_confirmations_took():
+    fixed = FixedCosts()
+    assert fixed.confirm_factor() == CONFIRM_FACTOR  # nothing confirmed yet: the estimate
+    fixed.add_confirmation(candidate_s=10.0, confirm_s=12.0)  # 1.2x: under the estimate, which stays
+    assert fixed.confirm_factor() == CONFIRM_FACTOR
+    fixed.add_confirmation(candidate_s=10.0, confirm_s=22.0)
+    fixed.add_confirmation(candidate_s=10.0, confirm_s=15.0)
+    assert fixed.confirm_factor() == pytest.approx(2.2)  # the slowest, not the mean
+    fixed.add_confirmation(candidate_s=0.0, confirm_s=5.0)  # a candidate with no time says nothing
+    assert fixed.confirm_factor() == pytest.approx(2.2)
+    assert not candidate_fits(left_s=24.0, eval_s=10.0, confirm_factor=fixed.confirm_factor())
+    assert candidate_fits(left_s=32.0, eval_s=10.0, confirm_factor=fixed.confirm_factor())

@@ -49,9 +49,13 @@ def search_all(opts: OptimizeOptions, result: OptimizeResult, store: RunStore, b
                                   opts.iterations, opts.candidate_timeout_s,
                                   compile_modes=compile_modes(opts.compile, device),
                                   previous=previous.get(task.task_id), executor=executor,
-                                  finalists=opts.finalists, time_share_s=share)
+                                  finalists=opts.finalists, time_share_s=share,
+                                  confirm_factor=fixed.confirm_factor())
             if outcome.baseline is not None:
                 fixed.add(sum(outcome.baseline.phases.values()), task_bytes(task.args, task.outputs))
+            for node in outcome.nodes:
+                if node.confirmed is not None:
+                    fixed.add_confirmation(node.result.wall_s, node.confirmed.wall_s)
             result.outcomes.append(outcome)
     finally:
         executor.close()

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kernforge.errors import UserError
@@ -33,8 +33,10 @@ PLATEAU = 6
 # The iterations cap where --time-budget is given and --iterations is not: the time decides.
 BUDGETED_ITERATIONS = 50
 # A finalist's confirmation against a candidate's own evaluation time: it redoes the whole
-# evaluation (a fresh worker, build, checks, timing) at the task's end. An estimate, with margin
-# for a confirmation that runs alone where the candidates ran beside others' builds.
+# evaluation (a fresh worker, build, checks, timing) at the task's end. The estimate before the run
+# has confirmed anything; after, the largest ratio its confirmations took (FixedCosts): on a loaded
+# 2-core CPU they took 1.9-2.2x a candidate, and a 4 m budget ran 17 s over with 1.4x reserved
+# (bench/results/cpu/issue34/README.md).
 CONFIRM_FACTOR = 1.4
 
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
@@ -85,13 +87,13 @@ class TimeBudget:
         return left * weights[0] / total if total > 0 else left / max(1, len(weights))
 
 
-def candidate_fits(left_s: float, eval_s: float | None) -> bool:
+def candidate_fits(left_s: float, eval_s: float | None, confirm_factor: float = CONFIRM_FACTOR) -> bool:
     """Whether a new candidate may start with `left_s` of the task's share left: it and one
-    finalist's confirmation after it (CONFIRM_FACTOR x a candidate's `eval_s`) must fit. Before
+    finalist's confirmation after it (`confirm_factor` x a candidate's `eval_s`) must fit. Before
     any candidate was timed (`eval_s` None) only the share's end stops one."""
     if eval_s is None:
         return left_s > 0
-    return left_s >= eval_s * (1.0 + CONFIRM_FACTOR)
+    return left_s >= eval_s * (1.0 + confirm_factor)
 
 
 def projected_gain(rank_gain: float) -> float:
@@ -108,10 +110,22 @@ class FixedCosts:
 
     seconds: float = 0.0
     nbytes: int = 0
+    # Each confirmation's time over its candidate's own evaluation, the run's tasks so far.
+    confirm_ratios: list[float] = field(default_factory=list)
 
     def add(self, seconds: float, nbytes: int) -> None:
         self.seconds += seconds
         self.nbytes += nbytes
+
+    def add_confirmation(self, candidate_s: float, confirm_s: float) -> None:
+        if candidate_s > 0 and confirm_s > 0:
+            self.confirm_ratios.append(confirm_s / candidate_s)
+
+    def confirm_factor(self) -> float:
+        """What to reserve for a finalist's confirmation, in candidates' evaluation times: the most
+        the run's confirmations took, never under the estimate (one slow confirmation is what
+        overruns a budget; a mean would reserve too little for it)."""
+        return max([CONFIRM_FACTOR, *self.confirm_ratios])
 
     def expected_s(self, nbytes: int) -> float:
         return self.seconds * nbytes / self.nbytes if self.nbytes else 0.0

@@ -94,6 +94,7 @@ class SearchContext:
     # (time.perf_counter()), the task's share of the budget being `share_s`.
     deadline: float | None = None
     share_s: float = 0.0
+    confirm_factor: float = CONFIRM_FACTOR  # a confirmation's time in candidates' (budget.FixedCosts)
     eval_s: list[float] = field(default_factory=list)  # finished candidates' evaluation times, this session
 
     @property
@@ -152,10 +153,10 @@ class SearchContext:
         """Stops the task where its share cannot hold another candidate and a confirmation."""
         if left_s <= 0:
             self.stopped = f"its {self.share_s:.0f} s share of the time budget spent"
-        elif not candidate_fits(left_s, self.eval_estimate_s):
+        elif not candidate_fits(left_s, self.eval_estimate_s, self.confirm_factor):
             self.stopped = (f"its {self.share_s:.0f} s share of the time budget nearly spent: {_seconds(left_s)} s "
                             f"left, too little for another candidate ({_seconds(self.eval_estimate_s)} s each) "
-                            f"and a finalist's confirmation ({CONFIRM_FACTOR}x)")
+                            f"and a finalist's confirmation ({self.confirm_factor:.1f}x)")
 
     def wants_repair(self, node: Node) -> bool:
         """A failed LLM candidate whose messages can guide a fix, while the line has had at most
@@ -228,6 +229,7 @@ def search_task(
     executor: Executor | None = None,
     finalists: int = FINALISTS,
     time_share_s: float | None = None,
+    confirm_factor: float = CONFIRM_FACTOR,
 ) -> TaskOutcome:
     """Search one task; `previous` holds the nodes a killed run had recorded (see --resume).
     The executor says where workers run and how many at once (default: one, here). When the
@@ -271,7 +273,7 @@ def search_task(
                         repairs=proposer.repairs, previous=list(outcome.nodes), evaluated=len(outcome.nodes),
                         report_tree=search.write_tree, patience=_patience(bool(seed and seed.winner), deadline),
                         seeded_from=outcome.seeded_from if seed and seed.winner else "", deadline=deadline,
-                        share_s=time_share_s or 0.0)
+                        share_s=time_share_s or 0.0, confirm_factor=confirm_factor)
     search.ctx = ctx
     for node in outcome.nodes:  # a resumed task whose winner's peer was lost with its run
         search.start_peers(node)
