@@ -253,12 +253,12 @@ def test_under_compile_a_chain_at_its_modules_becomes_the_custom_op_not_their_ro
     torch.testing.assert_close(got, expected)
 
 
-def test_under_compile_a_chain_at_a_sequence_of_modules_leaves_the_graph_as_without_them():
+def test_under_compile_a_chain_at_a_sequence_of_modules_becomes_the_custom_op_not_their_route():
     """GroupNorm then the block's shared SiLU: while dynamo traces, both modules' routes step aside
-    (no value not made yet reaches the graph), so the compiled block is what it is with the chain
-    installed without the model. (The graph pass finds no group norm chain in inductor's CPU graph
-    today, where the group norm's decomposition reshapes and the pattern's views: traced_by_kernel
-    is the same empty dict on both sides.)"""
+    (no value not made yet reaches the graph), and the graph pass puts the chain's op in place of
+    the group norm's decomposition, which reshapes its input into groups where a trace views it
+    (fused.traced_as_inductor): the compiled block is what it is with the chain installed
+    without the model, and both runs took the kernel at both norms."""
     from test_fused_sequence import block, inputs, specs_of
 
     net, (x, temb) = block(), inputs()
@@ -269,7 +269,7 @@ def test_under_compile_a_chain_at_a_sequence_of_modules_leaves_the_graph_as_with
     got, installation = _compiled_run(net, (x, temb), [spec], net)
     counts = installation.counts[spec.op]
     assert counts.kernel == 0 and counts.fallback == 0  # neither module's route was asked
-    assert counts.traced_by_kernel == plain.counts[spec.op].traced_by_kernel
+    assert counts.traced_by_kernel == plain.counts[spec.op].traced_by_kernel == {spec.name: 2}
     assert type(got) is torch.Tensor and torch.equal(got, without)
     torch.testing.assert_close(got, expected)
 

@@ -409,7 +409,7 @@ class CompilePatterns:
 
         search_fn = chain_function(plan, search)
         with _original_ops():
-            searched = pm.fwd_only(search_fn, examples)
+            searched = traced_as_inductor(search_fn, examples)
         names = [f"in{i}" for i in range(len(spec.args))]
         placeholders = [n for n in searched.graph.nodes if n.op == "placeholder"]
         output = next(n for n in searched.graph.nodes if n.op == "output")
@@ -428,8 +428,29 @@ class CompilePatterns:
 
         self.passes.append(pm.PatternMatcherPass())
         with _original_ops():
-            pm.register_replacement(search_fn, chain_function(plan, replace), examples, pm.fwd_only,
+            pm.register_replacement(search_fn, chain_function(plan, replace), examples, traced_as_inductor,
                                     [self.passes[-1]], extra_check=proved)
+
+
+def traced_as_inductor(fn: Callable[..., Any], examples: list[Any], **options: Any) -> torch.fx.GraphModule:
+    """fn traced as the pattern matcher traces a search function (its forward, decomposed as
+    inductor decomposes), with its views written as reshapes: inductor's post-grad graph has
+    reshapes where a trace has views (its view_to_reshape pass), so a group norm's pattern, whose
+    decomposition views its input into groups, never matched a compiled graph."""
+    from torch._inductor import pattern_matcher as pm
+
+    traced = pm.fwd_only(fn, examples, **options)  # the matcher passes fwd_only's own options on
+    reshaped_views(traced.graph)
+    return traced
+
+
+def reshaped_views(graph: torch.fx.Graph) -> None:
+    """Every aten view in the graph made a reshape, as inductor's post-grad passes make them (it
+    lowers both alike): the chains' patterns and the graph they search then read the same."""
+    view, reshape = torch.ops.aten.view.default, torch.ops.aten.reshape.default
+    for node in graph.nodes:
+        if node.op == "call_function" and node.target is view:
+            node.target = reshape
 
 
 def _leaves(value: Any) -> list[Any]:
@@ -446,6 +467,8 @@ def compile_pass_class() -> type:
 
         def __call__(self, graph: torch.fx.Graph) -> None:
             current = self.patterns()
+            if current is not None and current.passes:
+                reshaped_views(graph)  # as the patterns read (traced_as_inductor); inductor does it after
             for chain_pass in current.passes if current is not None else ():
                 chain_pass.apply(graph)
             for other in (self.before if isinstance(self.before, (list, tuple)) else [self.before]):
