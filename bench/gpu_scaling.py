@@ -1,16 +1,20 @@
-"""Candidates per minute against the number of GPUs (issue 6), on a machine with several.
+"""Candidates per minute against the number of GPUs (issue 6) and the executor (issue 34).
 
     PYTHONPATH=src python3 bench/gpu_scaling.py --gpus 0 0,1 0,1,2,3 --iterations 48 --out DIR
+    PYTHONPATH=src python3 bench/gpu_scaling.py --gpus 0 --executors local ray --out DIR
 
-One search per GPU set, on the same op (a row of bench/seed_ops.py), MCTS and the
+One search per GPU set and executor, on the same op (a row of bench/seed_ops.py), MCTS and the
 builtin proposer, --parallel candidates in flight per GPU. The rate is counted from
 the first candidate's end to the last one's, so capture and baselines are left out; "mean running"
-is how many candidates were in workers on average over the search (the slots kept busy).
+is how many candidates were in workers on average over the search (the slots kept busy), and
+"seconds a candidate" its mean time from proposal to result. Where two executors ran, the
+candidates both evaluated (the same source) are compared by verdict.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import subprocess
 import sys
@@ -35,42 +39,91 @@ def rate(run_dir: Path) -> tuple[int, float, float]:
     return len(times), per_minute, busy
 
 
+def candidate_seconds(run_dir: Path) -> float:
+    """Mean seconds from a candidate's proposal to its result (the executor's overhead is in it)."""
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    ends = {e["node"]: e["time"] for e in events if e["kind"] == "node"}
+    spans = [ends[e["node"]] - e["time"] for e in events if e["kind"] == "node_start" and e["node"] in ends]
+    return sum(spans) / len(spans) if spans else float("nan")
+
+
+def verdicts(run_dir: Path) -> dict[str, str]:
+    """Each evaluated candidate's status, keyed by its source's hash."""
+    found = {}
+    for source in run_dir.glob("tasks/*/nodes/*/candidate.*"):
+        result = source.parent / "result.json"
+        if result.exists():
+            found[hashlib.sha256(source.read_bytes()).hexdigest()] = json.loads(result.read_text())["status"]
+    return found
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--gpus", nargs="+", default=["0", "0,1"])
     parser.add_argument("--row", default="softmax_f32_4096x256")
     parser.add_argument("--iterations", type=int, default=48)
     parser.add_argument("--parallel", type=int, default=4)
+    parser.add_argument("--executors", nargs="+", default=["local"])
+    parser.add_argument("--backend", default="triton", help="cpu checks the script here (--gpus is then ignored)")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    rows = []
+    rows, seen = [], {}
     for gpus in args.gpus:
-        runs = Path(tempfile.mkdtemp(prefix="kf-scaling-"))
-        proc = subprocess.run([sys.executable, "-m", "kernforge", "optimize", f"bench.seed_ops:{args.row}",
-                               "--backend", "triton", "--iterations", str(args.iterations), "--top-k", "1",
-                               "--compile", "none", "--gpus", gpus, "--parallel", str(args.parallel),
-                               "--runs-dir", str(runs), "--json"], capture_output=True, text=True, check=False)
-        if proc.returncode != 0:
-            rows.append({"gpus": gpus, "error": proc.stderr.strip().splitlines()[-1:]})
-            continue
-        data = json.loads(proc.stdout)
-        count, per_minute, busy = rate(Path(data["run_dir"]))
-        task = data["tasks"][0]
-        rows.append({"gpus": gpus, "n_gpus": len(gpus.split(",")), "candidates": count,
-                     "candidates_per_minute": per_minute, "mean_running": busy, "status_counts": task["status_counts"],
-                     "best_speedup_vs_eager": task["best_speedup_vs_eager"], "wall_s": data["wall_s"]})
-        print(json.dumps(rows[-1]), flush=True)
+        for executor in args.executors:
+            row, run_dir = search(args, gpus, executor)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+            if run_dir is not None:
+                seen[gpus, executor] = verdicts(run_dir)
+    agreement = compare_verdicts(seen)
     (args.out / "gpu_scaling.json").write_text(json.dumps({"row": args.row, "parallel_per_gpu": args.parallel,
-                                                           "rows": rows}, indent=1))
-    print("\n| GPUs | candidates | candidates per minute | mean running | statuses |\n|---|---|---|---|---|")
+                                                           "rows": rows, "verdicts": agreement}, indent=1))
+    print("\n| GPUs | executor | candidates | candidates per minute | mean running | seconds a candidate | statuses |")
+    print("|---|---|---|---|---|---|---|")
     for r in rows:
         if "error" in r:
-            print(f"| {r['gpus']} | error: {r['error']} | | | |")
+            print(f"| {r['gpus']} | {r['executor']} | error: {r['error']} | | | | |")
         else:
-            print(f"| {r['n_gpus']} | {r['candidates']} | {r['candidates_per_minute']:.1f} | {r['mean_running']:.1f} "
-                  f"| {r['status_counts']} |")
+            print(f"| {r['n_gpus']} | {r['executor']} | {r['candidates']} | {r['candidates_per_minute']:.1f} "
+                  f"| {r['mean_running']:.1f} | {r['seconds_a_candidate']:.2f} | {r['status_counts']} |")
+    for line in agreement:
+        print(line)
     return 0
+
+
+def search(args: argparse.Namespace, gpus: str, executor: str) -> tuple[dict, Path | None]:
+    """One search on the row; its figures, and its run folder where it finished."""
+    runs = Path(tempfile.mkdtemp(prefix="kf-scaling-"))
+    proc = subprocess.run([sys.executable, "-m", "kernforge", "optimize", f"bench.seed_ops:{args.row}",
+                           "--backend", args.backend, "--iterations", str(args.iterations), "--top-k", "1",
+                           "--compile", "none", "--gpus", gpus, "--parallel", str(args.parallel),
+                           "--executor", executor, "--runs-dir", str(runs), "--json"],
+                          capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        return {"gpus": gpus, "executor": executor, "error": proc.stderr.strip().splitlines()[-1:]}, None
+    data = json.loads(proc.stdout)
+    run_dir = Path(data["run_dir"])
+    count, per_minute, busy = rate(run_dir)
+    task = data["tasks"][0]
+    return {"gpus": gpus, "n_gpus": len(gpus.split(",")), "executor": executor, "candidates": count,
+            "candidates_per_minute": per_minute, "mean_running": busy,
+            "seconds_a_candidate": candidate_seconds(run_dir), "status_counts": task["status_counts"],
+            "best_speedup_vs_eager": task["best_speedup_vs_eager"], "wall_s": data["wall_s"]}, run_dir
+
+
+def compare_verdicts(seen: dict[tuple[str, str], dict[str, str]]) -> list[str]:
+    """For each GPU set searched by several executors: how many candidates both evaluated, and
+    the ones whose verdicts differ."""
+    lines = []
+    for gpus in {g for g, _ in seen}:
+        runs = [(e, v) for (g, e), v in seen.items() if g == gpus]
+        for (first, a), (other, b) in zip(runs, runs[1:]):
+            shared = a.keys() & b.keys()
+            differ = sorted(f"{a[h]} against {b[h]}" for h in shared if a[h] != b[h])
+            lines.append(f"GPUs {gpus}: {first} and {other} evaluated {len(shared)} candidates alike, "
+                         f"{len(differ)} verdicts differ{': ' + '; '.join(differ) if differ else ''}")
+    return lines
 
 
 if __name__ == "__main__":
