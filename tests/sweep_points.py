@@ -157,10 +157,11 @@ def kernel_file_tails(family: str, backend: str) -> dict[str, str]:
 
     package = next(p for p in FAMILY_PACKAGES
                    if family in {f.name for f in importlib.import_module(f"kernforge.propose.families.{p}").FAMILIES})
-    folder = resources.files(f"kernforge.propose.families.{package}").joinpath("kernels")
+    module = f"kernforge.propose.families.{package}"
     suffix = {"cpu": ".c", "triton": ".py", "cuda": ".cu"}[backend]
-    return {f.name: kernel_file.split(f.read_text())[2] for f in folder.iterdir()
-            if f.is_file() and f.name.endswith(suffix)}
+    return {f.name: kernel_file.split(kernel_file.read(module, f.name))[2]
+            for f in resources.files(module).joinpath("kernels").iterdir()
+            if f.is_file() and f.name.endswith(suffix) and not f.name.startswith(kernel_file.SHARED)}
 
 
 def _what_is_missing(backend: str, chosen: list[SweepPoint]) -> list[SweepPoint]:

@@ -64,13 +64,18 @@ def test_the_default_sample_builds_every_variant_of_every_family(backend):
 
 
 def test_every_kernel_file_is_rendered_by_the_default_sample():
-    """No kernel file is dead: each one's code after its constants block is in a sampled render."""
+    """No kernel file is dead: each one's code after its constants block is in a sampled render, and
+    each shared part in one."""
     renders = [render(p) for backend in BACKENDS for p in sweep_points(backend)]
     for package in set(FAMILY_PACKAGES) - {"chain"}:  # test_chains.py renders and runs the chain kernel file
         folder = resources.files(f"kernforge.propose.families.{package}").joinpath("kernels")
-        files = [f for f in folder.iterdir() if f.is_file()]
+        files = [f.name for f in folder.iterdir() if f.is_file() and not f.name.startswith(kernel_file.SHARED)]
         assert files, package
-        for file in files:
-            _, _, tail = kernel_file.split(file.read_text())
-            assert "kf-op: " in file.read_text().split(kernel_file.BEGIN)[0], file.name
-            assert any(r.endswith(tail) for r in renders), f"{package}/kernels/{file.name} is never rendered"
+        for name in files:
+            text = kernel_file.read(f"kernforge.propose.families.{package}", name)
+            _, _, tail = kernel_file.split(text)
+            assert "kf-op: " in text.split(kernel_file.BEGIN)[0], name
+            assert any(r.endswith(tail) for r in renders), f"{package}/kernels/{name} is never rendered"
+        for part in folder.iterdir():
+            if part.name.startswith(kernel_file.SHARED):
+                assert any(part.read_text() in r for r in renders), f"{package}/kernels/{part.name} is never included"

@@ -221,6 +221,42 @@ def test_programs_per_sm_only_where_programs_wait_and_resident_ones_at_most_two(
     assert "PER_SM = 2" in source and "launch_cooperative_grid=PER_SM > 1" in source
 
 
+WAITING_POINTS = {"resident": {"variant": "resident", "chunk": 32768, "block": 16384, "num_warps": 16, "unroll": 1,
+                               "pipeline": True, "per_sm": 2},
+                  "queue": {"variant": "queue", "chunk": 8192, "block": 4096, "num_warps": 4, "unroll": 1,
+                            "per_sm": 8, "lead": 4}}
+
+
+class _Recorder:
+    """A stand-in for a triton kernel: `kernel[grid](...)` records the kernel's name."""
+
+    def __init__(self, name, launched):
+        self.name, self.launched = name, launched
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self.launched.append(self.name)
+
+
+@pytest.mark.parametrize("variant", sorted(WAITING_POINTS))
+def test_a_waiting_variant_launches_its_own_entry_kernel(variant, tmp_path):
+    """resident and queue render one kernel file whose SCHEDULE constant picks the entry kernel: a
+    resident point that launched the queue would still pass every correctness check."""
+    pytest.importorskip("triton")
+    import torch
+
+    from kernforge.importing import import_path
+
+    path = tmp_path / "gn.py"
+    path.write_text(gn.render(facts_of((1, 256, 512, 512), 32), "triton", WAITING_POINTS[variant]))
+    module = import_path(path, "gn_waiting")
+    launched = []
+    for name in ("fill", "gn_resident", "gn_queue"):  # record the launches instead of running them
+        setattr(module, name, _Recorder(name, launched))
+    x = torch.empty(1)
+    module.launch(x, x, x, x, x, x)
+    assert {n for n in launched if n != "fill"} == {f"gn_{variant}"}
+
+
 def test_held_points_are_resident_and_fit_the_registers():
     """A held group must fit the GPU's programs at once, and an SM's programs its registers: at
     most 32 KB of chunk an SM (four programs an SM of 16 KB chunks took 0.20-0.21 ms on the H200)."""

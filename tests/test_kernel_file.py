@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from importlib import resources
+
 import pytest
 
-from kernforge.propose.builtin.kernel_file import KernelFileError, Snippet, c_literal, render, split
+from kernforge.propose.builtin.kernel_file import KernelFileError, Snippet, c_literal, read, render, split
 
 pytestmark = pytest.mark.unit
 
@@ -70,3 +72,12 @@ def test_a_file_without_markers_or_op_line_is_refused():
 def test_c_literals():
     assert [c_literal(v) for v in (True, 3, 1e-05, "static")] == ["1", "3", "1e-05", "static"]
     assert c_literal(float("inf")) == "(1.0/0.0)"
+
+
+def test_a_shared_part_is_read_in_place_of_its_include_line():
+    # the reduce family's Triton kernels share their ops: a render of one is a whole source
+    family = "kernforge.propose.families.reduce"
+    part = resources.files(family).joinpath("kernels", "shared_triton.py").read_text()
+    text = read(family, "triton_rows.py")
+    assert part in text and "kf-include" not in text
+    assert text.index(part) > text.index("kf-constants: end")  # where its line stood, after the block

@@ -12,6 +12,10 @@ so a built-in move is an edit of constants, and the same files serve as the LLM
 generator's worked examples. In Python (Triton) files a constant is `NAME = repr(value)`;
 in C and CUDA files it is `#define NAME value`. A Snippet is a piece of code put in the
 block as it is (an element-wise op's formula), named by the function or macro it defines.
+
+Code that several of a family's kernel files share is written once, in a kernels/shared_*
+file, and stands in each of them as one `kf-include: shared_NAME` line; reading a kernel file
+puts the shared file's text in that line's place, so a candidate's source is whole.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ _OP_LINE = re.compile(r"^(.*kf-op: )(\S+)(.*)$", re.MULTILINE)
 _PY_NAME = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*) = ", re.MULTILINE)
 _C_NAME = re.compile(r"^#define ([A-Za-z_][A-Za-z0-9_]*)\b", re.MULTILINE)
 _SNIPPET_NAME = r"\b{}\s*\("  # a snippet defines a function or a function-like macro
+SHARED = "shared_"  # a kernels/ file named so is included by kernel files, not a kernel itself
+_INCLUDE_LINE = re.compile(rf"^.*kf-include: ({SHARED}\S+).*\n", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -43,8 +49,11 @@ class KernelFileError(ValueError):
 
 @functools.cache
 def read(family_package: str, filename: str) -> str:
-    """The text of kernels/FILENAME in a family's package (kernforge.propose.families.NAME)."""
-    return resources.files(family_package).joinpath("kernels", filename).read_text()
+    """The text of kernels/FILENAME in a family's package (kernforge.propose.families.NAME), each
+    `kf-include: shared_PART` line replaced by the text of kernels/shared_PART."""
+    folder = resources.files(family_package).joinpath("kernels")
+    text = folder.joinpath(filename).read_text()
+    return _INCLUDE_LINE.sub(lambda m: folder.joinpath(m.group(1)).read_text(), text)
 
 
 def style_of(filename: str) -> str:

@@ -7,7 +7,8 @@ A family package holds:
                      builtin/space.py), the starting rule, render and explain, exported as
                      FAMILIES, a list of builtin.family.Family;
     kernels/         one real kernel file per backend and variant, named BACKEND_VARIANT.EXT
-                     (BACKEND.EXT where a backend has one): triton .py, cpu .c, cuda .cu.
+                     (BACKEND.EXT where a backend has one): triton .py, cpu .c, cuda .cu;
+                     code several of them share in a shared_*.py part, included by a line.
 
 Render reads a kernel file and rewrites its `kf-op:` line and its constants block, nothing
 else (builtin/kernel_file.py): a move is an edit of constants, and the files are what the

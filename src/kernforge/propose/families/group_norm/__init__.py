@@ -383,6 +383,13 @@ def _cuda_constants(facts: dict[str, Any], point: dict[str, Any]) -> dict[str, A
 _PAIR_CVT = {"bfloat16": "cvt.rn.bf16x2.f32 $0, $2, $1;", "float16": "cvt.rn.f16x2.f32 $0, $2, $1;"}
 
 
+WAITING = ("resident", "queue")  # the schedules of triton_waiting.py, its SCHEDULE constant
+
+
+def _triton_file(point: dict[str, Any]) -> str:
+    return "triton_waiting.py" if point["variant"] in WAITING else f"triton_{point['variant']}.py"
+
+
 def _triton_constants(facts: dict[str, Any], point: dict[str, Any]) -> dict[str, Any]:
     shape = {k: int(v) if k != "EPS" else v for k, v in _shape_constants(facts).items()}
     common = {"epilogue": kernel_file.Snippet(facts.get("epilogue", IDENTITY)), "CHAIN": facts.get("chain", False),
@@ -393,12 +400,11 @@ def _triton_constants(facts: dict[str, Any], point: dict[str, Any]) -> dict[str,
     if variant == "split":
         return {**common, "CHUNK": point["chunk"], "BLOCK": point["block"], "NUM_WARPS": point["num_warps"],
                 "REVERSE": point["reverse"], "WAVE_GROUPS": point["wave_groups"]}
-    if variant == "resident":
+    if variant in WAITING:
+        # one kernel file for both schedules: the constant only the other one reads keeps a fixed value
         return {**common, "CHUNK": point["chunk"], "BLOCK": point["block"], "UNROLL": point["unroll"],
-                "NUM_WARPS": point["num_warps"], "PIPELINE": point["pipeline"], "PER_SM": point["per_sm"]}
-    if variant == "queue":
-        return {**common, "CHUNK": point["chunk"], "BLOCK": point["block"], "UNROLL": point["unroll"],
-                "NUM_WARPS": point["num_warps"], "PER_SM": point["per_sm"], "LEAD": point["lead"]}
+                "NUM_WARPS": point["num_warps"], "SCHEDULE": variant, "PER_SM": point["per_sm"],
+                "PIPELINE": point.get("pipeline", False), "LEAD": point.get("lead", 0)}
     pairs = facts["dtype"] in _PAIR_CVT and facts["hw"] % 2 == 0
     return {**common, "CHUNK": point["chunk"], "ROWS": point["unroll"], "NUM_WARPS": point["num_warps"],
             "PIPELINE": point["pipeline"], "PER_SM": point["per_sm"], "LEAD": point["lead"],
@@ -480,8 +486,7 @@ def explain(name: str, old: Any, new: Any) -> str:
 
 WRITERS = Writers(cpu=Writer(_without_epilogue(lambda facts, hw: _cpu_space()), _cpu_start,
                              _renderer(lambda point: "cpu.c", _cpu_constants)),
-                  triton=Writer(_triton_space, _triton_start,
-                                _renderer(lambda point: f"triton_{point['variant']}.py", _triton_constants)),
+                  triton=Writer(_triton_space, _triton_start, _renderer(_triton_file, _triton_constants)),
                   cuda=Writer(_without_epilogue(lambda facts, hw: _cuda_space(facts)), _cuda_start,
                               _renderer(lambda point: "cuda_chunks.cu", _cuda_constants)))
 space, start, render = WRITERS.space, WRITERS.start, WRITERS.render  # by backend name

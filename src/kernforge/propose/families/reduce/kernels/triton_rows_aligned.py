@@ -26,42 +26,7 @@ NUM_WARPS = 4
 # kf-constants: end
 
 
-@triton.jit
-def nan_max(a, b):
-    return tl.where((a > b) | (a != a), a, b)  # a NaN wins, as in torch.amax
-
-
-@triton.jit
-def nan_min(a, b):
-    return tl.where((a < b) | (a != a), a, b)
-
-
-@triton.jit
-def combine(a, b, OP: tl.constexpr):
-    if OP == "amax":
-        return nan_max(a, b)
-    elif OP == "amin":
-        return nan_min(a, b)
-    else:
-        return a + b
-
-
-@triton.jit
-def reduce_tile(acc, axis: tl.constexpr, OP: tl.constexpr):
-    if OP == "amax":
-        return tl.reduce(acc, axis, nan_max)
-    elif OP == "amin":
-        return tl.reduce(acc, axis, nan_min)
-    else:
-        return tl.sum(acc, axis)
-
-
-@triton.jit
-def finish(total, N_RED: tl.constexpr, OP: tl.constexpr):
-    if OP == "mean":
-        return total / N_RED  # divided once, at the end
-    else:
-        return total
+# kf-include: shared_triton.py
 
 
 @triton.jit
@@ -77,15 +42,6 @@ def reduce_rows_aligned(X, Y, N_ROWS: tl.constexpr, N_RED: tl.constexpr, ROWS: t
     acc = tl.where((cols >= lo) & (cols < lo + N_RED), x, INIT)
     total = reduce_tile(acc, 1, OP)
     tl.store(Y + rows, finish(total, N_RED, OP).to(Y.dtype.element_ty), mask=rows < N_ROWS)
-
-
-def identity(op):
-    # What a reduction starts from: masked-off lanes load it too, so they change nothing.
-    if op == "amax":
-        return -float("inf")
-    if op == "amin":
-        return float("inf")
-    return 0.0
 
 
 def kf_forward(x, *args, **kwargs):

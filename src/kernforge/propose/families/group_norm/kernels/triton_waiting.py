@@ -1,16 +1,25 @@
-"""kernforge builtin: group norm, programs taking both passes of chunks from one ticket queue.
+"""kernforge builtin: group norm, programs that wait for their group, on one of two schedules.
 
 kf-op: aten::native_group_norm.default
 
     y = (x - mean_g) * rsqrt(var_g + eps) * w[c] + b[c]   over each (sample, group of CG channels)
 
-Every program takes tickets from one counter until none is left, each ticket one pass over one
-chunk: pass 1 (statistics to PART) of chunk k, or pass 2 (normalise) of a chunk LEAD groups
-behind. A pass 2 waits only for passes 1 whose tickets were taken before its own, by programs
-that are running and never wait in pass 1: no wave barrier, no deadlock whether or not every
-program is resident, and SMs read one group while they write another. Pass 1 asks L2 to keep
-its lines for pass 2, so x crosses DRAM about once (the queue is bound by L2: ncu measured
-87-89% L2 throughput on the H200).
+Pass 1 reads a chunk of a group (statistics to PART); the group's programs count themselves in
+(ARRIVED[g]); pass 2 waits for the whole group, then re-reads the chunk, which pass 1 has left
+in L2, to normalise it: x crosses DRAM about once. SCHEDULE says who does which pass when.
+
+"resident": PER_SM programs an SM, all resident at once, take a few groups at a time (a wave):
+program p takes chunk p % CHUNKS of one group of each wave, both passes. PIPELINE runs pass 1
+of wave w before pass 2 of wave w - 1, so the wait is usually over.
+
+"queue": every program takes tickets from one counter until none is left, each ticket one pass
+over one chunk: pass 1 of chunk k, or pass 2 of a chunk LEAD groups behind. A pass 2 waits only
+for passes 1 whose tickets were taken before its own, by programs that are running and never
+wait in pass 1: no wave barrier, no deadlock whether or not every program is resident, and SMs
+read one group while they write another. Pass 1 asks L2 to keep its lines for pass 2 (the queue
+is bound by L2: ncu measured 87-89% L2 throughput on an H200).
+
+PIPELINE is read by the resident schedule only, LEAD by the queue only.
 """
 import torch
 import triton
@@ -35,22 +44,14 @@ CHUNK = 512
 BLOCK = 256
 UNROLL = 1
 NUM_WARPS = 2
+SCHEDULE = "queue"
 PER_SM = 8
+PIPELINE = False
 LEAD = 4
 # kf-constants: end
 
 
-@triton.jit
-def affine(W, B, c, ok, mean, rstd, IN_CHANNEL: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr):
-    # y = (x - mean) * scale + shift: w folded into the scale, b the shift. Centred first, not
-    # x * scale + (b - mean * scale): that cancels two large terms when the mean is far from 0
-    scale = rstd
-    shift = 0.0
-    if HAS_W:
-        scale = rstd * tl.load(W + c, mask=ok if not IN_CHANNEL else None).to(tl.float32)
-    if HAS_B:
-        shift = tl.load(B + c, mask=ok if not IN_CHANNEL else None).to(tl.float32)
-    return scale, shift
+# kf-include: shared_triton.py
 
 
 @triton.jit
@@ -192,7 +193,7 @@ def gn_queue(X, W, B, Y, PART, ARRIVED, MEAN, RSTD, n_groups, n_work, lead, grou
              HAS_W: tl.constexpr, HAS_B: tl.constexpr):
     # The ticket counter is ARRIVED[n_groups], after the groups' arrival counts. Each pass 2 sums
     # the group's partials itself: a form in which the group's last pass 1 did it once, for all,
-    # was slower on the H200 (0.1062 ms against 0.0995, bench/results/h200/probe/probe8.log).
+    # was slower on an H200 (0.1062 ms against 0.0995, bench/results/h200/probe/probe8.log).
     ticket = ARRIVED + n_groups
     t = tl.atomic_add(ticket, 1, sem="relaxed")
     while t < 2 * n_work:
@@ -209,6 +210,46 @@ def gn_queue(X, W, B, Y, PART, ARRIVED, MEAN, RSTD, n_groups, n_work, lead, grou
         t = tl.atomic_add(ticket, 1, sem="relaxed")
 
 
+@triton.jit
+def gn_resident(X, W, B, Y, PART, ARRIVED, MEAN, RSTD, n_groups, wave, group_size, hw, eps,
+                CHUNK: tl.constexpr, BLOCK: tl.constexpr, UNROLL: tl.constexpr, CHUNKS: tl.constexpr,
+                CHUNKS_P2: tl.constexpr, PHASE: tl.constexpr, PIPELINE: tl.constexpr, GROUPS: tl.constexpr,
+                CG: tl.constexpr, IN_CHANNEL: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr):
+    # PHASE 0 does both passes with the wait; 1 and 2 do one pass each, as two launches, where
+    # programs run one after another (the CPU interpreter, or a GPU with too few SMs for a wave).
+    pid = tl.program_id(0)
+    i = pid % CHUNKS
+    if PIPELINE and PHASE == 0:
+        # Pass 1 of wave w before pass 2 of wave w - 1: by the time a program needs the last
+        # wave's statistics its group has long arrived, so the wait costs one atomic read instead
+        # of a stall while the slowest SM catches up, and DRAM reads go on through it. Pass 1
+        # asks L2 to keep its lines (evict_last) and pass 2 lets them go (evict_first), as two
+        # waves are in L2 at once. One step past the last wave: there only its pass 2 is left.
+        prev = pid * 0 - 1
+        for g0 in range(0, n_groups + wave, wave):
+            g = g0 + pid // CHUNKS
+            if g < n_groups:
+                chunk_stats(X, PART, g, i, group_size, CHUNK, BLOCK, UNROLL, CHUNKS, "evict_last")
+                arrive(ARRIVED, g)
+            if (prev >= 0) & (prev < n_groups):
+                wait_for_group(ARRIVED, prev, CHUNKS)
+                chunk_apply(X, W, B, Y, PART, MEAN, RSTD, prev, i, group_size, hw, eps, CHUNK, BLOCK, UNROLL,
+                            CHUNKS, CHUNKS_P2, True, GROUPS, CG, IN_CHANNEL, HAS_W, HAS_B, "evict_first")
+            prev = g
+    else:
+        for g0 in range(0, n_groups, wave):
+            g = g0 + pid // CHUNKS
+            if g < n_groups:
+                if PHASE != 2:
+                    chunk_stats(X, PART, g, i, group_size, CHUNK, BLOCK, UNROLL, CHUNKS, "")
+                if PHASE == 0:
+                    arrive(ARRIVED, g)
+                    wait_for_group(ARRIVED, g, CHUNKS)
+                if PHASE != 1:
+                    chunk_apply(X, W, B, Y, PART, MEAN, RSTD, g, i, group_size, hw, eps, CHUNK, BLOCK, UNROLL,
+                                CHUNKS, CHUNKS_P2, PHASE == 0, GROUPS, CG, IN_CHANNEL, HAS_W, HAS_B, "")
+
+
 _SMS = {}
 
 
@@ -222,15 +263,41 @@ def sm_count(device):
 
 def launch(x, w, b, y, mean, rstd):
     chunks = triton.cdiv(GROUP_SIZE, CHUNK)
+    tiles = dict(CHUNK=CHUNK, BLOCK=BLOCK, UNROLL=UNROLL, CHUNKS=chunks, CHUNKS_P2=triton.next_power_of_2(chunks),
+                 GROUPS=GROUPS, CG=CG, IN_CHANNEL=HW % (BLOCK * UNROLL) == 0, HAS_W=HAS_W, HAS_B=HAS_B,
+                 num_warps=NUM_WARPS)
+    if SCHEDULE == "queue":
+        launch_queue(x, w, b, y, mean, rstd, chunks, tiles)
+    else:
+        launch_resident(x, w, b, y, mean, rstd, chunks, tiles)
+
+
+def launch_queue(x, w, b, y, mean, rstd, chunks, tiles):
     n_work = N_GROUPS * chunks
     part = torch.empty((2 * n_work,), dtype=torch.float32, device=x.device)
     counters = torch.empty((N_GROUPS + 1,), dtype=torch.int32, device=x.device)  # arrivals, then the ticket
     fill[(triton.cdiv(N_GROUPS + 1, 1024),)](counters, N_GROUPS + 1, 0, BLOCK=1024)
     programs = min(n_work, PER_SM * sm_count(x.device))
     gn_queue[(programs,)](x, w, b, y, part, counters, mean, rstd, N_GROUPS, n_work, min(LEAD * chunks, n_work),
-                          GROUP_SIZE, HW, EPS, CHUNK=CHUNK, BLOCK=BLOCK, UNROLL=UNROLL, CHUNKS=chunks,
-                          CHUNKS_P2=triton.next_power_of_2(chunks), GROUPS=GROUPS, CG=CG,
-                          IN_CHANNEL=HW % (BLOCK * UNROLL) == 0, HAS_W=HAS_W, HAS_B=HAS_B, num_warps=NUM_WARPS)
+                          GROUP_SIZE, HW, EPS, **tiles)
+
+
+def launch_resident(x, w, b, y, mean, rstd, chunks, tiles):
+    slots = PER_SM * sm_count(x.device)
+    wave = max(1, min(N_GROUPS, slots // chunks))  # groups per wave: every program resident at once
+    part = torch.empty((2 * N_GROUPS * chunks,), dtype=torch.float32, device=x.device)
+    arrived = torch.empty((N_GROUPS,), dtype=torch.int32, device=x.device)
+    args = (x, w, b, y, part, arrived, mean, rstd, N_GROUPS, wave, GROUP_SIZE, HW, EPS)
+    tiles = dict(tiles, PIPELINE=PIPELINE)
+    if x.device.type == "cuda" and chunks <= slots:
+        fill[(triton.cdiv(N_GROUPS, 1024),)](arrived, N_GROUPS, 0, BLOCK=1024)
+        # One program per SM always fits once it compiles. Two might not (registers, shared
+        # memory): a cooperative launch refuses a grid that cannot be resident all at once,
+        # where a plain one would leave programs waiting for SMs that never free up.
+        gn_resident[(wave * chunks,)](*args, PHASE=0, launch_cooperative_grid=PER_SM > 1, **tiles)
+    else:  # programs that cannot all be resident would wait forever: one launch per pass instead
+        gn_resident[(wave * chunks,)](*args, PHASE=1, **tiles)
+        gn_resident[(wave * chunks,)](*args, PHASE=2, **tiles)
 
 
 def kf_forward(input, weight, bias, N=None, C=None, HxW=None, group=None, eps=None):
