@@ -10,6 +10,7 @@ c-leak-workspace.c, c-mxcsr-round-left.c (test_redteam.py).
 from __future__ import annotations
 
 import ctypes
+import re
 import threading
 
 import pytest
@@ -98,7 +99,9 @@ def test_one_float_past_the_outputs_end_is_an_out_of_bounds_write():
 
     status, reason, check = verdict(native_session(body))
     assert (status, check) == ("wrong_result", "memory")
-    assert "wrote outside output 0" in reason and "4 past its end, from byte 0" in reason, reason
+    # the canary is random: a byte of 1.0 that happens to equal the canary's there is not seen
+    # (about 1 run in 64), so the span found is 1 to 4 bytes within the float's 4
+    assert "wrote outside output 0" in reason and re.search(r"[1-4] past its end, from byte [0-3] after", reason), reason
 
 
 def test_a_write_into_a_strided_outputs_gaps_is_seen():
