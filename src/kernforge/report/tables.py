@@ -192,7 +192,7 @@ def run_json(record: Any, summary: dict[str, Any] | None) -> dict[str, Any]:
     for task in record.tasks:
         for node in sorted(task.outcome.nodes, key=lambda n: n.node_id):
             row = row_of(task.task, node)
-            results.append({**row, "parent": row["parent"] or None,
+            results.append({**row.to_json(), "parent": row.parent or None,
                             "source_path": str(record.source_of(task.task.task_id, node))})
         winner = task.outcome.best
         final = winner.final if winner else None
