@@ -13,7 +13,6 @@ DIR/search_<strategy>.json as it goes; the table is printed last.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import platform
@@ -28,6 +27,8 @@ from statistics import median
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench.seed_ops, from anywhere
 
 from bench.seed_ops import ROWS
+from kernforge.records import ResultRow
+from kernforge.store import RunStore
 
 LAUNCH_FLOOR_MS = 0.002
 L2_BYTES = 50 * 2**20  # H100/H200
@@ -68,10 +69,9 @@ def run_row(name: str, args: argparse.Namespace, runs_dir: Path, gpu: int | None
     run_dir = Path(data["run_dir"])
     baseline = json.loads((run_dir / "tasks" / task["task"] / "baseline.json").read_text())
     compiled = {mode: (entry.get("timing") or {}).get("p50_ms") for mode, entry in baseline["compiled"].items()}
-    with open(run_dir / "results.tsv", newline="") as f:
-        rows = list(csv.DictReader(f, delimiter="\t"))
+    rows = RunStore(run_dir).results()
     keep_flat(run_dir, task["task"], args.out / f"{args.strategy}_{args.backend}_{name}")
-    start = rows[0] if rows else {}
+    start = rows[0] if rows else None
     return {"row": name, "backend": args.backend, "op": task["op"], "shape": task["shape"], "dtype": task["dtype"],
             "eager_ms": task["eager_p50_ms"], "best_ms": task["best_p50_ms"],
             "speedup_vs_eager": task["best_speedup_vs_eager"], "verdict": task["verdict"],
@@ -81,18 +81,12 @@ def run_row(name: str, args: argparse.Namespace, runs_dir: Path, gpu: int | None
             "candidates": task["candidates"], "status_counts": task["status_counts"],
             # The starting point's own speedup (its first timing, not a finalist's): best / start is
             # what the search added to the rule's choice.
-            "start_status": start.get("status"), "start_ms": _float(start.get("p50_ms")),
-            "start_speedup_vs_eager": _float(start.get("speedup_vs_eager")) if start.get("status") == "ok" else None,
-            "iterations_to_95": iterations_to_95(rows), "finalists": task.get("finalists"), "eval_s": [float(r["eval_s"]) for r in rows if r["eval_s"]],
+            "start_status": start.status if start else None, "start_ms": start.p50_ms if start else None,
+            "start_speedup_vs_eager": start.speedup_vs_eager if start and start.status == "ok" else None,
+            "iterations_to_95": iterations_to_95(rows), "finalists": task.get("finalists"),
+            "eval_s": [r.eval_s for r in rows if r.eval_s],
             "search_wall_s": data["wall_s"], "wall_s": wall, "best_node": task["best_node"],
             "run_dir": str(run_dir)}
-
-
-def _float(text: str | None) -> float | None:
-    try:
-        return float(text) if text else None
-    except ValueError:
-        return None
 
 
 def keep_flat(run_dir: Path, task_id: str, dest: Path) -> None:
@@ -117,10 +111,9 @@ def keep_flat(run_dir: Path, task_id: str, dest: Path) -> None:
                         + "\n")
 
 
-def iterations_to_95(rows: list[dict]) -> int | None:
+def iterations_to_95(rows: list[ResultRow]) -> int | None:
     """1-based index of the first candidate within 95% of the best speedup (over eager) found."""
-    speedups = [float(r["speedup_vs_eager"]) if r["status"] == "ok" and r["speedup_vs_eager"] else 0.0
-                for r in rows]
+    speedups = [(r.speedup_vs_eager or 0.0) if r.status == "ok" else 0.0 for r in rows]
     best = max(speedups, default=0.0)
     if best <= 0:
         return None

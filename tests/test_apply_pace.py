@@ -12,8 +12,9 @@ import torch
 from kernforge.harness.timing import Timing
 from kernforge.integrate import endtoend as e2e
 from kernforge.integrate.apply import expected_measurements
-from kernforge.integrate.pace import (MAX_ROUNDS, MIN_CALLS, MIN_ROUNDS, Measured, Pace, another_round, calls_per_round,
+from kernforge.integrate.pace import (MAX_ROUNDS, MIN_CALLS, MIN_ROUNDS, Pace, another_round, calls_per_round,
                                       rounds_span, was_cut)
+from kernforge.records import RoundsMeasured
 
 pytestmark = pytest.mark.unit
 
@@ -61,7 +62,7 @@ def test_a_measurement_is_cut_when_the_limit_stopped_it_before_it_would_have():
 def test_each_measurement_gets_an_equal_part_of_what_is_left_less_the_routing():
     pace = Pace.starting(limit_s=100.0, started=0.0, routing_s=6.0, expected=4)
     assert pace.part_s(now=10.0) == pytest.approx((100.0 - 6.0 - 10.0) / 4)
-    pace.record(Measured(variants=["eager"], rounds=2, calls={"eager": 3}, cut=True))
+    pace.record(RoundsMeasured(variants=["eager"], rounds=2, calls={"eager": 3}, cut=True))
     assert pace.part_s(now=10.0) == pytest.approx((100.0 - 6.0 - 10.0) / 3)
     assert pace.part_s(now=1000.0) == 0.0
     assert pace.cut == 1 and rounds_span([2, 7, 5]) == "2-7" and rounds_span([5, 5]) == "5"

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from kernforge.phases import PHASES
+from kernforge.records import EndToEnd
 from helpers import REPO_ROOT, SOFTMAX_OP, TINY_MODEL, run_cli, run_cli_subprocess
 
 pytestmark = pytest.mark.integration
@@ -361,7 +362,7 @@ def test_a_time_budget_hands_apply_what_is_left_of_it(runs_dir: Path):
     proc = run_cli("optimize", TINY_REL, "--backend", "cpu", "--time-budget", "90s", "--iterations", "1",
                    "--finalists", "0", "--json", "--runs-dir", str(runs_dir))
     assert proc.returncode == 0, proc.stderr
-    applied = json.loads(proc.stdout)["end_to_end"]
-    assert "error" not in applied, applied
-    assert 0 <= applied["time_limit_s"] <= 90  # 0: the search ran past its part
-    assert all(m["rounds"] >= 2 for m in applied["rounds"])  # none where no kernel was there to time
+    applied = EndToEnd.from_json(json.loads(proc.stdout)["end_to_end"])
+    assert not applied.error, applied.error
+    assert 0 <= applied.time_limit_s <= 90  # 0: the search ran past its part
+    assert all(m.rounds >= 2 for m in applied.rounds)  # none where no kernel was there to time

@@ -25,6 +25,7 @@ from kernforge.backends import get_backend
 from kernforge.errors import UserError
 from kernforge.integrate import runtime
 from kernforge.integrate.endtoend import judge_outputs, oracle_of
+from kernforge.records import EndToEnd
 from kernforge.search.runs import read_run
 
 sys.path.insert(0, str(TINY_MODEL.parent))
@@ -241,18 +242,18 @@ def test_apply_measures_the_model_four_ways_and_records_it(run_dir, tmp_path):
     from kernforge.integrate.apply import apply_run
 
     run_dir = Path(shutil.copytree(run_dir, tmp_path / "run"))  # its apply.json must not steer the other tests
-    report = apply_run(run_dir).to_json()
-    assert set(report["timings_ms"]) == {"eager", "patched eager", "compile", "patched compile"}
-    kernel = report["kernels"][0]
-    assert kernel["calls_per_forward"] == 1 and kernel["in_compiled_graph"]
-    assert kernel["eager_verdict"] in ("faster", "within noise", "slower")
-    checks = {(c["variant"], c["inputs"]) for c in report["checks"]}
-    assert ("patched eager", "fresh2") in checks and all(c["pass"] for c in report["checks"])
-    assert report["routing"] or not (kernel["installed_eager"] or kernel["installed_compile"])
+    report = apply_run(run_dir)
+    assert set(report.timings_ms) == {"eager", "patched eager", "compile", "patched compile"}
+    kernel = report.kernels[0]
+    assert kernel.calls_per_forward == 1 and kernel.in_compiled_graph
+    assert kernel.eager_verdict in ("faster", "within noise", "slower")
+    checks = {(c.variant, c.inputs) for c in report.checks}
+    assert ("patched eager", "fresh2") in checks and all(c.passed for c in report.checks)
+    assert report.routing or not (kernel.installed_eager or kernel.installed_compile)
     # every kernel the model reaches is costed, installed or dropped
-    assert [r["kernel"] for r in report["routing"]] == [kernel["kernel"]]
+    assert [r.kernel for r in report.routing] == [kernel.kernel]
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["end_to_end"]["timings_ms"] == report["timings_ms"]
+    assert summary["end_to_end"]["timings_ms"] == report.to_json()["timings_ms"]
     shown = run_cli("show", str(run_dir))
     assert "end to end on cpu" in shown.stdout and "patched compile" in shown.stdout
 
@@ -261,11 +262,11 @@ def test_apply_under_a_time_limit_sizes_its_rounds_and_reports_them(run_dir, tmp
     run_dir = Path(shutil.copytree(run_dir, tmp_path / "run"))
     proc = run_cli("apply", str(run_dir), "--no-compile", "--time-limit", "20s", "--json")
     assert proc.returncode == 0, proc.stderr
-    report = json.loads(proc.stdout)
-    assert report["time_limit_s"] == 20.0
-    assert report["rounds"] and all(m["rounds"] >= 2 for m in report["rounds"])
-    assert report["rounds"][0]["variants"][0] == "eager"
-    assert report["wall_s"] < 20.0 + 10.0  # the floor of two rounds may pass a limit, not by much here
+    report = EndToEnd.from_json(json.loads(proc.stdout))
+    assert report.time_limit_s == 20.0
+    assert report.rounds and all(m.rounds >= 2 for m in report.rounds)
+    assert report.rounds[0].variants[0] == "eager"
+    assert report.wall_s < 20.0 + 10.0  # the floor of two rounds may pass a limit, not by much here
     # a limit no measurement's rounds fit in, however idle the machine: the report says it cut them
     shown = run_cli("apply", str(run_dir), "--no-compile", "--time-limit", "0.01s")
     assert "apply's time limit 0 s:" in shown.stdout, shown.stdout

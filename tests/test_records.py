@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from kernforge.records import Comparison, EndToEnd, Finalist, KernelEffect, TaskRow, VariantName
+from kernforge.records import (Comparison, EndToEnd, Finalist, KernelEffect, RoundsMeasured, RouteCost, RoutedCalls,
+                               TaskRow, VariantName)
 
 pytestmark = pytest.mark.unit
 
@@ -58,8 +59,9 @@ APPLY_FILES = sorted((Path(__file__).parent / "fixtures").glob("apply_*.json"))
 def test_an_apply_file_reads_and_writes_back_what_it_held(path: Path):
     data = json.loads(path.read_text())
     back = EndToEnd.from_json(data).to_json()
-    # keys a kernel effect gained since (its op times) are added; nothing it held changes
-    back["kernels"] = [{k: v for k, v in b.items() if k in a} for a, b in zip(data["kernels"], back["kernels"])]
+    # keys a kernel effect or a route's cost gained since (op times, burst sizes) are added; nothing it held changes
+    for key in ("kernels", "routing"):
+        back[key] = [{k: v for k, v in b.items() if k in a} for a, b in zip(data[key], back[key])]
     assert {k: back[k] for k in data} == data
 
 
@@ -72,6 +74,52 @@ def test_an_apply_file_reads_into_fields():
     assert report.compiled and report.timings_ms[VariantName.PATCHED_EAGER].runs == 150
     assert [(k.eager_verdict, k.installed_eager) for k in report.kernels][:2] == [("slower", False),
                                                                                  ("within noise", True)]
+
+
+def test_an_apply_file_reads_its_routes_into_fields():
+    report = EndToEnd.from_json(json.loads(APPLY_FILES[-1].read_text()))
+    (cost,) = report.routing
+    assert cost.native and cost.via == "op" and cost.fewest_burst_calls is None
+    assert cost.hit_vs_aten == pytest.approx(cost.routed_hit_us / cost.aten_us)
+    calls = report.graph_routes[VariantName.RO_PATCHED]["aten::native_group_norm.default"]
+    assert (calls.custom_op, calls.fallback, calls.kernel) == (18, 72, 0)
+    assert calls.traced_by_kernel == {cost.kernel: 18}
+
+
+# a routing row of bench/results' first GPU runs: before routes had a way (via), a native call
+# or the ATen call's time
+OLDEST_ROUTE = {"op": "aten::_softmax.default", "kernel": "k", "direct_us": 10.0, "routed_hit_us": 12.5,
+                "original_us": 8.0, "routed_miss_us": 9.0, "unpatched_op_us": 3.0, "unpatched_op_patched_us": 3.5,
+                "hit_overhead_us": 2.5, "miss_overhead_us": 1.0}
+
+
+def test_the_oldest_route_reads_and_writes_back_what_it_held():
+    cost = RouteCost.from_json(OLDEST_ROUTE)
+    assert cost.via == "op" and not cost.native and cost.aten_us is None and cost.hit_vs_aten is None
+    assert {k: v for k, v in cost.to_json().items() if k in OLDEST_ROUTE} == OLDEST_ROUTE
+
+
+def test_a_route_cost_writes_the_keys_apply_json_always_had_in_their_order():
+    cost = RouteCost(op="aten::_softmax.default", kernel="k", direct_us=10.0, aten_us=20.0, routed_hit_us=12.0,
+                     original_us=8.0, routed_miss_us=9.0, unpatched_op_us=3.0, unpatched_op_patched_us=3.5,
+                     via="module", native=True, python_direct_us=30.0, fewest_burst_calls=200)
+    data = cost.to_json()
+    assert list(data) == ["op", "kernel", "direct_us", "aten_us", "routed_hit_us", "original_us", "routed_miss_us",
+                          "unpatched_op_us", "unpatched_op_patched_us", "via", "native", "python_direct_us",
+                          "fewest_burst_calls", "hit_overhead_us", "miss_overhead_us", "hit_vs_aten"]
+    assert (data["hit_overhead_us"], data["miss_overhead_us"], data["hit_vs_aten"]) == (2.0, 1.0, 0.6)
+    assert RouteCost.from_json(data) == cost
+
+
+def test_routed_calls_and_rounds_go_out_and_back_unchanged():
+    calls = RoutedCalls(kernel=3, fallback=1, by_kernel={"k": 3})
+    assert calls.to_json() == {"kernel": 3, "custom_op": 0, "fallback": 1, "by_kernel": {"k": 3},
+                               "traced_by_kernel": {}}
+    measured = RoundsMeasured(variants=["eager", "patched eager"], rounds=2, calls={"eager": 3}, cut=True)
+    assert list(measured.to_json()) == ["variants", "rounds", "calls", "cut"]
+    report = EndToEnd(graph_routes={VariantName.GRAPH_PATCHED: {"aten::_softmax.default": calls}}, rounds=[measured])
+    back = EndToEnd.from_json(report.to_json())
+    assert back.graph_routes == report.graph_routes and back.rounds == [measured]
 
 
 @pytest.mark.parametrize("candidate, text, kernels", [

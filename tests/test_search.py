@@ -17,7 +17,8 @@ from kernforge.evaluate import EvalResult, Timing
 from kernforge.propose import Proposal, get_proposer
 from kernforge.search import Node, TaskOutcome, get_strategy, search_task
 from kernforge.search import engine as search_engine
-from kernforge.store import RESULT_COLUMNS, RunStore
+from kernforge.records.results import RESULT_COLUMNS
+from kernforge.store import RunStore
 from kernforge.store.events import NodeFinished
 
 pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("search")]  # one worker: module fixtures made once
@@ -169,32 +170,31 @@ def test_search_writes_one_row_per_candidate(searched, softmax_task):
     assert header == RESULT_COLUMNS
     rows = store.results()
     assert len(rows) == 3
-    assert [r["node"] for r in rows] == ["n0000", "n0001", "n0002"] == seen
-    assert {r["task"] for r in rows} == {softmax_task.task_id}
+    assert [r.node for r in rows] == ["n0000", "n0001", "n0002"] == seen
+    assert {r.task for r in rows} == {softmax_task.task_id}
     # the builtin C templates are correct, so each is timed against eager
-    assert [r["status"] for r in rows] == ["ok"] * 3, [r["failure_reason"] for r in rows]
+    assert [r.status for r in rows] == ["ok"] * 3, [r.failure_reason for r in rows]
     for r in rows:
-        assert float(r["p20_ms"]) <= float(r["p50_ms"]) <= float(r["p80_ms"])
-        assert float(r["eager_p50_ms"]) > 0 and float(r["speedup_vs_eager"]) > 0
-        assert r["kept"] in ("True", "False") and r["faster_than_eager"] in ("True", "False")
-        assert r["rationale"]
+        assert r.p20_ms <= r.p50_ms <= r.p80_ms
+        assert r.eager_p50_ms > 0 and r.speedup_vs_eager > 0
+        assert r.rationale
 
 
 def test_search_kept_nodes_form_a_chain(searched):
     store, outcome, _ = searched
     rows = store.results()
     # the first correct candidate stays
-    assert rows[0]["parent"] == "" and rows[0]["kept"] == "True"
+    assert rows[0].parent == "" and rows[0].kept
     last_kept = ""
     kept = []
     for r in rows:
-        assert r["parent"] == last_kept  # every candidate expands the current kept node
-        if r["kept"] == "True":
+        assert r.parent == last_kept  # every candidate expands the current kept node
+        if r.kept:
             kept.append(r)
-            last_kept = r["node"]
+            last_kept = r.node
     for prev, nxt in itertools.pairwise(kept):
-        assert nxt["parent"] == prev["node"]
-    assert [n.kept for n in outcome.nodes] == [r["kept"] == "True" for r in rows]
+        assert nxt.parent == prev.node
+    assert [n.kept for n in outcome.nodes] == [r.kept for r in rows]
 
 
 def test_search_leaves_every_step_in_the_run_folder(searched, softmax_task):
@@ -234,13 +234,14 @@ def test_failed_baseline_is_a_task_error_not_a_crash(softmax_task, tmp_path: Pat
     assert store.results() == []
 
 
-def test_results_tsv_reads_back_with_csv(searched):
+def test_results_tsv_reads_back_with_csv_and_its_records_write_the_same_cells(searched):
     store, _, _ = searched
     with open(store.root / "results.tsv", newline="") as f:
         lines = f.read().splitlines()
     assert len(lines) == 4  # header + one line per candidate
     assert all(len(line.split("\t")) == len(RESULT_COLUMNS) for line in lines)
-    assert list(csv.DictReader(lines, delimiter="\t")) == store.results()
+    cells = list(csv.DictReader(lines, delimiter="\t"))
+    assert [row.to_tsv() for row in store.results()] == cells
 
 
 def test_progress_lines_show_the_standing_the_node_events_carry(capsys):

@@ -85,8 +85,8 @@ def test_search_finishes_and_marks_crash_hang_and_memory_exhaustion(softmax_capt
     assert statuses[2] in ("runtime_error", "out_of_memory", "crash")
     assert statuses[3] == "ok" and outcome.nodes[3].kept
     rows = store.results()
-    assert [r["status"] for r in rows] == statuses
-    assert all(r["failure_reason"] for r in rows[:3])
+    assert [r.status for r in rows] == statuses
+    assert all(r.failure_reason for r in rows[:3])
 
 
 def test_a_search_leaves_events_and_a_commit_per_kept_improvement(softmax_capture, tmp_path: Path):

@@ -2,22 +2,25 @@
 
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 
 import pytest
 
-from kernforge.store import RESULT_COLUMNS, RunStore, list_runs
+from kernforge.records import ResultRow
+from kernforge.records.results import RESULT_COLUMNS
+from kernforge.store import RunStore, list_runs
 from kernforge.store import run as run_module
 
 pytestmark = pytest.mark.unit
 
 
-def row(**values) -> dict:
-    base = {c: None for c in RESULT_COLUMNS}
-    base.update(task="t0-x", node="n0000", status="ok")
-    base.update(values)
-    return base
+def row(**values) -> ResultRow:
+    blank = dict(task="t0-x", node="n0000", parent="", status="ok", failure_reason="", p50_ms=None, p20_ms=None,
+                 p80_ms=None, eager_p50_ms=None, speedup_vs_eager=None, faster_than_eager=False, kept=False,
+                 eval_s=0.0, rationale="")
+    return ResultRow(**blank | values)
 
 
 def test_result_columns():
@@ -36,20 +39,25 @@ def test_results_tsv_has_the_columns_and_one_line_per_row(runs_dir: Path):
     lines = (store.root / "results.tsv").read_text().splitlines()
     assert lines[0].split("\t") == RESULT_COLUMNS
     assert len(lines) == 3  # header + two rows, however many lines a reason had
+    cells = list(csv.DictReader(lines, delimiter="\t"))
+    assert cells[0]["p50_ms"] == "0.123457"  # floats to 6 significant digits
+    assert cells[0]["kept"] == "True" and cells[0]["faster_than_eager"] == "False"
+    assert cells[0]["p20_ms"] == "" and cells[0]["failure_reason"] == ""  # None is an empty cell
     rows = store.results()
-    assert [r["node"] for r in rows] == ["n0000", "n0001"]
-    assert list(rows[0]) == RESULT_COLUMNS
-    assert rows[0]["p50_ms"] == "0.123457"  # floats to 6 significant digits
-    assert rows[0]["kept"] == "True" and rows[0]["faster_than_eager"] == "False"
-    assert rows[0]["p20_ms"] == "" and rows[0]["failure_reason"] == ""  # None is an empty cell
-    assert rows[1]["failure_reason"] == "on real0: output 0 worst at index (1, 2)"
+    assert [r.node for r in rows] == ["n0000", "n0001"]
+    assert rows[0].p50_ms == 0.123457 and rows[0].kept and not rows[0].faster_than_eager
+    assert rows[0].p20_ms is None and rows[0].llm_tokens == 0
+    assert rows[1].failure_reason == "on real0: output 0 worst at index (1, 2)"
 
 
-def test_extra_keys_are_ignored_and_missing_ones_empty(runs_dir: Path):
+def test_a_results_tsv_from_before_the_llm_columns_reads_with_them_empty(runs_dir: Path):
     store = RunStore.create(runs_dir, "m")
-    store.append_result({"task": "t", "node": "n", "not_a_column": 1})
+    oldest = RESULT_COLUMNS[:RESULT_COLUMNS.index("rationale") + 1]
+    (store.root / "results.tsv").write_text("\t".join(oldest) + "\n"
+                                            + "t0-x\tn0001\tn0000\tok\t\t0.5\t0.4\t0.6\t1\t2\tTrue\tTrue\t3.5\tfused\n")
     (r,) = store.results()
-    assert r["task"] == "t" and r["status"] == "" and "not_a_column" not in r
+    assert (r.parent, r.p50_ms, r.speedup_vs_eager, r.kept, r.eval_s) == ("n0000", 0.5, 2.0, True, 3.5)
+    assert (r.origin, r.model, r.llm_tokens, r.llm_cost_usd) == ("", "", 0, 0.0)
 
 
 def test_results_of_a_new_run_are_empty(runs_dir: Path):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import gc
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,7 @@ from kernforge.integrate import overhead, runtime
 from kernforge.harness.timing import Timing
 from kernforge.integrate.pace import Pace
 from kernforge.integrate.install import Patch, compile_caches_off, patch
-from kernforge.records import Comparison, EndToEnd, KernelEffect, OutputCheck, VariantName, VariantTiming
+from kernforge.records import Comparison, EndToEnd, KernelEffect, OutputCheck, RoutedCalls, VariantName, VariantTiming
 from kernforge.search.runs import RunRecord, read_run, run_phases
 from kernforge.store.events import Applied, PhaseTimed
 
@@ -86,7 +86,7 @@ def _apply(record: RunRecord, loaded: Any, compile_model: bool, on_progress: OnP
     if pace is not None:
         _report_rounds(report, pace)
     on_progress("measuring the routing's cost per call")
-    report.routing = [overhead.measure(s, reached, device, loaded.module).to_json() for s in reached]
+    report.routing = [overhead.measure(s, reached, device, loaded.module) for s in reached]
     return _finish(record, report, started)
 
 
@@ -104,7 +104,7 @@ def expected_measurements(reached: int, compile_model: bool, cuda: bool) -> int:
 
 
 def _report_rounds(report: EndToEnd, pace: Pace) -> None:
-    report.rounds = [asdict(m) for m in pace.done]
+    report.rounds = list(pace.done)
     if pace.cut:
         report.notes.append(f"the time limit ({report.time_limit_s:.0f} s) cut the timing rounds of {pace.cut} of "
                             f"{len(pace.done)} measurements ({pace.rounds_text()} rounds, {e2e.ROUNDS} without a "
@@ -304,7 +304,13 @@ def _timed_pair(pair: list[e2e.Variant], device: torch.device, report: EndToEnd,
     _confirm(comparison, again[patched.name], again[base.name])
     for v in pair:
         report.timings_ms[v.name] = _timing_record(first[v.name])
-    report.graph_routes[patched.name] = {op: c.to_json() for op, c in patched.counts.items()}
+    report.graph_routes[patched.name] = {op: _routed_calls(c) for op, c in patched.counts.items()}
+
+
+def _routed_calls(counts: runtime.RouteCounts) -> RoutedCalls:
+    """What the live counts held when the graph was captured, for the report."""
+    return RoutedCalls(kernel=counts.kernel, custom_op=counts.custom_op, fallback=counts.fallback,
+                       by_kernel=counts.by_kernel, traced_by_kernel=dict(counts.traced_by_kernel))
 
 
 def _check_graph(graphed: e2e.GraphedForward, input_sets: dict[str, Any], oracles: dict[str, e2e.Oracle],

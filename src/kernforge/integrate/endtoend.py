@@ -35,8 +35,8 @@ from torch.utils._pytree import tree_flatten, tree_map
 from kernforge.evaluate.checks import compare, element_bound, oracle_dtype, upcast
 from kernforge.harness.timing import Timing, clearly_faster, clearly_faster_relative, timing_from
 from kernforge.integrate import runtime
-from kernforge.integrate.pace import Measured, Pace, another_round, calls_per_round, was_cut
-from kernforge.records import Verdict
+from kernforge.integrate.pace import Pace, another_round, calls_per_round, was_cut
+from kernforge.records import RoundsMeasured, Verdict
 
 ROUNDS = 5
 ROUND_MS = 150.0  # each variant's share of a round: ~3 calls of an 85 ms VAE decoder, 50 of a 3 ms one
@@ -185,8 +185,8 @@ def time_variants(variants: list[Variant], device: torch.device, seed: int = 0,
         calls = calls_per_round(call_s, calls, part_s)
         is_open = lambda: verdict_open(_timings(samples, method))  # noqa: E731
         done = _paced_rounds(one_round, is_open, rounds, part_s)
-        pace.record(Measured(variants=[v.name for v in variants], rounds=done, calls=calls,
-                             cut=was_cut(done, rounds, is_open())))
+        pace.record(RoundsMeasured(variants=[v.name for v in variants], rounds=done, calls=calls,
+                                   cut=was_cut(done, rounds, is_open())))
     return _timings(samples, method)
 
 

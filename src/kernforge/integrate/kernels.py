@@ -330,10 +330,6 @@ class RouteCounts:
         for name, n in other.traced_by_kernel.items():
             self.traced_by_kernel[name] = self.traced_by_kernel.get(name, 0) + n
 
-    def to_json(self) -> dict[str, Any]:
-        return {"kernel": self.kernel, "custom_op": self.custom_op, "fallback": self.fallback,
-                "by_kernel": self.by_kernel, "traced_by_kernel": dict(self.traced_by_kernel)}
-
     def __repr__(self) -> str:
         return (f"RouteCounts(kernel={self.kernel}, custom_op={self.custom_op}, fallback={self.fallback}, "
                 f"by_kernel={self.by_kernel}, traced_by_kernel={self.traced_by_kernel})")

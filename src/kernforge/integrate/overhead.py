@@ -19,7 +19,6 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
@@ -27,48 +26,13 @@ from torch.utils._pytree import tree_map
 
 from kernforge.harness.serialize import extent
 from kernforge.integrate import fused, kernels, runtime
+from kernforge.records import RouteCost
 
 BURST = 200  # calls in a burst of cheap calls (a GPU launch, a routed add): far below the launch queue
 BURST_HOST_S = 0.05  # host time one burst may take: 7 kinds x 7 rounds of it is ~2.5 s a kernel
 MIN_BURST = 3  # even a slow call is timed over a few, so that one outlier is not the figure
 WARM_UP = 5  # calls before a kind's first burst: the allocator and the route's caches settle
 REPEATS = 7
-
-
-@dataclass
-class RoutingCost:
-    op: str
-    kernel: str
-    direct_us: float  # the kernel's own entry called directly (its C++ one where it has one): a hit's floor
-    aten_us: float  # the unpatched call on the proved inputs: what a routed hit replaces
-    routed_hit_us: float  # the patched ATen op on the proved inputs: guard, then the kernel
-    original_us: float  # the unpatched ATen op on inputs the guard refuses
-    routed_miss_us: float  # the patched ATen op on the same refused inputs: guard, then the original
-    unpatched_op_us: float  # an op nobody patched (add), with no routes installed
-    unpatched_op_patched_us: float  # the same op with every route installed
-    # op: the ATen op's router; placeholders: a chain's steps; module: a module's forward; modules: a
-    # sequence of modules' calls (the first's guard, the last's kernel)
-    via: str = "op"
-    native: bool = False  # the hit's guard and launch ran in C++ (dispatch.py), not in Python
-    python_direct_us: float | None = None  # the kernel's Python entry called directly, where it has a C++ one
-    fewest_burst_calls: int = BURST  # the shortest burst of any kind (a slow call's is cut at BURST_HOST_S)
-
-    @property
-    def hit_overhead_us(self) -> float:
-        return self.routed_hit_us - self.direct_us
-
-    @property
-    def miss_overhead_us(self) -> float:
-        return self.routed_miss_us - self.original_us
-
-    @property
-    def hit_vs_aten(self) -> float:
-        """A routed hit's host time over the call it replaces' (<= 1: the route costs no more)."""
-        return self.routed_hit_us / self.aten_us if self.aten_us > 0 else float("inf")
-
-    def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "hit_overhead_us": self.hit_overhead_us, "miss_overhead_us": self.miss_overhead_us,
-                "hit_vs_aten": self.hit_vs_aten}
 
 
 def proved_inputs(spec: runtime.KernelSpec, device: torch.device) -> tuple[list[Any], dict[str, Any]]:
@@ -91,7 +55,7 @@ def refused_inputs(args: list[Any], kwargs: dict[str, Any]) -> tuple[list[Any], 
 
 
 def measure(spec: runtime.KernelSpec, all_specs: list[runtime.KernelSpec], device: torch.device,
-            model: torch.nn.Module | None = None) -> RoutingCost:
+            model: torch.nn.Module | None = None) -> RouteCost:
     """Each cost as the median over REPEATS rounds, each round timing every call with the routes
     out and then in, so that drift (a busy host, clocks) falls on both sides alike. A chain the
     model holds as a module's forward is called as that module, one at a sequence of modules as
@@ -134,7 +98,7 @@ def measure(spec: runtime.KernelSpec, all_specs: list[runtime.KernelSpec], devic
     if taken == 0:
         raise RuntimeError(f"{spec.name}: the proved inputs did not take the kernel")
     m = {name: statistics.median(values) for name, values in samples.items()}
-    return RoutingCost(op=spec.op, kernel=spec.name, direct_us=m["direct"], aten_us=m["aten"], routed_hit_us=m["hit"],
+    return RouteCost(op=spec.op, kernel=spec.name, direct_us=m["direct"], aten_us=m["aten"], routed_hit_us=m["hit"],
                        original_us=m["original"], routed_miss_us=m["miss"], unpatched_op_us=m["add"],
                        unpatched_op_patched_us=m["add routed"],
                        via=("module" if len(modules) == 1 else "modules") if modules

@@ -18,22 +18,14 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from kernforge.records import RoundsMeasured
+
 # Two rounds at least: with one, drift between the variants would fall on one side only.
 MIN_ROUNDS = 2
 # Past ROUNDS only while the verdict is open, to twice as many: a close call gets more samples,
 # and the limit still bounds them.
 MAX_ROUNDS = 10
 MIN_CALLS = 3  # a variant's calls in a round: fewer, and its p20 and p80 are one sample each
-
-
-@dataclass
-class Measured:
-    """One measurement's record in apply's report."""
-
-    variants: list[str]
-    rounds: int
-    calls: dict[str, int]  # per round, by variant
-    cut: bool = False  # the limit stopped it while its verdict was still open, or before ROUNDS
 
 
 @dataclass
@@ -44,7 +36,7 @@ class Pace:
 
     deadline: float  # time.perf_counter() by which the timings should be done
     expected: int  # measurements still to come, this one included
-    done: list[Measured] = field(default_factory=list)
+    done: list[RoundsMeasured] = field(default_factory=list)
 
     @classmethod
     def starting(cls, limit_s: float, started: float, routing_s: float, expected: int) -> Pace:
@@ -56,7 +48,7 @@ class Pace:
         left = self.deadline - (time.perf_counter() if now is None else now)
         return max(0.0, left) / max(1, self.expected)
 
-    def record(self, measured: Measured) -> None:
+    def record(self, measured: RoundsMeasured) -> None:
         self.done.append(measured)
         self.expected = max(1, self.expected - 1)
 

@@ -1,21 +1,25 @@
 """records: what the pipeline's ends write and every later stage reads, as typed records.
 
-summary.json with its per-task rows (summary.py) and apply's end-to-end report (endtoend.py):
-made by search, optimize and integrate, read by report, ui and the CLI. Each reads a file written
-by an older kernforge and writes the same JSON it always did; the prose a user reads is made from
-the fields where it is shown (or written), never compared. Nothing here imports the rest of
-kernforge, so any stage may import it."""
+summary.json with its per-task rows (summary.py), apply's end-to-end report (endtoend.py, its
+routes' figures in routes.py) and results.tsv's rows (results.py): made by search, optimize and
+integrate, read by report, ui and the CLI. Each reads a file written by an older kernforge and
+writes the same JSON (or TSV) it always did; the prose a user reads is made from the fields where
+it is shown (or written), never compared.
+Nothing here imports the rest of kernforge, so any stage may import it."""
 
 from kernforge.records.endtoend import (
     Comparison,
     EndToEnd,
     KernelEffect,
     OutputCheck,
+    RoundsMeasured,
     VariantName,
     VariantTiming,
     Verdict,
 )
+from kernforge.records.results import ResultRow
+from kernforge.records.routes import RouteCost, RoutedCalls
 from kernforge.records.summary import Finalist, RunSummary, TaskRow, TaskStatus
 
-__all__ = ["Comparison", "EndToEnd", "Finalist", "KernelEffect", "OutputCheck", "RunSummary", "TaskRow",
-           "TaskStatus", "VariantName", "VariantTiming", "Verdict"]
+__all__ = ["Comparison", "EndToEnd", "Finalist", "KernelEffect", "OutputCheck", "ResultRow", "RoundsMeasured",
+           "RouteCost", "RoutedCalls", "RunSummary", "TaskRow", "TaskStatus", "VariantName", "VariantTiming", "Verdict"]

@@ -2,7 +2,8 @@
 
 The model is timed in several ways (VariantName); each patched way is compared with its own
 unpatched one (Comparison), and each kernel alone in the model (KernelEffect); the outputs are
-checked per input set (OutputCheck). The file keeps the form it always had: the timings and the
+checked per input set (OutputCheck); the routes' costs and calls are in routes.py, and under a time
+limit each measurement's rounds (RoundsMeasured). The file keeps the form it always had: the timings and the
 comparisons keyed by the ways' names ("patched eager vs eager"), and each verdict a word or, where
 no kernel was installed or all were dropped, a sentence; from_json reads those back into fields,
 so that nothing compares the sentences. A report that could not be made is EndToEnd(error=why).
@@ -13,6 +14,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any, Literal, cast, get_args
+
+from kernforge.records.routes import RouteCost, RoutedCalls
 
 
 class VariantName(StrEnum):
@@ -130,6 +133,24 @@ class VariantTiming:
 
 
 @dataclass
+class RoundsMeasured:
+    """How many rounds one measurement ran under apply's time limit (integrate/pace.py)."""
+
+    variants: list[str]  # the ways it timed, VariantName values
+    rounds: int
+    calls: dict[str, int]  # per round, by variant
+    cut: bool = False  # the limit stopped it while its verdict was still open, or before its rounds
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RoundsMeasured:
+        return cls(variants=list(data.get("variants") or []), rounds=int(data.get("rounds", 0)),
+                   calls=dict(data.get("calls") or {}), cut=bool(data.get("cut")))
+
+
+@dataclass
 class OutputCheck:
     """The model's outputs in one way on one input set, against the oracle."""
 
@@ -215,13 +236,13 @@ class EndToEnd:
     tolerance: str = ""
     timings_ms: dict[VariantName, VariantTiming] = field(default_factory=dict)  # the final ways, in their order
     comparisons: list[Comparison] = field(default_factory=list)  # "speedups" in the file
-    routing: list[dict[str, Any]] = field(default_factory=list)  # integrate.overhead's measure per kernel
-    graph_routes: dict[str, dict[str, Any]] = field(default_factory=dict)  # graphed way -> op -> routes at capture
+    routing: list[RouteCost] = field(default_factory=list)  # integrate.overhead's measure per kernel
+    graph_routes: dict[str, dict[str, RoutedCalls]] = field(default_factory=dict)  # graphed way -> op -> at capture
     notes: list[str] = field(default_factory=list)  # what could not be measured, and why
     note: str = ""
     wall_s: float = 0.0
     time_limit_s: float | None = None  # apply's time limit (pace.py), None: none
-    rounds: list[dict[str, Any]] = field(default_factory=list)  # under a limit: each timing's rounds (pace.Measured)
+    rounds: list[RoundsMeasured] = field(default_factory=list)  # under a limit: each timing's rounds
     error: str = ""  # apply failed: the rest is empty
 
     def comparison(self, candidate: VariantName, baseline: VariantName | None = None) -> Comparison | None:
@@ -246,9 +267,12 @@ class EndToEnd:
                 "kernels": [k.to_json() for k in self.kernels], "not_installed": dict(self.not_installed),
                 "checks": [c.to_json() for c in self.checks], "tolerance": self.tolerance,
                 "timings_ms": {str(name): asdict(t) for name, t in self.timings_ms.items()},
-                "speedups": {c.key: c.to_json() for c in self.comparisons}, "routing": list(self.routing),
-                "graph_routes": dict(self.graph_routes), "notes": list(self.notes), "note": self.note,
-                "wall_s": self.wall_s, "time_limit_s": self.time_limit_s, "rounds": list(self.rounds)}
+                "speedups": {c.key: c.to_json() for c in self.comparisons},
+                "routing": [r.to_json() for r in self.routing],
+                "graph_routes": {way: {op: c.to_json() for op, c in ops.items()}
+                                 for way, ops in self.graph_routes.items()},
+                "notes": list(self.notes), "note": self.note, "wall_s": self.wall_s,
+                "time_limit_s": self.time_limit_s, "rounds": [m.to_json() for m in self.rounds]}
 
     @classmethod
     def read(cls, data: Any) -> EndToEnd | None:
@@ -277,7 +301,10 @@ class EndToEnd:
                    tolerance=str(data.get("tolerance", "")),
                    timings_ms={VariantName(k): VariantTiming.from_json(v)
                                for k, v in (data.get("timings_ms") or {}).items() if k in set(VariantName)},
-                   comparisons=[c for c in comparisons if c is not None], routing=list(data.get("routing") or []),
-                   graph_routes=dict(data.get("graph_routes") or {}), notes=list(data.get("notes") or []),
-                   note=str(data.get("note") or ""), wall_s=float(data.get("wall_s") or 0.0),
-                   time_limit_s=data.get("time_limit_s"), rounds=list(data.get("rounds") or []))
+                   comparisons=[c for c in comparisons if c is not None],
+                   routing=[RouteCost.from_json(r) for r in data.get("routing") or []],
+                   graph_routes={way: {op: RoutedCalls.from_json(c) for op, c in ops.items()}
+                                 for way, ops in (data.get("graph_routes") or {}).items()},
+                   notes=list(data.get("notes") or []), note=str(data.get("note") or ""),
+                   wall_s=float(data.get("wall_s") or 0.0), time_limit_s=data.get("time_limit_s"),
+                   rounds=[RoundsMeasured.from_json(m) for m in data.get("rounds") or []])

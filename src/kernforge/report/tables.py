@@ -8,7 +8,7 @@ from rich.table import Table
 
 from kernforge.capture import Capture
 from kernforge.capture.compiled import AT_FLOOR_NOTE, from_json
-from kernforge.records import Comparison, EndToEnd, TaskRow
+from kernforge.records import Comparison, EndToEnd, RouteCost, TaskRow
 from kernforge.records.endtoend import AGAINST
 
 
@@ -192,7 +192,7 @@ def run_json(record: Any, summary: dict[str, Any] | None) -> dict[str, Any]:
     for task in record.tasks:
         for node in sorted(task.outcome.nodes, key=lambda n: n.node_id):
             row = row_of(task.task, node)
-            results.append({**row, "parent": row["parent"] or None,
+            results.append({**row.to_json(), "parent": row.parent or None,
                             "source_path": str(record.source_of(task.task.task_id, node))})
         winner = task.outcome.best
         final = winner.final if winner else None
@@ -262,15 +262,7 @@ def end_to_end_tables(report: EndToEnd) -> list[Any]:
                      f"{len({c.inputs for c in report.checks})} input sets, {report.tolerance}: "
                      + (f"{len(failed)} failed: " + "; ".join(f"{c.variant} on {c.inputs}: {c.why[:120]}"
                                                               for c in failed) if failed else "all within tolerance"))
-    for r in report.routing:
-        via = {"module": " at its module's forward", "modules": " at its modules' calls",
-               "placeholders": " through placeholders"}.get(r.get("via", "op"), "")
-        how = "native" if r.get("native") else "Python"
-        aten = f", {r['aten_us']:.1f} us for the ATen call it replaces" if "aten_us" in r else ""
-        items.append(f"routing {r['kernel']}{via} ({how}): {r['hit_overhead_us']:+.1f} us per call taking the kernel "
-                     f"({r['routed_hit_us']:.1f} us against its direct call's {r['direct_us']:.1f}{aten}), "
-                     f"{r['miss_overhead_us']:+.1f} us per call falling back; an unpatched op "
-                     f"{r['unpatched_op_us']:.1f} -> {r['unpatched_op_patched_us']:.1f} us")
+    items += [_route_line(r) for r in report.routing]
     for task, why in report.not_installed.items():
         items.append(f"not installed, {task}: {why}")
     if report.time_limit_s is not None:
@@ -291,11 +283,22 @@ def _comparison_text(c: Comparison | None) -> str:
     return f"{c.verdict_text} (repeat {c.repeat_speedup:.2f}x, {c.repeat_verdict}{first})"
 
 
+def _route_line(r: RouteCost) -> str:
+    """One kernel's route, what it costs a call that takes it and one that falls back."""
+    via = {"module": " at its module's forward", "modules": " at its modules' calls",
+           "placeholders": " through placeholders"}.get(r.via, "")
+    aten = f", {r.aten_us:.1f} us for the ATen call it replaces" if r.aten_us is not None else ""
+    return (f"routing {r.kernel}{via} ({'native' if r.native else 'Python'}): {r.hit_overhead_us:+.1f} us per call "
+            f"taking the kernel ({r.routed_hit_us:.1f} us against its direct call's {r.direct_us:.1f}{aten}), "
+            f"{r.miss_overhead_us:+.1f} us per call falling back; an unpatched op "
+            f"{r.unpatched_op_us:.1f} -> {r.unpatched_op_patched_us:.1f} us")
+
+
 def _rounds_line(report: EndToEnd) -> str:
     """How apply's time limit sized its timings: the rounds each measurement ran."""
     from kernforge.integrate.pace import rounds_span
 
-    rounds = [m["rounds"] for m in report.rounds]
+    rounds = [m.rounds for m in report.rounds]
     ran = f"{rounds_span(rounds)} timing rounds in each of {len(rounds)} measurements" if rounds else "no timing ran"
     return f"apply's time limit {report.time_limit_s:.0f} s: {ran}, in {report.wall_s:.0f} s"
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
 
 from kernforge.evaluate import Baseline, EvalResult
 from kernforge.propose import Proposal
+from kernforge.records import ResultRow
 from kernforge.records.summary import VERDICT_OPENINGS, Finalist, TaskRow, TaskStatus
 from kernforge.store import RunStore
 from kernforge.tasks import KernelTask
@@ -95,20 +95,20 @@ def previous_nodes(store: RunStore, task_id: str) -> list[Node]:
     return nodes
 
 
-def row_of(task: KernelTask, node: Node) -> dict[str, Any]:
+def row_of(task: KernelTask, node: Node) -> ResultRow:
+    """The node's line of results.tsv."""
     r = node.result
-    return {
-        "task": task.task_id, "node": node.node_id, "parent": node.parent_id or "",
-        "status": r.status, "failure_reason": r.reason or r.noisy,  # noisy: correct, its timing spoilt
-        "p50_ms": r.timing.p50_ms if r.timing else None,
-        "p20_ms": r.timing.p20_ms if r.timing else None,
-        "p80_ms": r.timing.p80_ms if r.timing else None,
-        "eager_p50_ms": r.eager.p50_ms if r.eager else None,
-        "speedup_vs_eager": r.speedup_vs_eager, "faster_than_eager": r.faster_than_eager,
-        "kept": node.kept, "eval_s": r.wall_s, "rationale": node.proposal.rationale,
-        "origin": node.proposal.origin, "model": node.proposal.model,
-        "llm_tokens": node.proposal.usage.tokens, "llm_cost_usd": node.proposal.usage.cost_usd,
-    }
+    return ResultRow(
+        task=task.task_id, node=node.node_id, parent=node.parent_id or "",
+        status=r.status, failure_reason=r.reason or r.noisy,  # noisy: correct, its timing spoilt
+        p50_ms=r.timing.p50_ms if r.timing else None,
+        p20_ms=r.timing.p20_ms if r.timing else None,
+        p80_ms=r.timing.p80_ms if r.timing else None,
+        eager_p50_ms=r.eager.p50_ms if r.eager else None,
+        speedup_vs_eager=r.speedup_vs_eager, faster_than_eager=r.faster_than_eager,
+        kept=node.kept, eval_s=r.wall_s, rationale=node.proposal.rationale,
+        origin=node.proposal.origin, model=node.proposal.model,
+        llm_tokens=node.proposal.usage.tokens, llm_cost_usd=node.proposal.usage.cost_usd)
 
 
 def task_row(outcome: TaskOutcome) -> TaskRow:

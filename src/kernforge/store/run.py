@@ -33,17 +33,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kernforge.records import RunSummary
+from kernforge.records import ResultRow, RunSummary
+from kernforge.records.results import RESULT_COLUMNS
 from kernforge.store.db import NodeRecord, RunDB
 from kernforge.store.events import Event, read_events
 
 # The run folder's layout version, in config.json as "format_version": a reader (integrate,
 # export, a dashboard) refuses a newer one. 0 is a folder written before the field existed.
 RUN_FORMAT = 1
-
-RESULT_COLUMNS = ["task", "node", "parent", "status", "failure_reason", "p50_ms", "p20_ms", "p80_ms",
-                  "eager_p50_ms", "speedup_vs_eager", "faster_than_eager", "kept", "eval_s", "rationale",
-                  "origin", "model", "llm_tokens", "llm_cost_usd"]
 
 
 @dataclass
@@ -68,7 +65,7 @@ class RunStore:
             rationale=proposal.rationale, params={k: v for k, v in proposal.record().items() if k != "rationale"},
             result=result.to_json()))
 
-    def rewrite_results(self, rows: list[dict[str, Any]]) -> None:
+    def rewrite_results(self, rows: list[ResultRow]) -> None:
         """results.tsv made again from recorded rows: on resume, the database is the record."""
         (self.root / "results.tsv").unlink(missing_ok=True)
         for row in rows:  # a few hundred rows at most, once per resume
@@ -117,15 +114,14 @@ class RunStore:
     def write_summary(self, summary: RunSummary) -> None:
         self.write_json("summary.json", summary.to_json())
 
-    def append_result(self, row: dict[str, Any]) -> None:
+    def append_result(self, row: ResultRow) -> None:
         path = self.root / "results.tsv"
         new = not path.exists()
         with open(path, "a", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=RESULT_COLUMNS, delimiter="\t", extrasaction="ignore",
-                                    lineterminator="\n")
+            writer = csv.DictWriter(f, fieldnames=RESULT_COLUMNS, delimiter="\t", lineterminator="\n")
             if new:
                 writer.writeheader()
-            writer.writerow({k: _tsv_cell(row.get(k)) for k in RESULT_COLUMNS})
+            writer.writerow(row.to_tsv())
 
     def emit(self, event: Event) -> None:
         """One line per event, written at once (what the dashboard tails and a crash leaves behind),
@@ -155,24 +151,16 @@ class RunStore:
              "commit", "-q", "--allow-empty", "-m", message)
         return _git(repo, "rev-parse", "HEAD").strip()
 
-    def results(self) -> list[dict[str, str]]:
+    def results(self) -> list[ResultRow]:
         path = self.root / "results.tsv"
         if not path.exists():
             return []
         with open(path, newline="") as f:
-            return list(csv.DictReader(f, delimiter="\t"))
+            return [ResultRow.from_tsv(cells) for cells in csv.DictReader(f, delimiter="\t")]
 
 
 def _git(repo: Path, *args: str) -> str:
     return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=True).stdout
-
-
-def _tsv_cell(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    return " ".join(str(value).split())  # one line per row, whatever the message held
 
 
 def list_runs(runs_dir: Path) -> list[RunStore]:
