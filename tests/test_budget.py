@@ -11,7 +11,8 @@ import pytest
 from helpers import scripted_context
 
 from kernforge.errors import UserError
-from kernforge.evaluate import EvalResult, Timing
+from kernforge.evaluate import EvalResult
+from kernforge.records.timing import Timing
 from kernforge.propose import Proposal
 from kernforge.search import Node, get_strategy
 from kernforge.search.budget import (APPLY_MOST_S, APPLY_SHARE, CONFIRM_FACTOR, PLATEAU, FixedCosts, TimeBudget,

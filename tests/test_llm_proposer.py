@@ -10,7 +10,8 @@ import pytest
 from helpers import c_softmax_source, scripted_context
 
 from kernforge.errors import UserError
-from kernforge.evaluate import EvalResult, Timing
+from kernforge.evaluate import EvalResult
+from kernforge.records.timing import Timing
 from kernforge.propose import Failure, NoProposal, Proposal, ProposerOptions, Usage
 from kernforge.propose.context import Attempt, ProposalContext, Seed, task_facts
 from kernforge.propose.llm import LLMProposer, prompts

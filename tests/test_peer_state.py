@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from kernforge.evaluate import Baseline, Timing
+from kernforge.evaluate import Baseline
+from kernforge.records.timing import Timing
 from kernforge.evaluate.runner import PEER_PENDING, PEER_SKIPPED
 from kernforge.records.summary import TaskRow
 from kernforge.report.tables import _compile_cell

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from helpers import scripted_context
 
-from kernforge.evaluate import EvalResult, Timing
+from kernforge.evaluate import EvalResult
+from kernforge.records.timing import Timing
 from kernforge.propose import Proposal
 from kernforge.propose.builtin import BuiltinProposer, Hardware
 from kernforge.propose.context import Attempt, Seed

@@ -7,9 +7,9 @@ from kernforge.evaluate.runner import (
     evaluate_candidate,
     evaluate_peers,
 )
-from kernforge.harness.timing import Timing, clearly_faster, clearly_faster_relative
+from kernforge.harness.timing import clearly_faster, clearly_faster_relative
 
 __all__ = [
-    "Baseline", "EvalResult", "Timing", "clearly_faster", "clearly_faster_relative", "evaluate_baseline",
+    "Baseline", "EvalResult", "clearly_faster", "clearly_faster_relative", "evaluate_baseline",
     "evaluate_candidate", "evaluate_peers",
 ]

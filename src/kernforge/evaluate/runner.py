@@ -28,7 +28,8 @@ from kernforge.evaluate import forked
 from kernforge.evaluate.forked import kill_worker
 from kernforge.evaluate.judge import Oracle, judge, timing_verdict
 from kernforge.backends.scan import Finding
-from kernforge.harness.timing import Timing, clearly_faster, confirmed_by_sync
+from kernforge.harness.timing import clearly_faster, confirmed_by_sync
+from kernforge.records.timing import Timing
 from kernforge.phases import Stopwatch
 from kernforge.tasks import load_task
 

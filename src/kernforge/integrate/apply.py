@@ -20,7 +20,7 @@ import torch
 from kernforge.errors import UserError
 from kernforge.integrate import endtoend as e2e
 from kernforge.integrate import overhead, runtime
-from kernforge.harness.timing import Timing
+from kernforge.records.timing import Timing
 from kernforge.integrate.pace import Pace
 from kernforge.integrate.install import Patch, compile_caches_off, patch
 from kernforge.records import Comparison, EndToEnd, KernelEffect, OutputCheck, RoutedCalls, VariantName, VariantTiming

@@ -18,7 +18,8 @@ from typing import Any
 from kernforge.backends import get_backend
 from kernforge.errors import UserError
 from kernforge.phases import PHASES
-from kernforge.evaluate import Baseline, EvalResult, Timing
+from kernforge.evaluate import Baseline, EvalResult
+from kernforge.records.timing import Timing
 from kernforge.propose import Proposal
 from kernforge.records import EndToEnd, RunSummary
 from kernforge.search.nodes import Node, TaskOutcome, previous_nodes
