@@ -9,7 +9,7 @@ from pathlib import Path
 
 from helpers import c_softmax_source
 
-from kernforge.evaluate import Baseline, EvalResult
+from kernforge.records.evaluation import Baseline, EvalResult
 from kernforge.records.timing import Timing
 from kernforge.propose import Proposal, Usage
 from kernforge.store import RunStore

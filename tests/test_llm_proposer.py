@@ -10,7 +10,7 @@ import pytest
 from helpers import c_softmax_source, scripted_context
 
 from kernforge.errors import UserError
-from kernforge.evaluate import EvalResult
+from kernforge.records.evaluation import EvalResult
 from kernforge.records.timing import Timing
 from kernforge.propose import Failure, NoProposal, Proposal, ProposerOptions, Usage
 from kernforge.propose.context import Attempt, ProposalContext, Seed, task_facts
@@ -156,7 +156,7 @@ def test_the_analyst_reads_the_timings_against_the_floor_and_the_build_report():
 
 
 def test_before_a_candidate_beats_eager_the_prompts_say_the_compile_peer_is_not_timed_yet():
-    from kernforge.evaluate.runner import PEER_PENDING
+    from kernforge.records.evaluation import PEER_PENDING
 
     facts = task_facts(SOFTMAX, 0.0100, None, PEER_PENDING)
     first, analysed = context(), context(parent=attempt("n0001", timed(0.0200)))

@@ -10,7 +10,7 @@ import pytest
 
 from helpers import scripted_context
 
-from kernforge.evaluate import EvalResult
+from kernforge.records.evaluation import EvalResult
 from kernforge.records.timing import Timing
 from kernforge.propose import Proposal
 from kernforge.search import Node, get_strategy

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from kernforge.errors import UserError
-from kernforge.evaluate import Baseline, EvalResult
+from kernforge.records.evaluation import Baseline, EvalResult
 from kernforge.records.timing import Timing
 from kernforge.optimize import OptimizeOptions, optimize
 from kernforge.search.nodes import task_row

@@ -13,7 +13,7 @@ from helpers import SOFTMAX_OP, scripted_context
 
 from kernforge.backends import get_backend
 from kernforge.errors import UserError
-from kernforge.evaluate import EvalResult
+from kernforge.records.evaluation import EvalResult
 from kernforge.records.timing import Timing
 from kernforge.propose import Proposal, get_proposer
 from kernforge.search import Node, TaskOutcome, get_strategy, search_task

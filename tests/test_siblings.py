@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from helpers import scripted_context
 
-from kernforge.evaluate import EvalResult
+from kernforge.records.evaluation import EvalResult
 from kernforge.records.timing import Timing
 from kernforge.propose import Proposal
 from kernforge.propose.builtin import BuiltinProposer, Hardware

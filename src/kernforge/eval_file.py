@@ -260,7 +260,7 @@ def _record(store: RunStore, task: Any, baseline: Any, result: Any, kernel_file:
     proposal = Proposal(source=kernel_file.read_text(), rationale=f"hand-written: {kernel_file.name}",
                         origin="human", params={"file": str(kernel_file)})
     node = Node(node_id="n0000", parent_id=None, proposal=proposal, result=result, kept=result.ok)
-    store.write_json(f"tasks/{task.task_id}/baseline.json", asdict(baseline))
+    store.write_json(f"tasks/{task.task_id}/baseline.json", baseline.to_json())
     store.write_json(f"tasks/{task.task_id}/nodes/n0000/proposal.json", {"parent": None, **proposal.record()})
     store.record_node(task.task_id, node.node_id, None, proposal, result, node.kept, suffix)
     store.append_result(row_of(task, node))

@@ -1,8 +1,6 @@
 """evaluate: build, check and time a candidate in a worker process, never in the search process."""
 
 from kernforge.evaluate.runner import (
-    Baseline,
-    EvalResult,
     evaluate_baseline,
     evaluate_candidate,
     evaluate_peers,
@@ -10,6 +8,6 @@ from kernforge.evaluate.runner import (
 from kernforge.harness.timing import clearly_faster, clearly_faster_relative
 
 __all__ = [
-    "Baseline", "EvalResult", "clearly_faster", "clearly_faster_relative", "evaluate_baseline",
+    "clearly_faster", "clearly_faster_relative", "evaluate_baseline",
     "evaluate_candidate", "evaluate_peers",
 ]

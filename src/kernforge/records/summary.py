@@ -58,7 +58,7 @@ class TaskRow:
     compile_p50_ms: float | None = None
     best_speedup_vs_compile: float | None = None
     # the compile peer: timed, failed, skipped (no candidate beat eager), not timed yet, or not asked
-    # (evaluate.runner.Baseline.peer_state)
+    # (records.evaluation.Baseline.peer_state)
     compile_peer: str = ""
     finalists: dict[str, Finalist] = field(default_factory=dict)  # node -> its re-evaluation
     status: TaskStatus = "not searched"

@@ -12,10 +12,12 @@ from typing import Any
 
 from kernforge.backends import Backend
 from kernforge.errors import strict
-from kernforge.evaluate import Baseline, evaluate_baseline, evaluate_candidate, evaluate_peers
+from kernforge.evaluate import evaluate_baseline, evaluate_candidate, evaluate_peers
+from kernforge.records.evaluation import Baseline
 from kernforge.evaluate.executors import LocalExecutor
 from kernforge.evaluate.jobs import Executor
-from kernforge.evaluate.runner import Status, discard_reference, stop_workers
+from kernforge.evaluate.runner import discard_reference, stop_workers
+from kernforge.records.evaluation import Status
 from kernforge.phases import Stopwatch
 from kernforge.propose import Failure, NoProposal, Proposal, Proposer
 from kernforge.propose.context import Attempt, ProposalContext, Seed, TaskFacts, task_facts
@@ -255,7 +257,7 @@ def search_task(
         store.emit(SearchStopped(task=task.task_id, reason=outcome.stopped))
         return outcome
     baseline.compiled = timed_peers(earlier, compile_modes)
-    store.write_json(f"tasks/{task.task_id}/baseline.json", asdict(baseline))
+    store.write_json(f"tasks/{task.task_id}/baseline.json", baseline.to_json())
     for phase, seconds in baseline.phases.items():
         store.emit(PhaseTimed(phase=phase, seconds=seconds, task=task.task_id))
     seed = task_seed(store, task, backend.name, resumed=bool(previous))
@@ -560,7 +562,7 @@ class TaskJobs:
             baseline.compiled = compiled
             self.facts = self.facts_now()
             self.peers_s += seconds
-            store.write_json(f"tasks/{task_id}/baseline.json", asdict(baseline))
+            store.write_json(f"tasks/{task_id}/baseline.json", baseline.to_json())
         store.emit(PhaseTimed(phase="compile_peers", seconds=seconds, task=task_id))
 
     def wait_for_peers(self) -> float:

@@ -7,7 +7,7 @@ import json
 from collections import Counter
 from dataclasses import dataclass, field
 
-from kernforge.evaluate import Baseline, EvalResult
+from kernforge.records.evaluation import Baseline, EvalResult
 from kernforge.propose import Proposal
 from kernforge.records import ResultRow
 from kernforge.records.summary import VERDICT_OPENINGS, Finalist, TaskRow, TaskStatus

@@ -18,8 +18,7 @@ from typing import Any
 from kernforge.backends import get_backend
 from kernforge.errors import UserError
 from kernforge.phases import PHASES
-from kernforge.evaluate import Baseline, EvalResult
-from kernforge.records.timing import Timing
+from kernforge.records.evaluation import Baseline, EvalResult
 from kernforge.propose import Proposal
 from kernforge.records import EndToEnd, RunSummary
 from kernforge.search.nodes import Node, TaskOutcome, previous_nodes
@@ -124,7 +123,7 @@ def read_baseline(store: RunStore, task_id: str) -> Baseline | None:
     if not (store.root / relative).is_file():
         return None
     data = store.read_json(relative)
-    return Baseline(**{**data, "eager": Timing(**data["eager"]) if data.get("eager") else None})
+    return Baseline.from_json(data)
 
 
 # ---------------------------------------------------------------- a run as far as it can be read
