@@ -13,7 +13,7 @@ from helpers import scripted_context
 from kernforge.errors import UserError
 from kernforge.records.evaluation import EvalResult
 from kernforge.records.timing import Timing
-from kernforge.propose import Proposal
+from kernforge.records.proposal import Proposal
 from kernforge.search import Node, get_strategy
 from kernforge.search.budget import (APPLY_MOST_S, APPLY_SHARE, CONFIRM_FACTOR, PLATEAU, FixedCosts, TimeBudget,
                                      candidate_fits, parse_duration, projected_gain)

@@ -86,7 +86,7 @@ def test_no_ops_means_the_hottest():
 def scripted_search(supply: int, iterations: int):
     """MCTS over a proposer with `supply` candidates, all correct; returns its context."""
     from kernforge.records.evaluation import EvalResult
-    from kernforge.propose import Proposal
+    from kernforge.records.proposal import Proposal
     from kernforge.search import Node, get_strategy
 
     made = {"n": 0}

@@ -12,7 +12,8 @@ from helpers import c_softmax_source, scripted_context
 from kernforge.errors import UserError
 from kernforge.records.evaluation import EvalResult
 from kernforge.records.timing import Timing
-from kernforge.propose import Failure, NoProposal, Proposal, ProposerOptions, Usage
+from kernforge.propose import ProposerOptions
+from kernforge.records.proposal import Failure, NoProposal, Proposal, Usage
 from kernforge.propose.context import Attempt, ProposalContext, Seed, task_facts
 from kernforge.propose.llm import LLMProposer, prompts
 from kernforge.propose.llm.budget import Budget

@@ -12,7 +12,7 @@ from helpers import scripted_context
 
 from kernforge.records.evaluation import EvalResult
 from kernforge.records.timing import Timing
-from kernforge.propose import Proposal
+from kernforge.records.proposal import Proposal
 from kernforge.search import Node, get_strategy
 
 pytestmark = pytest.mark.unit

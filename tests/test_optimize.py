@@ -11,7 +11,7 @@ from kernforge.records.evaluation import Baseline, EvalResult
 from kernforge.records.timing import Timing
 from kernforge.optimize import OptimizeOptions, optimize
 from kernforge.search.nodes import task_row
-from kernforge.propose import Proposal
+from kernforge.records.proposal import Proposal
 from kernforge.search import Node, TaskOutcome
 
 pytestmark = pytest.mark.integration

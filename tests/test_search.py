@@ -15,7 +15,8 @@ from kernforge.backends import get_backend
 from kernforge.errors import UserError
 from kernforge.records.evaluation import EvalResult
 from kernforge.records.timing import Timing
-from kernforge.propose import Proposal, get_proposer
+from kernforge.propose import get_proposer
+from kernforge.records.proposal import Proposal
 from kernforge.search import Node, TaskOutcome, get_strategy, search_task
 from kernforge.search import engine as search_engine
 from kernforge.records.results import RESULT_COLUMNS

@@ -11,7 +11,7 @@ from helpers import scripted_context
 
 from kernforge.records.evaluation import EvalResult
 from kernforge.records.timing import Timing
-from kernforge.propose import Proposal
+from kernforge.records.proposal import Proposal
 from kernforge.propose.builtin import BuiltinProposer, Hardware
 from kernforge.propose.context import Attempt, Seed
 from kernforge.propose.families import softmax

@@ -254,7 +254,7 @@ def _link_or_copy(src: str, dst: str) -> None:
 def _record(store: RunStore, task: Any, baseline: Any, result: Any, kernel_file: Path, suffix: str) -> None:
     """The eval as a search's one-node task: run.db, baseline.json and results.tsv, so that
     `ls`, `show`, `report` and a dashboard read it as they read a search."""
-    from kernforge.propose import Proposal
+    from kernforge.records.proposal import Proposal
     from kernforge.search.nodes import Node, row_of
 
     proposal = Proposal(source=kernel_file.read_text(), rationale=f"hand-written: {kernel_file.name}",

@@ -11,7 +11,7 @@ from kernforge.backends import Backend
 from kernforge.capture import Capture
 from kernforge.errors import UserError, strict
 from kernforge.evaluate.executors import make_executor
-from kernforge.propose import Usage
+from kernforge.records.proposal import Usage
 from kernforge.records import EndToEnd, RunSummary
 from kernforge.search import Node, TaskOutcome, get_strategy, search_task
 from kernforge.search.budget import (MIN_TASK_S, FixedCosts, TimeBudget, parse_duration, projected_gain,

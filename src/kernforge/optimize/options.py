@@ -12,7 +12,8 @@ from typing import Any
 from kernforge.capture import Capture, OpProfile
 from kernforge.errors import UserError
 from kernforge.models import ModelOptions
-from kernforge.propose import ProposerOptions, Usage
+from kernforge.propose import ProposerOptions
+from kernforge.records.proposal import Usage
 from kernforge.records import EndToEnd
 from kernforge.search import TaskOutcome
 from kernforge.search.engine import FINALISTS

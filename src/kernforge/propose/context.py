@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from kernforge.records.evaluation import EvalResult
-from kernforge.propose import Failure, Proposal
+from kernforge.records.proposal import Failure, Proposal
 from kernforge.tasks import KernelTask
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from kernforge.propose import NoProposal, Proposal
+from kernforge.records.proposal import NoProposal, Proposal
 from kernforge.propose.builtin import BuiltinProposer
 from kernforge.propose.context import ProposalContext
 from kernforge.propose.llm import LLMProposer

@@ -18,7 +18,7 @@ from kernforge.errors import UserError
 from kernforge.evaluate import evaluate_baseline
 from kernforge.evaluate.executors import LocalExecutor
 from kernforge.evaluate.runner import discard_reference
-from kernforge.propose import Proposal
+from kernforge.records.proposal import Proposal
 from kernforge.search.engine import BASELINE_TIMEOUT_S, TaskJobs
 from kernforge.search.nodes import Node, TaskOutcome, previous_nodes, task_row
 from kernforge.search.runs import read_baseline

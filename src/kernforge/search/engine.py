@@ -19,7 +19,8 @@ from kernforge.evaluate.jobs import Executor
 from kernforge.evaluate.runner import discard_reference, stop_workers
 from kernforge.records.evaluation import Status
 from kernforge.phases import Stopwatch
-from kernforge.propose import Failure, NoProposal, Proposal, Proposer
+from kernforge.propose import Proposer
+from kernforge.records.proposal import Failure, NoProposal, Proposal
 from kernforge.propose.context import Attempt, ProposalContext, Seed, TaskFacts, task_facts
 from kernforge.search.budget import CONFIRM_FACTOR, PLATEAU, candidate_fits
 from kernforge.search.nodes import BUDGET_SPENT, Node, TaskOutcome, repair_depth, row_of

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from kernforge.evaluate import clearly_faster_relative
-from kernforge.propose import NoProposal
+from kernforge.records.proposal import NoProposal
 
 if TYPE_CHECKING:
     from kernforge.search.engine import SearchContext

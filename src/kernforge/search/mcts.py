@@ -24,7 +24,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from kernforge.propose import NoProposal
+from kernforge.records.proposal import NoProposal
 from kernforge.search.greedy import keeps
 
 if TYPE_CHECKING:

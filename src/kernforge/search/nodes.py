@@ -8,7 +8,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from kernforge.records.evaluation import Baseline, EvalResult
-from kernforge.propose import Proposal
+from kernforge.records.proposal import Proposal
 from kernforge.records import ResultRow
 from kernforge.records.summary import VERDICT_OPENINGS, Finalist, TaskRow, TaskStatus
 from kernforge.store import RunStore

@@ -19,7 +19,7 @@ from kernforge.backends import get_backend
 from kernforge.errors import UserError
 from kernforge.phases import PHASES
 from kernforge.records.evaluation import Baseline, EvalResult
-from kernforge.propose import Proposal
+from kernforge.records.proposal import Proposal
 from kernforge.records import EndToEnd, RunSummary
 from kernforge.search.nodes import Node, TaskOutcome, previous_nodes
 from kernforge.search.siblings import seeded_from

@@ -24,7 +24,8 @@ from typing import Any
 
 from kernforge.backends import REGISTRY
 from kernforge.errors import UserError
-from kernforge.propose import NoProposal, Proposal, ProposerOptions, Usage
+from kernforge.propose import ProposerOptions
+from kernforge.records.proposal import NoProposal, Proposal, Usage
 from kernforge.propose.context import ProposalContext
 from kernforge.propose.llm import prompts
 from kernforge.propose.llm.budget import Budget
