@@ -23,7 +23,7 @@ from kernforge.propose.llm.providers import Completion, ProviderError
 from kernforge.propose.mixed import REWRITE_EVERY, MixedProposer
 from kernforge.search import Node, get_strategy
 from kernforge.search.engine import MAX_FAILED_PROPOSALS
-from kernforge.tasks import KernelTask
+from kernforge.records.task import KernelTask
 
 pytestmark = pytest.mark.unit
 

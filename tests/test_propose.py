@@ -13,7 +13,7 @@ from kernforge.propose import get_proposer
 from kernforge.records.proposal import Proposal
 from kernforge.propose.builtin import BuiltinProposer, Hardware
 from kernforge.propose.families import softmax
-from kernforge.tasks import KernelTask
+from kernforge.records.task import KernelTask
 
 pytestmark = pytest.mark.unit
 

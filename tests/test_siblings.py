@@ -19,7 +19,7 @@ from kernforge.search import Node, get_strategy
 from kernforge.search.engine import SEEDED_PATIENCE, search_ended
 from kernforge.search.siblings import are_siblings, find_seed, seeded_from, task_seed
 from kernforge.store import RunStore
-from kernforge.tasks import KernelTask
+from kernforge.records.task import KernelTask
 
 pytestmark = pytest.mark.unit
 

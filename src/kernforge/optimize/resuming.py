@@ -20,7 +20,8 @@ from kernforge.store import RunStore
 from kernforge.store.events import (PhaseTimed,
                                     Resumed, SearchStopped, TasksChosen)
 from kernforge.search.runs import read_baseline, run_phases
-from kernforge.tasks import KernelTask, task_label
+from kernforge.tasks import task_label
+from kernforge.records.task import KernelTask
 
 from kernforge.optimize.loop import llm_spent, search_all
 from kernforge.optimize.options import OnEvent, OptimizeOptions, OptimizeResult, RunInterrupted, options_from_config

@@ -32,7 +32,7 @@ from kernforge.records.proposal import Usage
 if TYPE_CHECKING:
     from kernforge.propose.context import ProposalContext
     from kernforge.records.proposal import NoProposal, Proposal
-    from kernforge.tasks import KernelTask
+    from kernforge.records.task import KernelTask
 
 
 class Proposer(Protocol):

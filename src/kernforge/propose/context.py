@@ -17,7 +17,7 @@ import torch
 
 from kernforge.records.evaluation import EvalResult
 from kernforge.records.proposal import Failure, Proposal
-from kernforge.tasks import KernelTask
+from kernforge.records.task import KernelTask
 
 
 @dataclass

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 from kernforge.records.endtoend import EndToEnd
+from kernforge.records.task import RealInputs
 
 # What came of a task, in short; `verdict` says it in words, with why and any notes.
 TaskStatus = Literal["faster", "no faster", "not timed", "no correct", "not searched"]
-RealInputs = Literal["all", "partial", "none"]  # of its captured inputs, those kept (the rest over the sample cap)
 
 # The words each status's verdict opens with, as summary.json has always said them.
 VERDICT_OPENINGS: dict[TaskStatus, str] = {

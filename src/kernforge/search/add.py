@@ -25,7 +25,7 @@ from kernforge.search.runs import read_baseline
 from kernforge.search.greedy import keeps
 from kernforge.store.config import RunConfig
 from kernforge.store import RunStore
-from kernforge.tasks import KernelTask
+from kernforge.records.task import KernelTask
 
 
 @dataclass

@@ -30,7 +30,8 @@ from kernforge.search.strategy import Strategy
 from kernforge.store import RunStore
 from kernforge.store.events import (Confirmed, NodeFinished, NodeStarted, PhaseStarted, PhaseTimed, ProposalFailed,
                                     SearchStopped, TaskEnded, TaskStarted)
-from kernforge.tasks import KernelTask, save_task
+from kernforge.tasks import save_task
+from kernforge.records.task import KernelTask
 
 BASELINE_TIMEOUT_S = 600.0
 # torch.compile of one op: ~13 s on a 2-core CPU, max-autotune minutes on a GPU; then its timing.

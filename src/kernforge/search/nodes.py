@@ -12,7 +12,7 @@ from kernforge.records.proposal import Proposal
 from kernforge.records import ResultRow
 from kernforge.records.summary import VERDICT_OPENINGS, Finalist, TaskRow, TaskStatus
 from kernforge.store import RunStore
-from kernforge.tasks import KernelTask
+from kernforge.records.task import KernelTask
 
 BUDGET_SPENT = "budget spent"  # how search_ended's reason starts when the search ran its course
 

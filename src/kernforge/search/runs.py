@@ -27,7 +27,7 @@ from kernforge.store.events import (Event, EventTail, NodeFinished, NodeStarted,
                                     PhaseTimed, SearchStopped, TaskEnded, TasksChosen, TaskStarted)
 from kernforge.store.config import RunConfig
 from kernforge.store.run import RUN_FORMAT, RunStore
-from kernforge.tasks import KernelTask
+from kernforge.records.task import KernelTask
 
 
 @dataclass

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from kernforge.propose.context import Attempt, Seed
 from kernforge.search.nodes import TaskOutcome, previous_nodes
 from kernforge.store import RunStore
-from kernforge.tasks import KernelTask
+from kernforge.records.task import KernelTask
 
 if TYPE_CHECKING:
     from kernforge.search.nodes import Node

@@ -24,7 +24,7 @@ from kernforge.records.proposal import Failure, NoProposal, Proposal
 from kernforge.propose.builtin.family import Family, Hardware, families
 from kernforge.propose.builtin.space import Space
 from kernforge.propose.context import ProposalContext, Seed
-from kernforge.tasks import KernelTask
+from kernforge.records.task import KernelTask
 
 __all__ = ["BuiltinProposer", "Family", "Hardware"]
 
