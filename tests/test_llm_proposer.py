@@ -21,7 +21,8 @@ from kernforge.propose.llm.extract import extract_candidate
 from kernforge.propose.llm.prices import Price
 from kernforge.propose.llm.providers import Completion, ProviderError
 from kernforge.propose.mixed import REWRITE_EVERY, MixedProposer
-from kernforge.search import Node, get_strategy
+from kernforge.search import get_strategy
+from kernforge.records.nodes import Node
 from kernforge.search.engine import MAX_FAILED_PROPOSALS
 from kernforge.records.task import KernelTask
 

@@ -13,7 +13,8 @@ from helpers import scripted_context
 from kernforge.records.evaluation import EvalResult
 from kernforge.records.timing import Timing
 from kernforge.records.proposal import Proposal
-from kernforge.search import Node, get_strategy
+from kernforge.search import get_strategy
+from kernforge.records.nodes import Node
 
 pytestmark = pytest.mark.unit
 

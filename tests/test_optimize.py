@@ -12,7 +12,7 @@ from kernforge.records.timing import Timing
 from kernforge.optimize import OptimizeOptions, optimize
 from kernforge.search.nodes import task_row
 from kernforge.records.proposal import Proposal
-from kernforge.search import Node, TaskOutcome
+from kernforge.records.nodes import Node, TaskOutcome
 
 pytestmark = pytest.mark.integration
 

@@ -17,7 +17,8 @@ from kernforge.records.evaluation import EvalResult
 from kernforge.records.timing import Timing
 from kernforge.propose import get_proposer
 from kernforge.records.proposal import Proposal
-from kernforge.search import Node, TaskOutcome, get_strategy, search_task
+from kernforge.search import get_strategy, search_task
+from kernforge.records.nodes import Node, TaskOutcome
 from kernforge.search import engine as search_engine
 from kernforge.records.results import RESULT_COLUMNS
 from kernforge.store import RunStore

@@ -15,7 +15,8 @@ from kernforge.records.proposal import Proposal
 from kernforge.propose.builtin import BuiltinProposer, Hardware
 from kernforge.propose.context import Attempt, Seed
 from kernforge.propose.families import softmax
-from kernforge.search import Node, get_strategy
+from kernforge.search import get_strategy
+from kernforge.records.nodes import Node
 from kernforge.search.engine import SEEDED_PATIENCE, search_ended
 from kernforge.search.siblings import are_siblings, find_seed, seeded_from, task_seed
 from kernforge.store import RunStore

@@ -255,7 +255,8 @@ def _record(store: RunStore, task: Any, baseline: Any, result: Any, kernel_file:
     """The eval as a search's one-node task: run.db, baseline.json and results.tsv, so that
     `ls`, `show`, `report` and a dashboard read it as they read a search."""
     from kernforge.records.proposal import Proposal
-    from kernforge.search.nodes import Node, row_of
+    from kernforge.search.nodes import row_of
+    from kernforge.records.nodes import Node
 
     proposal = Proposal(source=kernel_file.read_text(), rationale=f"hand-written: {kernel_file.name}",
                         origin="human", params={"file": str(kernel_file)})

@@ -15,7 +15,7 @@ from kernforge.models import ModelOptions
 from kernforge.propose import ProposerOptions
 from kernforge.records.proposal import Usage
 from kernforge.records import EndToEnd
-from kernforge.search import TaskOutcome
+from kernforge.records.nodes import TaskOutcome
 from kernforge.search.engine import FINALISTS
 from kernforge.store.events import (Event)
 

@@ -13,7 +13,7 @@ from kernforge.backends import Backend, choose_backend
 from kernforge.capture import Capture, OpProfile
 from kernforge.errors import UserError
 from kernforge.propose import get_proposer
-from kernforge.search import Node, TaskOutcome
+from kernforge.records.nodes import Node, TaskOutcome
 from kernforge.search.nodes import BUDGET_SPENT, row_of
 from kernforge.store.config import RunConfig
 from kernforge.store import RunStore

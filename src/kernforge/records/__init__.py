@@ -4,7 +4,8 @@ summary.json with its per-task rows (summary.py), apply's end-to-end report (end
 routes' figures in routes.py) and results.tsv's rows (results.py): made by search, optimize and
 integrate, read by report, ui and the CLI. Below them, what the stages hand each other: a timing
 (timing.py), a candidate's evaluation and its task's baseline (evaluation.py),
-a proposal (proposal.py), a task (task.py). Each reads a file written by an older kernforge and
+a proposal (proposal.py), a task (task.py), a search's nodes
+and outcome (nodes.py). Each reads a file written by an older kernforge and
 writes the same JSON (or TSV) it always did; the prose a user reads is made from the fields where
 it is shown (or written), never compared.
 Nothing here imports the rest of kernforge, so any stage may import it."""
@@ -20,6 +21,7 @@ from kernforge.records.endtoend import (
     Verdict,
 )
 from kernforge.records.evaluation import Baseline, EvalResult, Status
+from kernforge.records.nodes import Node, TaskOutcome
 from kernforge.records.proposal import Failure, NoProposal, Proposal, Usage
 from kernforge.records.results import ResultRow
 from kernforge.records.routes import RouteCost, RoutedCalls
@@ -27,5 +29,5 @@ from kernforge.records.summary import Finalist, RunSummary, TaskRow, TaskStatus
 from kernforge.records.task import KernelTask, RealInputs
 from kernforge.records.timing import Timing
 
-__all__ = ["Baseline", "Comparison", "EndToEnd", "EvalResult", "Finalist", "Failure", "KernelEffect", "KernelTask", "NoProposal", "OutputCheck", "Proposal", "RealInputs", "ResultRow", "RoundsMeasured",
-           "RouteCost", "RoutedCalls", "RunSummary", "Status", "TaskRow", "TaskStatus", "Timing", "Usage", "VariantName", "VariantTiming", "Verdict"]
+__all__ = ["Baseline", "Comparison", "EndToEnd", "EvalResult", "Finalist", "Failure", "KernelEffect", "KernelTask", "NoProposal", "Node", "OutputCheck", "Proposal", "RealInputs", "ResultRow", "RoundsMeasured",
+           "RouteCost", "RoutedCalls", "RunSummary", "Status", "TaskRow", "TaskOutcome", "TaskStatus", "Timing", "Usage", "VariantName", "VariantTiming", "Verdict"]

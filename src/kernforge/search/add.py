@@ -20,7 +20,8 @@ from kernforge.evaluate.executors import LocalExecutor
 from kernforge.evaluate.runner import discard_reference
 from kernforge.records.proposal import Proposal
 from kernforge.search.engine import BASELINE_TIMEOUT_S, TaskJobs
-from kernforge.search.nodes import Node, TaskOutcome, previous_nodes, task_row
+from kernforge.search.nodes import previous_nodes, task_row
+from kernforge.records.nodes import Node, TaskOutcome
 from kernforge.search.runs import read_baseline
 from kernforge.search.greedy import keeps
 from kernforge.store.config import RunConfig

@@ -23,7 +23,8 @@ from kernforge.propose import Proposer
 from kernforge.records.proposal import Failure, NoProposal, Proposal
 from kernforge.propose.context import Attempt, ProposalContext, Seed, TaskFacts, task_facts
 from kernforge.search.budget import CONFIRM_FACTOR, PLATEAU, candidate_fits
-from kernforge.search.nodes import BUDGET_SPENT, Node, TaskOutcome, repair_depth, row_of
+from kernforge.search.nodes import BUDGET_SPENT, repair_depth, row_of
+from kernforge.records.nodes import Node, TaskOutcome
 from kernforge.search.runs import read_baseline
 from kernforge.search.siblings import task_seed
 from kernforge.search.strategy import Strategy

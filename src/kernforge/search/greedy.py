@@ -9,7 +9,7 @@ from kernforge.records.proposal import NoProposal
 
 if TYPE_CHECKING:
     from kernforge.search.engine import SearchContext
-    from kernforge.search.nodes import Node
+    from kernforge.records.nodes import Node
 
 
 class Greedy:

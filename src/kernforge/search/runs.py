@@ -21,7 +21,8 @@ from kernforge.phases import PHASES
 from kernforge.records.evaluation import Baseline, EvalResult
 from kernforge.records.proposal import Proposal
 from kernforge.records import EndToEnd, RunSummary
-from kernforge.search.nodes import Node, TaskOutcome, previous_nodes
+from kernforge.search.nodes import previous_nodes
+from kernforge.records.nodes import Node, TaskOutcome
 from kernforge.search.siblings import seeded_from
 from kernforge.store.events import (Event, EventTail, NodeFinished, NodeStarted, RunEnded, RunStarted,
                                     PhaseTimed, SearchStopped, TaskEnded, TasksChosen, TaskStarted)
