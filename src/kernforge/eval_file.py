@@ -25,7 +25,7 @@ from kernforge.capture import Capture, capture_model
 from kernforge.capture.profile import load_capture
 from kernforge.errors import UserError
 from kernforge.models import ModelOptions, load_model, run_forward
-from kernforge.store.config import RunConfig
+from kernforge.records.config import RunConfig
 from kernforge.store import RunStore
 from kernforge.store.events import Captured, RunEnded
 

@@ -15,7 +15,7 @@ from kernforge.errors import UserError
 from kernforge.propose import get_proposer
 from kernforge.records.nodes import Node, TaskOutcome
 from kernforge.search.nodes import BUDGET_SPENT, row_of
-from kernforge.store.config import RunConfig
+from kernforge.records.config import RunConfig
 from kernforge.store import RunStore
 from kernforge.store.events import (PhaseTimed,
                                     Resumed, SearchStopped, TasksChosen)

@@ -5,11 +5,12 @@ routes' figures in routes.py) and results.tsv's rows (results.py): made by searc
 integrate, read by report, ui and the CLI. Below them, what the stages hand each other: a timing
 (timing.py), a candidate's evaluation and its task's baseline (evaluation.py),
 a proposal (proposal.py), a task (task.py), a search's nodes
-and outcome (nodes.py). Each reads a file written by an older kernforge and
+and outcome (nodes.py), a run's config.json (config.py). Each reads a file written by an older kernforge and
 writes the same JSON (or TSV) it always did; the prose a user reads is made from the fields where
 it is shown (or written), never compared.
 Nothing here imports the rest of kernforge, so any stage may import it."""
 
+from kernforge.records.config import RunConfig, RunKind
 from kernforge.records.endtoend import (
     Comparison,
     EndToEnd,
@@ -30,4 +31,4 @@ from kernforge.records.task import KernelTask, RealInputs
 from kernforge.records.timing import Timing
 
 __all__ = ["Baseline", "Comparison", "EndToEnd", "EvalResult", "Finalist", "Failure", "KernelEffect", "KernelTask", "NoProposal", "Node", "OutputCheck", "Proposal", "RealInputs", "ResultRow", "RoundsMeasured",
-           "RouteCost", "RoutedCalls", "RunSummary", "Status", "TaskRow", "TaskOutcome", "TaskStatus", "Timing", "Usage", "VariantName", "VariantTiming", "Verdict"]
+           "RouteCost", "RoutedCalls", "RunConfig", "RunKind", "RunSummary", "Status", "TaskRow", "TaskOutcome", "TaskStatus", "Timing", "Usage", "VariantName", "VariantTiming", "Verdict"]

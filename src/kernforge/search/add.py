@@ -24,7 +24,7 @@ from kernforge.search.nodes import previous_nodes, task_row
 from kernforge.records.nodes import Node, TaskOutcome
 from kernforge.search.runs import read_baseline
 from kernforge.search.greedy import keeps
-from kernforge.store.config import RunConfig
+from kernforge.records.config import RunConfig
 from kernforge.store import RunStore
 from kernforge.records.task import KernelTask
 

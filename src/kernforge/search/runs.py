@@ -26,7 +26,7 @@ from kernforge.records.nodes import Node, TaskOutcome
 from kernforge.search.siblings import seeded_from
 from kernforge.store.events import (Event, EventTail, NodeFinished, NodeStarted, RunEnded, RunStarted,
                                     PhaseTimed, SearchStopped, TaskEnded, TasksChosen, TaskStarted)
-from kernforge.store.config import RunConfig
+from kernforge.records.config import RunConfig
 from kernforge.store.run import RUN_FORMAT, RunStore
 from kernforge.records.task import KernelTask
 
