@@ -12,10 +12,10 @@ from helpers import scripted_context
 
 from kernforge.errors import UserError
 from kernforge.records.evaluation import EvalResult
-from kernforge.records.timing import Timing
-from kernforge.records.proposal import Proposal
-from kernforge.search import get_strategy
 from kernforge.records.nodes import Node
+from kernforge.records.proposal import Proposal
+from kernforge.records.timing import Timing
+from kernforge.search import get_strategy
 from kernforge.search.budget import (APPLY_MOST_S, APPLY_SHARE, CONFIRM_FACTOR, PLATEAU, FixedCosts, TimeBudget,
                                      candidate_fits, parse_duration, projected_gain)
 from kernforge.search.engine import _patience, search_ended

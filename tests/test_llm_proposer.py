@@ -10,10 +10,7 @@ import pytest
 from helpers import c_softmax_source, scripted_context
 
 from kernforge.errors import UserError
-from kernforge.records.evaluation import EvalResult
-from kernforge.records.timing import Timing
 from kernforge.propose import ProposerOptions
-from kernforge.records.proposal import Failure, NoProposal, Proposal, Usage
 from kernforge.propose.context import Attempt, ProposalContext, Seed, task_facts
 from kernforge.propose.llm import LLMProposer, prompts
 from kernforge.propose.llm.budget import Budget
@@ -21,10 +18,13 @@ from kernforge.propose.llm.extract import extract_candidate
 from kernforge.propose.llm.prices import Price
 from kernforge.propose.llm.providers import Completion, ProviderError
 from kernforge.propose.mixed import REWRITE_EVERY, MixedProposer
-from kernforge.search import get_strategy
+from kernforge.records.evaluation import EvalResult
 from kernforge.records.nodes import Node
-from kernforge.search.engine import MAX_FAILED_PROPOSALS
+from kernforge.records.proposal import Failure, NoProposal, Proposal, Usage
 from kernforge.records.task import KernelTask
+from kernforge.records.timing import Timing
+from kernforge.search import get_strategy
+from kernforge.search.engine import MAX_FAILED_PROPOSALS
 
 pytestmark = pytest.mark.unit
 

@@ -11,10 +11,10 @@ import pytest
 from helpers import scripted_context
 
 from kernforge.records.evaluation import EvalResult
-from kernforge.records.timing import Timing
-from kernforge.records.proposal import Proposal
-from kernforge.search import get_strategy
 from kernforge.records.nodes import Node
+from kernforge.records.proposal import Proposal
+from kernforge.records.timing import Timing
+from kernforge.search import get_strategy
 
 pytestmark = pytest.mark.unit
 

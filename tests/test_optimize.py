@@ -7,12 +7,12 @@ from pathlib import Path
 import pytest
 
 from kernforge.errors import UserError
-from kernforge.records.evaluation import Baseline, EvalResult
-from kernforge.records.timing import Timing
 from kernforge.optimize import OptimizeOptions, optimize
-from kernforge.search.nodes import task_row
-from kernforge.records.proposal import Proposal
+from kernforge.records.evaluation import Baseline, EvalResult
 from kernforge.records.nodes import Node, TaskOutcome
+from kernforge.records.proposal import Proposal
+from kernforge.records.timing import Timing
+from kernforge.search.nodes import task_row
 
 pytestmark = pytest.mark.integration
 

@@ -10,9 +10,9 @@ from helpers import SOFTMAX_OP
 
 from kernforge.errors import UserError
 from kernforge.propose import get_proposer
-from kernforge.records.proposal import Proposal
 from kernforge.propose.builtin import BuiltinProposer, Hardware
 from kernforge.propose.families import softmax
+from kernforge.records.proposal import Proposal
 from kernforge.records.task import KernelTask
 
 pytestmark = pytest.mark.unit

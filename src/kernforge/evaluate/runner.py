@@ -28,9 +28,9 @@ from kernforge.evaluate.forked import kill_worker
 from kernforge.evaluate.judge import Oracle, judge, timing_verdict
 from kernforge.backends.scan import Finding
 from kernforge.harness.timing import clearly_faster, confirmed_by_sync
+from kernforge.phases import Stopwatch
 from kernforge.records.evaluation import Baseline, EvalResult
 from kernforge.records.timing import Timing
-from kernforge.phases import Stopwatch
 from kernforge.tasks import load_task
 
 if TYPE_CHECKING:

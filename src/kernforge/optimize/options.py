@@ -13,9 +13,9 @@ from kernforge.capture import Capture, OpProfile
 from kernforge.errors import UserError
 from kernforge.models import ModelOptions
 from kernforge.propose import ProposerOptions
-from kernforge.records.proposal import Usage
 from kernforge.records import EndToEnd
 from kernforge.records.nodes import TaskOutcome
+from kernforge.records.proposal import Usage
 from kernforge.search.engine import FINALISTS
 from kernforge.store.events import (Event)
 

@@ -15,6 +15,8 @@ from kernforge.records.timing import Timing
 # What a candidate's evaluation came to: correct, or the first way it failed.
 Status = Literal["ok", "compile_error", "runtime_error", "wrong_result", "cheat", "out_of_memory", "crash", "timeout"]
 STATUSES: tuple[Status, ...] = get_args(Status)
+# One input set's verdict: its values passed, failed (or a rejection names it), or were not compared
+SetVerdict = Literal["pass", "fail", ""]
 
 
 @dataclass
@@ -32,9 +34,8 @@ class EvalResult:
     # eager's median before the candidate loaded and right after its timing; `eager` is the faster
     eager_before_after_ms: list[float] = field(default_factory=list)
     failed_check: str = ""  # the key in judge.CHECKS of the check that rejected it ("" when ok)
-    # per input set (the baseline's labels): "pass", "fail" (the set a rejection names, or wrong
-    # values on it) or "" (not compared); empty where judging never began (a build or run failure)
-    set_verdicts: list[str] = field(default_factory=list)
+    # per input set (the baseline's labels); empty where judging never began (a build or run failure)
+    set_verdicts: list[SetVerdict] = field(default_factory=list)
     # Why the first measurement was not believed and the candidate was measured again (its
     # clocks disagreed with this process's once, not twice, or the machine was busy); "" when
     # measured once

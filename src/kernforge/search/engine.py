@@ -13,18 +13,18 @@ from typing import Any
 from kernforge.backends import Backend
 from kernforge.errors import strict
 from kernforge.evaluate import evaluate_baseline, evaluate_candidate, evaluate_peers
-from kernforge.records.evaluation import Baseline
 from kernforge.evaluate.executors import LocalExecutor
 from kernforge.evaluate.jobs import Executor
 from kernforge.evaluate.runner import discard_reference, stop_workers
-from kernforge.records.evaluation import Status
 from kernforge.phases import Stopwatch
 from kernforge.propose import Proposer
-from kernforge.records.proposal import Failure, NoProposal, Proposal
 from kernforge.propose.context import Attempt, ProposalContext, Seed, TaskFacts, task_facts
+from kernforge.records.evaluation import Baseline, Status
+from kernforge.records.nodes import Node, TaskOutcome
+from kernforge.records.proposal import Failure, NoProposal, Proposal
+from kernforge.records.task import KernelTask
 from kernforge.search.budget import CONFIRM_FACTOR, PLATEAU, candidate_fits
 from kernforge.search.nodes import BUDGET_SPENT, repair_depth, row_of
-from kernforge.records.nodes import Node, TaskOutcome
 from kernforge.search.runs import read_baseline
 from kernforge.search.siblings import task_seed
 from kernforge.search.strategy import Strategy
@@ -32,7 +32,6 @@ from kernforge.store import RunStore
 from kernforge.store.events import (Confirmed, NodeFinished, NodeStarted, PhaseStarted, PhaseTimed, ProposalFailed,
                                     SearchStopped, TaskEnded, TaskStarted)
 from kernforge.tasks import save_task
-from kernforge.records.task import KernelTask
 
 BASELINE_TIMEOUT_S = 600.0
 # torch.compile of one op: ~13 s on a 2-core CPU, max-autotune minutes on a GPU; then its timing.

@@ -18,17 +18,17 @@ from typing import Any
 from kernforge.backends import get_backend
 from kernforge.errors import UserError
 from kernforge.phases import PHASES
-from kernforge.records.evaluation import Baseline, EvalResult
-from kernforge.records.proposal import Proposal
 from kernforge.records import EndToEnd, RunSummary
-from kernforge.search.nodes import previous_nodes
+from kernforge.records.config import RunConfig
+from kernforge.records.evaluation import Baseline, EvalResult
 from kernforge.records.nodes import Node, TaskOutcome
+from kernforge.records.proposal import Proposal
+from kernforge.records.task import KernelTask
+from kernforge.search.nodes import previous_nodes
 from kernforge.search.siblings import seeded_from
 from kernforge.store.events import (Event, EventTail, NodeFinished, NodeStarted, RunEnded, RunStarted,
                                     PhaseTimed, SearchStopped, TaskEnded, TasksChosen, TaskStarted)
-from kernforge.records.config import RunConfig
 from kernforge.store.run import RUN_FORMAT, RunStore
-from kernforge.records.task import KernelTask
 
 
 @dataclass

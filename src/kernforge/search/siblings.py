@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kernforge.propose.context import Attempt, Seed
-from kernforge.search.nodes import previous_nodes
 from kernforge.records.nodes import TaskOutcome
-from kernforge.store import RunStore
 from kernforge.records.task import KernelTask
+from kernforge.search.nodes import previous_nodes
+from kernforge.store import RunStore
 
 if TYPE_CHECKING:
     from kernforge.records.nodes import Node
