@@ -34,7 +34,8 @@ import torch
 
 from kernforge.capture.recorder import tensor_meta
 from kernforge.evaluate.checks import compare, element_bound, outputs_list, upcast
-from kernforge.tasks import KernelTask, resolve_op
+from kernforge.records.task import KernelTask
+from kernforge.tasks import resolve_op
 
 
 def tensor(shape: list[int], dtype: str = "torch.float32", stride: list[int] | None = None,

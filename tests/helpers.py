@@ -216,7 +216,7 @@ def scripted_context(propose, evaluate_one, iterations: int, parallel: int = 1, 
     and finished (`ctx.spans`, by node id)."""
     import heapq
 
-    from kernforge.propose import NoProposal
+    from kernforge.records.proposal import NoProposal
     from kernforge.search import SearchContext
 
     clock = {"now": 0.0}

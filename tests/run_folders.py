@@ -9,8 +9,9 @@ from pathlib import Path
 
 from helpers import c_softmax_source
 
-from kernforge.evaluate import Baseline, EvalResult, Timing
-from kernforge.propose import Proposal, Usage
+from kernforge.records.evaluation import Baseline, EvalResult
+from kernforge.records.proposal import Proposal, Usage
+from kernforge.records.timing import Timing
 from kernforge.store import RunStore
 from kernforge.store.events import (Applied, Confirmed, NodeFinished, NodeStarted, PhaseTimed, RunEnded, RunStarted,
                                     TaskEnded, TasksChosen, TaskStarted)

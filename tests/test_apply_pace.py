@@ -9,12 +9,12 @@ import time
 import pytest
 import torch
 
-from kernforge.harness.timing import Timing
 from kernforge.integrate import endtoend as e2e
 from kernforge.integrate.apply import expected_measurements
 from kernforge.integrate.pace import (MAX_ROUNDS, MIN_CALLS, MIN_ROUNDS, Pace, another_round, calls_per_round,
                                       rounds_span, was_cut)
 from kernforge.records import RoundsMeasured
+from kernforge.records.timing import Timing
 
 pytestmark = pytest.mark.unit
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from kernforge.harness.timing import Timing
 from kernforge.integrate.apply import _comparison, _confirm
 from kernforge.records import EndToEnd, KernelEffect, VariantName
+from kernforge.records.timing import Timing
 from kernforge.report.views import e2e_text
 
 pytestmark = pytest.mark.unit

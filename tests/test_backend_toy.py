@@ -21,7 +21,7 @@ from kernforge.importing import FileImportError, import_path
 from kernforge.propose import get_proposer
 from kernforge.propose.llm import LLMProposer
 from kernforge.propose.llm.budget import Budget
-from kernforge.tasks import KernelTask
+from kernforge.records.task import KernelTask
 
 pytestmark = pytest.mark.unit  # nothing is compiled and no process starts: the toy's build is an import
 

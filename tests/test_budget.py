@@ -11,9 +11,11 @@ import pytest
 from helpers import scripted_context
 
 from kernforge.errors import UserError
-from kernforge.evaluate import EvalResult, Timing
-from kernforge.propose import Proposal
-from kernforge.search import Node, get_strategy
+from kernforge.records.evaluation import EvalResult
+from kernforge.records.nodes import Node
+from kernforge.records.proposal import Proposal
+from kernforge.records.timing import Timing
+from kernforge.search import get_strategy
 from kernforge.search.budget import (APPLY_MOST_S, APPLY_SHARE, CONFIRM_FACTOR, PLATEAU, FixedCosts, TimeBudget,
                                      candidate_fits, parse_duration, projected_gain)
 from kernforge.search.engine import _patience, search_ended

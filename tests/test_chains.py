@@ -141,7 +141,7 @@ def _group_norm_silu() -> tuple[nn.Module, torch.Tensor]:
 
 
 def _task_of(chain):
-    from kernforge.tasks import KernelTask
+    from kernforge.records.task import KernelTask
 
     return KernelTask(task_id="t0", op=chain.op, signature=chain.signature, args=chain.input_metas,
                       outputs=chain.output_metas, samples=[], share=0.5, gain_if_2x=1.3, time_us=1.0,

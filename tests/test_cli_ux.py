@@ -85,9 +85,10 @@ def test_no_ops_means_the_hottest():
 
 def scripted_search(supply: int, iterations: int):
     """MCTS over a proposer with `supply` candidates, all correct; returns its context."""
-    from kernforge.evaluate import EvalResult
-    from kernforge.propose import Proposal
-    from kernforge.search import Node, get_strategy
+    from kernforge.records.evaluation import EvalResult
+    from kernforge.records.proposal import Proposal
+    from kernforge.search import get_strategy
+    from kernforge.records.nodes import Node
 
     made = {"n": 0}
 

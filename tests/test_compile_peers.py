@@ -18,7 +18,7 @@ from helpers import CORRECT_BODY, c_softmax_source
 from test_search_failures import Scripted
 
 from kernforge.backends import get_backend
-from kernforge.evaluate.runner import PEER_SKIPPED
+from kernforge.records.evaluation import PEER_SKIPPED
 from kernforge.search import engine, get_strategy, search_task
 from kernforge.search.nodes import previous_nodes, task_row
 from kernforge.search.runs import read_baseline

@@ -139,7 +139,7 @@ def written_run(runs_dir: Path, task):
     """run_folders.write_run with its nodes in run.db too, as a search records them."""
     from run_folders import NODES
 
-    from kernforge.propose import Proposal
+    from kernforge.records.proposal import Proposal
 
     store = write_run(runs_dir, task)
     store.db.add_tasks([(task.task_id, vars(task))])

@@ -22,9 +22,10 @@ from kernforge.evaluate.checks import RTOL, compare, element_bound, normalised_e
 from kernforge.evaluate.classes import CLASS_KINDS
 from kernforge.harness.inputs import FRESH_KINDS
 from kernforge.evaluate.runner import discard_reference, oracle_for
-from kernforge.harness.timing import Timing, clearly_faster
+from kernforge.harness.timing import clearly_faster
 from kernforge.models.loader import LoadedModel
 from kernforge.propose.builtin import BuiltinProposer
+from kernforge.records.timing import Timing
 from kernforge.tasks import make_tasks, save_task
 
 pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("evaluate")]  # one worker: module fixtures made once

@@ -15,7 +15,7 @@ from family_check import channels_last, family_for, make_task, tensor
 
 from kernforge.propose.builtin import BuiltinProposer, Hardware
 from kernforge.propose.families import batch_norm
-from kernforge.tasks import KernelTask
+from kernforge.records.task import KernelTask
 
 pytestmark = pytest.mark.unit
 

@@ -14,7 +14,7 @@ from family_check import channels_last, family_for, make_task, tensor
 from kernforge.backends.scan import scan_source
 from kernforge.propose.builtin import BuiltinProposer, Hardware
 from kernforge.propose.families import group_norm as gn
-from kernforge.tasks import KernelTask
+from kernforge.records.task import KernelTask
 
 pytestmark = pytest.mark.unit
 

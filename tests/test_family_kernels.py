@@ -29,7 +29,7 @@ from family_check import channels_last, check_source, family_for, make_task, ten
 from kernforge.backends import cpu
 from kernforge.backends.scan import scan_source
 from kernforge.propose.builtin import Hardware
-from kernforge.tasks import KernelTask
+from kernforge.records.task import KernelTask
 
 pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("family_kernels")]  # one worker: module fixtures made once
 

@@ -21,7 +21,8 @@ from family_check import channels_last, make_task, tensor
 from kernforge.backends.scan import scan_source
 from kernforge.propose.builtin import Hardware
 from kernforge.propose.families import reduce
-from kernforge.tasks import KernelTask, resolve_op
+from kernforge.records.task import KernelTask
+from kernforge.tasks import resolve_op
 
 pytestmark = pytest.mark.unit
 

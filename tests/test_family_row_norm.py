@@ -15,7 +15,7 @@ from family_check import family_for, make_task, tensor
 from kernforge.backends.scan import scan_source
 from kernforge.propose.builtin import BuiltinProposer, Hardware
 from kernforge.propose.families import row_norm
-from kernforge.tasks import KernelTask
+from kernforge.records.task import KernelTask
 
 pytestmark = pytest.mark.unit
 

@@ -23,7 +23,7 @@ from family_check import tensor
 from kernforge.importing import import_path
 from kernforge.propose.builtin import Hardware
 from kernforge.propose.families import group_norm as gn
-from kernforge.tasks import KernelTask
+from kernforge.records.task import KernelTask
 
 pytestmark = pytest.mark.integration
 

@@ -338,7 +338,7 @@ def test_a_number_where_the_op_takes_a_tensor_falls_back_to_torch_own_result(dty
 
 
 def _timing(ms: float):
-    from kernforge.harness.timing import Timing
+    from kernforge.records.timing import Timing
 
     return Timing(p20_ms=ms * 0.99, p50_ms=ms, p80_ms=ms * 1.01, runs=20, method="test")
 

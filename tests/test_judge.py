@@ -304,11 +304,12 @@ def test_a_wrong_kernel_is_wrong_whatever_the_clocks_say(monkeypatch, tmp_path: 
 @pytest.mark.parametrize("second", ["agrees", "disagrees"])
 def test_a_clock_disagreement_is_a_verdict_only_when_a_second_run_repeats_it(monkeypatch, tmp_path: Path, second):
     from kernforge.evaluate import runner
+    from kernforge.records.evaluation import EvalResult
 
     slow = "the candidate's calls took 0.28 ms each by the worker's timer, but 0.75 ms by the search process's clock"
-    runs = [runner.EvalResult(status="cheat", reason=slow, failed_check="clock", wall_s=3.0),
-            runner.EvalResult(status="ok", wall_s=2.0) if second == "agrees" else
-            runner.EvalResult(status="cheat", reason=slow, failed_check="clock", wall_s=2.0)]
+    runs = [EvalResult(status="cheat", reason=slow, failed_check="clock", wall_s=3.0),
+            EvalResult(status="ok", wall_s=2.0) if second == "agrees" else
+            EvalResult(status="cheat", reason=slow, failed_check="clock", wall_s=2.0)]
     monkeypatch.setattr(runner, "static_findings", lambda *_: [])
     monkeypatch.setattr(runner, "_judged_run", lambda *_: runs.pop(0))
     result = runner.evaluate_candidate(tmp_path / "task.json", tmp_path / "ref.pt", tmp_path / "c.c", "cpu", "cpu",

@@ -10,8 +10,7 @@ import pytest
 from helpers import c_softmax_source, scripted_context
 
 from kernforge.errors import UserError
-from kernforge.evaluate import EvalResult, Timing
-from kernforge.propose import Failure, NoProposal, Proposal, ProposerOptions, Usage
+from kernforge.propose import ProposerOptions
 from kernforge.propose.context import Attempt, ProposalContext, Seed, task_facts
 from kernforge.propose.llm import LLMProposer, prompts
 from kernforge.propose.llm.budget import Budget
@@ -19,9 +18,13 @@ from kernforge.propose.llm.extract import extract_candidate
 from kernforge.propose.llm.prices import Price
 from kernforge.propose.llm.providers import Completion, ProviderError
 from kernforge.propose.mixed import REWRITE_EVERY, MixedProposer
-from kernforge.search import Node, get_strategy
+from kernforge.records.evaluation import EvalResult
+from kernforge.records.nodes import Node
+from kernforge.records.proposal import Failure, NoProposal, Proposal, Usage
+from kernforge.records.task import KernelTask
+from kernforge.records.timing import Timing
+from kernforge.search import get_strategy
 from kernforge.search.engine import MAX_FAILED_PROPOSALS
-from kernforge.tasks import KernelTask
 
 pytestmark = pytest.mark.unit
 
@@ -155,7 +158,7 @@ def test_the_analyst_reads_the_timings_against_the_floor_and_the_build_report():
 
 
 def test_before_a_candidate_beats_eager_the_prompts_say_the_compile_peer_is_not_timed_yet():
-    from kernforge.evaluate.runner import PEER_PENDING
+    from kernforge.records.evaluation import PEER_PENDING
 
     facts = task_facts(SOFTMAX, 0.0100, None, PEER_PENDING)
     first, analysed = context(), context(parent=attempt("n0001", timed(0.0200)))

@@ -10,9 +10,11 @@ import pytest
 
 from helpers import scripted_context
 
-from kernforge.evaluate import EvalResult, Timing
-from kernforge.propose import Proposal
-from kernforge.search import Node, get_strategy
+from kernforge.records.evaluation import EvalResult
+from kernforge.records.nodes import Node
+from kernforge.records.proposal import Proposal
+from kernforge.records.timing import Timing
+from kernforge.search import get_strategy
 
 pytestmark = pytest.mark.unit
 

@@ -7,11 +7,12 @@ from pathlib import Path
 import pytest
 
 from kernforge.errors import UserError
-from kernforge.evaluate import Baseline, EvalResult, Timing
 from kernforge.optimize import OptimizeOptions, optimize
+from kernforge.records.evaluation import Baseline, EvalResult
+from kernforge.records.nodes import Node, TaskOutcome
+from kernforge.records.proposal import Proposal
+from kernforge.records.timing import Timing
 from kernforge.search.nodes import task_row
-from kernforge.propose import Proposal
-from kernforge.search import Node, TaskOutcome
 
 pytestmark = pytest.mark.integration
 

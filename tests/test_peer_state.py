@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from kernforge.evaluate import Baseline, Timing
-from kernforge.evaluate.runner import PEER_PENDING, PEER_SKIPPED
+from kernforge.records.evaluation import PEER_PENDING, PEER_SKIPPED, Baseline
 from kernforge.records.summary import TaskRow
+from kernforge.records.timing import Timing
 from kernforge.report.tables import _compile_cell
 from kernforge.search.engine import timed_peers
 

@@ -9,10 +9,11 @@ import pytest
 from helpers import SOFTMAX_OP
 
 from kernforge.errors import UserError
-from kernforge.propose import Proposal, get_proposer
+from kernforge.propose import get_proposer
 from kernforge.propose.builtin import BuiltinProposer, Hardware
 from kernforge.propose.families import softmax
-from kernforge.tasks import KernelTask
+from kernforge.records.proposal import Proposal
+from kernforge.records.task import KernelTask
 
 pytestmark = pytest.mark.unit
 
@@ -177,7 +178,7 @@ def test_cuda_starting_points_fit_the_shape(shape, dtype, expected):
 # ---------------------------------------------------------------- failed approaches
 
 def test_a_move_that_failed_before_is_tried_last():
-    from kernforge.propose import Failure
+    from kernforge.records.proposal import Failure
 
     task = make_task(shape=(64, 300))
     proposer = BuiltinProposer(seed=0)
@@ -209,7 +210,7 @@ def test_proposals_record_what_they_changed():
 def test_a_value_that_only_ever_failed_is_moved_away_from_first():
     """The large group norm's resident variant once failed every time (a scan rule); tweaking its
     numbers failed the same way, 16 times. Two failures of it, no pass: the variant moves first."""
-    from kernforge.propose import Failure
+    from kernforge.records.proposal import Failure
     from kernforge.propose.families import group_norm
 
     bf16 = "torch.bfloat16"

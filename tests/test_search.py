@@ -13,11 +13,14 @@ from helpers import SOFTMAX_OP, scripted_context
 
 from kernforge.backends import get_backend
 from kernforge.errors import UserError
-from kernforge.evaluate import EvalResult, Timing
-from kernforge.propose import Proposal, get_proposer
-from kernforge.search import Node, TaskOutcome, get_strategy, search_task
-from kernforge.search import engine as search_engine
+from kernforge.propose import get_proposer
+from kernforge.records.evaluation import EvalResult
+from kernforge.records.nodes import Node, TaskOutcome
+from kernforge.records.proposal import Proposal
 from kernforge.records.results import RESULT_COLUMNS
+from kernforge.records.timing import Timing
+from kernforge.search import get_strategy, search_task
+from kernforge.search import engine as search_engine
 from kernforge.store import RunStore
 from kernforge.store.events import NodeFinished
 

@@ -16,7 +16,7 @@ import pytest
 from helpers import c_softmax_source
 
 from kernforge.backends import get_backend
-from kernforge.propose import NoProposal, Proposal
+from kernforge.records.proposal import NoProposal, Proposal
 from kernforge.search import get_strategy, search_task
 from kernforge.store import RunStore
 

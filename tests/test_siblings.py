@@ -9,16 +9,18 @@ from pathlib import Path
 import pytest
 from helpers import scripted_context
 
-from kernforge.evaluate import EvalResult, Timing
-from kernforge.propose import Proposal
 from kernforge.propose.builtin import BuiltinProposer, Hardware
 from kernforge.propose.context import Attempt, Seed
 from kernforge.propose.families import softmax
-from kernforge.search import Node, get_strategy
+from kernforge.records.evaluation import EvalResult
+from kernforge.records.nodes import Node
+from kernforge.records.proposal import Proposal
+from kernforge.records.task import KernelTask
+from kernforge.records.timing import Timing
+from kernforge.search import get_strategy
 from kernforge.search.engine import SEEDED_PATIENCE, search_ended
 from kernforge.search.siblings import are_siblings, find_seed, seeded_from, task_seed
 from kernforge.store import RunStore
-from kernforge.tasks import KernelTask
 
 pytestmark = pytest.mark.unit
 

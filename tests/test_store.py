@@ -178,7 +178,7 @@ def test_phase_start_events_read_back_and_old_logs_without_them_still_load(tmp_p
 
 
 def test_config_json_reads_as_a_record_and_keeps_what_it_does_not_name():
-    from kernforge.store.config import RunConfig
+    from kernforge.records.config import RunConfig
 
     raw = {"spec": "m.py", "model_name": "m", "model": {"dtype": "bf16"}, "resolved_backend": "triton",
            "device": "cuda", "device_name": "NVIDIA H200", "device_capability": "9.0", "format_version": 2,

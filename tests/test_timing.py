@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from kernforge.harness.timing import Timing, confirmed_by_sync, escaped_ms, escapes_the_events
+from kernforge.harness.timing import confirmed_by_sync, escaped_ms, escapes_the_events
+from kernforge.records.timing import Timing
 
 pytestmark = pytest.mark.unit
 

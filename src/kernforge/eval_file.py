@@ -25,7 +25,7 @@ from kernforge.capture import Capture, capture_model
 from kernforge.capture.profile import load_capture
 from kernforge.errors import UserError
 from kernforge.models import ModelOptions, load_model, run_forward
-from kernforge.store.config import RunConfig
+from kernforge.records.config import RunConfig
 from kernforge.store import RunStore
 from kernforge.store.events import Captured, RunEnded
 
@@ -254,13 +254,14 @@ def _link_or_copy(src: str, dst: str) -> None:
 def _record(store: RunStore, task: Any, baseline: Any, result: Any, kernel_file: Path, suffix: str) -> None:
     """The eval as a search's one-node task: run.db, baseline.json and results.tsv, so that
     `ls`, `show`, `report` and a dashboard read it as they read a search."""
-    from kernforge.propose import Proposal
-    from kernforge.search.nodes import Node, row_of
+    from kernforge.records.proposal import Proposal
+    from kernforge.search.nodes import row_of
+    from kernforge.records.nodes import Node
 
     proposal = Proposal(source=kernel_file.read_text(), rationale=f"hand-written: {kernel_file.name}",
                         origin="human", params={"file": str(kernel_file)})
     node = Node(node_id="n0000", parent_id=None, proposal=proposal, result=result, kept=result.ok)
-    store.write_json(f"tasks/{task.task_id}/baseline.json", asdict(baseline))
+    store.write_json(f"tasks/{task.task_id}/baseline.json", baseline.to_json())
     store.write_json(f"tasks/{task.task_id}/nodes/n0000/proposal.json", {"parent": None, **proposal.record()})
     store.record_node(task.task_id, node.node_id, None, proposal, result, node.kept, suffix)
     store.append_result(row_of(task, node))

@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from kernforge.evaluate.runner import STATUSES as EVALUATOR_STATUSES
+from kernforge.records.evaluation import STATUSES as EVALUATOR_STATUSES
 
 HERE = Path(__file__).resolve().parent
 STATUSES = frozenset(EVALUATOR_STATUSES)

@@ -33,6 +33,7 @@ from kernforge.capture.recorder import (
 from kernforge.harness.serialize import placeholders_of, save_sample
 from kernforge.models import LoadedModel
 from kernforge.phases import Stopwatch
+from kernforge.records.task import RealInputs
 
 # A sample of real inputs per signature is kept on disk; these caps, on the bytes saved, keep a
 # large model's capture from filling the disk. Inputs over them leave a partly real sample: the
@@ -80,7 +81,7 @@ class OpProfile:
     module: str = ""  # the nn.Module of its first call
     # How many of its samples' input tensors are the model's: all, partial or none; the others,
     # over the sample caps, are saved as placeholders (Placeholder.to_json), listed here.
-    real_inputs: str = "all"
+    real_inputs: RealInputs = "all"
     placeholders: list[dict[str, Any]] = field(default_factory=list)
     # kind "chain": its steps, outputs and instances (chains.Chain.to_json); op names the steps,
     # args and outputs are the chain's external inputs and kept values

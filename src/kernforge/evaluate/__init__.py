@@ -1,15 +1,13 @@
 """evaluate: build, check and time a candidate in a worker process, never in the search process."""
 
 from kernforge.evaluate.runner import (
-    Baseline,
-    EvalResult,
     evaluate_baseline,
     evaluate_candidate,
     evaluate_peers,
 )
-from kernforge.harness.timing import Timing, clearly_faster, clearly_faster_relative
+from kernforge.harness.timing import clearly_faster, clearly_faster_relative
 
 __all__ = [
-    "Baseline", "EvalResult", "Timing", "clearly_faster", "clearly_faster_relative", "evaluate_baseline",
+    "clearly_faster", "clearly_faster_relative", "evaluate_baseline",
     "evaluate_candidate", "evaluate_peers",
 ]

@@ -22,7 +22,8 @@ import torch
 from kernforge.evaluate.checks import compare
 from kernforge.harness.guards import verdict as guard_verdict
 from kernforge.harness.prefill import Options, options_for_sets, unwritten
-from kernforge.harness.timing import Timing, escaped_ms, escapes_the_events
+from kernforge.harness.timing import escaped_ms, escapes_the_events
+from kernforge.records.timing import Timing
 
 
 # Every check a candidate goes through, in order: EvalResult.failed_check names the one that

@@ -40,7 +40,8 @@ import torch
 from kernforge.harness.guards import Guard
 from kernforge.harness.inputs import digest, flat_span, layout_copy, tensors_of
 from kernforge.harness.prefill import Prefill, Value
-from kernforge.harness.timing import Timing, timing_from
+from kernforge.harness.timing import timing_from
+from kernforge.records.timing import Timing
 
 # Repeats: about GPU_TARGET_MS (GPU) or CPU_TARGET_MS (CPU) of calls at the reference's speed,
 # within CALLS; a few warm-up calls first (page faults, OpenMP thread start, Triton's compile),

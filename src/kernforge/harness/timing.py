@@ -1,38 +1,18 @@
-"""Timing records and the verdicts drawn from them.
+"""The verdicts drawn from timings (records.timing.Timing).
 
 How calls are timed (CUDA events around each call after an L2 flush and a runway
 on a GPU, the host clock on a CPU, inputs rotated and refilled) is the session's
-(session.py): checked and timed calls are the same calls there. This module holds
+(session.py): checked and timed calls are the same calls there. This module makes
 the record both devices return, so that eager and candidate are compared on equal
-terms, and what follows from two of them: faster beyond the noise, work that
+terms, and says what follows from two of them: faster beyond the noise, work that
 escaped the events.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
-
-
-@dataclass
-class Timing:
-    p20_ms: float
-    p50_ms: float
-    p80_ms: float
-    runs: int
-    method: str
-    synced_ms: float | None = None  # GPU: median with a device-wide sync before the end event
-    host_ms: float | None = None  # GPU: host clock over back-to-back calls ending in a sync, per call
-    # GPU: the least time, over the synchronised calls, from the stream's own end of the call to
-    # the end of a device-wide sync: the sync's cost, plus work the stream did not wait for
-    sync_gap_ms: float | None = None
-    copies: int = 1  # input sets rotated through
-
-    @property
-    def spread(self) -> float:
-        """(p80 - p20) / p50: the relative noise of this measurement."""
-        return (self.p80_ms - self.p20_ms) / self.p50_ms if self.p50_ms > 0 else 0.0
+from kernforge.records.timing import Timing
 
 
 def timing_from(samples_ms: list[float], method: str, **cross_checks: Any) -> Timing:

@@ -20,10 +20,10 @@ import torch
 from kernforge.errors import UserError
 from kernforge.integrate import endtoend as e2e
 from kernforge.integrate import overhead, runtime
-from kernforge.harness.timing import Timing
 from kernforge.integrate.pace import Pace
 from kernforge.integrate.install import Patch, compile_caches_off, patch
 from kernforge.records import Comparison, EndToEnd, KernelEffect, OutputCheck, RoutedCalls, VariantName, VariantTiming
+from kernforge.records.timing import Timing
 from kernforge.search.runs import RunRecord, read_run, run_phases
 from kernforge.store.events import Applied, PhaseTimed
 

@@ -33,10 +33,11 @@ import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
 from kernforge.evaluate.checks import compare, element_bound, oracle_dtype, upcast
-from kernforge.harness.timing import Timing, clearly_faster, clearly_faster_relative, timing_from
+from kernforge.harness.timing import clearly_faster, clearly_faster_relative, timing_from
 from kernforge.integrate import runtime
 from kernforge.integrate.pace import Pace, another_round, calls_per_round, was_cut
 from kernforge.records import RoundsMeasured, Verdict
+from kernforge.records.timing import Timing
 
 ROUNDS = 5
 ROUND_MS = 150.0  # each variant's share of a round: ~3 calls of an 85 ms VAE decoder, 50 of a 3 ms one

@@ -11,9 +11,10 @@ from kernforge.backends import Backend
 from kernforge.capture import Capture
 from kernforge.errors import UserError, strict
 from kernforge.evaluate.executors import make_executor
-from kernforge.propose import Usage
 from kernforge.records import EndToEnd, RunSummary
-from kernforge.search import Node, TaskOutcome, get_strategy, search_task
+from kernforge.records.nodes import Node, TaskOutcome
+from kernforge.records.proposal import Usage
+from kernforge.search import get_strategy, search_task
 from kernforge.search.budget import (MIN_TASK_S, FixedCosts, TimeBudget, parse_duration, projected_gain,
                                      task_bytes)
 from kernforge.search.nodes import task_row

@@ -12,9 +12,10 @@ from typing import Any
 from kernforge.capture import Capture, OpProfile
 from kernforge.errors import UserError
 from kernforge.models import ModelOptions
-from kernforge.propose import ProposerOptions, Usage
+from kernforge.propose import ProposerOptions
 from kernforge.records import EndToEnd
-from kernforge.search import TaskOutcome
+from kernforge.records.nodes import TaskOutcome
+from kernforge.records.proposal import Usage
 from kernforge.search.engine import FINALISTS
 from kernforge.store.events import (Event)
 

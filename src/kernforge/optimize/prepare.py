@@ -21,7 +21,7 @@ from kernforge.capture import Capture, capture_model
 from kernforge.capture.compiled import compile_ranking, compile_warning
 from kernforge.models import LoadedModel, ModelOptions, load_model, run_forward
 from kernforge.propose import ProposerOptions
-from kernforge.store.config import RunConfig
+from kernforge.records.config import RunConfig
 from kernforge.store import RUN_FORMAT, RunStore
 from kernforge.store.events import (Captured, PhaseStarted, PhaseTimed,
                                     RunStarted)

@@ -13,14 +13,15 @@ from kernforge.backends import Backend, choose_backend
 from kernforge.capture import Capture, OpProfile
 from kernforge.errors import UserError
 from kernforge.propose import get_proposer
-from kernforge.search import Node, TaskOutcome
+from kernforge.records.config import RunConfig
+from kernforge.records.nodes import Node, TaskOutcome
+from kernforge.records.task import KernelTask
 from kernforge.search.nodes import BUDGET_SPENT, row_of
-from kernforge.store.config import RunConfig
 from kernforge.store import RunStore
 from kernforge.store.events import (PhaseTimed,
                                     Resumed, SearchStopped, TasksChosen)
 from kernforge.search.runs import read_baseline, run_phases
-from kernforge.tasks import KernelTask, task_label
+from kernforge.tasks import task_label
 
 from kernforge.optimize.loop import llm_spent, search_all
 from kernforge.optimize.options import OnEvent, OptimizeOptions, OptimizeResult, RunInterrupted, options_from_config

@@ -9,9 +9,10 @@ from typing import Any
 from kernforge.backends import Backend
 from kernforge.capture import Capture, OpProfile
 from kernforge.errors import UserError
+from kernforge.records.task import KernelTask
 from kernforge.store import RunStore
 from kernforge.store.events import (TasksChosen)
-from kernforge.tasks import KernelTask, make_tasks
+from kernforge.tasks import make_tasks
 
 from kernforge.optimize.options import OptimizeOptions
 

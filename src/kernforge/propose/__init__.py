@@ -15,103 +15,24 @@ A proposer's lifecycle, as the search engine drives it (search/engine.py):
                                    beside the evaluations, so that workers stay busy while an LLM
                                    thinks, up to `concurrency` at once.
 
-Every candidate, whatever made it, is one Proposal: its source and rationale, its origin
-(builtin with its parameters, llm with its model, usage and transcript, or human), so that
-the store, the dashboard and reports treat them alike.
+Every candidate, whatever made it, is one Proposal (records/proposal.py): its source and
+rationale, its origin (builtin with its parameters, llm with its model, usage and transcript, or
+human), so that the store, the dashboard and reports treat them alike.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
 
 from kernforge.errors import UserError
+from kernforge.records.proposal import Usage
 
 if TYPE_CHECKING:
     from kernforge.propose.context import ProposalContext
-    from kernforge.tasks import KernelTask
-
-ORIGINS = ("builtin", "llm", "human")
-
-
-@dataclass
-class Usage:
-    """What an LLM exchange cost; zero for the built-in proposer and for a human."""
-
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cost_usd: float = 0.0
-    latency_s: float = 0.0
-    calls: int = 0
-
-    @property
-    def tokens(self) -> int:
-        return self.prompt_tokens + self.completion_tokens
-
-    def __add__(self, other: Usage) -> Usage:
-        return Usage(self.prompt_tokens + other.prompt_tokens, self.completion_tokens + other.completion_tokens,
-                     self.cost_usd + other.cost_usd, self.latency_s + other.latency_s, self.calls + other.calls)
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any] | None) -> Usage:
-        return cls(**{k: v for k, v in (data or {}).items() if k in cls.__dataclass_fields__})
-
-
-@dataclass
-class Proposal:
-    source: str
-    rationale: str  # shown to the user: what this move changes and why it might help
-    params: dict[str, Any] = field(default_factory=dict)
-    # The parameters this proposal set differently from its parent (all of them for a first one).
-    changes: dict[str, Any] = field(default_factory=dict)
-    origin: str = "builtin"  # builtin | llm | human
-    model: str = ""  # llm: the endpoint and model that wrote it ("openai:gpt-4.1")
-    usage: Usage = field(default_factory=Usage)
-    # llm: every exchange that made it, both agents': {"agent", "system", "messages", "reply",
-    # "usage", "error"}. Kept in the node's transcript.json, not in the database.
-    transcript: list[dict[str, Any]] = field(default_factory=list)
-    # llm: the analyst's recommendation this candidate followed, for its descendants' prompts.
-    advice: dict[str, Any] = field(default_factory=dict)
-
-    def record(self) -> dict[str, Any]:
-        """What the run folder keeps of it beside the source (proposal.json, the database)."""
-        return {"rationale": self.rationale, "params": self.params, "changes": self.changes,
-                "origin": self.origin, "model": self.model, "usage": asdict(self.usage), "advice": self.advice}
-
-    @classmethod
-    def from_record(cls, source: str, data: dict[str, Any]) -> Proposal:
-        return cls(source=source, rationale=data.get("rationale", ""), params=data.get("params", {}),
-                   changes=data.get("changes", {}), origin=data.get("origin", "builtin"),
-                   model=data.get("model", ""), usage=Usage.from_json(data.get("usage")),
-                   advice=data.get("advice", {}))
-
-
-# What a NoProposal asks of the search:
-#   exhausted  this proposer has nothing new from this parent, ever: close the node;
-#   retry      nothing this time (rate limit, time-out, a reply with no code): ask again, after
-#              retry_after_s; a run of them in a row ends the task (engine.MAX_FAILED_PROPOSALS);
-#   budget     the run's LLM budget is spent: start nothing more, finish what is in flight.
-NO_PROPOSAL_KINDS = ("exhausted", "retry", "budget")
-
-
-@dataclass
-class NoProposal:
-    reason: str
-    kind: str = "exhausted"
-    retry_after_s: float = 0.0
-    usage: Usage = field(default_factory=Usage)
-    transcript: list[dict[str, Any]] = field(default_factory=list)
-
-
-@dataclass
-class Failure:
-    """A failed approach: what was tried, and how it failed. Proposers are given every one
-    so far, so as not to try the same thing again."""
-
-    proposal: Proposal
-    status: str  # compile_error | wrong_result | cheat | crash | timeout | ...
-    reason: str
+    from kernforge.records.proposal import NoProposal, Proposal
+    from kernforge.records.task import KernelTask
 
 
 class Proposer(Protocol):

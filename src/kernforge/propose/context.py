@@ -15,9 +15,9 @@ from typing import Any
 
 import torch
 
-from kernforge.evaluate import EvalResult
-from kernforge.propose import Failure, Proposal
-from kernforge.tasks import KernelTask
+from kernforge.records.evaluation import EvalResult
+from kernforge.records.proposal import Failure, Proposal
+from kernforge.records.task import KernelTask
 
 
 @dataclass
@@ -32,7 +32,7 @@ class TaskFacts:
     eager_p50_ms: float | None
     compile_p50_ms: float | None
     # Why compile_p50_ms is None where the run asks for a peer: not timed until a candidate beats
-    # eager (evaluate.runner.PEER_PENDING); "" where it is timed or none is asked
+    # eager (records.evaluation.PEER_PENDING); "" where it is timed or none is asked
     compile_note: str = ""
 
     def floor_ms(self, bandwidth_gb_s: float | None) -> float | None:

@@ -16,10 +16,10 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from kernforge.propose import NoProposal, Proposal
 from kernforge.propose.builtin import BuiltinProposer
 from kernforge.propose.context import ProposalContext
 from kernforge.propose.llm import LLMProposer
+from kernforge.records.proposal import NoProposal, Proposal
 
 # One expansion in four of a built-in node is the LLM's: the moves stay the bulk of a small budget
 # (the templates are tuned), and a 16-candidate search still gets three rewrites.

@@ -13,13 +13,15 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from kernforge.records.evaluation import Status
+
 
 @dataclass(frozen=True)
 class ResultRow:
     task: str
     node: str
     parent: str  # "" for a root
-    status: str  # the candidate's EvalResult status: ok | wrong_result | crash | ...
+    status: Status  # the candidate's EvalResult status
     failure_reason: str  # why it failed, or why a correct one's timing is not trusted ("noisy")
     p50_ms: float | None  # None: not timed
     p20_ms: float | None
@@ -66,6 +68,7 @@ def _optional_float(cell: str) -> float | None:
 # A cell back into its field's type, by the type as the field spells it
 _PARSE: dict[str, Any] = {
     "str": str,
+    "Status": str,
     "float | None": _optional_float,
     "float": lambda cell: float(cell or 0.0),
     "int": lambda cell: int(cell or 0),

@@ -11,13 +11,14 @@ words, and keys this version does not know are kept and written back.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from kernforge.records.endtoend import EndToEnd
+from kernforge.records.evaluation import Status
+from kernforge.records.task import RealInputs
 
 # What came of a task, in short; `verdict` says it in words, with why and any notes.
 TaskStatus = Literal["faster", "no faster", "not timed", "no correct", "not searched"]
-RealInputs = Literal["all", "partial", "none"]  # of its captured inputs, those kept (the rest over the sample cap)
 
 # The words each status's verdict opens with, as summary.json has always said them.
 VERDICT_OPENINGS: dict[TaskStatus, str] = {
@@ -34,12 +35,13 @@ class Finalist:
     """A finalist's second evaluation, alone, beside the search's figure for it."""
 
     search_speedup_vs_eager: float | None
-    status: str  # its re-evaluation's EvalResult status: ok | wrong_result | ...
+    status: Status  # its re-evaluation's
     speedup_vs_eager: float | None
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Finalist:
-        return cls(search_speedup_vs_eager=data.get("search_speedup_vs_eager"), status=str(data.get("status", "")),
+        return cls(search_speedup_vs_eager=data.get("search_speedup_vs_eager"),
+                   status=cast(Status, str(data.get("status", ""))),
                    speedup_vs_eager=data.get("speedup_vs_eager"))
 
 
@@ -58,7 +60,7 @@ class TaskRow:
     compile_p50_ms: float | None = None
     best_speedup_vs_compile: float | None = None
     # the compile peer: timed, failed, skipped (no candidate beat eager), not timed yet, or not asked
-    # (evaluate.runner.Baseline.peer_state)
+    # (records.evaluation.Baseline.peer_state)
     compile_peer: str = ""
     finalists: dict[str, Finalist] = field(default_factory=dict)  # node -> its re-evaluation
     status: TaskStatus = "not searched"

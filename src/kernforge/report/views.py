@@ -19,8 +19,8 @@ from kernforge.backends.build_report import resource_usage, summarise
 from kernforge.evaluate.judge import CHECKS
 from kernforge.propose.context import task_facts
 from kernforge.records import Comparison, EndToEnd, TaskRow, VariantName
+from kernforge.records.nodes import Node
 from kernforge.report.svg import Series, Spread, TreePoint, line_plot_svg, timing_svg, tree_svg
-from kernforge.search.nodes import Node
 from kernforge.phases import PHASES, phase_text
 from kernforge.store.events import NodeFinished, PhaseStarted, RunStarted
 from kernforge.search.runs import NodeState, PartialRun, TaskState, run_phases

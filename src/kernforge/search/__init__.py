@@ -1,7 +1,6 @@
 """search: explore candidates for one task with a strategy, under an iteration budget."""
 
 from kernforge.search.engine import SearchContext, search_task
-from kernforge.search.nodes import Node, TaskOutcome
 from kernforge.search.strategy import STRATEGIES, Strategy, get_strategy
 
-__all__ = ["STRATEGIES", "Node", "SearchContext", "Strategy", "TaskOutcome", "get_strategy", "search_task"]
+__all__ = ["STRATEGIES", "SearchContext", "Strategy", "get_strategy", "search_task"]

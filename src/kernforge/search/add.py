@@ -18,14 +18,15 @@ from kernforge.errors import UserError
 from kernforge.evaluate import evaluate_baseline
 from kernforge.evaluate.executors import LocalExecutor
 from kernforge.evaluate.runner import discard_reference
-from kernforge.propose import Proposal
+from kernforge.records.config import RunConfig
+from kernforge.records.nodes import Node, TaskOutcome
+from kernforge.records.proposal import Proposal
+from kernforge.records.task import KernelTask
 from kernforge.search.engine import BASELINE_TIMEOUT_S, TaskJobs
-from kernforge.search.nodes import Node, TaskOutcome, previous_nodes, task_row
+from kernforge.search.nodes import previous_nodes, task_row
 from kernforge.search.runs import read_baseline
 from kernforge.search.greedy import keeps
-from kernforge.store.config import RunConfig
 from kernforge.store import RunStore
-from kernforge.tasks import KernelTask
 
 
 @dataclass

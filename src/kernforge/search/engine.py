@@ -12,22 +12,26 @@ from typing import Any
 
 from kernforge.backends import Backend
 from kernforge.errors import strict
-from kernforge.evaluate import Baseline, evaluate_baseline, evaluate_candidate, evaluate_peers
+from kernforge.evaluate import evaluate_baseline, evaluate_candidate, evaluate_peers
 from kernforge.evaluate.executors import LocalExecutor
 from kernforge.evaluate.jobs import Executor
-from kernforge.evaluate.runner import Status, discard_reference, stop_workers
+from kernforge.evaluate.runner import discard_reference, stop_workers
 from kernforge.phases import Stopwatch
-from kernforge.propose import Failure, NoProposal, Proposal, Proposer
+from kernforge.propose import Proposer
 from kernforge.propose.context import Attempt, ProposalContext, Seed, TaskFacts, task_facts
+from kernforge.records.evaluation import Baseline, Status
+from kernforge.records.nodes import Node, TaskOutcome
+from kernforge.records.proposal import Failure, NoProposal, Proposal
+from kernforge.records.task import KernelTask
 from kernforge.search.budget import CONFIRM_FACTOR, PLATEAU, candidate_fits
-from kernforge.search.nodes import BUDGET_SPENT, Node, TaskOutcome, repair_depth, row_of
+from kernforge.search.nodes import BUDGET_SPENT, repair_depth, row_of
 from kernforge.search.runs import read_baseline
 from kernforge.search.siblings import task_seed
 from kernforge.search.strategy import Strategy
 from kernforge.store import RunStore
 from kernforge.store.events import (Confirmed, NodeFinished, NodeStarted, PhaseStarted, PhaseTimed, ProposalFailed,
                                     SearchStopped, TaskEnded, TaskStarted)
-from kernforge.tasks import KernelTask, save_task
+from kernforge.tasks import save_task
 
 BASELINE_TIMEOUT_S = 600.0
 # torch.compile of one op: ~13 s on a 2-core CPU, max-autotune minutes on a GPU; then its timing.
@@ -255,7 +259,7 @@ def search_task(
         store.emit(SearchStopped(task=task.task_id, reason=outcome.stopped))
         return outcome
     baseline.compiled = timed_peers(earlier, compile_modes)
-    store.write_json(f"tasks/{task.task_id}/baseline.json", asdict(baseline))
+    store.write_json(f"tasks/{task.task_id}/baseline.json", baseline.to_json())
     for phase, seconds in baseline.phases.items():
         store.emit(PhaseTimed(phase=phase, seconds=seconds, task=task.task_id))
     seed = task_seed(store, task, backend.name, resumed=bool(previous))
@@ -560,7 +564,7 @@ class TaskJobs:
             baseline.compiled = compiled
             self.facts = self.facts_now()
             self.peers_s += seconds
-            store.write_json(f"tasks/{task_id}/baseline.json", asdict(baseline))
+            store.write_json(f"tasks/{task_id}/baseline.json", baseline.to_json())
         store.emit(PhaseTimed(phase="compile_peers", seconds=seconds, task=task_id))
 
     def wait_for_peers(self) -> float:

@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from kernforge.evaluate import clearly_faster_relative
-from kernforge.propose import NoProposal
+from kernforge.records.proposal import NoProposal
 
 if TYPE_CHECKING:
     from kernforge.search.engine import SearchContext
-    from kernforge.search.nodes import Node
+    from kernforge.records.nodes import Node
 
 
 class Greedy:

@@ -24,12 +24,12 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from kernforge.propose import NoProposal
+from kernforge.records.proposal import NoProposal
 from kernforge.search.greedy import keeps
 
 if TYPE_CHECKING:
     from kernforge.search.engine import SearchContext
-    from kernforge.search.nodes import Node
+    from kernforge.records.nodes import Node
 
 EXPLORATION = 1.0  # the UCB constant: sqrt(2) is the textbook value for rewards in [0, 1]; 1 explores a bit less
 WIDENING_ALPHA = 0.5  # a node with n visits may have ceil(n ** alpha) children

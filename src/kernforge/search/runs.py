@@ -18,16 +18,17 @@ from typing import Any
 from kernforge.backends import get_backend
 from kernforge.errors import UserError
 from kernforge.phases import PHASES
-from kernforge.evaluate import Baseline, EvalResult, Timing
-from kernforge.propose import Proposal
 from kernforge.records import EndToEnd, RunSummary
-from kernforge.search.nodes import Node, TaskOutcome, previous_nodes
+from kernforge.records.config import RunConfig
+from kernforge.records.evaluation import Baseline, EvalResult
+from kernforge.records.nodes import Node, TaskOutcome
+from kernforge.records.proposal import Proposal
+from kernforge.records.task import KernelTask
+from kernforge.search.nodes import previous_nodes
 from kernforge.search.siblings import seeded_from
 from kernforge.store.events import (Event, EventTail, NodeFinished, NodeStarted, RunEnded, RunStarted,
                                     PhaseTimed, SearchStopped, TaskEnded, TasksChosen, TaskStarted)
-from kernforge.store.config import RunConfig
 from kernforge.store.run import RUN_FORMAT, RunStore
-from kernforge.tasks import KernelTask
 
 
 @dataclass
@@ -123,7 +124,7 @@ def read_baseline(store: RunStore, task_id: str) -> Baseline | None:
     if not (store.root / relative).is_file():
         return None
     data = store.read_json(relative)
-    return Baseline(**{**data, "eager": Timing(**data["eager"]) if data.get("eager") else None})
+    return Baseline.from_json(data)
 
 
 # ---------------------------------------------------------------- a run as far as it can be read

@@ -17,12 +17,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kernforge.propose.context import Attempt, Seed
-from kernforge.search.nodes import TaskOutcome, previous_nodes
+from kernforge.records.nodes import TaskOutcome
+from kernforge.records.task import KernelTask
+from kernforge.search.nodes import previous_nodes
 from kernforge.store import RunStore
-from kernforge.tasks import KernelTask
 
 if TYPE_CHECKING:
-    from kernforge.search.nodes import Node
+    from kernforge.records.nodes import Node
 
 SEED_FILE = "seed.json"
 

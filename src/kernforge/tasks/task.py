@@ -1,58 +1,17 @@
-"""A KernelTask: the reference ATen op at one signature, and where its real inputs lie."""
+"""KernelTasks (records.task) made from a capture's profiles: the reference ATen op at one signature,
+and where its real inputs lie."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from kernforge.capture import Capture, OpProfile
-
-
-@dataclass
-class KernelTask:
-    task_id: str
-    op: str  # qualified overload, e.g. "aten::_softmax.default"
-    signature: str
-    args: list[Any]  # JSON description of the arguments (tensors as shape/dtype/stride)
-    outputs: list[dict[str, Any]]
-    samples: list[str]  # absolute paths of the saved real (args, kwargs)
-    share: float
-    gain_if_2x: float
-    time_us: float
-    device: str
-    # How many of the samples' input tensors are the model's: "all"; "partial" or "none" where
-    # some or all were over the capture's sample caps and are drawn fresh, in the captured
-    # layout, by the baseline (evaluate.inputs.drawn_set). task.json files from before say nothing: all.
-    real_inputs: str = "all"
-    # A fused chain (capture/chains.py): its steps and outputs; op is its name ("chain:mul+add+
-    # _softmax"), args its external inputs, outputs the values it keeps. None for a single op.
-    chain: dict[str, Any] | None = None
-
-    @property
-    def inputs_note(self) -> str:
-        """What a result row says of inputs that are not all the model's ("" when they are)."""
-        if self.real_inputs == "all":
-            return ""
-        which = "its real inputs were" if self.real_inputs == "none" else "some real inputs were"
-        return f"searched on fresh inputs of the captured signature: {which} over the sample cap"
-
-    @property
-    def tensor_args(self) -> list[dict[str, Any]]:
-        return [a for a in self.args if isinstance(a, dict) and "shape" in a]
-
-    @property
-    def shape_text(self) -> str:
-        return " ".join("x".join(map(str, t["shape"])) for t in self.tensor_args[:2])
-
-    @property
-    def dtype_text(self) -> str:
-        tensors = self.tensor_args
-        return tensors[0]["dtype"].replace("torch.", "") if tensors else "-"
+from kernforge.records.task import KernelTask
 
 
 def resolve_op(qualified: str) -> torch._ops.OpOverload:

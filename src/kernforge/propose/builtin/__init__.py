@@ -20,11 +20,11 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from kernforge.propose import Failure, NoProposal, Proposal
 from kernforge.propose.builtin.family import Family, Hardware, families
 from kernforge.propose.builtin.space import Space
 from kernforge.propose.context import ProposalContext, Seed
-from kernforge.tasks import KernelTask
+from kernforge.records.proposal import Failure, NoProposal, Proposal
+from kernforge.records.task import KernelTask
 
 __all__ = ["BuiltinProposer", "Family", "Hardware"]
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kernforge.propose.builtin.space import Space
-from kernforge.tasks import KernelTask
+from kernforge.records.task import KernelTask
 
 # Hopper's facts (H100/H200: 132 SMs, 50 MiB of L2), for rules run where no GPU is seen: the
 # Triton interpreter, tests, a proposer asked before any baseline measured the machine.

@@ -24,13 +24,14 @@ from typing import Any
 
 from kernforge.backends import REGISTRY
 from kernforge.errors import UserError
-from kernforge.propose import NoProposal, Proposal, ProposerOptions, Usage
+from kernforge.propose import ProposerOptions
 from kernforge.propose.context import ProposalContext
 from kernforge.propose.llm import prompts
 from kernforge.propose.llm.budget import Budget
 from kernforge.propose.llm.extract import extract_candidate
 from kernforge.propose.llm.prices import Price, cost_usd, load_prices, price_for
 from kernforge.propose.llm.providers import Message, Provider, ProviderError, make_provider
+from kernforge.records.proposal import NoProposal, Proposal, Usage
 
 # Reply lengths: a kernel file is 2-8 kB (~2k tokens); 8k leaves room for a long one and the prose.
 GENERATOR_MAX_TOKENS, ANALYST_MAX_TOKENS = 8192, 1024

@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
-from kernforge.propose import Usage
+from kernforge.records.proposal import Usage
 
 
 @dataclass

@@ -62,7 +62,7 @@ def worked_example(backend: str) -> str:
 def _builtin_softmax(backend: str) -> str:
     from kernforge.propose.builtin.family import Hardware
     from kernforge.propose.families import softmax
-    from kernforge.tasks import KernelTask
+    from kernforge.records.task import KernelTask
 
     x = {"shape": [4096, 1024], "dtype": "torch.float32", "stride": [1024, 1]}
     task = KernelTask(task_id="example", op="aten::_softmax.default", signature="example", args=[x, -1, False],

@@ -37,7 +37,7 @@ from kernforge.propose.families.common import (
     is_tensor,
     next_pow2,
 )
-from kernforge.tasks import KernelTask
+from kernforge.records.task import KernelTask
 
 NATIVE = "aten::native_batch_norm.default"
 NO_TRAINING = "aten::_native_batch_norm_legit_no_training.default"

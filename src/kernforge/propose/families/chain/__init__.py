@@ -23,7 +23,7 @@ from kernforge.propose.families.chain.c_gen import kernel_source as c_source
 from kernforge.propose.families.chain.lower import Program, lower
 from kernforge.propose.families.chain.triton_gen import kernel_source
 from kernforge.propose.families.common import next_pow2
-from kernforge.tasks import KernelTask
+from kernforge.records.task import KernelTask
 
 # Elements a tile of whole rows may hold: 16 fp32 values a thread at 8 warps, past which the
 # intermediates of a long chain spill registers.

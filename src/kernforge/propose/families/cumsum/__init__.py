@@ -30,7 +30,7 @@ from kernforge.propose.families.common import (
     outer_r_inner,
     split_kwargs,
 )
-from kernforge.tasks import KernelTask
+from kernforge.records.task import KernelTask
 
 OP = "aten::cumsum.default"
 MAX_TILE = 8192  # row_scan and columns: values per program (float64 accumulators for fp32)

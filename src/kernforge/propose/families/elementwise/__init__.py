@@ -44,7 +44,7 @@ from kernforge.propose.families.common import (
     next_pow2,
     split_kwargs,
 )
-from kernforge.tasks import KernelTask
+from kernforge.records.task import KernelTask
 
 OUTPUT_DTYPES = {"torch.float32": "float32", "torch.bfloat16": "bfloat16", "torch.float16": "float16"}
 # 0-dim tensors take no part in type promotion against full tensors: any of these may join.

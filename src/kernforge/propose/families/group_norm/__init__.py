@@ -50,7 +50,7 @@ from kernforge.propose.families.common import (
     norm_input,
     short_dtype,
 )
-from kernforge.tasks import KernelTask
+from kernforge.records.task import KernelTask
 
 OP = "aten::native_group_norm.default"
 

@@ -30,7 +30,7 @@ from kernforge.propose.families.common import (
     outer_r_inner,
     split_kwargs,
 )
-from kernforge.tasks import KernelTask
+from kernforge.records.task import KernelTask
 
 # op -> (is_min, writes values)
 OPS = {"aten::max.dim": (False, True), "aten::min.dim": (True, True),

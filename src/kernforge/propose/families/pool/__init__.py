@@ -36,7 +36,7 @@ from kernforge.propose.families.common import (
     next_pow2,
     split_kwargs,
 )
-from kernforge.tasks import KernelTask
+from kernforge.records.task import KernelTask
 
 AVG, ADAPTIVE = "aten::avg_pool2d.default", "aten::_adaptive_avg_pool2d.default"
 MAX = "aten::max_pool2d_with_indices.default"

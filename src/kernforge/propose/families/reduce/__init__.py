@@ -29,7 +29,7 @@ from kernforge.propose.families.common import (
     next_pow2,
     split_kwargs,
 )
-from kernforge.tasks import KernelTask
+from kernforge.records.task import KernelTask
 
 OPS = {"aten::sum.dim_IntList": "sum", "aten::mean.dim": "mean", "aten::amax.default": "amax",
        "aten::amin.default": "amin"}

@@ -35,7 +35,7 @@ from kernforge.propose.families.common import (
     output_descs,
     short_dtype,
 )
-from kernforge.tasks import KernelTask
+from kernforge.records.task import KernelTask
 
 OPS = {"layer": "aten::native_layer_norm.default", "rms": "aten::_fused_rms_norm.default"}
 LABELS = {"layer": "layer norm", "rms": "rms norm"}

@@ -26,7 +26,7 @@ from kernforge.propose.families.common import (
     is_tensor,
     next_pow2,
 )
-from kernforge.tasks import KernelTask
+from kernforge.records.task import KernelTask
 
 OPS = {"aten::_softmax.default": False, "aten::_log_softmax.default": True}  # op -> log
 
