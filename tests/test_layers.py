@@ -15,10 +15,12 @@ pytestmark = pytest.mark.unit
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "kernforge"
 # kernforge's parts, bottom first: each imports only parts of lower layers (or its own layer's
-# part). What the pipeline runs in order (capture, tasks, evaluate, propose, search, integrate)
-# stands in that order above the shared pieces; what drives or shows a whole run is on top.
+# part). The runtime is at the bottom: an exported package ships it without the rest of kernforge.
+# What the pipeline runs in order (capture, tasks, evaluate, propose, search, integrate) stands in
+# that order above the shared pieces; what drives or shows a whole run is on top.
 LAYERS = [
-    {"errors", "phases", "importing", "include", "records"},
+    {"runtime"},
+    {"errors", "phases", "include", "records"},
     {"harness", "store", "models"},
     {"backends"},
     {"capture"},
