@@ -8,7 +8,7 @@ out=${OUT:-bench/results/h200/issue32}
 mkdir -p "$out"
 python3 -c "import torch, triton; print(torch.cuda.get_device_name(), 'torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$out/gpu.txt"
 start=$(date +%s)
-python3 -c "from kernforge.integrate import dispatch; print('native dispatch built:', dispatch.native_module() is not None, dispatch.why_not_native())"
+python3 -c "from kernforge.runtime import dispatch; print('native dispatch built:', dispatch.native_module() is not None, dispatch.why_not_native())"
 echo "build: $(( $(date +%s) - start )) s" | tee -a "$out/gpu.txt"
 python3 bench/issue32_native.py --out "$out" 2>&1 | tee "$out/native.log"
 for spec in gemma_decoder qwen_moe; do

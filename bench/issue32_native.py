@@ -20,7 +20,8 @@ from pathlib import Path
 
 import torch
 
-from kernforge.integrate import dispatch, overhead, runtime
+from kernforge.integrate import overhead
+from kernforge.runtime import dispatch, router
 
 KERNEL = '''
 import torch
@@ -49,27 +50,27 @@ def kf_forward(x, dim, half_to_float):
 
 
 def softmax_spec(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, folder: Path,
-                 native: bool) -> runtime.KernelSpec:
+                 native: bool) -> router.KernelSpec:
     path = folder / "softmax_triton.py"
     path.write_text(textwrap.dedent(KERNEL))
     stride = [1] * len(shape)
     for i in range(len(shape) - 2, -1, -1):
         stride[i] = stride[i + 1] * shape[i + 1]
     meta = {"shape": list(shape), "stride": stride, "dtype": str(dtype), "device": device.type}
-    spec = runtime.KernelSpec(name=f"bench_softmax_{'native' if native else 'python'}_{dtype}".replace("torch.", ""),
-                              op="aten::_softmax.default", args=[meta, -1, False], outputs=[meta], backend="triton",
-                              entry=runtime.load_entry("triton", path, [meta]), devices=frozenset({device}))
+    spec = router.KernelSpec(name=f"bench_softmax_{'native' if native else 'python'}_{dtype}".replace("torch.", ""),
+                             op="aten::_softmax.default", args=[meta, -1, False], outputs=[meta], backend="triton",
+                             entry=router.load_entry("triton", path, [meta]), devices=frozenset({device}))
     if not native:
         spec.native_why = "bench: the Python router alone"
     return spec
 
 
-def graph_check(spec: runtime.KernelSpec, device: torch.device) -> dict:
+def graph_check(spec: router.KernelSpec, device: torch.device) -> dict:
     """The routed op captured in a CUDA graph and replayed on new values: right, and taken."""
     args, kwargs = overhead.proved_inputs(spec, device)
     x = args[0]
     op = torch.ops.aten._softmax.default
-    installation = runtime.install([spec])
+    installation = router.install([spec])
     try:
         with torch.no_grad():
             op(x, -1, False)
@@ -101,7 +102,7 @@ def main() -> None:
             row = {"shape": list(shape), "dtype": str(dtype)}
             for native in (True, False):
                 spec = softmax_spec(shape, dtype, device, Path(tmp), native)
-                runtime.prepare_native(spec)
+                router.prepare_native(spec)
                 row["native_why" if native else "python_why"] = spec.native_why
                 row["native" if native else "python"] = overhead.measure(spec, [spec], device).to_json()
                 if native:

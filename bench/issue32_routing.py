@@ -20,9 +20,10 @@ import torch
 
 from kernforge.capture.chains import find_chains
 from kernforge.capture.recorder import ModuleTracker, Recorder
-from kernforge.integrate import kernels, overhead, runtime
+from kernforge.integrate import overhead
 from kernforge.models import load_model
 from kernforge.models.options import ModelOptions
+from kernforge.runtime import kernels, router
 
 
 def chains_of(loaded) -> list:
@@ -50,7 +51,7 @@ def _zero_kernel():
     return launch
 
 
-def stand_in(chain, device: torch.device, k: int) -> runtime.KernelSpec:
+def stand_in(chain, device: torch.device, k: int) -> router.KernelSpec:
     metas = chain.output_metas
     fill = _zero_kernel() if device.type == "cuda" else torch.Tensor.zero_
 
@@ -58,8 +59,8 @@ def stand_in(chain, device: torch.device, k: int) -> runtime.KernelSpec:
         return tuple(fill(torch.empty_strided(m["shape"], m["stride"], dtype=kernels.dtype_named(m["dtype"]),
                                               device=device)) for m in metas)
     name = f"bench{k}_" + "".join(ch if ch.isalnum() else "_" for ch in chain.op)[:60]  # one custom op each
-    return runtime.KernelSpec(name=name, op=chain.op, args=chain.input_metas, outputs=metas, backend="triton" if device.type == "cuda" else "cpu",
-                              entry=entry, devices=frozenset({device}), chain=chain.to_json())
+    return router.KernelSpec(name=name, op=chain.op, args=chain.input_metas, outputs=metas, backend="triton" if device.type == "cuda" else "cpu",
+                             entry=entry, devices=frozenset({device}), chain=chain.to_json())
 
 
 def main() -> None:
@@ -90,7 +91,7 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     info = {"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu", "torch": torch.__version__,
             "spec": args.spec, "dtype": args.dtype, "scale": args.scale}
-    native = "" if runtime.dispatch.enabled() else "_python"
+    native = "" if router.dispatch.enabled() else "_python"
     (out / f"routing_{args.spec.split(':')[-1]}_{args.dtype}{native}.json").write_text(json.dumps({**info, "rows": rows}, indent=1))
     print(f"{info}")
     print(f"{'chain':48} {'steps':>5} {'via':>12} {'direct us':>10} {'routed us':>10} {'over us':>8} {'ratio':>6}")

@@ -2,7 +2,7 @@
 
 A Gemma-3 RMSNorm (transformers' Gemma3RMSNorm: bf16 in, float math, 10 ATen steps) is captured
 as a chain at its module, and a hand-written C kernel for it is built by the cpu backend and
-installed (runtime.install with the model), so that the module's call goes through the module
+installed (router.install with the model), so that the module's call goes through the module
 route (fused.py) to the kernel's guarded C++ entry (dispatch.guarded_entry). Each round times,
 in bursts, on the proved input:
 
@@ -26,7 +26,7 @@ call `nonlinearity(norm1(x))`:
 
 - eager:        nothing installed (the two modules' own forwards);
 - native:       the kernel's C++ entry on (x, weight, bias), no guard;
-- pair:         installed at the modules (runtime.install with the model): the GroupNorm's call
+- pair:         installed at the modules (router.install with the model): the GroupNorm's call
                 returns a value not made yet, the SiLU's call runs the kernel;
 - placeholders: installed without the model: the group norm's ATen call is routed and returns a
                 placeholder, the SiLU's ATen call on it runs the kernel.
@@ -51,7 +51,8 @@ from torch import nn
 from kernforge.backends import cpu
 from kernforge.capture.chains import find_chains
 from kernforge.capture.recorder import ModuleTracker, Recorder
-from kernforge.integrate import dispatch, overhead, runtime
+from kernforge.integrate import overhead
+from kernforge.runtime import dispatch, router
 
 CPU = frozenset({torch.device("cpu")})
 
@@ -157,15 +158,15 @@ def chain_of(model: nn.Module, x: torch.Tensor) -> Any:
     return chain
 
 
-def c_spec(chain: Any, eps: float, build_dir: Path, text: str = KERNEL, groups: int = 0) -> runtime.KernelSpec:
+def c_spec(chain: Any, eps: float, build_dir: Path, text: str = KERNEL, groups: int = 0) -> router.KernelSpec:
     """The chain's spec with a C kernel above, built as install.build_spec builds a C winner."""
     source = build_dir / "kernel.c"
     source.write_text(text.replace("EPS", f"{eps!r}f").replace("GROUPS", str(groups)))
     library = cpu.build(source, build_dir, chain.output_metas).library
-    return runtime.KernelSpec(name=runtime.kernel_name(chain.op, source.read_bytes()), op=chain.op,
-                              args=chain.input_metas, outputs=chain.output_metas, backend="cpu",
-                              entry=runtime.load_entry("cpu", library, chain.output_metas), devices=CPU,
-                              chain=chain.to_json(), library=library)
+    return router.KernelSpec(name=router.kernel_name(chain.op, source.read_bytes()), op=chain.op,
+                             args=chain.input_metas, outputs=chain.output_metas, backend="cpu",
+                             entry=router.load_entry("cpu", library, chain.output_metas), devices=CPU,
+                             chain=chain.to_json(), library=library)
 
 
 def burst_us(call: Callable[[], Any], n: int) -> float:
@@ -205,10 +206,10 @@ def main() -> None:
     chain = chain_of(model, x)
     with tempfile.TemporaryDirectory(prefix="kf_route_") as scratch:
         spec = c_spec(chain, norm.eps, Path(scratch))
-        runtime.prepare_native(spec)
+        router.prepare_native(spec)
         if spec.native is None:
             raise SystemExit(f"no native entry here: {spec.native_why}")
-        guarded = dispatch.guarded_entry(spec, runtime.ALIGNMENT)
+        guarded = dispatch.guarded_entry(spec, router.ALIGNMENT)
         weight = norm.weight
         calls = {"eager": lambda: norm(x), "native": lambda: spec.native(x, weight),
                  "guarded": lambda: guarded(x, weight)}
@@ -218,7 +219,7 @@ def main() -> None:
             for _ in range(opts.rounds):
                 for name, call in calls.items():
                     samples[name].append(burst_us(call, opts.burst))
-                installation = runtime.install([spec], model)
+                installation = router.install([spec], model)
                 try:
                     samples["routed"].append(burst_us(lambda: norm(x), opts.burst))
                     got = norm(x)
@@ -265,7 +266,7 @@ def gn_silu(opts: argparse.Namespace) -> None:
     assert chain.modules and not chain.module, "capture did not mark the pair"
     with tempfile.TemporaryDirectory(prefix="kf_route_") as scratch:
         spec = c_spec(chain, norm.eps, Path(scratch), GN_SILU_KERNEL, norm.num_groups)
-        runtime.prepare_native(spec)
+        router.prepare_native(spec)
         if spec.native is None:
             raise SystemExit(f"no native entry here: {spec.native_why}")
         weight, bias = norm.weight, norm.bias
@@ -281,7 +282,7 @@ def gn_silu(opts: argparse.Namespace) -> None:
                 samples["eager"].append(burst_us(pair, opts.burst))
                 samples["native"].append(burst_us(lambda: spec.native(x, weight, bias), opts.burst))
                 for name in ("pair", "placeholders"):
-                    installation = runtime.install([spec], kinds[name])
+                    installation = router.install([spec], kinds[name])
                     try:
                         samples[name].append(burst_us(pair, opts.burst))
                         got[name] = pair()

@@ -28,10 +28,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from family_check import family_for, make_task, tensor
 
 from kernforge.harness.session import time_callable
-from kernforge.importing import import_path
 from kernforge.propose.builtin import Hardware
 from kernforge.propose.builtin.space import Space
 from kernforge.propose.families.common import is_tensor
+from kernforge.runtime.importing import import_path
 
 MEAN = "aten::mean.dim"
 GN = "aten::native_group_norm.default"

@@ -15,10 +15,10 @@ from pathlib import Path
 import torch
 
 from kernforge.backends import get_backend
-from kernforge.backends.loading import ARTEFACTS
-from kernforge.integrate import runtime
 from kernforge.propose.llm import prompts
 from kernforge.propose.llm.extract import extract_candidate
+from kernforge.runtime import router
+from kernforge.runtime.loading import ARTEFACTS
 
 SOFTMAX = "aten::_softmax.default"
 SHAPE = [4096, 1024]  # the worked example's task (Prompt.example)
@@ -74,12 +74,12 @@ def check_installed_kernel_takes_the_op(name: str, folder: Path) -> None:
     backend, x = get_backend(name), _input(name)
     path = backend.installed_file(_source(name, folder), folder / "build", [META])
     desc = {**META, "device": str(x.device)}
-    spec = runtime.KernelSpec(name=f"conformance_{name}", op=SOFTMAX, args=[desc, -1, False], outputs=[desc],
-                              backend=name, loading=backend.loading,
-                              entry=runtime.load_entry(backend.loading, path, [META]),
-                              devices=frozenset({x.device}),
-                              library=path if backend.loading.artefact == "library" else None)
-    installation = runtime.install([spec])
+    spec = router.KernelSpec(name=f"conformance_{name}", op=SOFTMAX, args=[desc, -1, False], outputs=[desc],
+                             backend=name, loading=backend.loading,
+                             entry=router.load_entry(backend.loading, path, [META]),
+                             devices=frozenset({x.device}),
+                             library=path if backend.loading.artefact == "library" else None)
+    installation = router.install([spec])
     try:
         with torch.no_grad():
             out = torch.ops.aten._softmax.default(x, -1, False)

@@ -16,12 +16,12 @@ import backend_conformance as conformance
 import pytest
 
 from kernforge.backends import REGISTRY, Backend, BuildError, Kernel, Prompt
-from kernforge.backends.loading import Loading
-from kernforge.importing import FileImportError, import_path
 from kernforge.propose import get_proposer
 from kernforge.propose.llm import LLMProposer
 from kernforge.propose.llm.budget import Budget
 from kernforge.records.task import KernelTask
+from kernforge.runtime.importing import FileImportError, import_path
+from kernforge.runtime.loading import Loading
 
 pytestmark = pytest.mark.unit  # nothing is compiled and no process starts: the toy's build is an import
 

@@ -20,9 +20,9 @@ import torch
 
 from kernforge.backends import cpu
 from kernforge.backends.native import C_PRELUDE
-from kernforge.backends.native_abi import DTYPE_CODES, MAX_DIMS, KfTensor
 from kernforge.backends.scan import scan_source
 from kernforge.eval_file import declared_op
+from kernforge.runtime.native_abi import DTYPE_CODES, MAX_DIMS, KfTensor
 
 pytestmark = pytest.mark.integration
 

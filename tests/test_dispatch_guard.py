@@ -1,4 +1,4 @@
-"""kernforge.integrate.dispatch's guard description: one check per schema argument, defaults
+"""kernforge.runtime.dispatch's guard description: one check per schema argument, defaults
 filled in as the dispatcher's stack holds them, and a refusal for what the C++ guard cannot check."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernforge.integrate import dispatch
+from kernforge.runtime import dispatch
 
 pytestmark = pytest.mark.unit
 

@@ -27,18 +27,14 @@ from test_cli import assert_one_line_error
 import kernforge
 from kernforge.backends.cpu import GCC_COMMAND
 from kernforge.errors import UserError
-from kernforge.integrate import export, loader, runtime
+from kernforge.integrate import export
+from kernforge.runtime import loader, router
 from kernforge.search.runs import read_run
 
 pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("export")]  # one worker: module fixtures made once
 
 PACKAGE = "kernforge_tiny_softmax_kernels"
-SHIPPED = {"runtime.py": "integrate/runtime.py", "fused.py": "integrate/fused.py",
-           "loader.py": "integrate/loader.py", "native_abi.py": "backends/native_abi.py",
-           "loading.py": "backends/loading.py",
-           "importing.py": "importing.py", "dispatch.py": "integrate/dispatch.py",
-           "dispatch.cpp": "integrate/dispatch.cpp"}
-KERNFORGE_SRC = Path(kernforge.__file__).parent
+RUNTIME_SRC = Path(kernforge.__file__).parent / "runtime"
 
 
 # ---------------------------------------------------------------- fixtures
@@ -86,14 +82,24 @@ def _manifest(root: Path) -> dict:
     return json.loads((root / PACKAGE / "manifest.json").read_text())
 
 
+def _files(folder: Path) -> dict[str, bytes]:
+    """Every file under `folder` (bytecode left out), by its path relative to it."""
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*")
+            if p.is_file() and "__pycache__" not in p.parts}
+
+
 # ---------------------------------------------------------------- the folder
 
 
-def test_export_writes_the_kernel_its_library_and_kernforge_files_verbatim(exported: Path):
+def test_export_writes_the_kernel_its_library_and_kernforge_runtime_verbatim(exported: Path):
     pkg = exported / PACKAGE
     assert (exported / "pyproject.toml").is_file() and (exported / "README.md").is_file()
-    for shipped, original in SHIPPED.items():
-        assert (pkg / shipped).read_bytes() == (KERNFORGE_SRC / original).read_bytes(), shipped
+    original, shipped = _files(RUNTIME_SRC), _files(pkg / "runtime")
+    assert {"router.py", "loader.py", "dispatch.py", "dispatch.cpp"} <= set(original)
+    # the whole folder, and only it: the builds of dispatch.cpp beside it are the export's own
+    assert sorted(f for f in shipped if not f.startswith("prebuilt/")) == sorted(original)
+    for relative, content in original.items():
+        assert shipped[relative] == content, relative
     kernel = _manifest(exported)["kernels"][0]
     assert (pkg / kernel["source"]).suffix == ".c" and (pkg / kernel["library"]).suffix == ".so"
     pyproject = (exported / "pyproject.toml").read_text()
@@ -179,7 +185,7 @@ def test_a_library_that_does_not_load_is_rebuilt_from_source_into_the_user_cache
 
 
 def test_kernforge_patch_and_an_exported_package_share_one_custom_op(run_dir: Path, exported: Path):
-    """Each holds a copy of runtime.py; a custom op can be defined once per process."""
+    """Each holds a copy of the runtime; a custom op can be defined once per process."""
     sys.path.insert(0, str(exported))
     try:
         import kernforge_tiny_softmax_kernels as package
@@ -248,7 +254,7 @@ with torch.no_grad():
 seen["counts_after"] = counted(installation.counts["aten::_softmax.default"])
 seen["dispatcher_restored"] = torch._C._dispatch_dump("aten::_softmax") == dispatcher_before
 import importlib, importlib.machinery
-native = importlib.import_module("PACKAGE.dispatch")
+native = importlib.import_module("PACKAGE.runtime.dispatch")
 seen["native_from"] = str(native._built_library()) if native.native_module() is not None else None
 seen["abi"] = importlib.machinery.EXTENSION_SUFFIXES[0]
 seen["cache_restored"] = inductor_config.fx_graph_cache == cache_before
@@ -287,6 +293,7 @@ try:
     seen["tampered"] = "installed"
 except tampered.ChecksumError as e:
     seen["tampered"] = str(e)
+seen["kernforge_modules"] = sorted(m for m in sys.modules if m.split(".")[0] == "kernforge")
 print("RESULT " + json.dumps(seen, default=repr))
 '''
 
@@ -331,6 +338,7 @@ def test_the_package_installs_and_runs_where_kernforge_is_not(exported: Path, fr
     seen = json.loads(lines[0][len("RESULT "):])
 
     assert seen["kernforge_importable"] is False
+    assert seen["kernforge_modules"] == []  # the package, its runtime and its uses never reached for it
     counts = seen["counts"]
     assert (counts["kernel"], counts["custom_op"], counts["fallback"]) == (1, 0, 0)
     assert list(counts["by_kernel"].values()) == [1]
@@ -341,7 +349,7 @@ def test_the_package_installs_and_runs_where_kernforge_is_not(exported: Path, fr
     assert seen["dispatcher_restored"] and seen["cache_restored"]
     # the exporter's torch and Python ABI: the shipped build, not one made here
     assert seen["abi"] == importlib.machinery.EXTENSION_SUFFIXES[0]
-    assert seen["native_from"].startswith(str(site / PACKAGE / "prebuilt")), seen["native_from"]
+    assert seen["native_from"].startswith(str(site / PACKAGE / "runtime" / "prebuilt")), seen["native_from"]
 
     assert seen["other_device_install"] is None
     [warning] = seen["other_device_warnings"]
@@ -381,7 +389,7 @@ def _manifest_kernel_name(run_dir: Path) -> str:
     from kernforge.integrate import winners
 
     winner = winners(read_run(run_dir))[0]
-    return runtime.kernel_name(winner.op, winner.source.read_bytes())
+    return router.kernel_name(winner.op, winner.source.read_bytes())
 
 
 def test_install_on_another_model_says_so_in_one_line(exported: Path):

@@ -244,7 +244,7 @@ def test_a_waiting_variant_launches_its_own_entry_kernel(variant, tmp_path):
     pytest.importorskip("triton")
     import torch
 
-    from kernforge.importing import import_path
+    from kernforge.runtime.importing import import_path
 
     path = tmp_path / "gn.py"
     path.write_text(gn.render(facts_of((1, 256, 512, 512), 32), "triton", WAITING_POINTS[variant]))

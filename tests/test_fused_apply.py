@@ -19,9 +19,10 @@ import torch
 from helpers import REPO_ROOT
 
 import kernforge
-from kernforge.integrate import export, loader
+from kernforge.integrate import export
 from kernforge.integrate.apply import apply_run
 from kernforge.optimize import OptimizeOptions, optimize
+from kernforge.runtime import loader
 
 MODEL = REPO_ROOT / "tests" / "models" / "tiny_attention_chain.py"
 CHAIN = "chain:mul+add+_softmax"
@@ -77,7 +78,7 @@ def test_the_exported_package_installs_the_chain(run_dir, model, tmp_path):
     result = export.export_run(unapplied, out)
     (kernel,) = json.loads((out / result.package / loader.MANIFEST).read_text())["kernels"]
     assert kernel["op"] == CHAIN and kernel["chain"]["steps"][0]["op"] == "aten::mul.Tensor"
-    assert (out / result.package / "fused.py").is_file()
+    assert (out / result.package / "runtime" / "fused.py").is_file()
     net, inputs = model
     sys.path.insert(0, str(out))
     try:

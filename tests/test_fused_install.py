@@ -1,4 +1,4 @@
-"""A fused chain's kernel installed in place of the chain's ATen calls (integrate/fused.py), on the CPU.
+"""A fused chain's kernel installed in place of the chain's ATen calls (runtime/fused.py), on the CPU.
 
 The chains are found in real modules by capture (find_chains); the installed "kernel" is the
 chain's float64 replay, rounded to the outputs' dtypes and counted, so that these tests see
@@ -14,7 +14,7 @@ from torch import nn
 from kernforge.backends import get_backend
 from kernforge.capture.chains import find_chains
 from kernforge.capture.recorder import ModuleTracker, Recorder
-from kernforge.integrate import fused, kernels, runtime
+from kernforge.runtime import fused, kernels, router
 from kernforge.tasks import ChainReference
 
 pytestmark = pytest.mark.integration
@@ -54,21 +54,21 @@ def _chain_of(module: nn.Module, *inputs: torch.Tensor) -> dict:
     return chain
 
 
-def _compiled_run(module: nn.Module, inputs: tuple, specs: list[runtime.KernelSpec],
-                  model: nn.Module | None = None) -> tuple[object, runtime.Installation]:
+def _compiled_run(module: nn.Module, inputs: tuple, specs: list[router.KernelSpec],
+                  model: nn.Module | None = None) -> tuple[object, router.Installation]:
     """The module under torch.compile with the specs installed (with `model`: at its modules too),
     compiled code reset before and after."""
-    runtime.reset_compiled_code()
-    installation = runtime.install(specs, model)
+    router.reset_compiled_code()
+    installation = router.install(specs, model)
     try:
         with torch.no_grad():
             return torch.compile(module)(*inputs), installation
     finally:
         installation.remove()
-        runtime.reset_compiled_code()
+        router.reset_compiled_code()
 
 
-def _spec(chain, name: str, calls: list[int]) -> runtime.KernelSpec:
+def _spec(chain, name: str, calls: list[int]) -> router.KernelSpec:
     oracle = ChainReference(chain.to_json()).in_float64()
     dtypes = [kernels.dtype_named(m["dtype"]) for m in chain.output_metas]
 
@@ -76,8 +76,8 @@ def _spec(chain, name: str, calls: list[int]) -> runtime.KernelSpec:
         calls.append(1)
         outs = oracle(*[t.double() if t.is_floating_point() else t for t in inputs])
         return tuple(o.to(d) for o, d in zip(outs, dtypes))
-    return runtime.KernelSpec(name=name, op=chain.op, args=chain.input_metas, outputs=chain.output_metas,
-                              backend="cpu", loading=CPU_LOADING, entry=kernel, devices=CPU, chain=chain.to_json())
+    return router.KernelSpec(name=name, op=chain.op, args=chain.input_metas, outputs=chain.output_metas,
+                             backend="cpu", loading=CPU_LOADING, entry=kernel, devices=CPU, chain=chain.to_json())
 
 
 @pytest.fixture
@@ -90,8 +90,8 @@ def softmax_case():
     return module, (x, mask), _spec(chain, "chain_scale_mask_softmax_test", calls), calls
 
 
-def _run(module: nn.Module, inputs: tuple, specs: list[runtime.KernelSpec]) -> tuple[object, runtime.Installation]:
-    installation = runtime.install(specs)
+def _run(module: nn.Module, inputs: tuple, specs: list[router.KernelSpec]) -> tuple[object, router.Installation]:
+    installation = router.install(specs)
     try:
         with torch.no_grad():
             return module(*inputs), installation
@@ -182,7 +182,7 @@ def test_an_intermediate_read_after_the_chain_is_replayed_beside_the_kernel(soft
 def test_a_pending_value_printed_or_read_shows_the_real_one(softmax_case):
     _module, (x, mask), spec, _calls = softmax_case
     expected = x * 0.125
-    installation = runtime.install([spec])
+    installation = router.install([spec])
     try:
         with torch.no_grad():
             scaled = x * 0.125
@@ -195,7 +195,7 @@ def test_a_pending_value_printed_or_read_shows_the_real_one(softmax_case):
 
 def test_another_constant_shape_or_input_requiring_grad_is_not_fused(softmax_case):
     _module, (x, mask), spec, calls = softmax_case
-    installation = runtime.install([spec])
+    installation = router.install([spec])
     try:
         with torch.no_grad():
             a = torch.softmax(x * 0.5 + mask, dim=-1)
@@ -214,7 +214,7 @@ def test_another_constant_shape_or_input_requiring_grad_is_not_fused(softmax_cas
 def test_an_input_written_in_place_between_the_steps_stops_with_an_error(softmax_case):
     _module, (x, mask), spec, _calls = softmax_case
     mask = mask.clone()
-    installation = runtime.install([spec])
+    installation = router.install([spec])
     try:
         with torch.no_grad(), pytest.raises(RuntimeError, match="written in place between the chain's steps"):
             scaled = x * 0.125
@@ -277,14 +277,14 @@ def test_under_compile_a_chain_at_a_sequence_of_modules_becomes_the_custom_op_no
 @pytest.mark.parametrize("other", [EscapingIntermediate])
 def test_under_compile_a_chain_whose_intermediate_is_used_elsewhere_is_left_to_inductor(softmax_case, other):
     _module, inputs, spec, calls = softmax_case
-    runtime.reset_compiled_code()
-    installation = runtime.install([spec])
+    router.reset_compiled_code()
+    installation = router.install([spec])
     try:
         with torch.no_grad():
             got = torch.compile(other())(*inputs)
     finally:
         installation.remove()
-        runtime.reset_compiled_code()
+        router.reset_compiled_code()
     assert not installation.counts[spec.op].traced_by_kernel and not calls
     with torch.no_grad():
         torch.testing.assert_close(got, other()(*inputs))
@@ -295,14 +295,14 @@ def test_under_compile_another_constant_is_not_matched(softmax_case):
 
     def other_scale(x, mask):
         return torch.softmax(x * 0.5 + mask, dim=-1)
-    runtime.reset_compiled_code()
-    installation = runtime.install([spec])
+    router.reset_compiled_code()
+    installation = router.install([spec])
     try:
         with torch.no_grad():
             got = torch.compile(other_scale)(x, mask)
     finally:
         installation.remove()
-        runtime.reset_compiled_code()
+        router.reset_compiled_code()
     assert not installation.counts[spec.op].traced_by_kernel and not calls
     torch.testing.assert_close(got, other_scale(x, mask))
 
@@ -312,7 +312,7 @@ def test_remove_puts_the_dispatcher_and_inductors_setting_back(softmax_case):
 
     _module, (x, mask), spec, calls = softmax_case
     before = inductor_config.post_grad_custom_pre_pass
-    installation = runtime.install([spec])
+    installation = router.install([spec])
     assert inductor_config.post_grad_custom_pre_pass is not before
     installation.remove()
     assert inductor_config.post_grad_custom_pre_pass is before
@@ -331,9 +331,9 @@ def test_a_chain_and_a_single_op_on_the_same_head_op_both_route(softmax_case):
         single_calls.append(1)
         return torch.mul(a, b)
     meta = {"shape": [3, 5], "stride": [5, 1], "dtype": "torch.float32", "device": "cpu"}
-    single = runtime.KernelSpec(name="mul_single_test", op="aten::mul.Tensor", args=[meta, 2.0], outputs=[meta],
-                                backend="cpu", loading=CPU_LOADING, entry=mul_kernel, devices=CPU)
-    installation = runtime.install([spec, single])
+    single = router.KernelSpec(name="mul_single_test", op="aten::mul.Tensor", args=[meta, 2.0], outputs=[meta],
+                               backend="cpu", loading=CPU_LOADING, entry=mul_kernel, devices=CPU)
+    installation = router.install([spec, single])
     try:
         with torch.no_grad():
             module(x, mask)

@@ -1,4 +1,4 @@
-"""A chain that is exactly one module's forward, installed as that forward (integrate/fused.py's
+"""A chain that is exactly one module's forward, installed as that forward (runtime/fused.py's
 module routes), on the CPU: one guarded call where placeholders would take one per step.
 
 The chain is found by capture in a small model (find_chains with the pass's module calls); the
@@ -14,7 +14,7 @@ from test_fused_install import _chains_of as chains_of
 from test_fused_install import _spec as chain_spec  # the chain's float64 replay, counted
 from torch import nn
 
-from kernforge.integrate import runtime
+from kernforge.runtime import router
 
 pytestmark = pytest.mark.unit
 
@@ -61,7 +61,7 @@ def test_the_module_runs_the_kernel_in_one_call_and_the_model_matches(case):
     net, x, spec, calls = case
     with torch.no_grad():
         expected = net(x)
-    installation = runtime.install([spec], net)
+    installation = router.install([spec], net)
     try:
         assert all("forward" in net[i].__dict__ for i in (1, 3))
         assert installation.routed == []  # every instance held by a module: no placeholder routers
@@ -81,7 +81,7 @@ def test_other_shapes_or_a_gradient_fall_back_bit_exact(case):
     other = torch.randn(3, 32)
     with torch.no_grad():
         expected = net(other)
-    installation = runtime.install([spec], net)
+    installation = router.install([spec], net)
     try:
         with torch.no_grad():
             got = net(other)
@@ -98,7 +98,7 @@ def test_a_module_of_another_class_at_that_name_is_left_alone(case):
     changed = OtherNorm(32)
     changed.weight = net[3].weight
     net[3] = changed
-    installation = runtime.install([spec], net)
+    installation = router.install([spec], net)
     try:
         assert "forward" in net[1].__dict__ and "forward" not in net[3].__dict__
         assert installation.routed  # the instance no module holds now: placeholders as elsewhere
@@ -138,7 +138,7 @@ def test_the_routed_module_is_called_past_nn_modules_call_and_removal_restores_i
     norm = net[1]
     before, printed = _own_state(norm), repr(net)
     h = torch.randn(4, 32)
-    installation = runtime.install([spec], net)
+    installation = router.install([spec], net)
     try:
         assert type(norm) is not RMSNorm and isinstance(norm, RMSNorm) and type(norm).__name__ == "RMSNorm"
         assert repr(net) == printed
@@ -160,7 +160,7 @@ def test_hooks_of_any_kind_take_nn_modules_call_which_still_routes(case, impl_ca
 
     net, x, spec, calls = case
     norm, h = net[1], torch.randn(4, 32)
-    installation = runtime.install([spec], net)
+    installation = router.install([spec], net)
     hooked: list[str] = []
     try:
         with torch.no_grad():
@@ -182,7 +182,7 @@ def test_a_forward_set_over_the_routes_is_called(case):
     """A forward put on the instance after install (a library's wrapper) is what the module calls."""
     net, x, spec, calls = case
     norm, h = net[1], torch.randn(4, 32)
-    installation = runtime.install([spec], net)
+    installation = router.install([spec], net)
     try:
         routed = norm.forward
         norm.forward = lambda t: routed(t) * 2
@@ -199,7 +199,7 @@ def test_a_forward_set_over_the_routes_is_called(case):
 def test_a_parameter_set_anew_is_the_one_the_kernel_reads(case):
     net, x, spec, calls = case
     norm, h = net[1], torch.randn(4, 32)
-    installation = runtime.install([spec], net)
+    installation = router.install([spec], net)
     try:
         norm.weight = nn.Parameter(torch.randn(32))
         with torch.no_grad():
@@ -220,8 +220,8 @@ def test_two_chains_at_one_module_come_off_in_reverse_and_leave_it_as_it_was(cas
     before = _own_state(norm)
     second_calls: list[int] = []
     second = chain_spec(captured(model(), x), "chain_rms_norm_second", second_calls)
-    installations = [runtime.install([spec], net), runtime.install([second], net)] if apart else [
-        runtime.install([spec, second], net)]
+    installations = [router.install([spec], net), router.install([second], net)] if apart else [
+        router.install([spec, second], net)]
     try:
         with torch.no_grad():
             norm(torch.randn(4, 32))

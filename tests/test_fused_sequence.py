@@ -1,5 +1,5 @@
 """A chain that is exactly the forwards of consecutive modules, installed at those modules
-(integrate/fused.py, at a sequence of modules), on the CPU: diffusers' ResnetBlock2D's
+(runtime/fused.py, at a sequence of modules), on the CPU: diffusers' ResnetBlock2D's
 `h = self.norm1(x); h = self.nonlinearity(h)`, a GroupNorm then the block's SiLU module, which
 the block also calls on other tensors.
 
@@ -17,7 +17,7 @@ from test_fused_install import _spec as chain_spec  # the chain's float64 replay
 from test_fused_module import _own_state, _same_state
 from torch import nn
 
-from kernforge.integrate import fused, runtime
+from kernforge.runtime import fused, router
 
 pytestmark = pytest.mark.unit
 
@@ -78,13 +78,13 @@ def inputs(cin: int = 8, batch: int = 2) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.randn(batch, cin, 6, 6), torch.randn(batch, 16)
 
 
-def specs_of(net: nn.Module, x: torch.Tensor, temb: torch.Tensor, calls: list[int]) -> list[runtime.KernelSpec]:
+def specs_of(net: nn.Module, x: torch.Tensor, temb: torch.Tensor, calls: list[int]) -> list[router.KernelSpec]:
     """A stand-in kernel for each chain capture found at a sequence of modules."""
     return [chain_spec(c, f"chain_gn_silu_{k}", calls) for k, c in enumerate(chains_of(net, x, temb)) if c.modules]
 
 
-def run(net: nn.Module, specs: list[runtime.KernelSpec], *args: torch.Tensor) -> tuple[object, runtime.Installation]:
-    installation = runtime.install(specs, net)
+def run(net: nn.Module, specs: list[router.KernelSpec], *args: torch.Tensor) -> tuple[object, router.Installation]:
+    installation = router.install(specs, net)
     try:
         with torch.no_grad():
             return net(*args), installation
@@ -92,7 +92,7 @@ def run(net: nn.Module, specs: list[runtime.KernelSpec], *args: torch.Tensor) ->
         installation.remove()
 
 
-def counts(installation: runtime.Installation, specs: list[runtime.KernelSpec]) -> tuple[int, int]:
+def counts(installation: router.Installation, specs: list[router.KernelSpec]) -> tuple[int, int]:
     """(kernel calls, fallbacks) of the specs' chains (chains of one op name share their counts)."""
     ops = {s.op for s in specs}
     return sum(installation.counts[op].kernel for op in ops), sum(installation.counts[op].fallback for op in ops)
@@ -164,7 +164,7 @@ def test_removal_leaves_both_modules_as_they_were(cout):
     printed = repr(net)
     with torch.no_grad():
         expected = net(x, temb)
-    installation = runtime.install(specs, net)
+    installation = router.install(specs, net)
     try:
         assert "forward" in net.norm1.__dict__ and "forward" in net.nonlinearity.__dict__
         assert repr(net) == printed
@@ -180,7 +180,7 @@ def test_the_shared_silu_on_any_other_tensor_is_its_own_forward():
     calls: list[int] = []
     (spec,) = specs_of(net, x, temb, calls)
     h = torch.randn(2, 8, 6, 6)
-    installation = runtime.install([spec], net)
+    installation = router.install([spec], net)
     try:
         with torch.no_grad():
             got = net.nonlinearity(h), net.nonlinearity(temb)
@@ -197,7 +197,7 @@ def test_a_hook_that_reads_the_groupnorms_output_makes_it_and_the_block_is_bit_e
     with torch.no_grad():
         expected = net(x, temb)
     seen: list[torch.Tensor] = []
-    installation = runtime.install([spec], net)
+    installation = router.install([spec], net)
     try:
         hooks = [net.get_submodule(n).register_forward_hook(lambda _m, _a, out: seen.append(out.sum()))
                  for n in ("norm1", "norm2")]
@@ -253,7 +253,7 @@ def test_other_shapes_dtypes_or_layouts_fall_back_bit_exact(change):
         return net.nonlinearity(net.norm1(x))
     with torch.no_grad():
         expected = pair(x)
-    installation = runtime.install([spec], net)
+    installation = router.install([spec], net)
     try:
         with torch.no_grad():
             got = pair(x)
@@ -267,7 +267,7 @@ def test_a_gradient_wanted_takes_the_modules_own_forwards():
     calls: list[int] = []
     (spec,) = specs_of(net, x, temb, calls)
     x = x.clone().requires_grad_()
-    installation = runtime.install([spec], net)
+    installation = router.install([spec], net)
     try:
         net(x, temb).sum().backward()
     finally:
@@ -285,7 +285,7 @@ def test_an_input_written_in_place_between_the_modules_stops_with_an_error():
 def test_a_value_not_made_yet_shows_the_real_one_when_printed_or_read():
     net, (x, temb) = block(), inputs()
     (spec,) = specs_of(net, x, temb, [])
-    installation = runtime.install([spec], net)
+    installation = router.install([spec], net)
     try:
         with torch.no_grad():
             pending = net.norm1(x)

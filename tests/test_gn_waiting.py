@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 from family_check import tensor
 
-from kernforge.importing import import_path
 from kernforge.propose.builtin import Hardware
 from kernforge.propose.families import group_norm as gn
 from kernforge.records.task import KernelTask
+from kernforge.runtime.importing import import_path
 
 pytestmark = pytest.mark.integration
 
@@ -138,7 +138,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernforge.importing import import_path
+from kernforge.runtime.importing import import_path
 
 ticket_work = import_path(Path(sys.argv[1]), "gn_queue").ticket_work
 

@@ -23,9 +23,9 @@ from helpers import TINY_MODEL, run_cli
 import kernforge
 from kernforge.backends import get_backend
 from kernforge.errors import UserError
-from kernforge.integrate import runtime
 from kernforge.integrate.endtoend import judge_outputs, oracle_of
 from kernforge.records import EndToEnd
+from kernforge.runtime import router
 from kernforge.search.runs import read_run
 
 sys.path.insert(0, str(TINY_MODEL.parent))
@@ -180,7 +180,7 @@ def test_a_graph_compiled_before_the_patch_is_not_reused_under_it(run_dir):
 def test_guards_check_every_argument():
     desc = [{"shape": [4, 8], "dtype": "torch.float32", "stride": [8, 1], "device": "cpu"}, -1, False,
             {"kwargs": {"dtype": "torch.float32"}}]
-    guard = runtime.make_guard(desc)
+    guard = router.make_guard(desc)
     x = torch.randn(4, 8)
     assert guard((x, -1, False), {"dtype": torch.float32}) == [x]
     assert guard((x, -1, 0), {"dtype": torch.float32}) is None  # 0 is not False
@@ -188,7 +188,7 @@ def test_guards_check_every_argument():
     assert guard((x, -1, False), {"dtype": torch.float16}) is None
     assert guard((x, -1, False), {}) is None
     assert guard((x.t().contiguous().t(), -1, False), {"dtype": torch.float32}) is None
-    rebuilt_args, rebuilt_kwargs = runtime.make_rebuild(desc)([x])
+    rebuilt_args, rebuilt_kwargs = router.make_rebuild(desc)([x])
     assert rebuilt_args == [x, -1, False] and rebuilt_kwargs == {"dtype": torch.float32}
 
 
@@ -282,11 +282,11 @@ def test_a_kernel_that_calls_the_op_it_replaces_gets_the_original():
 
     desc = [{"shape": [3, 5], "dtype": "torch.float32", "stride": [5, 1], "device": "cpu"}, -1, False]
     outputs = [{"shape": [3, 5], "dtype": "torch.float32", "stride": [5, 1], "device": "cpu"}]
-    spec = runtime.KernelSpec(name="softmax_reentrant_test", op="aten::_softmax.default", args=desc,
-                              outputs=outputs, backend="cpu", loading=CPU_LOADING,
-                              entry=entry, devices=frozenset({torch.device("cpu")}))
+    spec = router.KernelSpec(name="softmax_reentrant_test", op="aten::_softmax.default", args=desc,
+                             outputs=outputs, backend="cpu", loading=CPU_LOADING,
+                             entry=entry, devices=frozenset({torch.device("cpu")}))
     x = torch.randn(3, 5)
-    installation = runtime.install([spec])
+    installation = router.install([spec])
     try:
         with torch.no_grad():
             out = OP(x, -1, False)
@@ -301,12 +301,12 @@ def test_parameters_are_plain_tensors_to_a_kernel():
     batch norms on the H200 fell back on every call before)."""
     desc = [{"shape": [4], "dtype": "torch.float32", "stride": [1], "device": "cpu"},
             {"shape": [4], "dtype": "torch.float32", "stride": [1], "device": "cpu"}]
-    spec = runtime.KernelSpec(name="mul_parameter_test", op="aten::mul.Tensor", args=desc, outputs=[desc[0]],
-                              backend="cpu", loading=CPU_LOADING, entry=lambda a, b: a.detach() * b.detach(),
-                              devices=frozenset({torch.device("cpu")}))
+    spec = router.KernelSpec(name="mul_parameter_test", op="aten::mul.Tensor", args=desc, outputs=[desc[0]],
+                             backend="cpu", loading=CPU_LOADING, entry=lambda a, b: a.detach() * b.detach(),
+                             devices=frozenset({torch.device("cpu")}))
     weight = torch.nn.Parameter(torch.randn(4))
     x = torch.randn(4)
-    installation = runtime.install([spec])
+    installation = router.install([spec])
     try:
         with torch.no_grad():
             out = x * weight
@@ -323,12 +323,12 @@ def test_a_number_where_the_op_takes_a_tensor_falls_back_to_torch_own_result(dty
     (the same dtype by type promotion, the same values). The Qwen and Gemma runs crashed on it."""
     desc = [{"shape": [4], "dtype": "torch.float32", "stride": [1], "device": "cpu"},
             {"shape": [4], "dtype": "torch.float32", "stride": [1], "device": "cpu"}]
-    spec = runtime.KernelSpec(name="add_scalar_fallback_test", op="aten::add.Tensor", args=desc, outputs=[desc[0]],
-                              backend="cpu", loading=CPU_LOADING,
-                              entry=lambda a, b: a + b, devices=frozenset({torch.device("cpu")}))
+    spec = router.KernelSpec(name="add_scalar_fallback_test", op="aten::add.Tensor", args=desc, outputs=[desc[0]],
+                             backend="cpu", loading=CPU_LOADING,
+                             entry=lambda a, b: a + b, devices=frozenset({torch.device("cpu")}))
     x = (torch.randn(5) * 10).to(dtype)
     expected = x + number
-    installation = runtime.install([spec])
+    installation = router.install([spec])
     try:
         got = x + number
     finally:
@@ -348,16 +348,16 @@ def test_under_compile_kernels_that_pay_alone_but_not_together_keep_the_best(mon
     three together do not; the best one stays, the others are said."""
     from kernforge.integrate import apply as apply_module
 
-    specs = [runtime.KernelSpec(name=f"k{i}", op=f"aten::op{i}.default", args=[], outputs=[], backend="cpu",
-                                loading=CPU_LOADING,
-                                entry=lambda: None) for i in range(3)]
+    specs = [router.KernelSpec(name=f"k{i}", op=f"aten::op{i}.default", args=[], outputs=[], backend="cpu",
+                               loading=CPU_LOADING,
+                               entry=lambda: None) for i in range(3)]
     effects = {s.name: apply_module.KernelEffect(task=f"t{i}", op=s.op, kernel=s.name, op_speedup_vs_eager=1.4,
                                                  calls_per_forward=13) for i, s in enumerate(specs)}
     alone_ms = {"k0": 3.6, "k1": 3.5, "k2": 3.8}
 
     def phase(model, inputs, device, in_graph, installed, tag, pace=None):
         ms = 5.0 if len(in_graph) > 1 else alone_ms[in_graph[0].name]
-        counts = {s.op: runtime.RouteCounts(custom_op=1, traced_by_kernel={s.name: 1}) for s in in_graph}
+        counts = {s.op: router.RouteCounts(custom_op=1, traced_by_kernel={s.name: 1}) for s in in_graph}
         return apply_module.CompilePhase(specs=in_graph, timings={"eager": _timing(5.0), "patched compile": _timing(ms)},
                                          counts=counts, compiled=lambda *a: None)
 

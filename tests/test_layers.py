@@ -1,7 +1,8 @@
 """The package's import graph, read from the source (function-level imports too, TYPE_CHECKING
 ones not, since they never run): no module imports another that imports it back, by any path,
 and no stage imports a later one (LAYERS). A circle kept alive by a function-level import, or an
-arrow from a stage up to one after it, fails here with the path that makes it."""
+arrow from a stage up to one after it, fails here with the path that makes it. The runtime,
+which every exported package ships as it is, imports nothing of kernforge outside itself."""
 
 from __future__ import annotations
 
@@ -15,10 +16,12 @@ pytestmark = pytest.mark.unit
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "kernforge"
 # kernforge's parts, bottom first: each imports only parts of lower layers (or its own layer's
-# part). What the pipeline runs in order (capture, tasks, evaluate, propose, search, integrate)
-# stands in that order above the shared pieces; what drives or shows a whole run is on top.
+# part). The runtime is at the bottom: an exported package ships it without the rest of kernforge.
+# What the pipeline runs in order (capture, tasks, evaluate, propose, search, integrate) stands in
+# that order above the shared pieces; what drives or shows a whole run is on top.
 LAYERS = [
-    {"errors", "phases", "importing", "include", "records"},
+    {"runtime"},
+    {"errors", "phases", "include", "records"},
     {"harness", "store", "models"},
     {"backends"},
     {"capture"},
@@ -111,3 +114,32 @@ def test_no_part_imports_a_later_one():
     upward = sorted(f"{a} -> {b}" for a, targets in graph.items() for b in targets
                     if layer[_part(b)] > layer[_part(a)])
     assert not upward, "\n".join(upward)
+
+
+def test_the_runtime_imports_nothing_of_kernforge_outside_itself():
+    """Every module of kernforge.runtime runs as it is inside an exported package (as
+    PACKAGE.runtime), where there is no kernforge: it imports its neighbours relatively, and an
+    absolute import of kernforge, or a relative one out of the folder, at any level, fails here."""
+    runtime = {name: path for name, path in _modules().items() if _part(name) == "runtime"}
+    assert {"kernforge.runtime", "kernforge.runtime.router", "kernforge.runtime.loader"} <= set(runtime)
+    wrong = sorted(f"{name}: {line}" for name, path in runtime.items() for line in _imports_leaving(name, path))
+    assert not wrong, "\n".join(wrong)
+
+
+def _imports_leaving(name: str, path: Path) -> list[str]:
+    """The imports in the file that name kernforge absolutely or reach above its package
+    (TYPE_CHECKING ones too: an exported package has no kernforge to check types against)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level:
+            names = [] if node.level == 1 else [f"{'.' * node.level}{node.module or ''}"]
+        elif isinstance(node, ast.ImportFrom):
+            names = [node.module or ""]
+        else:
+            continue
+        if any(n.startswith(".") or n.split(".")[0] == "kernforge" for n in names):
+            found.append(f"line {node.lineno}: {ast.unparse(node)} (in {package})")
+    return found

@@ -1,4 +1,4 @@
-"""kernforge.integrate.dispatch on the CPU: the C backend's winner guarded and called from C++.
+"""kernforge.runtime.dispatch on the CPU: the C backend's winner guarded and called from C++.
 
 The session's finished run of the tiny model (its first finalist promoted to winner, as in
 test_integrate.py) installed with native dispatch: the proved call takes the C++ router and
@@ -20,7 +20,8 @@ from test_integrate import promote_first_finalist
 
 import kernforge
 from kernforge.backends import get_backend
-from kernforge.integrate import dispatch, overhead, runtime
+from kernforge.integrate import overhead
+from kernforge.runtime import dispatch, router
 
 pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("integrate")]
 CPU_LOADING = get_backend("cpu").loading  # the backend these tests' specs pose as
@@ -128,7 +129,7 @@ def test_a_library_entry_is_checked_against_the_python_entry(run_dir, monkeypatc
     spec.native, spec.native_why = None, None
     python = spec.entry
     spec.entry = lambda *a, **k: python(*a, **k) + 1.0
-    runtime.prepare_native(spec)
+    router.prepare_native(spec)
     assert spec.native is None and "differ from the Python entry" in spec.native_why
     assert dispatch.native_module() is not None
 
@@ -142,7 +143,7 @@ def test_a_guarded_entry_runs_the_kernel_only_on_the_proved_tensors(run_dir):
     with torch.no_grad(), kernforge.patch(None, run_dir) as handle:
         (spec,) = handle.specs
         tensors_only = replace(spec, args=[a for a in spec.args if isinstance(a, dict) and "shape" in a])
-        guarded = dispatch.guarded_entry(tensors_only, runtime.ALIGNMENT)
+        guarded = dispatch.guarded_entry(tensors_only, router.ALIGNMENT)
         got = guarded(x)
         assert torch.equal(got, spec.entry(x, -1, False))
         refused = [torch.randn(3, 40, 40), x.double(), x.transpose(1, 2).contiguous().transpose(1, 2),
@@ -188,16 +189,16 @@ def test_a_chain_at_its_module_takes_the_native_module_entry(tmp_path):
     source = tmp_path / "rms_norm.c"
     source.write_text(C_PRELUDE + RMS_NORM_C)
     library = cpu.build(source, tmp_path, chain.output_metas).library
-    spec = runtime.KernelSpec(name="chain_rms_norm_native_test", op=chain.op, args=chain.input_metas,
-                              outputs=chain.output_metas, backend="cpu", loading=CPU_LOADING,
-                              devices=frozenset({torch.device("cpu")}),
-                              entry=runtime.load_entry(CPU_LOADING, library, chain.output_metas), chain=chain.to_json(),
-                              library=library)
+    spec = router.KernelSpec(name="chain_rms_norm_native_test", op=chain.op, args=chain.input_metas,
+                             outputs=chain.output_metas, backend="cpu", loading=CPU_LOADING,
+                             devices=frozenset({torch.device("cpu")}),
+                             entry=router.load_entry(CPU_LOADING, library, chain.output_metas), chain=chain.to_json(),
+                             library=library)
     norm, h, other = net[3], torch.randn(4, 32), torch.randn(3, 32)
     with torch.no_grad():
         expected = net(x)
     classes = [type(m) for m in net]
-    installation = runtime.install([spec], net)
+    installation = router.install([spec], net)
     try:
         assert spec.native is not None, spec.native_why
         with torch.no_grad():

@@ -1,7 +1,7 @@
 """backends: turn a candidate source file into a callable, inside the worker process.
 
 A backend is data: a frozen record in REGISTRY that holds everything the other stages know of
-it: its device and dispatch key and how an installed kernel is loaded (loading.py), how a
+it: its device and dispatch key and how an installed kernel is loaded (kernforge.runtime.loading), how a
 candidate is built, scanned and rebuilt for an exported package, and what the LLM generator is
 told of it. No stage outside this folder branches on a backend's name. Adding one is one new file
 and one line in REGISTRY; tests/test_backend_conformance.py runs every registered backend through
@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kernforge.backends.loading import Loading
 from kernforge.backends.scan import scan_source
 from kernforge.errors import UserError
+from kernforge.runtime.loading import Loading
 
 
 class BuildError(Exception):

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from kernforge.backends import Backend, Kernel, Prompt, static_scan
-from kernforge.backends.loading import Loading
 from kernforge.backends.native import C_PRELUDE, compile_library, load_kernel, tool_version
+from kernforge.runtime.loading import Loading
 
 __all__ = ["BACKEND", "CFLAGS", "C_PRELUDE", "GCC_COMMAND", "build", "unavailable_reason"]
 

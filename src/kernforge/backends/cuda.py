@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from kernforge.backends import Backend, Kernel, Prompt, static_scan
-from kernforge.backends.loading import Loading
 from kernforge.backends.native import compile_library, load_kernel, tool_version
+from kernforge.runtime.loading import Loading
 
 NVCC_FLAGS = ["-O3", "-shared", "-Xcompiler", "-fPIC", "-std=c++17", "-lineinfo"]
 DEFAULT_ARCH = "sm_90"  # where no GPU is visible (compile-only checks): the H200's

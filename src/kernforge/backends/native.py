@@ -26,7 +26,7 @@ import torch
 from torch.utils._pytree import tree_flatten
 
 from kernforge.backends import BuildError, Kernel, RejectedBuild, object_scan
-from kernforge.backends.native_abi import bind_entry, call_entry, empty_like_meta
+from kernforge.runtime.native_abi import bind_entry, call_entry, empty_like_meta
 
 # The struct every candidate declares; kept here for the proposer's templates to include.
 C_PRELUDE = """\

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from kernforge.backends import Backend, BuildError, Kernel, Prompt, static_scan
-from kernforge.backends.loading import Loading
-from kernforge.importing import FileImportError, import_path
+from kernforge.runtime.importing import FileImportError, import_path
+from kernforge.runtime.loading import Loading
 
 
 def interpreter_wanted() -> bool:

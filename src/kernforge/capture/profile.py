@@ -135,7 +135,7 @@ class Capture:
     # capture/compiled.py's CompiledProfile as JSON, where the compiled model was profiled (its
     # "error" says why it could not be); None: ranked by eager time only, as was asked
     compiled: dict[str, Any] | None = None
-    # what an exported package's install() compares the model it is given with (integrate/loader):
+    # what an exported package's install() compares the model it is given with (runtime/loader):
     # the root module's class and its parameter count; "" and 0 in profile.json files from before
     model_class: str = ""
     model_parameters: int = 0

@@ -10,7 +10,7 @@
  * The evaluator's static scan accepts only system headers (#include <...> from a list), so a
  * candidate file holds this text itself: paste it, or `cat` it in front of the kernel. The
  * definitions below are kernforge.backends.native.C_PRELUDE, character for character
- * (tests/test_contracts.py), and match the ctypes struct of kernforge.backends.native_abi.
+ * (tests/test_contracts.py), and match the ctypes struct of kernforge.runtime.native_abi.
  */
 #ifndef KERNFORGE_H
 #define KERNFORGE_H

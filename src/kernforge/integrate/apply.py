@@ -19,7 +19,8 @@ import torch
 
 from kernforge.errors import UserError
 from kernforge.integrate import endtoend as e2e
-from kernforge.integrate import overhead, runtime
+from kernforge.integrate import overhead
+from kernforge.runtime import router
 from kernforge.integrate.pace import Pace
 from kernforge.integrate.install import Patch, compile_caches_off, patch
 from kernforge.records import Comparison, EndToEnd, KernelEffect, OutputCheck, RoutedCalls, VariantName, VariantTiming
@@ -130,7 +131,7 @@ def _effects(record: RunRecord, handle: Patch) -> dict[str, KernelEffect]:
     by_name = {s.name: s for s in handle.specs}
     effects = {}
     for w in winners(record):
-        name = runtime.kernel_name(w.op, w.source.read_bytes()) if w.source.is_file() else ""
+        name = router.kernel_name(w.op, w.source.read_bytes()) if w.source.is_file() else ""
         if name in by_name:
             effects[name] = KernelEffect(task=w.task_id, op=w.op, kernel=name, op_speedup_vs_eager=w.speedup_vs_eager,
                                          op_p50_ms=w.p50_ms, op_eager_p50_ms=w.eager_p50_ms)
@@ -174,8 +175,8 @@ def _oracles(model: torch.nn.Module, input_sets: dict[str, Any]) -> tuple[dict[s
 
 
 def _check_eager(model: torch.nn.Module, input_sets: dict[str, Any], oracles: dict[str, e2e.Oracle],
-                 specs: list[runtime.KernelSpec], effects: dict[str, KernelEffect],
-                 report: EndToEnd) -> list[runtime.KernelSpec]:
+                 specs: list[router.KernelSpec], effects: dict[str, KernelEffect],
+                 report: EndToEnd) -> list[router.KernelSpec]:
     """The kernels with which the patched model's outputs pass on every set: all of them where
     they pass together, else each one alone (a failure is then pinned to its kernel)."""
     if _passes(model, input_sets, oracles, specs, V.PATCHED_EAGER, report):
@@ -190,8 +191,8 @@ def _check_eager(model: torch.nn.Module, input_sets: dict[str, Any], oracles: di
 
 
 def _passes(model: torch.nn.Module, input_sets: dict[str, Any], oracles: dict[str, e2e.Oracle],
-            specs: list[runtime.KernelSpec], variant: str, report: EndToEnd) -> bool:
-    installation = runtime.install(specs, model)
+            specs: list[router.KernelSpec], variant: str, report: EndToEnd) -> bool:
+    installation = router.install(specs, model)
     try:
         results = {label: e2e.judge_outputs(e2e.forward(model, inputs), oracles[label])
                    for label, inputs in input_sets.items()}
@@ -208,7 +209,7 @@ def _record_checks(results: dict[str, tuple[str | None, float]], oracles: dict[s
     return all(why is None for why, _ in results.values())
 
 
-def _measure(loaded: Any, device: torch.device, specs: list[runtime.KernelSpec], effects: dict[str, KernelEffect],
+def _measure(loaded: Any, device: torch.device, specs: list[router.KernelSpec], effects: dict[str, KernelEffect],
              report: EndToEnd, input_sets: dict[str, Any], oracles: dict[str, e2e.Oracle],
              compile_model: bool, on_progress: OnProgress, pace: Pace | None = None) -> None:
     model, inputs = loaded.module, loaded.inputs
@@ -218,7 +219,7 @@ def _measure(loaded: Any, device: torch.device, specs: list[runtime.KernelSpec],
     first, compiled = None, None
     if compile_model:
         on_progress("compiling the model (torch.compile, default mode)")
-        runtime.reset_compiled_code()
+        router.reset_compiled_code()
         compiled = e2e.compiled_model(model, "compile")
         try:
             first = e2e.time_variants([*variants, e2e.Variant(V.COMPILE, lambda: compiled(*inputs))], device,
@@ -254,7 +255,7 @@ def _measure(loaded: Any, device: torch.device, specs: list[runtime.KernelSpec],
 
 
 
-def _graph_phase(model: torch.nn.Module, inputs: Any, device: torch.device, specs: list[runtime.KernelSpec],
+def _graph_phase(model: torch.nn.Module, inputs: Any, device: torch.device, specs: list[router.KernelSpec],
                  report: EndToEnd, input_sets: dict[str, Any], oracles: dict[str, e2e.Oracle],
                  compile_model: bool, pace: Pace | None = None) -> None:
     """A static-shape model replayed from a CUDA graph pays no host cost per op, so every kernel
@@ -279,7 +280,7 @@ def _graph_phase(model: torch.nn.Module, inputs: Any, device: torch.device, spec
     if not compile_model:
         return
     marked = e2e.with_compile_flag(specs, {s.name for s in specs})
-    runtime.reset_compiled_code()
+    router.reset_compiled_code()
     ro_plain = e2e.compiled_model(model, "ro", "reduce-overhead")
     ro_patched = e2e.compiled_model(model, "ro_patched", "reduce-overhead")
     pair = [e2e.Variant(V.RO_COMPILE, lambda: ro_plain(*inputs)),
@@ -290,7 +291,7 @@ def _graph_phase(model: torch.nn.Module, inputs: Any, device: torch.device, spec
     except Exception as e:  # noqa: BLE001 - inductor's cudagraphs refuse some models: the rest stands
         report.notes.append(f"reduce-overhead: {_first_line(e)}")
     finally:
-        runtime.reset_compiled_code()
+        router.reset_compiled_code()
         _free()
 
 
@@ -307,7 +308,7 @@ def _timed_pair(pair: list[e2e.Variant], device: torch.device, report: EndToEnd,
     report.graph_routes[patched.name] = {op: _routed_calls(c) for op, c in patched.counts.items()}
 
 
-def _routed_calls(counts: runtime.RouteCounts) -> RoutedCalls:
+def _routed_calls(counts: router.RouteCounts) -> RoutedCalls:
     """What the live counts held when the graph was captured, for the report."""
     return RoutedCalls(kernel=counts.kernel, custom_op=counts.custom_op, fallback=counts.fallback,
                        by_kernel=counts.by_kernel, traced_by_kernel=dict(counts.traced_by_kernel))
@@ -324,9 +325,9 @@ def _check_graph(graphed: e2e.GraphedForward, input_sets: dict[str, Any], oracle
     _record_checks(results, oracles, V.GRAPH_PATCHED, report)
 
 
-def _check_reduce_overhead(model: torch.nn.Module, compiled: Callable[..., Any], marked: list[runtime.KernelSpec],
+def _check_reduce_overhead(model: torch.nn.Module, compiled: Callable[..., Any], marked: list[router.KernelSpec],
                            input_sets: dict[str, Any], oracles: dict[str, e2e.Oracle], report: EndToEnd) -> None:
-    installation = runtime.install(marked, model)
+    installation = router.install(marked, model)
     try:  # each output judged before the next replay overwrites inductor's graph outputs
         results = {label: e2e.judge_outputs(e2e.outputs_of(compiled(*values)), oracles[label])
                    for label, values in input_sets.items()}
@@ -363,15 +364,15 @@ def pays(verdict: str, speedup: float | None) -> bool:
 class CompilePhase:
     """The model compiled with some kernels in its graph, timed beside eager in a phase of its own."""
 
-    specs: list[runtime.KernelSpec]
+    specs: list[router.KernelSpec]
     timings: dict[str, Any]  # V.EAGER, V.PATCHED_COMPILE
-    counts: dict[str, runtime.RouteCounts]
+    counts: dict[str, router.RouteCounts]
     compiled: Callable[..., Any]
 
 
-def _compile_phase(model: torch.nn.Module, inputs: Any, device: torch.device, in_graph: list[runtime.KernelSpec],
-                   installed: list[runtime.KernelSpec], tag: str, pace: Pace | None = None) -> CompilePhase:
-    runtime.reset_compiled_code()
+def _compile_phase(model: torch.nn.Module, inputs: Any, device: torch.device, in_graph: list[router.KernelSpec],
+                   installed: list[router.KernelSpec], tag: str, pace: Pace | None = None) -> CompilePhase:
+    router.reset_compiled_code()
     compiled = e2e.compiled_model(model, tag)
     patched = e2e.Variant(V.PATCHED_COMPILE, lambda: compiled(*inputs),
                           e2e.with_compile_flag(installed, {s.name for s in in_graph}), model)
@@ -380,10 +381,10 @@ def _compile_phase(model: torch.nn.Module, inputs: Any, device: torch.device, in
     return CompilePhase(specs=in_graph, timings=timings, counts=patched.counts, compiled=compiled)
 
 
-def _compile_choice(model: torch.nn.Module, inputs: Any, device: torch.device, specs: list[runtime.KernelSpec],
+def _compile_choice(model: torch.nn.Module, inputs: Any, device: torch.device, specs: list[router.KernelSpec],
                     effects: dict[str, KernelEffect], first: dict[str, Any], compile_model: bool,
                     on_progress: OnProgress, pace: Pace | None = None
-                    ) -> tuple[list[runtime.KernelSpec], CompilePhase | None]:
+                    ) -> tuple[list[router.KernelSpec], CompilePhase | None]:
     """Which kernels go into compile's graphs. First all of them at once, against the compiled
     model without them (each relative to the eager of its own phase): where that pays, they all
     stay, and it took one compile. Else each kernel alone, one compile each; those that pay stay.
@@ -423,7 +424,7 @@ def together_speedup(phase: CompilePhase, first: dict[str, Any]) -> float:
     return e2e.speedup(t[V.PATCHED_COMPILE], first[V.COMPILE], t[V.EAGER], first[V.EAGER])
 
 
-def _judge_under_compile(phase: CompilePhase, specs: list[runtime.KernelSpec], effects: dict[str, KernelEffect],
+def _judge_under_compile(phase: CompilePhase, specs: list[router.KernelSpec], effects: dict[str, KernelEffect],
                          first: dict[str, Any], how: str) -> bool:
     """Record the phase's verdict on each of its kernels; whether the phase pays."""
     t = phase.timings
@@ -432,7 +433,7 @@ def _judge_under_compile(phase: CompilePhase, specs: list[runtime.KernelSpec], e
     paid = pays(verdict_now, speed)
     for spec in specs:
         effect = effects[spec.name]
-        traced = phase.counts.get(spec.op, runtime.RouteCounts()).traced_by_kernel
+        traced = phase.counts.get(spec.op, router.RouteCounts()).traced_by_kernel
         effect.in_compiled_graph = traced.get(spec.name, 0) > 0
         effect.compile_verdict, effect.compiled_with_others = verdict_now, how != "alone"
         effect.compile_speedup = speed
@@ -445,8 +446,8 @@ def _judge_under_compile(phase: CompilePhase, specs: list[runtime.KernelSpec], e
     return paid and all(effects[s.name].in_compiled_graph for s in specs)
 
 
-def _final_phase(model: torch.nn.Module, inputs: Any, device: torch.device, eager_kept: list[runtime.KernelSpec],
-                 compile_kept: list[runtime.KernelSpec], measured: CompilePhase | None, first: dict[str, Any],
+def _final_phase(model: torch.nn.Module, inputs: Any, device: torch.device, eager_kept: list[router.KernelSpec],
+                 compile_kept: list[router.KernelSpec], measured: CompilePhase | None, first: dict[str, Any],
                  compiled: Callable[..., Any] | None, report: EndToEnd,
                  pace: Pace | None = None) -> Callable[..., Any] | None:
     """The model as the kernels that stayed leave it, four ways; speedups beyond the noise only,
@@ -491,11 +492,11 @@ def _final_phase(model: torch.nn.Module, inputs: Any, device: torch.device, eage
 
 
 def _check_compiled(model: torch.nn.Module, compiled: Callable[..., Any], input_sets: dict[str, Any], oracles: dict[str, e2e.Oracle],
-                    eager_kept: list[runtime.KernelSpec], compile_kept: list[runtime.KernelSpec],
+                    eager_kept: list[router.KernelSpec], compile_kept: list[router.KernelSpec],
                     report: EndToEnd) -> None:
     """The patched model under torch.compile, on every input set, judged as eager patched was
     (same shapes: the code compiled in the final phase, no recompile)."""
-    installation = runtime.install(e2e.with_compile_flag(_union(eager_kept, compile_kept),
+    installation = router.install(e2e.with_compile_flag(_union(eager_kept, compile_kept),
                                                          {s.name for s in compile_kept}), model)
     try:
         results = {label: e2e.judge_outputs(e2e.outputs_of(compiled(*inputs)), oracles[label])
@@ -523,7 +524,7 @@ def _timing_record(t: Timing) -> VariantTiming:
     return VariantTiming(p20_ms=t.p20_ms, p50_ms=t.p50_ms, p80_ms=t.p80_ms, runs=t.runs)
 
 
-def _union(a: list[runtime.KernelSpec], b: list[runtime.KernelSpec]) -> list[runtime.KernelSpec]:
+def _union(a: list[router.KernelSpec], b: list[router.KernelSpec]) -> list[router.KernelSpec]:
     names = {s.name for s in a}
     return a + [s for s in b if s.name not in names]
 

@@ -34,10 +34,10 @@ from torch.utils._pytree import tree_flatten, tree_map
 
 from kernforge.evaluate.checks import compare, element_bound, oracle_dtype, upcast
 from kernforge.harness.timing import clearly_faster, clearly_faster_relative, timing_from
-from kernforge.integrate import runtime
 from kernforge.integrate.pace import Pace, another_round, calls_per_round, was_cut
 from kernforge.records import RoundsMeasured, Verdict
 from kernforge.records.timing import Timing
+from kernforge.runtime import router
 
 ROUNDS = 5
 ROUND_MS = 150.0  # each variant's share of a round: ~3 calls of an 85 ms VAE decoder, 50 of a 3 ms one
@@ -156,9 +156,9 @@ def judge_outputs(outs: list[torch.Tensor], oracle: Oracle) -> tuple[str | None,
 class Variant:
     name: str  # a records.VariantName, or the label of a measurement's other model (one kernel alone)
     call: Callable[[], Any]
-    specs: list[runtime.KernelSpec] = field(default_factory=list)  # installed while it runs
+    specs: list[router.KernelSpec] = field(default_factory=list)  # installed while it runs
     model: torch.nn.Module | None = None  # where chains that are a module's forward are installed
-    counts: dict[str, runtime.RouteCounts] = field(default_factory=dict)  # routes taken, summed over its runs
+    counts: dict[str, router.RouteCounts] = field(default_factory=dict)  # routes taken, summed over its runs
 
 
 def time_variants(variants: list[Variant], device: torch.device, seed: int = 0,
@@ -213,14 +213,14 @@ def verdict_open(timings: dict[str, Timing]) -> bool:
 
 
 def _in_state(variant: Variant, work: Callable[[], Any]) -> Any:
-    installation = runtime.install(variant.specs, variant.model) if variant.specs else None
+    installation = router.install(variant.specs, variant.model) if variant.specs else None
     try:
         return work()
     finally:
         if installation is not None:
             installation.remove()
             for op, c in installation.counts.items():
-                variant.counts.setdefault(op, runtime.RouteCounts()).add(c)
+                variant.counts.setdefault(op, router.RouteCounts()).add(c)
 
 
 def _warm(variant: Variant, device: torch.device) -> float:
@@ -349,5 +349,5 @@ def speedup(candidate: Timing, baseline: Timing, candidate_ref: Timing | None = 
     return (baseline.p50_ms / scale_b) / (candidate.p50_ms / scale_c)
 
 
-def with_compile_flag(specs: list[runtime.KernelSpec], under_compile: set[str]) -> list[runtime.KernelSpec]:
+def with_compile_flag(specs: list[router.KernelSpec], under_compile: set[str]) -> list[router.KernelSpec]:
     return [replace(s, under_compile=s.name in under_compile) for s in specs]

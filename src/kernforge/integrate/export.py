@@ -4,20 +4,21 @@
       pyproject.toml             setuptools; depends on torch and what the backend needs (Backend.requires)
       README.md
       PACKAGE/                   default kernforge_<model>_kernels
-        __init__.py              install(model=None, force=False), uninstall()
-        loader.py runtime.py kernels.py fused.py native_abi.py loading.py importing.py dispatch.py
-        dispatch.cpp
-        prebuilt/dispatch-KEY/   dispatch.cpp built for the exporting torch and Python
-                                 kernforge's own files, verbatim
+        __init__.py              install(model=None, force=False), uninstall(), over runtime/loader.py
+        runtime/                 kernforge.runtime, the folder copied whole and verbatim: router.py
+                                 kernels.py fused.py dispatch.py dispatch.cpp loader.py loading.py
+                                 native_abi.py importing.py
+          prebuilt/dispatch-KEY/ dispatch.cpp built for the exporting torch and Python
         manifest.json            per kernel: op, schema, guard, outputs, its backend's loading
                                  facts, how its library was built, speedups; the device;
                                  the versions; a sha256 of every other file of PACKAGE/
         kernels/NAME.c + NAME.so (cpu), NAME.py (triton), NAME.cu + NAME.so (cuda)
 
-The package runs kernforge's runtime, not a copy of its logic: those files are copied as
-they are, and each imports its neighbours relatively when it is not inside kernforge.
-Native dispatch (dispatch.cpp) ships built for the torch and Python that exported it (prebuilt/);
-under another torch or Python it is built where the package is installed, against the torch there.
+The package runs kernforge's runtime, not a copy of its logic: kernforge.runtime's modules
+import each other relatively and nothing else of kernforge, so the folder runs as it is as
+PACKAGE.runtime. Native dispatch (dispatch.cpp) ships built for the torch and Python that
+exported it (runtime/prebuilt/); under another torch or Python it is built where the package
+is installed, against the torch there.
 """
 
 from __future__ import annotations
@@ -33,15 +34,17 @@ from pathlib import Path
 from typing import Any
 
 import kernforge
-from kernforge import importing
-from kernforge.backends import BuildError, get_backend, loading, native_abi
+from kernforge import runtime
+from kernforge.backends import BuildError, get_backend
 from kernforge.errors import UserError
-from kernforge.integrate import dispatch, fused, kernels, loader, runtime
 from kernforge.integrate.install import Winner, installable, placement, winners
+from kernforge.runtime import dispatch, kernels, loader, router
 from kernforge.search.runs import RunRecord, read_run
 
-# Shipped verbatim: each is torch-only and imports its neighbours relatively outside kernforge.
-SHIPPED_MODULES = (runtime, kernels, fused, loader, native_abi, loading, importing, dispatch)
+# Shipped whole and verbatim as PACKAGE/runtime/ (RUNTIME_FOLDER): torch-only, its modules import
+# each other relatively and nothing else of kernforge (tests/test_layers.py reads that).
+RUNTIME = Path(runtime.__file__).parent
+RUNTIME_FOLDER = "runtime"
 
 
 @dataclass
@@ -136,7 +139,7 @@ def _write_package(run: RunRecord, found: list[Winner], root: Path, package: str
     entries = []
     for winner in found:
         why = installable(winner)
-        where = placement(run, runtime.kernel_name(winner.op, winner.source.read_bytes())) if why is None else None
+        where = placement(run, router.kernel_name(winner.op, winner.source.read_bytes())) if why is None else None
         if where == (False, False):
             why = "apply measured that it makes the model slower, in eager and under compile"
         if why is None:
@@ -153,13 +156,7 @@ def _write_package(run: RunRecord, found: list[Winner], root: Path, package: str
         reasons = "; ".join(f"{task}: {why}" for task, why in result.skipped.items())
         raise UserError(f"nothing to export: none of the run's {len(found)} winning kernels can be installed "
                         f"({reasons})")
-    for module in SHIPPED_MODULES:
-        shutil.copyfile(module.__file__, pkg / Path(module.__file__).name)
-    shutil.copyfile(dispatch.SOURCE, pkg / dispatch.SOURCE.name)  # built where the package is installed,
-    shipped = dispatch.shippable_library()  # unless its torch and Python are this one's: then shipped built
-    if shipped is not None:
-        (pkg / shipped[1]).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(shipped[0], pkg / shipped[1])
+    _ship_runtime(pkg / RUNTIME_FOLDER)
     (pkg / "__init__.py").write_text(_init_source(run, package))
     manifest = _manifest(run, package, result.device, entries, pkg)
     (pkg / loader.MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
@@ -171,10 +168,26 @@ def _write_package(run: RunRecord, found: list[Winner], root: Path, package: str
     return result
 
 
+def _ship_runtime(folder: Path) -> None:
+    """kernforge.runtime copied into `folder`, its bytecode left out; dispatch.cpp is built where
+    the package is installed, unless its torch and Python are this one's: then it ships built."""
+    shutil.copytree(RUNTIME, folder, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    shipped = dispatch.shippable_library()  # (the build, its path relative to dispatch.py's folder)
+    if shipped is not None:
+        (folder / shipped[1]).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(shipped[0], folder / shipped[1])
+
+
+def _runtime_data() -> list[str]:
+    """The runtime's files that are not modules (dispatch.cpp), and the builds shipped with it."""
+    return sorted(p.name for p in RUNTIME.iterdir() if p.is_file() and p.suffix != ".py") + [
+        f"{dispatch.PREBUILT}/*/*"]
+
+
 def _ship_kernel(run: RunRecord, winner: Winner, pkg: Path) -> dict[str, Any]:
     """Copy one winner's source (and library) into kernels/; its manifest entry."""
     backend = get_backend(winner.backend)
-    name = runtime.kernel_name(winner.op, winner.source.read_bytes())
+    name = router.kernel_name(winner.op, winner.source.read_bytes())
     source = f"kernels/{name}{winner.source.suffix}"
     library, build = None, {}
     if backend.loading.artefact == "library":
@@ -289,12 +302,12 @@ def _init_source(run: RunRecord, package: str) -> str:
 
 On a machine other than the one the kernels were proved on, install() warns and installs
 nothing unless install(force=True). What each kernel replaces, what it was proved on and how
-fast it was: manifest.json. Generated by `kernforge export`; loader.py does the work.
+fast it was: manifest.json. Generated by `kernforge export`; runtime/loader.py does the work.
 """
 
 from pathlib import Path as _Path
 
-from .loader import ChecksumError, DeviceMismatchWarning, KernelLoadWarning, ModelMismatchWarning, Package
+from .runtime.loader import ChecksumError, DeviceMismatchWarning, KernelLoadWarning, ModelMismatchWarning, Package
 
 __all__ = ["ChecksumError", "DeviceMismatchWarning", "KernelLoadWarning", "ModelMismatchWarning", "install",
            "uninstall"]
@@ -330,12 +343,13 @@ requires-python = ">=3.10"
 dependencies = {json.dumps(dependencies)}
 
 [tool.setuptools]
-packages = ["{package}"]
+packages = ["{package}", "{package}.{RUNTIME_FOLDER}"]
 # the kernel and build folders are data, listed below: not namespace packages setuptools warns of
 include-package-data = false
 
 [tool.setuptools.package-data]
-{package} = ["{loader.MANIFEST}", "kernels/*", "{dispatch.SOURCE.name}", "{dispatch.PREBUILT}/*/*"]
+{package} = ["{loader.MANIFEST}", "kernels/*"]
+"{package}.{RUNTIME_FOLDER}" = {json.dumps(_runtime_data())}
 '''
 
 

@@ -18,8 +18,8 @@ import torch
 
 from kernforge.backends import get_backend
 from kernforge.errors import UserError
-from kernforge.integrate import kernels, runtime
-from kernforge.integrate.runtime import compile_caches_off  # noqa: F401 - apply's, with patch's one copy
+from kernforge.runtime import kernels, router
+from kernforge.runtime.router import compile_caches_off  # noqa: F401 - apply's, with patch's one copy
 from kernforge.search.runs import RunRecord, read_run
 
 
@@ -72,17 +72,17 @@ def installable(winner: Winner) -> str | None:
     return None
 
 
-def build_spec(winner: Winner, build_dir: Path, devices: frozenset[torch.device]) -> runtime.KernelSpec:
+def build_spec(winner: Winner, build_dir: Path, devices: frozenset[torch.device]) -> router.KernelSpec:
     """The winner built here as its backend installs one (Backend.installed_file: a module as it is,
     a C or CUDA file compiled with the evaluator's object checks, cached by source) and bound
     without the evaluator's wrappers."""
     backend = get_backend(winner.backend)
     path = backend.installed_file(winner.source, build_dir, winner.outputs)
-    entry = runtime.load_entry(backend.loading, path, winner.outputs)
-    return runtime.KernelSpec(name=runtime.kernel_name(winner.op, winner.source.read_bytes()),
-                              op=winner.op, args=winner.args, outputs=winner.outputs,
-                              backend=winner.backend, loading=backend.loading, entry=entry, devices=devices,
-                              chain=winner.chain, library=path if backend.loading.artefact == "library" else None)
+    entry = router.load_entry(backend.loading, path, winner.outputs)
+    return router.KernelSpec(name=router.kernel_name(winner.op, winner.source.read_bytes()),
+                             op=winner.op, args=winner.args, outputs=winner.outputs,
+                             backend=winner.backend, loading=backend.loading, entry=entry, devices=devices,
+                             chain=winner.chain, library=path if backend.loading.artefact == "library" else None)
 
 
 def devices_for(run: RunRecord) -> frozenset[torch.device]:
@@ -111,15 +111,15 @@ class Patch:
     """Installed kernels; `remove()` (or leaving the `with` block) takes them all out."""
 
     run: RunRecord
-    installation: runtime.Installation
+    installation: router.Installation
     skipped: dict[str, str] = field(default_factory=dict)  # task -> why its winner was not installed
 
     @property
-    def specs(self) -> list[runtime.KernelSpec]:
+    def specs(self) -> list[router.KernelSpec]:
         return self.installation.specs
 
     @property
-    def counts(self) -> dict[str, runtime.RouteCounts]:
+    def counts(self) -> dict[str, router.RouteCounts]:
         return self.installation.counts
 
     def remove(self) -> None:
@@ -129,8 +129,8 @@ class Patch:
             return
         _ACTIVE[:] = [p for p in _ACTIVE if p is not self]
         self.installation.remove()
-        runtime.restore_compile_caches()
-        runtime.reset_compiled_code()
+        router.restore_compile_caches()
+        router.reset_compiled_code()
 
     def __enter__(self) -> Patch:  # noqa: PYI034 - not subclassed
         return self
@@ -169,10 +169,10 @@ def patch(model: torch.nn.Module | None, run: str | Path | RunRecord, only: list
                 skipped[winner.task_id] = "apply measured that it makes the model slower, in eager and under compile"
                 continue
         specs.append(spec)
-    runtime.disable_compile_caches()
-    handle = Patch(run=record, installation=runtime.install(specs, model), skipped=skipped)
+    router.disable_compile_caches()
+    handle = Patch(run=record, installation=router.install(specs, model), skipped=skipped)
     _ACTIVE.append(handle)
-    runtime.reset_compiled_code()
+    router.reset_compiled_code()
     return handle
 
 

@@ -25,8 +25,8 @@ import torch
 from torch.utils._pytree import tree_map
 
 from kernforge.harness.serialize import extent
-from kernforge.integrate import fused, kernels, runtime
 from kernforge.records import RouteCost
+from kernforge.runtime import fused, kernels, router
 
 BURST = 200  # calls in a burst of cheap calls (a GPU launch, a routed add): far below the launch queue
 BURST_HOST_S = 0.05  # host time one burst may take: 7 kinds x 7 rounds of it is ~2.5 s a kernel
@@ -35,10 +35,10 @@ WARM_UP = 5  # calls before a kind's first burst: the allocator and the route's 
 REPEATS = 7
 
 
-def proved_inputs(spec: runtime.KernelSpec, device: torch.device) -> tuple[list[Any], dict[str, Any]]:
-    """A call the guard accepts, made from its description (runtime.example_inputs on `device`)."""
-    tensors = [t.to(device) for t in runtime.example_inputs(spec)]
-    return runtime.make_rebuild(spec.args)(tensors)
+def proved_inputs(spec: router.KernelSpec, device: torch.device) -> tuple[list[Any], dict[str, Any]]:
+    """A call the guard accepts, made from its description (router.example_inputs on `device`)."""
+    tensors = [t.to(device) for t in router.example_inputs(spec)]
+    return router.make_rebuild(spec.args)(tensors)
 
 
 def refused_inputs(args: list[Any], kwargs: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
@@ -54,7 +54,7 @@ def refused_inputs(args: list[Any], kwargs: dict[str, Any]) -> tuple[list[Any], 
     return tree_map(shift, (args, kwargs))
 
 
-def measure(spec: runtime.KernelSpec, all_specs: list[runtime.KernelSpec], device: torch.device,
+def measure(spec: router.KernelSpec, all_specs: list[router.KernelSpec], device: torch.device,
             model: torch.nn.Module | None = None) -> RouteCost:
     """Each cost as the median over REPEATS rounds, each round timing every call with the routes
     out and then in, so that drift (a busy host, clocks) falls on both sides alike. A chain the
@@ -65,7 +65,7 @@ def measure(spec: runtime.KernelSpec, all_specs: list[runtime.KernelSpec], devic
     args, kwargs = proved_inputs(spec, device)
     miss_args, miss_kwargs = refused_inputs(args, kwargs)
     small = torch.randn(64, device=device)
-    runtime.prepare_native(spec)
+    router.prepare_native(spec)
     tensors = [t for t in kernels.flat((args, kwargs)) if isinstance(t, torch.Tensor)]
     hit_args, miss_call_args = args, miss_args
     if modules is not None:  # called as the model calls it, its arguments picked once, as direct's are
@@ -85,7 +85,7 @@ def measure(spec: runtime.KernelSpec, all_specs: list[runtime.KernelSpec], devic
         for _ in range(REPEATS):
             for name, call in unrouted.items():
                 samples[name].append(_burst_us(call, device, sizes, name))
-            installation = runtime.install(all_specs, model)
+            installation = router.install(all_specs, model)
             try:
                 for name, call in routed.items():
                     samples[name].append(_burst_us(call, device, sizes, name))
@@ -107,7 +107,7 @@ def measure(spec: runtime.KernelSpec, all_specs: list[runtime.KernelSpec], devic
                        fewest_burst_calls=min(sizes.values()))
 
 
-def modules_of(spec: runtime.KernelSpec, model: torch.nn.Module | None) -> list[torch.nn.Module] | None:
+def modules_of(spec: router.KernelSpec, model: torch.nn.Module | None) -> list[torch.nn.Module] | None:
     """The first module of the model that holds the chain as its forward, or the modules of the
     first sequence that holds it (one per stage), if any."""
     chain = spec.chain or {}
@@ -123,7 +123,7 @@ def modules_of(spec: runtime.KernelSpec, model: torch.nn.Module | None) -> list[
     return None
 
 
-def call_of(spec: runtime.KernelSpec, modules: list[torch.nn.Module] | None = None) -> Callable[..., Any]:
+def call_of(spec: router.KernelSpec, modules: list[torch.nn.Module] | None = None) -> Callable[..., Any]:
     """What a model calls where the kernel goes: the ATen op, a chain's steps one by one, the
     module whose forward the chain is, or the modules of a sequence in turn (on module_arguments)."""
     if modules is not None and len(modules) == 1:
@@ -143,7 +143,7 @@ def call_of(spec: runtime.KernelSpec, modules: list[torch.nn.Module] | None = No
     return lambda *inputs: fused.replay(steps, list(inputs))
 
 
-def module_arguments(spec: runtime.KernelSpec, inputs: list[Any]) -> list[Any]:
+def module_arguments(spec: router.KernelSpec, inputs: list[Any]) -> list[Any]:
     """The (first) module's positional arguments among the chain's inputs, in order (its parameters
     are its own). Picked once, not at each call: a lambda and a list made per call cost 0.4 us of the
     routed call on a 2-core x86 CPU, where the direct call pays neither."""

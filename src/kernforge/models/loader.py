@@ -23,9 +23,9 @@ from typing import Any
 import torch
 
 from kernforge.errors import UserError
-from kernforge.importing import FileImportError, import_path
 from kernforge.models import zoo
 from kernforge.models.options import ModelOptions
+from kernforge.runtime.importing import FileImportError, import_path
 
 EXAMPLES_DIR = Path(__file__).parent / "examples"
 _ZOO = {"torchvision": zoo.torchvision_model, "timm": zoo.timm_model, "hf": zoo.hf_model,

@@ -1,7 +1,7 @@
 """Native dispatch: an installed kernel's guard and launch in C++, so that a routed call costs
 about what the ATen call it replaces costs in host time.
 
-The Python router (runtime.py) spends tens of microseconds a call in the interpreter: its guard,
+The Python router (router.py) spends tens of microseconds a call in the interpreter: its guard,
 the argument rebuild and, for Triton, triton's own launcher. dispatch.cpp, built here with the
 machine's C++ compiler against the torch that runs here (once per torch version, cached), does
 the same work without Python:

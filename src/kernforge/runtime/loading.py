@@ -1,10 +1,9 @@
 """What the runtime needs to know of a backend to hold its installed kernels: plain data.
 
 The Backend record (kernforge.backends) carries one; an exported package's manifest carries one per
-kernel, as JSON, because the package's copies of the runtime (integrate/kernels.py, runtime.py,
-fused.py, dispatch.py, loader.py) import nothing of kernforge: they know a backend by these facts,
-never by its name. This file needs nothing but the standard library, and `kernforge export`
-copies it into every package.
+kernel, as JSON, because the runtime (this folder, which every package copies) imports nothing of
+kernforge outside it: it knows a backend by these facts, never by its name. This file needs nothing
+but the standard library.
 """
 
 from __future__ import annotations
@@ -12,9 +11,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-# How an installed kernel's file becomes its callable (integrate/runtime.py's load_entry):
+# How an installed kernel's file becomes its callable (router.py's load_entry):
 #   module   a Python file imported, its kf_forward called with the op's arguments;
-#   library  a shared library's kf_forward called through the C ABI (backends/native_abi.py),
+#   library  a shared library's kf_forward called through the C ABI (native_abi.py),
 #            writing into outputs the runtime allocates.
 ARTEFACTS = ("module", "library")
 

@@ -1,8 +1,8 @@
 """An exported package's loader: its files checked, its kernels loaded, installed and removed.
 
-This file needs only torch (and triton for Triton kernels): `kernforge export` copies it
-verbatim into every package, beside runtime.py, fused.py, native_abi.py and importing.py, and the
-package's __init__.py is a few lines over `Package(<its folder>)`.
+Like the rest of the runtime, this file needs only torch (and triton for Triton kernels):
+`kernforge export` copies the runtime into every package (PACKAGE/runtime/), and the package's
+__init__.py is a few lines over `Package(<its folder>)`.
 
 What install() does, in order:
 
@@ -17,7 +17,7 @@ What install() does, in order:
    model: gcc's -march=native makes it that CPU's code; a CUDA library for this architecture),
    else rebuilt from its source with the recorded command into the user's cache. A kernel that
    cannot be loaded is left out with a warning, and its op runs the original;
-5. holds torch.compile's on-disk caches off, installs the routes (runtime.install) and drops
+5. holds torch.compile's on-disk caches off, installs the routes (router.install) and drops
    compiled code, so the next compile sees the routes; uninstall() undoes all three.
 """
 
@@ -37,10 +37,7 @@ from typing import Any
 
 import torch
 
-if __name__.startswith("kernforge."):
-    from kernforge.integrate import runtime
-else:  # inside an exported package, where runtime.py sits beside this file
-    from . import runtime  # type: ignore[no-redef]
+from . import router
 
 MANIFEST = "manifest.json"
 # The manifest's layout; another one is refused, not misread. 2: each kernel carries its backend's
@@ -73,7 +70,7 @@ class Package:
     """An exported package's kernels; `install()` routes the model's ops to them."""
 
     root: Path  # the package's folder: manifest.json, kernels/, this file
-    installation: runtime.Installation | None = None
+    installation: router.Installation | None = None
     skipped: dict[str, str] = field(default_factory=dict)  # kernel -> why it was not installed
 
     @property
@@ -86,7 +83,7 @@ class Package:
         verify_files(self.root, manifest)
         return manifest
 
-    def install(self, model: torch.nn.Module | None = None, force: bool = False) -> runtime.Installation | None:
+    def install(self, model: torch.nn.Module | None = None, force: bool = False) -> router.Installation | None:
         """Route each kernel's ATen op to it where the call matches what it was proved on.
         Returns the installation (its `.counts` say where calls went), or None where nothing
         was installed (another device, or no kernel loads here: each said in a warning)."""
@@ -108,9 +105,9 @@ class Package:
                           KernelLoadWarning, stacklevel=2)
         if not specs:
             return None
-        runtime.disable_compile_caches()
-        self.installation = runtime.install(specs, model)
-        runtime.reset_compiled_code()
+        router.disable_compile_caches()
+        self.installation = router.install(specs, model)
+        router.reset_compiled_code()
         return self.installation
 
     def uninstall(self) -> bool:
@@ -119,12 +116,12 @@ class Package:
             return False
         self.installation.remove()
         self.installation = None
-        runtime.restore_compile_caches()
-        runtime.reset_compiled_code()
+        router.restore_compile_caches()
+        router.reset_compiled_code()
         return True
 
     def _load(self, manifest: dict[str, Any],
-              devices: frozenset[torch.device]) -> tuple[list[runtime.KernelSpec], dict[str, str]]:
+              devices: frozenset[torch.device]) -> tuple[list[router.KernelSpec], dict[str, str]]:
         specs, skipped = [], {}
         for kernel in manifest["kernels"]:
             try:
@@ -250,18 +247,18 @@ def _device_fix(devices: frozenset[torch.device]) -> str:
 
 
 def load_spec(root: Path, kernel: dict[str, Any], devices: frozenset[torch.device],
-              package: str) -> runtime.KernelSpec:
+              package: str) -> router.KernelSpec:
     """One kernel of the manifest as an installable spec; raises where it cannot be loaded."""
-    loading = runtime.Loading.from_json(kernel["loading"])  # the backend, as the runtime knows it
+    loading = router.Loading.from_json(kernel["loading"])  # the backend, as the runtime knows it
     path = root / kernel["source"]
     if loading.artefact == "library":
         path, devices = library_here(root, kernel, TARGETS[loading.device](devices), package)
-    entry = runtime.load_entry(loading, path, kernel["outputs"])
-    return runtime.KernelSpec(name=kernel["name"], op=kernel["op"], args=kernel["guard"],
-                              outputs=kernel["outputs"], backend=kernel["backend"], loading=loading, entry=entry,
-                              devices=devices, in_eager=kernel.get("in_eager", True),
-                              under_compile=kernel.get("under_compile", True), chain=kernel.get("chain"),
-                              library=path if loading.artefact == "library" else None)
+    entry = router.load_entry(loading, path, kernel["outputs"])
+    return router.KernelSpec(name=kernel["name"], op=kernel["op"], args=kernel["guard"],
+                             outputs=kernel["outputs"], backend=kernel["backend"], loading=loading, entry=entry,
+                             devices=devices, in_eager=kernel.get("in_eager", True),
+                             under_compile=kernel.get("under_compile", True), chain=kernel.get("chain"),
+                             library=path if loading.artefact == "library" else None)
 
 
 def library_here(root: Path, kernel: dict[str, Any], target: tuple[str, frozenset[torch.device]],

@@ -495,7 +495,7 @@ struct ModuleEntry {
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.doc() = "kernforge's native dispatch (kernforge/integrate/dispatch.py)";
+  m.doc() = "kernforge's native dispatch (kernforge/runtime/dispatch.py)";
   py::class_<Entry, std::shared_ptr<Entry>>(m, "Entry")
       .def("__call__", [](const Entry& e, py::args args) {
         std::vector<at::Tensor> inputs;

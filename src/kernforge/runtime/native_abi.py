@@ -2,9 +2,9 @@
 
     int kf_forward(const kf_tensor *inputs, int n_inputs, kf_tensor *outputs, int n_outputs);
 
-The evaluator (kernforge.backends.native) and an installed or exported kernel
-(kernforge.integrate.runtime, which ships this file in every exported package)
-call a library through these few functions, so both see the same structs.
+The evaluator (kernforge.backends.native) and an installed or exported kernel (router.py,
+shipped with this file in every exported package) call a library through these few functions,
+so both see the same structs.
 """
 
 from __future__ import annotations

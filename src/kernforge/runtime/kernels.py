@@ -2,7 +2,7 @@
 a live call against what it was proved on, the template that rebuilds the call from the guard's
 tensors, the custom op compiled graphs call, the counts of where calls went, and running it.
 
-runtime.py installs kernels on ATen ops and fused.py on chains and modules; both route calls
+router.py installs kernels on ATen ops and fused.py on chains and modules; both route calls
 through what is here, and neither is imported by it. Like them, this file needs only torch, and
 `kernforge export` copies it into every exported package.
 """
@@ -18,12 +18,8 @@ from typing import Any
 
 import torch
 
-if __name__.startswith("kernforge."):
-    from kernforge.backends.loading import Loading
-    from kernforge.integrate import dispatch
-else:  # inside an exported package, where these files sit beside this one
-    from . import dispatch  # type: ignore[no-redef]
-    from .loading import Loading  # type: ignore[no-redef]
+from . import dispatch
+from .loading import Loading
 
 NAMESPACE = "kernforge"
 ALIGNMENT = 16  # bytes: the evaluator proves kernels on fresh allocations, aligned at least this much

@@ -1,13 +1,13 @@
 """Installed chains: one fused kernel in place of a chain of ATen calls, in eager and under compile.
 
 This file needs only torch (and, under torch.compile, torch's inductor): `kernforge export`
-copies it beside runtime.py into every package.
+copies it, with the rest of the runtime, into every package.
 
 A chain (capture/chains.py) is a list of steps, each an ATen overload whose tensors are refs:
 {"input": k}, the chain's k-th input, or {"step": j, "output": m}. Its kernel takes the
 inputs and returns every output the model keeps, so the intermediates are never made.
 
-Eager. The chain's first step is routed like a single op (runtime's router, on its ATen op).
+Eager. The chain's first step is routed like a single op (router.py, on its ATen op).
 Where its call matches the proved one on plain tensors, nothing runs: the call returns
 placeholders (_Pending, tensors with the step's shape, strides and dtype and no storage) and
 a ChainRun holds the inputs bound so far. Every later call on a placeholder reaches
@@ -44,10 +44,7 @@ from typing import Any, Self
 
 import torch
 
-if __name__.startswith("kernforge."):
-    from kernforge.integrate import dispatch, kernels
-else:  # inside an exported package, where kernels.py sits beside this file
-    from . import dispatch, kernels  # type: ignore[no-redef]
+from . import dispatch, kernels
 
 Ref = tuple[int, int]  # (step, output position)
 

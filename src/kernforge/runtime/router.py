@@ -1,8 +1,8 @@
 """Installed kernels: an ATen op routed to a proved kernel where a guard holds, else the original.
 
 This file needs only torch (and triton for Triton kernels): kernforge's `patch` uses it, and
-`kernforge export` copies it, with kernels.py, fused.py, native_abi.py and importing.py, into every exported
-package, so that a package installs the same way without kernforge.
+`kernforge export` copies it, with the rest of the runtime, into every exported package, so that
+a package installs the same way without kernforge.
 
 How a call is routed. For each installed op, a Python kernel is registered on the ATen op
 (torch.library, dispatch keys Autograd<Device> and <Device>); ops that were not patched are
@@ -36,25 +36,16 @@ from typing import Any
 import torch
 from torch._subclasses.fake_tensor import is_fake
 
-if __name__.startswith("kernforge."):
-    from kernforge.backends.loading import Loading
-    from kernforge.backends.native_abi import bind_entry, call_entry, empty_like_meta
-    from kernforge.importing import import_path
-    from kernforge.integrate import dispatch
-    from kernforge.integrate.kernels import (ALIGNMENT, CURRENT, RUNNING, STATE, KernelSpec, RouteCounts, custom_op,
-                                             dtype_named, flat, grad_needed, make_guard, make_rebuild, plain,
-                                             resolve, run_kernel, runnable_here, tensor_metas)
-else:  # inside an exported package, where these files sit beside this one
-    from . import dispatch  # type: ignore[no-redef]
-    from .importing import import_path  # type: ignore[no-redef]
-    from .kernels import (ALIGNMENT, CURRENT, RUNNING, STATE, KernelSpec, RouteCounts,  # type: ignore[no-redef]
-                          custom_op, dtype_named, flat, grad_needed, make_guard, make_rebuild, plain, resolve,
-                          run_kernel, runnable_here, tensor_metas)
-    from .loading import Loading  # type: ignore[no-redef]
-    from .native_abi import bind_entry, call_entry, empty_like_meta  # type: ignore[no-redef]
+from . import dispatch
+from .importing import import_path
+from .kernels import (ALIGNMENT, CURRENT, RUNNING, STATE, KernelSpec, RouteCounts, custom_op, dtype_named, flat,
+                      grad_needed, make_guard, make_rebuild, plain, resolve, run_kernel, runnable_here, tensor_metas)
+from .loading import Loading
+from .native_abi import bind_entry, call_entry, empty_like_meta
+
 
 def load_entry(loading: Loading, path: Path, outputs: list[dict[str, Any]]) -> Callable[..., Any]:
-    """The installed callable of a kernel file, as its backend's loading says (backends/loading.py)."""
+    """The installed callable of a kernel file, as its backend's loading says (loading.py)."""
     return LOADERS[loading.artefact](path, outputs, loading.device)
 
 
@@ -102,10 +93,8 @@ def _original_of(spec: KernelSpec) -> Callable[..., Any]:
 
 def _fused() -> Any:
     """fused.py, imported where a chain is installed (it imports this module)."""
-    if __name__.startswith("kernforge."):
-        from kernforge.integrate import fused
-    else:
-        from . import fused  # type: ignore[no-redef]
+    from . import fused
+
     return fused
 
 
@@ -298,7 +287,7 @@ def _router(op_name: str, specs: list[KernelSpec], original: Any, installation: 
             entered = enter(plan, op, args, kwargs, chain_counts)
             if entered is not None:
                 return entered
-        for spec, guard, custom_op in routes if not RUNNING[0] else ():
+        for spec, guard, kernel_op in routes if not RUNNING[0] else ():
             tensors = guard(args, kwargs)
             if tensors is None or grad_needed(tensors):
                 continue
@@ -309,7 +298,7 @@ def _router(op_name: str, specs: list[KernelSpec], original: Any, installation: 
             elif spec.under_compile and all(is_fake(t) for t in tensors):
                 counts.custom_op += 1
                 counts.traced_by_kernel[spec.name] = counts.traced_by_kernel.get(spec.name, 0) + 1
-                return custom_op(*tensors)
+                return kernel_op(*tensors)
         counts.fell_back()
         if rewrap is not None:
             args, kwargs = rewrap(args, kwargs)
