@@ -131,3 +131,20 @@ def test_ctrl_c_in_capture_baselines_and_apply_then_resume_finishes(tmp_path: Pa
     assert {n.node: n.result for n in RunDB(run_dir / "run.db").nodes()} == searched
     assert kinds(run_dir, "captured") == 1 and kinds(run_dir, "tasks") == 1 and kinds(run_dir, "applied") == 1
     assert worker_tracebacks(run_dir) == []
+
+
+def test_the_fork_server_starts_deaf_to_ctrl_c():
+    # Ctrl-C reaches the whole foreground process group: a server still importing its site module
+    # would die with a fatal error on the terminal (seen once in this module's resume test)
+    script = ("import multiprocessing, multiprocessing.forkserver as fs\n"
+              "from kernforge.evaluate import forked\n"
+              "multiprocessing.get_context('forkserver').set_forkserver_preload(['torch'])  # seconds before it ignores SIGINT itself\n"
+              "forked.start_server_deaf_to_ctrl_c()\n"
+              "status = open(f'/proc/{fs._forkserver._forkserver_pid}/status').read()\n"
+              "mine = open('/proc/self/status').read()\n"
+              "mask = lambda text: int(next(l for l in text.splitlines() if l.startswith('SigIgn')).split()[1], 16)\n"
+              "print(mask(status) >> 1 & 1, mask(mine) >> 1 & 1)\n")
+    proc = subprocess.run([sys.executable, "-c", script], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    # the server's SIGINT (signal 2: bit 1) ignored from its start, this process's handled as before
+    assert proc.stdout.split() == ["1", "0"], proc.stdout

@@ -11,8 +11,9 @@ A Record says what a correct evaluator must answer:
   expected  the acceptable statuses (a set: several where the fix may take either form, e.g. a
             kernel that reads the oracle is "cheat" if caught reading, "wrong_result" if the
             oracle is out of its reach and it returns its fallback garbage); {"ok"} for honest cases
-  reason    a substring the rejection reason should contain; "" where the wording of the
-            rebuilt evaluator cannot be known
+  reason    a substring the rejection reason should contain, or several separated by "|" (any
+            one will do: the set that catches a cheat first can be any of them); "" where the
+            wording of the rebuilt evaluator cannot be known
   ok_if     for cheats whose trick fires only on a condition that a by-construction evaluator
             can take away (a stale finished output buffer, the same input values again, an
             input address seen before), "ok" is also right IF that condition never holds under
@@ -79,6 +80,11 @@ def _r(file: str, klass: str, expected: str, reason: str = "", summary: str = ""
     suffix = Path(file).suffix
     backend = {".c": "cpu", ".py": "triton", ".cu": "cuda"}[suffix]
     return Record(stem, file, backend, klass, frozenset(expected.split("|")), reason, summary, ok_if)
+
+
+def reason_holds(record: Record, reason: str) -> bool:
+    """The rejection's reason names what the record expects (any of its alternatives), or it expects nothing."""
+    return not record.reason or any(part in reason for part in record.reason.split("|"))
 
 
 # The conditions under which "ok" is right for a cheat (see Record.ok_if).
@@ -215,7 +221,8 @@ CATALOGUE: list[Record] = [
        "running max starts at -1e30f: rows at the dtype's lowest values become 0/0"),
     _r("cases/c-zero-sentinel.c", "value-class", "wrong_result", "fresh-classes",
        "an exact 0.0 read as masked out: zero rows and exact zeros wrong"),
-    _r("cases/c-ties-shortcut.c", "value-class", "wrong_result", "fresh-classes",
+    # ties come from the classes set, and from the offset set, whose float32 values round together
+    _r("cases/c-ties-shortcut.c", "value-class", "wrong_result", "fresh-classes|fresh-offset",
        "first two elements equal taken as a constant row: ties wrong"),
 
     # ---- crashing or taking over the judge

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from kernforge.errors import UserError
+from kernforge.evaluate import forked
 from kernforge.evaluate.jobs import Executor, JobResult, machine_lock_dir
 
 class LocalExecutor:
@@ -36,6 +37,8 @@ class LocalExecutor:
             for _ in range(self.per_device):
                 self._slots.put(gpu)
         self.capacity = self._slots.qsize()
+        if not gpus and forked.enabled("cpu"):
+            forked.SERVER.ready()  # from the thread that makes the executor: the main one, deaf to Ctrl-C
 
     def run(self, job: dict[str, Any], job_dir: Path, timeout_s: float) -> JobResult:
         from kernforge.evaluate.runner import run_job

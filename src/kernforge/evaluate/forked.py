@@ -23,6 +23,7 @@ from __future__ import annotations
 import atexit
 import multiprocessing
 import multiprocessing.connection
+import multiprocessing.forkserver
 import os
 import signal
 import subprocess
@@ -69,13 +70,18 @@ class ForkServer:
         self._lock = threading.Lock()
         atexit.register(self.close)
 
-    def start(self, job_path: str, env: dict[str, str], log_path: str, mark_fd: int) -> ForkedWorker:
-        """Fork a worker for the job: its environment is `env`, its output goes to log_path, and
-        mark_fd (the write end of runner.Marks' pipe, still ours to close) becomes its KF_MARK_FD."""
+    def ready(self) -> None:
+        """The server started, once (from the main thread it starts deaf to Ctrl-C)."""
         with self._lock:
             if self._context is None:
                 self._context = multiprocessing.get_context("forkserver")
                 self._context.set_forkserver_preload(PRELOAD)
+                start_server_deaf_to_ctrl_c()
+
+    def start(self, job_path: str, env: dict[str, str], log_path: str, mark_fd: int) -> ForkedWorker:
+        """Fork a worker for the job: its environment is `env`, its output goes to log_path, and
+        mark_fd (the write end of runner.Marks' pipe, still ours to close) becomes its KF_MARK_FD."""
+        self.ready()
         # The worker gets the pipe as a Connection, which multiprocessing hands over with the job
         # (SCM_RIGHTS); the duplicate here is closed once it has been sent.
         marks = multiprocessing.connection.Connection(os.dup(mark_fd), readable=False)
@@ -117,6 +123,23 @@ def kill_group(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def start_server_deaf_to_ctrl_c() -> None:
+    """Start the fork server with SIGINT ignored, where this is the main thread (only it may set a
+    handler; LocalExecutor starts the server from there for CPU jobs). A terminal's Ctrl-C reaches
+    the whole foreground process group, the server too, which ignores it only once its imports are
+    done: an interpreter interrupted while it starts dies with a fatal error on the user's
+    terminal. An ignored signal stays ignored across fork and exec (a blocked one does not:
+    the spawn resets the mask); the search process handles Ctrl-C and ends the server with itself."""
+    if threading.current_thread() is not threading.main_thread():
+        multiprocessing.forkserver.ensure_running()
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        multiprocessing.forkserver.ensure_running()
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _run_job(job_path: str, env: dict[str, str], log_path: str,
