@@ -435,3 +435,47 @@ def test_a_16_bit_model_that_cannot_run_in_float64_is_judged_against_float32():
     assert judge_outputs([rounded_otherwise], oracle)[0] is None
     without = oracle_of(net.to(torch.bfloat16), (x,), double)
     assert not without.exact and "float64 run failed" in without.note
+
+
+def test_a_compiled_models_outputs_are_allowed_the_compilers_own_error_too():
+    """A patched model under torch.compile is judged with each element allowed the larger of
+    eager's and the unpatched compiled model's own error: an element where inductor itself strays
+    from float64 is not the kernel's fault; without that peer the same output fails."""
+    from kernforge.integrate.endtoend import Oracle
+
+    torch.manual_seed(0)
+    exact = torch.randn(4096, dtype=torch.float64)
+    eager = exact.to(torch.bfloat16)  # one rounding: eager's own error
+    compiled = eager.clone()
+    compiled[7] = (exact[7] * 1.05).to(torch.bfloat16)  # the compiler strays 5% at one element
+    oracle = Oracle(outputs=[exact], eager=[eager], exact=True)
+    patched = compiled.clone()
+    patched[7] = (exact[7] * 1.06).to(torch.bfloat16)  # the patched compiled model a little further
+    assert judge_outputs([patched], oracle)[0] is not None
+    assert judge_outputs([patched], oracle, [compiled])[0] is None
+    patched[9] = (exact[9] * 1.5).to(torch.bfloat16)  # where the compiler did not stray, eager's bound holds
+    assert "1 of 4096" in judge_outputs([patched], oracle, [compiled])[0]
+
+
+def test_kernels_whose_compiled_outputs_fail_are_not_installed_under_compile(monkeypatch):
+    """apply acts on the patched compiled model's check: where its outputs fail (and the
+    unpatched compiled model's pass), the kernels chosen under compile are taken out there."""
+    from types import SimpleNamespace
+
+    from kernforge.integrate import apply as apply_module
+    from kernforge.integrate import endtoend as e2e
+    from kernforge.records import KernelEffect
+
+    monkeypatch.setattr(router, "install", lambda specs, model: SimpleNamespace(remove=lambda: None))
+    monkeypatch.setattr(e2e, "with_compile_flag", lambda specs, names: specs)
+    exact = torch.randn(256, dtype=torch.float64)
+    oracle = e2e.Oracle(outputs=[exact], eager=[exact.float()], exact=True)
+    spec = SimpleNamespace(name="k")
+    for wrong, installed in ((False, True), (True, False)):
+        effect = KernelEffect(task="t0", op="aten::x", kernel="k", op_speedup_vs_eager=2.0, installed_compile=True)
+        report = EndToEnd(run_dir="r", model="m", device="cpu")
+        patched = (lambda x: x * 1.5) if wrong else (lambda x: x.clone())
+        apply_module._check_compiled(None, patched, lambda x: x.clone(), {"captured": (exact.float(),)},
+                                     {"captured": oracle}, [], [spec], {"k": effect}, report)
+        assert effect.installed_compile is installed
+        assert ("not under compile" in effect.note) is wrong and bool(report.notes) is wrong

@@ -244,7 +244,7 @@ def _measure(loaded: Any, device: torch.device, specs: list[router.KernelSpec], 
                            compiled if compile_model else None, report, pace)
     drop_if_slower(report.comparison(V.PATCHED_EAGER), [effects[s.name] for s in eager_kept])
     if patched is not None:
-        _check_compiled(model, patched, input_sets, oracles, eager_kept, compile_kept, report)
+        _check_compiled(model, patched, compiled, input_sets, oracles, eager_kept, compile_kept, effects, report)
     graph_set = [s for s in specs if effects[s.name].calls_per_forward]
     if device.type == "cuda" and graph_set:
         on_progress("timing the model under CUDA graphs: eager captured, and compile's reduce-overhead")
@@ -287,7 +287,7 @@ def _graph_phase(model: torch.nn.Module, inputs: Any, device: torch.device, spec
             e2e.Variant(V.RO_PATCHED, lambda: ro_patched(*inputs), marked, model)]
     try:
         _timed_pair(pair, device, report, seeds=(7, 8), pace=pace)
-        _check_reduce_overhead(model, ro_patched, marked, input_sets, oracles, report)
+        _check_reduce_overhead(model, ro_patched, ro_plain, marked, input_sets, oracles, report)
     except Exception as e:  # noqa: BLE001 - inductor's cudagraphs refuse some models: the rest stands
         report.notes.append(f"reduce-overhead: {_first_line(e)}")
     finally:
@@ -325,11 +325,14 @@ def _check_graph(graphed: e2e.GraphedForward, input_sets: dict[str, Any], oracle
     _record_checks(results, oracles, V.GRAPH_PATCHED, report)
 
 
-def _check_reduce_overhead(model: torch.nn.Module, compiled: Callable[..., Any], marked: list[router.KernelSpec],
-                           input_sets: dict[str, Any], oracles: dict[str, e2e.Oracle], report: EndToEnd) -> None:
+def _check_reduce_overhead(model: torch.nn.Module, compiled: Callable[..., Any], plain: Callable[..., Any],
+                           marked: list[router.KernelSpec], input_sets: dict[str, Any], oracles: dict[str, e2e.Oracle],
+                           report: EndToEnd) -> None:
+    # each output copied, or judged, before the next replay overwrites inductor's graph outputs
+    peers = {label: [t.detach().clone() for t in e2e.outputs_of(plain(*values))] for label, values in input_sets.items()}
     installation = router.install(marked, model)
-    try:  # each output judged before the next replay overwrites inductor's graph outputs
-        results = {label: e2e.judge_outputs(e2e.outputs_of(compiled(*values)), oracles[label])
+    try:
+        results = {label: e2e.judge_outputs(e2e.outputs_of(compiled(*values)), oracles[label], peers[label])
                    for label, values in input_sets.items()}
     finally:
         installation.remove()
@@ -491,19 +494,31 @@ def _final_phase(model: torch.nn.Module, inputs: Any, device: torch.device, eage
     return phase.compiled if phase is not None else None
 
 
-def _check_compiled(model: torch.nn.Module, compiled: Callable[..., Any], input_sets: dict[str, Any], oracles: dict[str, e2e.Oracle],
-                    eager_kept: list[router.KernelSpec], compile_kept: list[router.KernelSpec],
-                    report: EndToEnd) -> None:
+def _check_compiled(model: torch.nn.Module, patched: Callable[..., Any], compiled: Callable[..., Any],
+                    input_sets: dict[str, Any], oracles: dict[str, e2e.Oracle], eager_kept: list[router.KernelSpec],
+                    compile_kept: list[router.KernelSpec], effects: dict[str, KernelEffect], report: EndToEnd) -> None:
     """The patched model under torch.compile, on every input set, judged as eager patched was
-    (same shapes: the code compiled in the final phase, no recompile)."""
+    (same shapes: the code compiled in the final phase, no recompile), each element allowed the
+    larger of eager's and the unpatched compiled model's own error. Where it fails, the kernels
+    chosen under compile are not installed there (the timings stay as measured, and say so)."""
+    peers = {label: [t.detach().clone() for t in e2e.outputs_of(compiled(*inputs))]
+             for label, inputs in input_sets.items()}
     installation = router.install(e2e.with_compile_flag(_union(eager_kept, compile_kept),
                                                          {s.name for s in compile_kept}), model)
     try:
-        results = {label: e2e.judge_outputs(e2e.outputs_of(compiled(*inputs)), oracles[label])
+        results = {label: e2e.judge_outputs(e2e.outputs_of(patched(*inputs)), oracles[label], peers[label])
                    for label, inputs in input_sets.items()}
     finally:
         installation.remove()
-    _record_checks(results, oracles, V.PATCHED_COMPILE, report)
+    if _record_checks(results, oracles, V.PATCHED_COMPILE, report) or not compile_kept:
+        return
+    for spec in compile_kept:
+        effect = effects[spec.name]
+        effect.installed_compile = False
+        effect.note = (effect.note + "; " if effect.note else "") + (
+            "the compiled model's outputs with it are out of tolerance: not under compile")
+    report.notes.append("patched compile: its outputs failed the check (above), so no kernel is installed under "
+                        "compile; its timings are of the kernels it measured")
 
 
 def _confirm(comparison: Comparison, candidate: Timing, baseline: Timing) -> None:

@@ -138,15 +138,27 @@ def is_16_bit(model: torch.nn.Module) -> bool:
     return bool(dtypes) and dtypes <= {torch.float16, torch.bfloat16}
 
 
-def judge_outputs(outs: list[torch.Tensor], oracle: Oracle) -> tuple[str | None, float]:
-    """None when every output element is within its bound; and the largest normalised error."""
+def judge_outputs(outs: list[torch.Tensor], oracle: Oracle,
+                  peer: list[torch.Tensor] | None = None) -> tuple[str | None, float]:
+    """None when every output element is within its bound; and the largest normalised error.
+    peer: the unpatched model's outputs under the same compiler, where the patched one ran
+    compiled: each element's allowance is then the larger of eager's and the compiler's own (an
+    inductor that reorders a sum is not the kernel's error)."""
     if len(outs) != len(oracle.outputs):
         return f"{len(outs)} outputs against the original's {len(oracle.outputs)}", float("inf")
-    bounds = [element_bound(o, e, e.dtype) if e.is_floating_point() else None
-              for o, e in zip(oracle.outputs, oracle.eager)]
+    peers = peer if peer is not None and len(peer) == len(oracle.eager) else [None] * len(oracle.eager)
+    bounds = [_bound(o, e, p) if e.is_floating_point() else None
+              for o, e, p in zip(oracle.outputs, oracle.eager, peers)]
     reference = [o if o.is_floating_point() else e for o, e in zip(oracle.outputs, oracle.eager)]
     why, errors = compare(outs, reference, bounds, [e.dtype for e in oracle.eager], where=None)
     return why, max(errors, default=0.0)
+
+
+def _bound(oracle: torch.Tensor, eager: torch.Tensor, peer: torch.Tensor | None) -> torch.Tensor:
+    own = element_bound(oracle, eager, eager.dtype)
+    if peer is None or peer.shape != eager.shape or not peer.is_floating_point():
+        return own
+    return torch.maximum(own, element_bound(oracle, peer.to(eager.dtype), eager.dtype))
 
 
 # ---------------------------------------------------------------------------- timing
