@@ -329,7 +329,7 @@ def _check_reduce_overhead(model: torch.nn.Module, compiled: Callable[..., Any],
                            marked: list[router.KernelSpec], input_sets: dict[str, Any], oracles: dict[str, e2e.Oracle],
                            report: EndToEnd) -> None:
     # each output copied, or judged, before the next replay overwrites inductor's graph outputs
-    peers = {label: [t.detach().clone() for t in e2e.outputs_of(plain(*values))] for label, values in input_sets.items()}
+    peers = _outputs_by_set(plain, input_sets)
     installation = router.install(marked, model)
     try:
         results = {label: e2e.judge_outputs(e2e.outputs_of(compiled(*values)), oracles[label], peers[label])
@@ -337,6 +337,11 @@ def _check_reduce_overhead(model: torch.nn.Module, compiled: Callable[..., Any],
     finally:
         installation.remove()
     _record_checks(results, oracles, V.RO_PATCHED, report)
+
+
+def _outputs_by_set(call: Callable[..., Any], input_sets: dict[str, Any]) -> dict[str, list[torch.Tensor]]:
+    """The unpatched model's outputs on each set, copied (a CUDA graph's replay overwrites its own)."""
+    return {label: [t.clone() for t in e2e.outputs_of(call(*values))] for label, values in input_sets.items()}
 
 
 def _first_line(e: BaseException) -> str:
@@ -501,8 +506,7 @@ def _check_compiled(model: torch.nn.Module, patched: Callable[..., Any], compile
     (same shapes: the code compiled in the final phase, no recompile), each element allowed the
     larger of eager's and the unpatched compiled model's own error. Where it fails, the kernels
     chosen under compile are not installed there (the timings stay as measured, and say so)."""
-    peers = {label: [t.detach().clone() for t in e2e.outputs_of(compiled(*inputs))]
-             for label, inputs in input_sets.items()}
+    peers = _outputs_by_set(compiled, input_sets)
     installation = router.install(e2e.with_compile_flag(_union(eager_kept, compile_kept),
                                                          {s.name for s in compile_kept}), model)
     try:
