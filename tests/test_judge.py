@@ -393,3 +393,31 @@ def test_an_op_that_refuses_scaled_values_is_called_on_its_sets_exactly():
     result = make_harness(torch.device("cpu"))(fn, plan, None, Prefill([]), seed=3)
     assert result.failure is None and len(seen) == result.calls
     assert all(torch.equal(x, at_one[0][0]) for x in seen)
+
+
+@pytest.mark.parametrize("case", ["right", "one_out_of_bounds", "nan_out", "inf_oracle", "strided", "fp32_no_bound"])
+def test_a_large_output_judged_in_slices_gets_the_whole_compares_verdict(case, monkeypatch):
+    """The sliced compare (evaluate/checks.py) answers exactly as the whole one: the same error
+    where it passes, the whole compare's message where any slice does not."""
+    from kernforge.evaluate import checks
+
+    monkeypatch.setattr(checks, "SLICE_PER_THREAD", 64)  # many slices of a small output
+    torch.manual_seed(0)
+    oracle = torch.randn(64, 1000, dtype=torch.float64)
+    out, dtype = oracle.to(torch.bfloat16), torch.bfloat16
+    bound = element_bound(oracle, out, dtype)
+    if case == "one_out_of_bounds":
+        out[37, 501] += 1.0
+    elif case == "nan_out":
+        out[60, 3] = float("nan")
+    elif case == "inf_oracle":
+        oracle[5, 5], out[5, 5] = float("inf"), float("inf")
+    elif case == "strided":
+        oracle, out, bound = oracle.t(), out.t(), bound.t()
+    elif case == "fp32_no_bound":
+        out, dtype, bound = oracle.float(), torch.float32, None
+
+    sliced = checks.compare([out], [oracle], [bound], [dtype])
+    monkeypatch.setattr(checks, "SLICE_PER_THREAD", 1 << 40)
+    assert sliced == checks.compare([out], [oracle], [bound], [dtype])
+    assert (sliced[0] is None) == (case in ("right", "inf_oracle", "strided", "fp32_no_bound"))
