@@ -189,6 +189,8 @@ def test_a_cpu_job_is_forked_not_a_fresh_interpreter(evaluate_source, monkeypatc
     monkeypatch.setattr(runner.subprocess, "Popen", no_interpreter)
     result = evaluate_source(c_softmax_source())
     assert result.ok, result.reason + result.log_tail
+    # the worker's steps, and the judgement this process made of its outputs, each timed
+    assert result.phases["judge"] > 0 and set(result.phases) > {"judge"}, result.phases
 
 
 def test_with_forks_off_a_cpu_job_runs_in_a_fresh_interpreter(evaluate_source, monkeypatch):

@@ -349,8 +349,12 @@ def _prefill_options(reference_path: Path) -> list[list[dict[str, Any]]] | None:
 def _judged_run(job: dict[str, Any], job_dir: Path, timeout_s: float, executor: Executor | None,
                 reference_path: Path) -> EvalResult:
     result, tail, wall = (executor.run if executor else run_job)(job, job_dir, timeout_s)
+    started = time.perf_counter()
     try:
-        return _verdict(result, tail, wall, oracle_for(reference_path))
+        verdict = _verdict(result, tail, wall, oracle_for(reference_path))
+        # here, not in the worker: what the judgement of a large output costs shows beside its phases
+        verdict.phases["judge"] = time.perf_counter() - started
+        return verdict
     except Exception as e:  # noqa: BLE001 - a candidate that breaks the judge is a rejected candidate
         if strict():
             raise

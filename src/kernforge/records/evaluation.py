@@ -30,7 +30,8 @@ class EvalResult:
     faster_than_eager: bool = False  # beyond the measured noise
     log_tail: str = ""
     wall_s: float = 0.0  # the worker's whole life: start, build, checks, timing
-    phases: dict[str, float] = field(default_factory=dict)  # seconds per step inside the worker
+    # seconds per step inside the worker, and "judge": this process's judgement of its outputs
+    phases: dict[str, float] = field(default_factory=dict)
     # eager's median before the candidate loaded and right after its timing; `eager` is the faster
     eager_before_after_ms: list[float] = field(default_factory=list)
     failed_check: str = ""  # the key in judge.CHECKS of the check that rejected it ("" when ok)
