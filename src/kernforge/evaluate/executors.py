@@ -37,8 +37,6 @@ class LocalExecutor:
             for _ in range(self.per_device):
                 self._slots.put(gpu)
         self.capacity = self._slots.qsize()
-        if not gpus and forked.enabled("cpu"):
-            forked.SERVER.ready()  # from the thread that makes the executor: the main one, deaf to Ctrl-C
 
     def run(self, job: dict[str, Any], job_dir: Path, timeout_s: float) -> JobResult:
         from kernforge.evaluate.runner import run_job
@@ -97,6 +95,8 @@ def make_executor(name: str, device: str, per_device: int, gpus: str = "all",
                   ray_address: str = "local") -> Executor:
     if name == "local":
         if device != "cuda":
+            if forked.enabled(device):
+                forked.SERVER.ready()  # here, on the main thread: the server starts deaf to Ctrl-C
             return LocalExecutor(None, per_device, machine_lock_dir())
         import torch
 

@@ -127,7 +127,7 @@ def kill_group(pid: int) -> None:
 
 def start_server_deaf_to_ctrl_c() -> None:
     """Start the fork server with SIGINT ignored, where this is the main thread (only it may set a
-    handler; LocalExecutor starts the server from there for CPU jobs). A terminal's Ctrl-C reaches
+    handler; make_executor starts the server from there for a CPU run). A terminal's Ctrl-C reaches
     the whole foreground process group, the server too, which ignores it only once its imports are
     done: an interpreter interrupted while it starts dies with a fatal error on the user's
     terminal. An ignored signal stays ignored across fork and exec (a blocked one does not:

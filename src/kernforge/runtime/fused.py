@@ -662,9 +662,27 @@ def module_route(plan: ChainPlan, module: torch.nn.Module,
         return native, native
     except dispatch.NotNative:
         pass
-    proved, grad_enabled, tally = _proved_tensors(plan), torch.is_grad_enabled, kernels.Tally()
+    tally = kernels.Tally()
+    proved_inputs = _proved_inputs(plan, sources, tally)
 
     def route(args: tuple) -> Any:
+        tensors = proved_inputs(args)
+        if tensors is None:
+            return None
+        tally.kernel += 1
+        out = kernels.run_kernel(spec, tuple(tensors), {}, tensors)
+        return out[0] if isinstance(out, (tuple, list)) else out
+    return route, tally
+
+
+def _proved_inputs(plan: ChainPlan, sources: list[tuple[int, Any, str]],
+                   tally: kernels.Tally) -> Callable[[tuple], list[torch.Tensor] | None]:
+    """inputs(args): the chain's inputs gathered from a module call's arguments and its
+    parameters' dicts (_sources), where each is as proved and no kernel is running; else None,
+    counted as a fallback."""
+    proved, grad_enabled = _proved_tensors(plan), torch.is_grad_enabled
+
+    def inputs(args: tuple) -> list[torch.Tensor] | None:
         try:
             tensors = [args[at] if at >= 0 else held[attr] for at, held, attr in sources]
         except KeyError:
@@ -672,10 +690,8 @@ def module_route(plan: ChainPlan, module: torch.nn.Module,
         if tensors is None or kernels.RUNNING[0] or not proved(tensors, grad_enabled()):
             tally.fallback += 1
             return None
-        tally.kernel += 1
-        out = kernels.run_kernel(spec, tuple(tensors), {}, tensors)
-        return out[0] if isinstance(out, (tuple, list)) else out
-    return route, tally
+        return tensors
+    return inputs
 
 
 def guarded_forward(route: Callable[[tuple], Any], original: Callable[..., Any], n_args: int) -> Callable[..., Any]:
@@ -793,16 +809,11 @@ class Sequence:
 
     def first(self, module: torch.nn.Module, original: Callable[..., Any]) -> Callable[[tuple], Any]:
         """route(args) at the first module: a _Lazy where the call is as proved, else None."""
-        sources, proved, grad_enabled = _sources(module, self.record), _proved_tensors(self.plan), torch.is_grad_enabled
-        tally, meta = self.tally, self.metas[0]
+        proved_inputs, meta = _proved_inputs(self.plan, _sources(module, self.record), self.tally), self.metas[0]
 
         def route(args: tuple) -> Any:
-            try:
-                tensors = [args[at] if at >= 0 else held[attr] for at, held, attr in sources]
-            except KeyError:
-                tensors = None
-            if tensors is None or kernels.RUNNING[0] or not proved(tensors, grad_enabled()):
-                tally.fallback += 1
+            tensors = proved_inputs(args)
+            if tensors is None:
                 return None
             return _Lazy(_Held(self, 0, args, tensors, (original,)), meta)
         return route
