@@ -44,13 +44,15 @@ for arg in "$@"; do
   cp "$run/summary.json" "$run/results.tsv" "$run/events.jsonl" "$dir/" 2>/dev/null
   python3 -m kernforge show "$run" 2>/dev/null | grep "time by phase" | tee -a "$out/gpu.txt"
   start=$(date +%s)
-  timeout "$apply_limit" python3 -m kernforge apply "$run" > "$dir/apply.log" 2>&1
+  # apply sizes its rounds to --time-limit; the shell's limit is kept as the safety net
+  fit=$(( apply_limit > 60 ? apply_limit - 20 : apply_limit ))
+  timeout "$apply_limit" python3 -m kernforge apply "$run" --time-limit "${fit}s" > "$dir/apply.log" 2>&1
   echo "$mode apply: exit $? after $(( $(date +%s) - start )) s" | tee -a "$out/gpu.txt"
   cp "$run/integrate/apply.json" "$dir/$mode-apply.json" 2>/dev/null && applied+=("$dir/$mode-apply.json")
   cp "$run/events.jsonl" "$dir/" 2>/dev/null
   if [ "$lm" = 1 ] && [ "${SDPA:-1}" = 1 ]; then
     start=$(date +%s)
-    timeout "$apply_limit" python3 -m kernforge apply "$run" --attention sdpa > "$dir/apply-sdpa.log" 2>&1
+    timeout "$apply_limit" python3 -m kernforge apply "$run" --attention sdpa --time-limit "${fit}s" > "$dir/apply-sdpa.log" 2>&1
     echo "$mode apply, sdpa: exit $? after $(( $(date +%s) - start )) s" | tee -a "$out/gpu.txt"
     cp "$run/integrate/apply.json" "$dir/$mode-sdpa-apply.json" 2>/dev/null && applied+=("$dir/$mode-sdpa-apply.json")
   fi

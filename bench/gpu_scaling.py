@@ -22,10 +22,13 @@ import tempfile
 from pathlib import Path
 
 
-def rate(run_dir: Path) -> tuple[int, float, float]:
+def read_events(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+
+
+def rate(events: list[dict]) -> tuple[int, float, float]:
     """Candidates, candidates per minute (first end to last end) and how many were running
     on average from the first start to the last end (the workers kept busy)."""
-    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
     ends = {e["node"]: e["time"] for e in events if e["kind"] == "node"}
     starts = {e["node"]: e["time"] for e in events if e["kind"] == "node_start"}
     times = sorted(ends.values())
@@ -39,9 +42,8 @@ def rate(run_dir: Path) -> tuple[int, float, float]:
     return len(times), per_minute, busy
 
 
-def candidate_seconds(run_dir: Path) -> float:
+def candidate_seconds(events: list[dict]) -> float:
     """Mean seconds from a candidate's proposal to its result (the executor's overhead is in it)."""
-    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
     ends = {e["node"]: e["time"] for e in events if e["kind"] == "node"}
     spans = [ends[e["node"]] - e["time"] for e in events if e["kind"] == "node_start" and e["node"] in ends]
     return sum(spans) / len(spans) if spans else float("nan")
@@ -104,11 +106,12 @@ def search(args: argparse.Namespace, gpus: str, executor: str) -> tuple[dict, Pa
         return {"gpus": gpus, "executor": executor, "error": proc.stderr.strip().splitlines()[-1:]}, None
     data = json.loads(proc.stdout)
     run_dir = Path(data["run_dir"])
-    count, per_minute, busy = rate(run_dir)
+    events = read_events(run_dir)
+    count, per_minute, busy = rate(events)
     task = data["tasks"][0]
     return {"gpus": gpus, "n_gpus": len(gpus.split(",")), "executor": executor, "candidates": count,
             "candidates_per_minute": per_minute, "mean_running": busy,
-            "seconds_a_candidate": candidate_seconds(run_dir), "status_counts": task["status_counts"],
+            "seconds_a_candidate": candidate_seconds(events), "status_counts": task["status_counts"],
             "best_speedup_vs_eager": task["best_speedup_vs_eager"], "wall_s": data["wall_s"]}, run_dir
 
 
