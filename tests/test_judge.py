@@ -398,7 +398,8 @@ def test_an_op_that_refuses_scaled_values_is_called_on_its_sets_exactly():
 @pytest.mark.parametrize("case", ["right", "one_out_of_bounds", "nan_out", "inf_oracle", "strided", "fp32_no_bound"])
 def test_a_large_output_judged_in_slices_gets_the_whole_compares_verdict(case, monkeypatch):
     """The sliced compare (evaluate/checks.py) answers exactly as the whole one: the same error
-    where it passes, the whole compare's message where any slice does not."""
+    where it passes, the whole compare's message where any slice does not; and both answer the
+    same with the oracle's facts worked out beforehand."""
     from kernforge.evaluate import checks
 
     monkeypatch.setattr(checks, "SLICE_PER_THREAD", 64)  # many slices of a small output
@@ -417,7 +418,10 @@ def test_a_large_output_judged_in_slices_gets_the_whole_compares_verdict(case, m
     elif case == "fp32_no_bound":
         out, dtype, bound = oracle.float(), torch.float32, None
 
+    facts = [checks.oracle_facts(oracle)]  # as the judge keeps them, once per set
     sliced = checks.compare([out], [oracle], [bound], [dtype])
+    assert checks.compare([out], [oracle], [bound], [dtype], facts=facts) == sliced
     monkeypatch.setattr(checks, "SLICE_PER_THREAD", 1 << 40)
     assert sliced == checks.compare([out], [oracle], [bound], [dtype])
+    assert checks.compare([out], [oracle], [bound], [dtype], facts=facts) == sliced
     assert (sliced[0] is None) == (case in ("right", "inf_oracle", "strided", "fp32_no_bound"))

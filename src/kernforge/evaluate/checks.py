@@ -15,6 +15,7 @@ whole normalised row). NaN never passes where the oracle is finite.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -90,11 +91,30 @@ def element_bound(oracle: torch.Tensor, eager: torch.Tensor, dtype: torch.dtype)
     return bound.to(torch.float32).mul_(1 + 2 ** -7).to(torch.bfloat16)  # rounding never tightens it
 
 
+@dataclass(frozen=True)
+class OracleFacts:
+    """What a compare needs of a floating oracle alone: the same for every candidate judged
+    against it, so the judge works it out once per set (judge.Oracle.facts), where a judged
+    call would otherwise pass over the oracle twice more."""
+
+    all_finite: bool
+    scale: float  # the largest finite magnitude; 1.0 where there is none
+
+
+def oracle_facts(oracle: torch.Tensor) -> OracleFacts:
+    finite = torch.isfinite(oracle)
+    if bool(finite.all()):
+        return OracleFacts(True, oracle.abs().max().item() if oracle.numel() else 1.0)
+    return OracleFacts(False, oracle[finite].abs().max().item() if bool(finite.any()) else 1.0)
+
+
 def compare(outs: list[torch.Tensor], oracles: list[torch.Tensor], bounds: list[torch.Tensor | None],
-            dtypes: list[torch.dtype], where: str | None = "cpu") -> tuple[str | None, list[float]]:
+            dtypes: list[torch.dtype], where: str | None = "cpu",
+            facts: list[OracleFacts | None] | None = None) -> tuple[str | None, list[float]]:
     """None when every output is right, else why not; and each output's normalised error.
     `where`: the device to compare on; None compares where the tensors are (a whole model's
-    logits, 4 GB as an oracle, stay on the GPU)."""
+    logits, 4 GB as an oracle, stay on the GPU). `facts`: each output's OracleFacts where the
+    caller keeps them (None: worked out here)."""
     move = (lambda t: t) if where is None else (lambda t: t.to(where))
     if len(outs) != len(oracles):
         return f"returned {len(outs)} outputs, the reference returns {len(oracles)}", []
@@ -114,7 +134,8 @@ def compare(outs: list[torch.Tensor], oracles: list[torch.Tensor], bounds: list[
                 return f"{label} differs from the reference at index {_first_difference(out, oracle)}", errors
             errors.append(0.0)
             continue
-        why, err = _compare_floating(move(out.detach()), move(oracle), None if bound is None else move(bound))
+        known = facts[i] if facts is not None else None
+        why, err = _compare_floating(move(out.detach()), move(oracle), None if bound is None else move(bound), known)
         errors.append(err)
         if why:
             return f"{label}: {why}", errors
@@ -132,27 +153,28 @@ def compare(outs: list[torch.Tensor], oracles: list[torch.Tensor], bounds: list[
 SLICE_PER_THREAD = 1 << 15
 
 
-def _compare_floating(out: torch.Tensor, oracle: torch.Tensor, bound: torch.Tensor | None) -> tuple[str | None, float]:
+def _compare_floating(out: torch.Tensor, oracle: torch.Tensor, bound: torch.Tensor | None,
+                      facts: OracleFacts | None) -> tuple[str | None, float]:
     if out.numel() > _slice() and out.device.type == "cpu" and all(t is None or t.is_contiguous()
                                                                     for t in (out, oracle, bound)):
-        err = _error_in_slices(out.reshape(-1), oracle.reshape(-1), None if bound is None else bound.reshape(-1))
+        err = _error_in_slices(out.reshape(-1), oracle.reshape(-1), None if bound is None else bound.reshape(-1),
+                               facts)
         if err is not None:
             return None, err
     diff = out.to(oracle.dtype).sub_(oracle).abs_() if out.dtype != oracle.dtype else (out - oracle).abs_()
-    finite = torch.isfinite(oracle)
-    all_finite = bool(finite.all())
-    if all_finite:
+    if facts is None:
+        facts = oracle_facts(oracle)
+    scale = facts.scale
+    if facts.all_finite:
         if not bool(torch.isfinite(out).all()):
             count = int((~torch.isfinite(out)).sum())
             return f"{count} NaN/inf values where the reference is finite (unwritten or overflowed)", float("inf")
-        # the whole output's largest magnitude, with no masked copy of it (a 134M-element one is 537 MB)
-        scale = oracle.abs().max().item() if oracle.numel() else 1.0
     else:
+        finite = torch.isfinite(oracle)
         bad = _non_finite_mismatch(out, oracle, finite)
         if bad:
             return bad, float("inf")
         diff = diff.masked_fill_(~finite, 0.0)
-        scale = oracle[finite].abs().max().item() if finite.any() else 1.0
     err = diff.max().item() / max(scale, 1e-30) if diff.numel() else 0.0
     if bound is None:
         return None, err
@@ -178,20 +200,27 @@ def _slice() -> int:
     return SLICE_PER_THREAD * max(1, torch.get_num_threads())
 
 
-def _error_in_slices(out: torch.Tensor, oracle: torch.Tensor, bound: torch.Tensor | None) -> float | None:
+def _error_in_slices(out: torch.Tensor, oracle: torch.Tensor, bound: torch.Tensor | None,
+                     facts: OracleFacts | None) -> float | None:
     """The normalised error of a flat output whose every element is finite and within its bound,
     judged slice by slice as _compare_floating judges it whole; None where any slice is not so
-    (a non-finite value on either side, an element out of bounds): the whole compare says why."""
-    largest_diff, scale, size = 0.0, 0.0, _slice()
+    (a non-finite value on either side, an element out of bounds): the whole compare says why.
+    With the oracle's facts known, each slice reads the oracle once (for the difference)."""
+    if facts is not None and not facts.all_finite:
+        return None
+    largest_diff, scale, size = 0.0, 0.0 if facts is None else facts.scale, _slice()
     for start in range(0, out.numel(), size):
         part, ref = out[start:start + size], oracle[start:start + size]
-        if not (bool(torch.isfinite(ref).all()) and bool(torch.isfinite(part).all())):
+        if facts is None and not bool(torch.isfinite(ref).all()):
+            return None
+        if not bool(torch.isfinite(part).all()):
             return None
         diff = part.to(ref.dtype).sub_(ref).abs_() if part.dtype != ref.dtype else (part - ref).abs_()
         if bound is not None and bool((diff > bound[start:start + size]).any()):
             return None
         largest_diff = max(largest_diff, diff.max().item())
-        scale = max(scale, ref.abs().max().item())
+        if facts is None:
+            scale = max(scale, ref.abs().max().item())
     return largest_diff / max(scale, 1e-30)
 
 

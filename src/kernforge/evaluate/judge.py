@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from kernforge.evaluate.checks import compare
+from kernforge.evaluate.checks import OracleFacts, compare, oracle_facts
 from kernforge.harness.guards import verdict as guard_verdict
 from kernforge.harness.prefill import Options, options_for_sets, unwritten
 from kernforge.harness.timing import escaped_ms, escapes_the_events
@@ -57,6 +57,7 @@ class Oracle:
     def __post_init__(self) -> None:
         self._differ: dict[tuple[int, int], bool] = {}
         self._prefill: list[list[Options]] | None = None
+        self._facts: dict[int, list[OracleFacts | None]] = {}
 
     def prefill_options(self) -> list[list[Options]]:
         """Per set and output, the prefills wrong at every element (prefill.py), for the
@@ -71,6 +72,12 @@ class Oracle:
 
     def dtypes(self) -> list[torch.dtype]:
         return [getattr(torch, d.replace("torch.", "")) for d in self.data["dtypes"]]
+
+    def facts(self, k: int) -> list[OracleFacts | None]:
+        """Set k's floating oracles' facts, worked out at the first candidate judged on it."""
+        if k not in self._facts:
+            self._facts[k] = [oracle_facts(o) if o.is_floating_point() else None for o in self.data["oracles"][k]]
+        return self._facts[k]
 
     def references_differ(self, i: int, j: int) -> bool:
         if (i, j) not in self._differ:
@@ -120,7 +127,8 @@ def _judge_calls(calls: list[dict[str, Any]], oracle: Oracle) -> dict[str, Any]:
                          _set_verdicts({}, oracle, call["set"]))
     for call in calls:
         k = call["set"]
-        why_values, errs = compare(call["outputs"], oracle.data["oracles"][k], oracle.data["bounds"][k], dtypes)
+        why_values, errs = compare(call["outputs"], oracle.data["oracles"][k], oracle.data["bounds"][k], dtypes,
+                                   facts=oracle.facts(k))
         if why_values:
             why_values = _never_written(call, oracle) + why_values
         errors.setdefault(k, errs)
