@@ -1,7 +1,7 @@
 """Candidates per minute against the number of GPUs (issue 6) and the executor (issue 34).
 
     PYTHONPATH=src python3 bench/gpu_scaling.py --gpus 0 0,1 0,1,2,3 --iterations 48 --out DIR
-    PYTHONPATH=src python3 bench/gpu_scaling.py --gpus 0 --executors local ray --out DIR
+    PYTHONPATH=src python3 bench/gpu_scaling.py --gpus 0 --executors local ray --parallel 4 8 --out DIR
 
 One search per GPU set and executor, on the same op (a row of bench/seed_ops.py), MCTS and the
 builtin proposer, --parallel candidates in flight per GPU. The rate is counted from
@@ -49,6 +49,20 @@ def candidate_seconds(events: list[dict]) -> float:
     return sum(spans) / len(spans) if spans else float("nan")
 
 
+def mean_phases(run_dir: Path) -> dict[str, float]:
+    """Each phase's mean seconds over the evaluated candidates (result.json's phases: the worker's
+    eager timing, build, first call, session and eager-after timing, and the judge here), and
+    their mean wall: where a candidate's seconds go, and how many of them hold the device lock."""
+    totals: dict[str, float] = {}
+    count = 0
+    for result in run_dir.glob("tasks/*/nodes/*/result.json"):
+        data = json.loads(result.read_text())
+        count += 1
+        for name, seconds in {**(data.get("phases") or {}), "wall_s": data.get("wall_s") or 0.0}.items():
+            totals[name] = totals.get(name, 0.0) + seconds
+    return {name: round(total / count, 3) for name, total in totals.items()} if count else {}
+
+
 def verdicts(run_dir: Path) -> dict[str, str]:
     """Each evaluated candidate's status, keyed by its source's hash."""
     found = {}
@@ -64,7 +78,8 @@ def main() -> int:
     parser.add_argument("--gpus", nargs="+", default=["0", "0,1"])
     parser.add_argument("--row", default="softmax_f32_4096x256")
     parser.add_argument("--iterations", type=int, default=48)
-    parser.add_argument("--parallel", type=int, default=4)
+    parser.add_argument("--parallel", type=int, nargs="+", default=[4], help="candidates in flight per GPU; "
+                        "several values run a search each")
     parser.add_argument("--executors", nargs="+", default=["local"])
     parser.add_argument("--backend", default="triton", help="cpu checks the script here (--gpus is then ignored)")
     parser.add_argument("--out", type=Path, required=True)
@@ -73,45 +88,50 @@ def main() -> int:
     rows, seen = [], {}
     for gpus in args.gpus:
         for executor in args.executors:
-            row, run_dir = search(args, gpus, executor)
-            rows.append(row)
-            print(json.dumps(row), flush=True)
-            if run_dir is not None:
-                seen[gpus, executor] = verdicts(run_dir)
+            for parallel in args.parallel:
+                row, run_dir = search(args, gpus, executor, parallel)
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+                if run_dir is not None and parallel == args.parallel[0]:
+                    seen[gpus, executor] = verdicts(run_dir)
     agreement = compare_verdicts(seen)
-    (args.out / "gpu_scaling.json").write_text(json.dumps({"row": args.row, "parallel_per_gpu": args.parallel,
+    (args.out / "gpu_scaling.json").write_text(json.dumps({"row": args.row,
                                                            "rows": rows, "verdicts": agreement}, indent=1))
-    print("\n| GPUs | executor | candidates | candidates per minute | mean running | seconds a candidate | statuses |")
-    print("|---|---|---|---|---|---|---|")
+    print("\n| GPUs | executor | in flight a GPU | candidates | candidates per minute | mean running | seconds a candidate | statuses |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         if "error" in r:
-            print(f"| {r['gpus']} | {r['executor']} | error: {r['error']} | | | | |")
+            print(f"| {r['gpus']} | {r['executor']} | {r['parallel']} | error: {r['error']} | | | | |")
         else:
-            print(f"| {r['n_gpus']} | {r['executor']} | {r['candidates']} | {r['candidates_per_minute']:.1f} "
+            print(f"| {r['n_gpus']} | {r['executor']} | {r['parallel']} | {r['candidates']} | {r['candidates_per_minute']:.1f} "
                   f"| {r['mean_running']:.1f} | {r['seconds_a_candidate']:.2f} | {r['status_counts']} |")
+    for r in rows:
+        if r.get("mean_phases"):
+            print(f"{r['n_gpus']} GPU(s), {r['executor']}: a candidate's mean seconds by phase {r['mean_phases']}")
     for line in agreement:
         print(line)
     return 0
 
 
-def search(args: argparse.Namespace, gpus: str, executor: str) -> tuple[dict, Path | None]:
+def search(args: argparse.Namespace, gpus: str, executor: str, parallel: int) -> tuple[dict, Path | None]:
     """One search on the row; its figures, and its run folder where it finished."""
     runs = Path(tempfile.mkdtemp(prefix="kf-scaling-"))
     proc = subprocess.run([sys.executable, "-m", "kernforge", "optimize", f"bench.seed_ops:{args.row}",
                            "--backend", args.backend, "--iterations", str(args.iterations), "--top-k", "1",
-                           "--compile", "none", "--gpus", gpus, "--parallel", str(args.parallel),
+                           "--compile", "none", "--gpus", gpus, "--parallel", str(parallel),
                            "--executor", executor, "--runs-dir", str(runs), "--json"],
                           capture_output=True, text=True, check=False)
     if proc.returncode != 0:
-        return {"gpus": gpus, "executor": executor, "error": proc.stderr.strip().splitlines()[-1:]}, None
+        return {"gpus": gpus, "executor": executor, "parallel": parallel,
+                "error": proc.stderr.strip().splitlines()[-1:]}, None
     data = json.loads(proc.stdout)
     run_dir = Path(data["run_dir"])
     events = read_events(run_dir)
     count, per_minute, busy = rate(events)
     task = data["tasks"][0]
-    return {"gpus": gpus, "n_gpus": len(gpus.split(",")), "executor": executor, "candidates": count,
+    return {"gpus": gpus, "n_gpus": len(gpus.split(",")), "executor": executor, "parallel": parallel, "candidates": count,
             "candidates_per_minute": per_minute, "mean_running": busy,
-            "seconds_a_candidate": candidate_seconds(events), "status_counts": task["status_counts"],
+            "seconds_a_candidate": candidate_seconds(events), "mean_phases": mean_phases(run_dir), "status_counts": task["status_counts"],
             "best_speedup_vs_eager": task["best_speedup_vs_eager"], "wall_s": data["wall_s"]}, run_dir
 
 
