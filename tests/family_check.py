@@ -15,8 +15,11 @@ In a test, in-process (the cpu backend):
     assert check_params(task, "cpu", params, tmp_path) is None
 
 The acceptance rule is the pipeline's own (kernforge.evaluate.checks.compare):
-within 8x eager's error against a float64 oracle, or the dtype's floor; every
-output of the op (a norm's mean and rstd too) is compared.
+within 8x eager's error against a float64 oracle (kept in the output's range),
+or the dtype's floor; every output of the op (a norm's mean and rstd too) is
+compared. Besides the sets below, every kernel meets the value-class sets the
+evaluator judges candidates on (evaluate/classes.py: zero and constant rows,
+ties, subnormals; the dtype's extremes, NaN and infinities), as eager takes them.
 """
 
 from __future__ import annotations
@@ -33,7 +36,8 @@ from typing import Any
 import torch
 
 from kernforge.capture.recorder import tensor_meta
-from kernforge.evaluate.checks import compare, element_bound, outputs_list, upcast
+from kernforge.evaluate.checks import compare, element_bound, in_output_range, oracle_dtype, outputs_list, upcast
+from kernforge.evaluate.classes import class_sets, reference_accepts
 from kernforge.records.task import KernelTask
 from kernforge.tasks import resolve_op
 
@@ -102,7 +106,7 @@ def _draw(desc: dict[str, Any], gen: torch.Generator, scale: float, mixed: bool)
     return result
 
 
-def input_sets(op: str, args: list[Any]) -> list[tuple[str, list[Any]]]:
+def input_sets(op: str, args: list[Any], kwargs: dict[str, Any] | None = None) -> list[tuple[str, list[Any]]]:
     gen = torch.Generator().manual_seed(1)
     sets = [("normal", materialise(args, gen, 1.0)), ("large", materialise(args, gen, 100.0)),
             ("mixed", materialise(args, gen, 1.0, mixed=True))]
@@ -127,7 +131,17 @@ def input_sets(op: str, args: list[Any]) -> list[tuple[str, list[Any]]]:
         sets.append(("constant", constant))
     if _overflows_when_scaled(op, args):
         sets = sets[:1]
-    return sets
+    return sets + value_class_sets(op, sets[0][1], kwargs or {})
+
+
+def value_class_sets(op: str, sample: list[Any], kwargs: dict[str, Any]) -> list[tuple[str, list[Any]]]:
+    """The evaluator's value-class sets on `sample`, those eager takes (fresh-classes, fresh-edges
+    or a rung down), drawn as a baseline draws them: a kernel that drops a NaN group's NaN or
+    overflows on the dtype's largest values fails here as it would in a search."""
+    aten = resolve_op(op)
+    accepts = reference_accepts(lambda inputs: outputs_list(aten(*inputs, **kwargs)),
+                                lambda inputs: outputs_list(aten(*upcast(inputs), **kwargs)))
+    return class_sets(sample, torch.Generator().manual_seed(2), accepts)
 
 
 # The elements a norm's statistics are taken over, from its arguments: a row (layer norm's
@@ -197,11 +211,12 @@ def check_kernel(kernel: Any, task: KernelTask, sets: tuple[str, ...] | None = N
     leaves its inputs as they were and gives eager's output strides; else why not."""
     op = resolve_op(task.op)
     positional, kwargs = split_kwargs(task.args)
-    for label, args in input_sets(task.op, positional):
+    for label, args in input_sets(task.op, positional, kwargs):
         if sets is not None and label not in sets:
             continue
         eager = outputs_list(op(*args, **kwargs))
-        oracles = outputs_list(op(*upcast(args), **kwargs))
+        oracles = [in_output_range(o, e.dtype).to(oracle_dtype(e.dtype)) if o.is_floating_point() else o
+                   for o, e in zip(outputs_list(op(*upcast(args), **kwargs)), eager)]
         bounds = [element_bound(o, e, e.dtype) if e.is_floating_point() else None
                   for e, o in zip(eager, oracles)]
         tensors = [a for a in args if isinstance(a, torch.Tensor)]

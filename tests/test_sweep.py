@@ -23,12 +23,33 @@ pytestmark = pytest.mark.sweep
 
 HAVE_TRITON = importlib.util.find_spec("triton") is not None
 
+# Defects the evaluator's value-class sets found when family_check took them on (2026-12-07),
+# not mended yet: each point fails as a search would reject it. strict: a mended point fails
+# here until its line goes.
+_MAX_AT_EDGES = "fresh-edges-max^0.5: values near sqrt(float32 max) overflow the Welford update's squares"
+_CUMSUM_EDGES = "fresh-edges: NaN/inf where the reference is finite (a row's inf or NaN reaches other blocks' carries)"
+_SOFTMAX_EDGES = "fresh-edges: a row with +inf or NaN gives finite values where eager gives NaN, or NaN where it has none"
+_POOL_TIES = "fresh-classes: ties in bf16 windows pick another index than eager's first maximum"
+KNOWN_DEFECTS = {
+    "cpu-layer_norm-6-native_layer_norm-37x50-float32-welford-static-True": _MAX_AT_EDGES,
+    "triton-cumsum-3-cumsum-2x1100-float32-split_scan-256-4": _CUMSUM_EDGES,
+    "triton-cumsum-3-cumsum-2x1100-float32-split_scan-512-4": _CUMSUM_EDGES,
+    "triton-cumsum-4-cumsum-2x5000-bfloat16-split_scan-2048-8": _CUMSUM_EDGES,
+    "triton-cumsum-5-cumsum-3x5000-float32-split_scan-2048-8": _CUMSUM_EDGES,
+    "triton-pool-15-max_pool2d_with_indices-2x8x9x11-bfloat16-per_output-64-2-True": _POOL_TIES,
+    "triton-pool-18-max_pool2d_with_indices-3x8x7-bfloat16-per_output-64-2-True": _POOL_TIES,
+    "triton-softmax-6-_softmax-3x5x300-float32-online_loop-256-4": _SOFTMAX_EDGES,
+    "triton-softmax-8-_log_softmax-3x9000-float32-online_loop-4096-8": _SOFTMAX_EDGES,
+}
+
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "point" in metafunc.fixturenames:
         backend = metafunc.function.__name__.split("_")[1]  # test_<backend>_...
         points = sweep_points(backend, exhaustive=metafunc.config.getoption("sweep"))
-        metafunc.parametrize("point", points, ids=[p.test_id for p in points])
+        params = [pytest.param(p, id=p.test_id, marks=[pytest.mark.xfail(strict=True, reason=KNOWN_DEFECTS[p.test_id])]
+                               if p.test_id in KNOWN_DEFECTS else []) for p in points]
+        metafunc.parametrize("point", params)
 
 
 @pytest.fixture(scope="session")

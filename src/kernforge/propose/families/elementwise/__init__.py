@@ -83,7 +83,9 @@ UNARY = {
     "erf": Expr("tl.erf(a)", "erff(a)"),
     "hardswish": Expr("a * tl.minimum(tl.maximum(a + 3.0, 0.0), 6.0) / 6.0",
                       "a * KF_CLAMP(a + 3.0f, 0.0f, 6.0f) / 6.0f"),
-    "hardsigmoid": Expr("tl.minimum(tl.maximum(a + 3.0, 0.0), 6.0) / 6.0", "KF_CLAMP(a + 3.0f, 0.0f, 6.0f) / 6.0f"),
+    # NaN kept, as eager's clamp keeps it (tl.maximum's default lets the GPU drop it: NaN -> 0.5)
+    "hardsigmoid": Expr("tl.minimum(tl.maximum(a + 3.0, 0.0, propagate_nan=tl.PropagateNan.ALL), 6.0, "
+                        "propagate_nan=tl.PropagateNan.ALL) / 6.0", "KF_CLAMP(a + 3.0f, 0.0f, 6.0f) / 6.0f"),
     "leaky_relu": Expr("tl.where(a > 0.0, a, a * {slope})", "(a > 0.0f ? a : a * {slope})"),
     "elu": Expr("tl.where(a > 0.0, a * {scale}, (tl.exp(a * {input_scale}) - 1.0) * {neg_scale})",
                 "(a > 0.0f ? a * {scale} : (kf_exp(a * {input_scale}) - 1.0f) * {neg_scale})", True),

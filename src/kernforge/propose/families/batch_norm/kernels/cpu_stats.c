@@ -93,7 +93,7 @@ static inline void finish(double s, double q, double *mean, double *var) {
     *var = q / (double)M; /* q: the squared deviations */
 #else
     double v = q / (double)M - *mean * *mean;
-    *var = v > 0.0 ? v : 0.0;
+    *var = v > 0.0 || v != v ? v : 0.0; /* below 0 is rounding; NaN (a NaN or +-inf in the channel) stays, as eager's */
 #endif
 }
 

@@ -102,7 +102,9 @@ static inline void channel_affine(const w_t *w, const b_t *b, int64_t c, float r
     *shift = sh;
 }
 
-static inline float rstd_of(double var) { return (float)(1.0 / sqrt((var > 0.0 ? var : 0.0) + EPS)); }
+/* A negative variance is rounding: clamped to 0. A NaN one (a group holding a NaN, or +inf and
+ * -inf) stays NaN, as eager's rstd does: `var > 0.0 ? var : 0.0` alone made it 1/sqrt(eps). */
+static inline float rstd_of(double var) { return (float)(1.0 / sqrt((var > 0.0 || var != var ? var : 0.0) + EPS)); }
 
 int kf_forward(const kf_tensor *in, int n_in, kf_tensor *out, int n_out) {
     if (n_in != 1 + HAS_W + HAS_B || n_out != 3) return 1;

@@ -98,6 +98,10 @@ template <int N> static __device__ __forceinline__ void block_sum(float (&v)[N])
     }
 }
 
+// A second moment below 0 is rounding: 0. A NaN one (a group holding a NaN, or +inf and -inf)
+// stays NaN, as eager's rstd is there; fmaxf(m2, 0) would make it 1/sqrt(eps).
+static __device__ __forceinline__ float clamp_rounding(float m2) { return m2 > 0.0f || m2 != m2 ? m2 : 0.0f; }
+
 // The mean of n values from their sum and the sum of their deviations from k: k + shifted / n
 // where the mean lies within k / 2 of k (nothing cancels, and a constant chunk's is k exactly),
 // else total / n (k + shifted / n would carry k's rounding: 1e-7 on a mean of 2e-3).
@@ -124,7 +128,7 @@ static __device__ __forceinline__ void chunk_moments(const elem_t *__restrict__ 
     block_sum(sums);
     const float n = (float)(end - start);
     mean = mean_of(sums[0], sums[1], shift, n);
-    m2 = fmaxf(sums[2] - n * (mean - shift) * (mean - shift), 0.0f);
+    m2 = clamp_rounding(sums[2] - n * (mean - shift) * (mean - shift));
 }
 
 // Values [start, end) of group g normalised: y = x * scale[c] + shift[c].
@@ -207,7 +211,7 @@ __global__ void __launch_bounds__(THREADS) gn_apply(const elem_t *__restrict__ x
     block_sum(about);
     const float shift = about[1] / GROUP_SIZE;
     const float mean = first + shift;
-    const float m2 = fmaxf(about[0] - GROUP_SIZE * shift * shift, 0.0f);  // about the refined mean
+    const float m2 = clamp_rounding(about[0] - GROUP_SIZE * shift * shift);  // about the refined mean
     const float rstd = rsqrtf(m2 / GROUP_SIZE + (float)EPS);
     if (i == 0 && threadIdx.x == 0) {
         mean_out[g] = s_t(mean);

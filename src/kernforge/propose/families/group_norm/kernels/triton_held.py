@@ -128,7 +128,7 @@ def publish_slice(PART, x, k, ok, n, g, pid, CHUNKS: tl.constexpr, EVEN: tl.cons
         s, sd, q = sum_triples(x, d, d * d, ROWS)  # masked-off lanes of x hold 0
     mean = mean_of(s, sd, k, n)
     mean_bits = mean.to(tl.int32, bitcast=True)
-    m2_bits = tl.maximum(q - n * (mean - k) * (mean - k), 0.0).to(tl.int32, bitcast=True)
+    m2_bits = tl.maximum(q - n * (mean - k) * (mean - k), 0.0, propagate_nan=tl.PropagateNan.ALL).to(tl.int32, bitcast=True)
     tl.store(PART + 2 * g * CHUNKS + pid, tl.where(mean_bits == -1, 0x7FC00000, mean_bits))
     tl.store(PART + (2 * g + 1) * CHUNKS + pid, tl.where(m2_bits == -1, 0x7FC00000, m2_bits))
     return mean
@@ -169,7 +169,8 @@ def settle(PART, g, mean_bits, m2_bits, k, group_size, eps, CHUNK: tl.constexpr,
         mean_bits, m2_bits = peek(PART, g, CHUNKS, CHUNKS_P2)
         missing, a, ad, b = gather(mean_bits, m2_bits, k, counts)
     mean = mean_of(a, ad, k, group_size)
-    return mean, tl.rsqrt(tl.maximum(b / group_size - (mean - k) * (mean - k), 0.0) + eps)
+    # NaN kept (a group holding a NaN, or +inf and -inf): eager's rstd is NaN there, not 1/sqrt(eps)
+    return mean, tl.rsqrt(tl.maximum(b / group_size - (mean - k) * (mean - k), 0.0, propagate_nan=tl.PropagateNan.ALL) + eps)
 
 
 @triton.jit

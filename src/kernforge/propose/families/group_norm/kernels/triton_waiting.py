@@ -96,7 +96,7 @@ def chunk_stats(X, PART, g, i, group_size, CHUNK: tl.constexpr, BLOCK: tl.conste
             ss += tl.sum(d * d, axis=0)
     n = tl.minimum(group_size - i * CHUNK, CHUNK).to(tl.float32)
     mean = mean_of(tl.sum(s, axis=0), tl.sum(sd, axis=0), shift, n)
-    m2 = tl.maximum(tl.sum(ss, axis=0) - n * (mean - shift) * (mean - shift), 0.0)
+    m2 = tl.maximum(tl.sum(ss, axis=0) - n * (mean - shift) * (mean - shift), 0.0, propagate_nan=tl.PropagateNan.ALL)
     tl.store(PART + 2 * (g * CHUNKS + i), mean)
     tl.store(PART + 2 * (g * CHUNKS + i) + 1, m2)
 

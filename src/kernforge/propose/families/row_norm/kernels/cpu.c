@@ -187,7 +187,7 @@ int kf_forward(const kf_tensor *in, int n_in, kf_tensor *out, int n_out) {
         const double dmean = s / COLS;
         const double var = ss / COLS - dmean * dmean; /* may round below 0 */
         const float mean = (float)dmean;
-        const float rstd = 1.0f / sqrtf((float)(var > 0.0 ? var : 0.0) + EPS);
+        const float rstd = 1.0f / sqrtf((float)(var > 0.0 || var != var ? var : 0.0) + EPS); /* NaN stays NaN */
 #endif
         SIMD()
         for (int64_t c = 0; c < COLS; ++c) {
