@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import re
 import time
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from helpers import scripted_context
@@ -17,7 +19,7 @@ from kernforge.records.proposal import Proposal
 from kernforge.records.timing import Timing
 from kernforge.search import get_strategy
 from kernforge.search.budget import (APPLY_MOST_S, APPLY_SHARE, CONFIRM_FACTOR, PLATEAU, FixedCosts, TimeBudget,
-                                     candidate_fits, parse_duration, projected_gain)
+                                     candidate_fits, parse_duration, projected_gain, task_bytes)
 from kernforge.search.engine import _patience, search_ended
 
 pytestmark = pytest.mark.unit
@@ -169,3 +171,50 @@ def test_the_confirmation_reserve_is_the_most_the_runs_confirmations_took():
     assert fixed.confirm_factor() == pytest.approx(2.2)
     assert not candidate_fits(left_s=24.0, eval_s=10.0, confirm_factor=fixed.confirm_factor())
     assert candidate_fits(left_s=32.0, eval_s=10.0, confirm_factor=fixed.confirm_factor())
+
+
+def _gn_task(channels: int, size: int) -> Any:
+    t = {"shape": [1, channels, size, size], "dtype": "torch.bfloat16", "stride": [1, 1, 1, 1]}
+    return SimpleNamespace(args=[t, None, None, 1, 32], outputs=[t])
+
+
+def test_a_task_is_expected_to_cost_its_baseline_a_candidate_and_a_confirmation_by_its_bytes():
+    fixed = FixedCosts()
+    assert fixed.least_task_s(10**9) == 0.0  # nothing measured yet
+    task = _gn_task(128, 1024)  # 537 MB in and out
+    nbytes = task_bytes(task.args, task.outputs)
+    fixed.add(27.0, nbytes)
+    fixed.add_candidate(47.0, nbytes)  # the VAE's group norm on an H100: what the search waited for
+    fixed.add_candidate(0.0, nbytes)  # a candidate with no time says nothing
+    assert fixed.least_task_s(nbytes) == pytest.approx(27.0 + 47.0 * (1 + CONFIRM_FACTOR))
+    assert fixed.least_task_s(nbytes // 2) == pytest.approx((27.0 + 47.0 * (1 + CONFIRM_FACTOR)) / 2)
+
+
+def test_a_share_too_small_for_one_confirmed_candidate_is_raised_where_the_time_left_holds_it():
+    from kernforge.optimize.loop import no_time, task_share
+
+    task = _gn_task(128, 1024)
+    nbytes = task_bytes(task.args, task.outputs)
+    fixed = FixedCosts()
+    fixed.add(27.0, nbytes)
+    fixed.add_candidate(47.0, nbytes)
+    least = fixed.least_task_s(nbytes)  # 139.8 s
+    budget = TimeBudget.starting(400.0, started=time.perf_counter(), apply=False)
+    share = task_share(budget, [1.0] * 8, fixed, task)  # 50 s by weight: raised
+    assert share == pytest.approx(least)
+    assert no_time(budget, share, fixed, task, 7) == ""
+    late = TimeBudget.starting(100.0, started=time.perf_counter(), apply=False)
+    share = task_share(late, [1.0] * 2, fixed, task)  # 100 s left cannot hold 139.8 s: not raised
+    assert share == pytest.approx(50.0, abs=0.5)
+    assert no_time(late, share, fixed, task, 1).startswith(
+        "not started: its baseline, one candidate and its confirmation would take about 140 s")
+
+
+def test_a_candidate_is_counted_at_what_the_search_waited_for_it():
+    # the worker's wall is 1 s, the whole evaluation (judging included) 0.5 s more than the share holds
+    result = ok(0.5, eval_s=1.0)
+    result.evaluation_s = 5.0
+    nodes, ctx = run_mcts([result] + [ok(0.4, eval_s=1.0)] * 5, iterations=6,
+                          deadline=time.perf_counter() + 6.0, seconds_each=0.01)
+    assert len(nodes) == 1
+    assert "(5.0 s each)" in search_ended(ctx, "builtin")

@@ -314,7 +314,16 @@ def evaluate_candidate(task_path: Path, reference_path: Path, source: Path, back
     """Scan, build, check and time one candidate. The scan and the judgement happen here; the
     worker runs where the executor puts it (default: a worker process here). Whatever the
     candidate makes kernforge do, the answer is a result: an error raised here while judging it
-    rejects the candidate with the reason (KERNFORGE_STRICT=1 re-raises it, for debugging)."""
+    rejects the candidate with the reason (KERNFORGE_STRICT=1 re-raises it, for debugging).
+    Its evaluation_s is all this took, the worker's life and the judging beside it."""
+    started = time.perf_counter()
+    result = _evaluate_candidate(task_path, reference_path, source, backend, device, job_dir, timeout_s, executor)
+    result.evaluation_s = time.perf_counter() - started
+    return result
+
+
+def _evaluate_candidate(task_path: Path, reference_path: Path, source: Path, backend: str, device: str,
+                        job_dir: Path, timeout_s: float, executor: Executor | None) -> EvalResult:
     findings = static_findings(task_path, source, backend)
     if findings:
         return EvalResult(status="cheat", reason="static scan: " + "; ".join(str(f) for f in findings),

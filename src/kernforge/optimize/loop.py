@@ -37,7 +37,7 @@ def search_all(opts: OptimizeOptions, result: OptimizeResult, store: RunStore, b
     fixed = FixedCosts()
     try:
         for i, task in enumerate(tasks):
-            share = budget.share_s(weights[i:]) if budget else None
+            share = task_share(budget, weights[i:], fixed, task) if budget else None
             spent = proposer.budget_exhausted() or (no_time(budget, share, fixed, task, len(tasks) - i - 1)
                                                    if budget else "")
             if spent:  # the run ends cleanly: what was found stands, the rest is said
@@ -52,11 +52,13 @@ def search_all(opts: OptimizeOptions, result: OptimizeResult, store: RunStore, b
                                   previous=previous.get(task.task_id), executor=executor,
                                   finalists=opts.finalists, time_share_s=share,
                                   confirm_factor=fixed.confirm_factor())
+            nbytes = task_bytes(task.args, task.outputs)
             if outcome.baseline is not None:
-                fixed.add(sum(outcome.baseline.phases.values()), task_bytes(task.args, task.outputs))
+                fixed.add(sum(outcome.baseline.phases.values()), nbytes)
             for node in outcome.nodes:
+                fixed.add_candidate(evaluation_s(node.result), nbytes)
                 if node.confirmed is not None:
-                    fixed.add_confirmation(node.result.wall_s, node.confirmed.wall_s)
+                    fixed.add_confirmation(evaluation_s(node.result), evaluation_s(node.confirmed))
             result.outcomes.append(outcome)
     finally:
         executor.close()
@@ -84,16 +86,36 @@ def time_budget(opts: OptimizeOptions, started: float, spent_s: float = 0.0) -> 
     return TimeBudget.starting(parse_duration(opts.time_budget), started, opts.apply, spent_s)
 
 
+def evaluation_s(result: Any) -> float:
+    """What the search waited for a candidate's result (the worker's wall in results of old runs)."""
+    return result.evaluation_s or result.wall_s
+
+
+def task_share(budget: TimeBudget, weights: list[float], fixed: FixedCosts, task: Any) -> float:
+    """The task's share of the time left by its weight, raised to what its baseline, one candidate
+    and a confirmation are expected to take where the time left holds that: a share that cannot
+    buy one confirmed candidate buys nothing, and the tasks come in rank order. (A 5-minute VAE
+    run gave a group norm + SiLU chain 36 s, whose first candidate alone took 58 s:
+    bench/results/h100/issue32/vae-20261207b.)"""
+    share = budget.share_s(weights)
+    least = fixed.least_task_s(task_bytes(task.args, task.outputs))
+    return least if share < least <= budget.left_s() else share
+
+
 def no_time(budget: TimeBudget, share: float | None, fixed: FixedCosts, task: Any, more: int) -> str:
     """Why a task of a budgeted run is not started, or "": its share under MIN_TASK_S, or under
-    what its baseline is expected to take."""
+    what its baseline, one candidate and its confirmation are expected to take."""
     left = f"{max(0.0, budget.left_s()):.0f} s left for it{f' and {more} more' if more else ''}"
-    expected = fixed.expected_s(task_bytes(task.args, task.outputs))
+    nbytes = task_bytes(task.args, task.outputs)
+    baseline, least = fixed.expected_s(nbytes), fixed.least_task_s(nbytes)
     if share is None or share < MIN_TASK_S:
         return f"not started: the time budget had {left}, too little to search"
-    if expected > share:
-        return (f"not started: its baseline would take about {expected:.0f} s (as the run's others did for "
+    if baseline > share:
+        return (f"not started: its baseline would take about {baseline:.0f} s (as the run's others did for "
                 f"their size), more than its {share:.0f} s share of the {left}")
+    if least > share:
+        return (f"not started: its baseline, one candidate and its confirmation would take about {least:.0f} s "
+                f"(as the run's others did for their size), more than its {share:.0f} s share of the {left}")
     return ""
 
 

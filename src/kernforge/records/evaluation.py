@@ -30,6 +30,9 @@ class EvalResult:
     faster_than_eager: bool = False  # beyond the measured noise
     log_tail: str = ""
     wall_s: float = 0.0  # the worker's whole life: start, build, checks, timing
+    # What the search waited for this result: the scan, every worker run (a retime's too) and the
+    # judging here; what a budgeted task's next candidate is expected to take (search/engine.py)
+    evaluation_s: float = 0.0
     # seconds per step inside the worker, and "judge": this process's judgement of its outputs
     phases: dict[str, float] = field(default_factory=dict)
     # eager's median before the candidate loaded and right after its timing; `eager` is the faster

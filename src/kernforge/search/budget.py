@@ -7,8 +7,10 @@ torch.compile, whichever is more (Amdahl: OpProfile.rank_gain - 1). Its share co
 its candidates and its finalists: a candidate is started only where it and one finalist's
 confirmation still fit in it (candidate_fits; those running finish), though a task whose
 baseline took its whole share still evaluates one candidate. A task is not started where its
-share is under MIN_TASK_S, or under what its baseline is expected to take (the seconds per input
-byte of the baselines so far, FixedCosts): its share then goes to the tasks after it. A budgeted
+share is under MIN_TASK_S: its share then goes to the tasks after it. A task whose share is
+under what its baseline, one candidate and its confirmation are expected to take (the seconds
+per byte of the run's tasks so far, FixedCosts.least_task_s) gets that much where the time left
+holds it, in rank order, and is not started where it does not. A budgeted
 task also stops once it stopped improving (PLATEAU candidates in a row after its best), and says
 so."""
 
@@ -112,10 +114,27 @@ class FixedCosts:
     nbytes: int = 0
     # Each confirmation's time over its candidate's own evaluation, the run's tasks so far.
     confirm_ratios: list[float] = field(default_factory=list)
+    # The candidates' evaluations (EvalResult.evaluation_s) and their tasks' bytes, to expect a
+    # task's first candidate before it has timed one: a VAE group norm's took 47-58 s on an H100,
+    # its worker 11 s of it (bench/results/h100/issue32/vae-20261207b).
+    candidate_seconds: float = 0.0
+    candidate_bytes: int = 0
 
     def add(self, seconds: float, nbytes: int) -> None:
         self.seconds += seconds
         self.nbytes += nbytes
+
+    def add_candidate(self, seconds: float, nbytes: int) -> None:
+        if seconds > 0:
+            self.candidate_seconds += seconds
+            self.candidate_bytes += nbytes
+
+    def least_task_s(self, nbytes: int) -> float:
+        """What a task of `nbytes` is expected to take at the least, as the run's tasks so far
+        took it for their size: its baseline, one candidate and that candidate's confirmation
+        (0 before anything was measured)."""
+        candidate = self.candidate_seconds * nbytes / self.candidate_bytes if self.candidate_bytes else 0.0
+        return self.expected_s(nbytes) + candidate * (1.0 + self.confirm_factor())
 
     def add_confirmation(self, candidate_s: float, confirm_s: float) -> None:
         if candidate_s > 0 and confirm_s > 0:
