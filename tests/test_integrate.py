@@ -14,6 +14,7 @@ import json
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -368,6 +369,35 @@ def test_under_compile_kernels_that_pay_alone_but_not_together_keep_the_best(mon
     assert [s.name for s in kept] == ["k1"] and measured.specs == [specs[1]]
     assert effects["k1"].installed_compile and not effects["k0"].installed_compile
     assert "not beside the others" in effects["k0"].note and effects["k0"].compile_verdict == "faster"
+
+
+def test_under_a_time_limit_kernels_are_not_compiled_alone_where_a_compile_no_longer_fits(monkeypatch):
+    """Apply's limit counts its compiles: once the time left is under what the phase with every
+    kernel took, no kernel is compiled alone any more, and each one left says why."""
+    from kernforge.integrate import apply as apply_module
+    from kernforge.integrate.pace import Pace
+
+    specs = [router.KernelSpec(name=f"k{i}", op=f"aten::op{i}.default", args=[], outputs=[], backend="cpu",
+                               loading=CPU_LOADING, entry=lambda: None) for i in range(3)]
+    effects = {s.name: apply_module.KernelEffect(task=f"t{i}", op=s.op, kernel=s.name, op_speedup_vs_eager=1.4,
+                                                 calls_per_forward=13) for i, s in enumerate(specs)}
+    compiled_alone = []
+
+    def phase(model, inputs, device, in_graph, installed, tag, pace=None):
+        if len(in_graph) == 1:
+            compiled_alone.append(in_graph[0].name)
+        time.sleep(0.2)  # the compile: the limit below holds this phase and one more, not two
+        counts = {s.op: router.RouteCounts(custom_op=1, traced_by_kernel={s.name: 1}) for s in in_graph}
+        return apply_module.CompilePhase(specs=in_graph, timings={"eager": _timing(5.0), "patched compile": _timing(5.5)},
+                                         counts=counts, compiled=lambda *a: None)
+
+    monkeypatch.setattr(apply_module, "_compile_phase", phase)
+    first = {"eager": _timing(5.0), "compile": _timing(4.1)}
+    pace = Pace.starting(0.5, time.perf_counter(), routing_s=0.0, expected=4)
+    kept, _ = apply_module._compile_choice(None, (), torch.device("cpu"), specs, effects, first, True,
+                                           lambda line: None, pace)
+    assert kept == [] and compiled_alone == ["k0"]
+    assert all("not tried alone under compile: the time limit had" in effects[n].note for n in ("k1", "k2"))
 
 
 def test_optimize_applies_by_default_and_says_what_it_did(finished_run):

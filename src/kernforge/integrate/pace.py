@@ -48,6 +48,10 @@ class Pace:
         left = self.deadline - (time.perf_counter() if now is None else now)
         return max(0.0, left) / max(1, self.expected)
 
+    def left_s(self, now: float | None = None) -> float:
+        """Seconds to the deadline (the routing measure's part kept)."""
+        return self.deadline - (time.perf_counter() if now is None else now)
+
     def record(self, measured: RoundsMeasured) -> None:
         self.done.append(measured)
         self.expected = max(1, self.expected - 1)
