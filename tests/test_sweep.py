@@ -26,20 +26,16 @@ HAVE_TRITON = importlib.util.find_spec("triton") is not None
 # Defects the evaluator's value-class sets found when family_check took them on (2026-12-07),
 # not mended yet: each point fails as a search would reject it. strict: a mended point fails
 # here until its line goes.
-_MAX_AT_EDGES = "fresh-edges-max^0.5: values near sqrt(float32 max) overflow the Welford update's squares"
-_CUMSUM_EDGES = "fresh-edges: NaN/inf where the reference is finite (a row's inf or NaN reaches other blocks' carries)"
-_SOFTMAX_EDGES = "fresh-edges: a row with +inf or NaN gives finite values where eager gives NaN, or NaN where it has none"
-_POOL_TIES = "fresh-classes: ties in bf16 windows pick another index than eager's first maximum"
+_MAX_AT_EDGES = ("fresh-edges-max^0.5: at values near sqrt(float32 max) the float Welford moments put 2 of 1850 "
+                 "elements outside the allowance (2.9 off, 1.9 allowed)")
+# Under the interpreter a bf16 subnormal of a window comes back as another value (1.19e-39 as
+# 2.94e-39), so the index differs: the interpreter's bf16 conversion or the kernel's, not told
+# apart without a GPU.
+_POOL_TIES = "fresh-classes: output 1 (the indices) differs from eager's where bf16 windows hold subnormals"
 KNOWN_DEFECTS = {
     "cpu-layer_norm-6-native_layer_norm-37x50-float32-welford-static-True": _MAX_AT_EDGES,
-    "triton-cumsum-3-cumsum-2x1100-float32-split_scan-256-4": _CUMSUM_EDGES,
-    "triton-cumsum-3-cumsum-2x1100-float32-split_scan-512-4": _CUMSUM_EDGES,
-    "triton-cumsum-4-cumsum-2x5000-bfloat16-split_scan-2048-8": _CUMSUM_EDGES,
-    "triton-cumsum-5-cumsum-3x5000-float32-split_scan-2048-8": _CUMSUM_EDGES,
     "triton-pool-15-max_pool2d_with_indices-2x8x9x11-bfloat16-per_output-64-2-True": _POOL_TIES,
     "triton-pool-18-max_pool2d_with_indices-3x8x7-bfloat16-per_output-64-2-True": _POOL_TIES,
-    "triton-softmax-6-_softmax-3x5x300-float32-online_loop-256-4": _SOFTMAX_EDGES,
-    "triton-softmax-8-_log_softmax-3x9000-float32-online_loop-4096-8": _SOFTMAX_EDGES,
 }
 
 

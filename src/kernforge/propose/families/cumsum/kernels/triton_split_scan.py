@@ -37,7 +37,10 @@ def block_offsets(S, O, n_blocks, BLOCK_N: tl.constexpr, ACC: tl.constexpr):
     for start in range(0, n_blocks, BLOCK_N):
         k = start + lanes
         s = tl.load(S + row * n_blocks + k, mask=k < n_blocks, other=0.0)
-        tl.store(O + row * n_blocks + k, tl.cumsum(s, axis=0) - s + carry, mask=k < n_blocks)
+        # the blocks before each: the scan of the sums shifted by one, not the scan less the
+        # block's own sum (an inf or NaN block would make every offset at and after it NaN)
+        before = tl.load(S + row * n_blocks + k - 1, mask=(lanes > 0) & (k - 1 < n_blocks), other=0.0)
+        tl.store(O + row * n_blocks + k, tl.cumsum(before, axis=0) + carry, mask=k < n_blocks)
         carry += tl.sum(s, axis=0)
 
 

@@ -25,7 +25,9 @@ def softmax_online(X, Y, n_cols, BLOCK_N: tl.constexpr, LOG: tl.constexpr):
     for start in range(0, n_cols, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
         x = tl.load(x_row + cols, mask=cols < n_cols, other=-float("inf")).to(tl.float32)
-        m_new = tl.maximum(m, x)
+        # NaN kept: a lane whose first value is NaN would otherwise stay at -inf, and its NaN
+        # would be dropped with it (eager's row is all NaN)
+        m_new = tl.maximum(m, x, propagate_nan=tl.PropagateNan.ALL)
         alive = m_new != -float("inf")
         s = tl.where(alive, s * tl.exp(m - m_new) + tl.exp(x - m_new), 0.0)
         m = m_new
