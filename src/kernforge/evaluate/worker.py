@@ -44,10 +44,8 @@ def main(job_path: str) -> int:
     job = json.loads(Path(job_path).read_text())
     if job["backend"] == "triton" and job["device"] == "cpu":
         os.environ["TRITON_INTERPRET"] = "1"  # must be set before triton is imported
-    if job["device"] == "cpu":
-        large_allocations_mapped()
-        if job.get("memory_limit_bytes"):
-            limit_memory(job["memory_limit_bytes"])
+    if job["device"] == "cpu" and job.get("memory_limit_bytes"):
+        limit_memory(job["memory_limit_bytes"])
     started = time.perf_counter()
     result = {"baseline": run_baseline, "peers": run_peers}.get(job["mode"], run_candidate)(job)
     result["worker_s"] = time.perf_counter() - started  # from the job's start, imports excluded
@@ -438,25 +436,6 @@ def _thread_state(tid: str) -> str:
 
 
 # ---------------------------------------------------------------- helpers
-
-# glibc's threshold for serving an allocation from its own mapping, fixed at its default
-# start: M_MMAP_THRESHOLD (-3) set by hand also stops glibc raising it after each large free.
-M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES = -3, 128 << 10
-
-
-def large_allocations_mapped() -> None:
-    """Large CPU tensors each get their own mapping, returned whole when freed. Left to raise its
-    threshold, glibc kept freed outputs in its heap: a 16 MB group norm's timings grew the worker
-    to 9.7 GB resident (1.1 GB with the threshold fixed), past the 4 GiB limit below, and every
-    candidate crashed; its eager timing took 26 s, 14 s with it (bench/results/cpu/issue34/README.md)."""
-    import ctypes
-    import ctypes.util
-
-    try:
-        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
-    except (OSError, AttributeError):  # not glibc: its allocator keeps its own rules
-        pass
-
 
 def limit_memory(limit_bytes: int) -> None:
     """Cap the worker's private memory (RLIMIT_DATA counts anonymous mappings since Linux 4.7):
