@@ -45,8 +45,7 @@ class Pace:
 
     def part_s(self, now: float | None = None) -> float:
         """This measurement's part of the time left: an equal share with those still to come."""
-        left = self.deadline - (time.perf_counter() if now is None else now)
-        return max(0.0, left) / max(1, self.expected)
+        return max(0.0, self.left_s(now)) / max(1, self.expected)
 
     def left_s(self, now: float | None = None) -> float:
         """Seconds to the deadline (the routing measure's part kept)."""

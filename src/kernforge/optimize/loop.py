@@ -56,9 +56,9 @@ def search_all(opts: OptimizeOptions, result: OptimizeResult, store: RunStore, b
             if outcome.baseline is not None:
                 fixed.add(sum(outcome.baseline.phases.values()), nbytes)
             for node in outcome.nodes:
-                fixed.add_candidate(evaluation_s(node.result), nbytes)
+                fixed.add_candidate(node.result.waited_s, nbytes)
                 if node.confirmed is not None:
-                    fixed.add_confirmation(evaluation_s(node.result), evaluation_s(node.confirmed))
+                    fixed.add_confirmation(node.result.waited_s, node.confirmed.waited_s)
             result.outcomes.append(outcome)
     finally:
         executor.close()
@@ -84,11 +84,6 @@ def time_budget(opts: OptimizeOptions, started: float, spent_s: float = 0.0) -> 
     if not opts.time_budget:
         return None
     return TimeBudget.starting(parse_duration(opts.time_budget), started, opts.apply, spent_s)
-
-
-def evaluation_s(result: Any) -> float:
-    """What the search waited for a candidate's result (the worker's wall in results of old runs)."""
-    return result.evaluation_s or result.wall_s
 
 
 def task_share(budget: TimeBudget, weights: list[float], fixed: FixedCosts, task: Any) -> float:

@@ -56,6 +56,11 @@ class EvalResult:
     def timed(self) -> bool:
         return self.timing is not None
 
+    @property
+    def waited_s(self) -> float:
+        """What the search waited for this result (the worker's wall in results of old runs)."""
+        return self.evaluation_s or self.wall_s
+
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> EvalResult:
         fields = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}

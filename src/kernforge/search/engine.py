@@ -172,10 +172,9 @@ class SearchContext:
         """A seeded task's patience: nothing kept in `patience` candidates after a kept one stops it.
         And the candidate's evaluation time, for a budgeted task's next start."""
         # all the search waited for (on the H100 a VAE group norm's candidate: worker 11 s of 47 s,
-        # bench/results/h100/issue32/vae-20261207b); the worker's wall where nothing more is known
-        spent = node.result.evaluation_s or node.result.wall_s
-        if spent > 0:
-            self.eval_s.append(spent)
+        # bench/results/h100/issue32/vae-20261207b)
+        if node.result.waited_s > 0:
+            self.eval_s.append(node.result.waited_s)
         if node.kept:
             self.since_kept = 0
         elif self.since_kept is not None:
