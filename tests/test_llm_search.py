@@ -338,7 +338,7 @@ def test_add_puts_a_hand_written_kernel_into_a_tasks_tree(finished_run, finished
     kernel = tmp_path / "mine.c"
     kernel.write_text(c_softmax_source())
     proc = run_cli("add", str(folder), task, str(kernel), "--parent", "n0000", "--json")
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     added = json.loads(proc.stdout)
     assert added["node"] == "n0002" and added["parent"] == "n0000" and added["result"]["status"] == "ok"
     assert added["confirmed"]["status"] == "ok"  # evaluated twice, as a finalist is
