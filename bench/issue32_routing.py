@@ -18,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from kernforge.backends import get_backend
 from kernforge.capture.chains import find_chains
 from kernforge.capture.recorder import ModuleTracker, Recorder
 from kernforge.integrate import overhead
@@ -59,8 +60,10 @@ def stand_in(chain, device: torch.device, k: int) -> router.KernelSpec:
         return tuple(fill(torch.empty_strided(m["shape"], m["stride"], dtype=kernels.dtype_named(m["dtype"]),
                                               device=device)) for m in metas)
     name = f"bench{k}_" + "".join(ch if ch.isalnum() else "_" for ch in chain.op)[:60]  # one custom op each
-    return router.KernelSpec(name=name, op=chain.op, args=chain.input_metas, outputs=metas, backend="triton" if device.type == "cuda" else "cpu",
-                             entry=entry, devices=frozenset({device}), chain=chain.to_json())
+    backend = "triton" if device.type == "cuda" else "cpu"
+    return router.KernelSpec(name=name, op=chain.op, args=chain.input_metas, outputs=metas, backend=backend,
+                             loading=get_backend(backend).loading, entry=entry, devices=frozenset({device}),
+                             chain=chain.to_json())
 
 
 def main() -> None:
@@ -94,7 +97,8 @@ def main() -> None:
     native = "" if router.dispatch.enabled() else "_python"
     (out / f"routing_{args.spec.split(':')[-1]}_{args.dtype}{native}.json").write_text(json.dumps({**info, "rows": rows}, indent=1))
     print(f"{info}")
-    print(f"{'chain':48} {'steps':>5} {'via':>12} {'direct us':>10} {'routed us':>10} {'over us':>8} {'ratio':>6}")
+    print(f"{'chain':48} {'steps':>5} {'via':>12} {'direct us':>10} {'routed us':>10} {'over us':>8} {'ratio':>6} "
+          f"{'miss over us':>12}")
     for r in rows:
         for via in ("module", "placeholders"):
             if via in r and "error" in r[via]:
@@ -103,7 +107,7 @@ def main() -> None:
                 c = r[via]
                 print(f"{r['chain'][:48]:48} {r['steps']:5d} {via:>12} {c['direct_us']:10.1f} {c['routed_hit_us']:10.1f} "
                       f"{c['routed_hit_us'] - c['direct_us']:8.1f} {c['routed_hit_us'] / c['direct_us']:6.2f} "
-                      f"aten {c['aten_us']:.1f} us, native {c['native']}")
+                      f"{c['routed_miss_us'] - c['original_us']:12.1f} aten {c['aten_us']:.1f} us, native {c['native']}")
 
 
 if __name__ == "__main__":

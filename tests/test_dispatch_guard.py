@@ -37,6 +37,13 @@ def test_keyword_arguments_numbers_and_dtypes():
     assert add[2] == {"kind": 3, "value": 1}  # alpha's default
 
 
+def test_a_string_argument_is_checked_as_text():
+    gelu = dispatch.router_checks(torch.ops.aten.gelu.default, [tensor((3,), (1,)), {"kwargs": {"approximate": "tanh"}}],
+                                  CPU, 16)
+    assert gelu[1] == {"kind": 7, "value": "tanh"}
+    assert dispatch.router_checks(torch.ops.aten.gelu.default, [tensor((3,), (1,))], CPU, 16)[1]["value"] == "none"
+
+
 def test_a_gpu_tensor_names_the_devices_it_was_proved_on():
     gpus = frozenset({torch.device("cuda", 0), torch.device("cuda", 2)})
     (check, *_) = dispatch.router_checks(torch.ops.aten._softmax.default,

@@ -397,3 +397,60 @@ def test_under_compile_chains_of_one_structure_at_two_shapes_each_become_their_o
     assert installation.counts[specs[0].op].traced_by_kernel == {s.name: 1 for s in specs}
     assert len(calls) == 2
     torch.testing.assert_close(got, expected)
+
+
+def test_the_head_ops_other_calls_stay_in_cpp_and_the_proved_one_still_starts_the_chain(softmax_case):
+    """With native dispatch the chain's head op (mul) is routed in C++, its only route the guard
+    of the chain's first step (x * 0.125 on the proved layout): a mul by another number, of
+    another shape or by a tensor runs the original from C++, counted there and never by the
+    Python router; the proved call still reaches Python and starts the chain."""
+    from kernforge.runtime import dispatch
+
+    if dispatch.native_module() is None:
+        pytest.skip(f"native dispatch does not build here: {dispatch.why_not_native()}")
+    module, (x, mask), spec, calls = softmax_case
+    with torch.no_grad():
+        expected = [x * 0.5, x[:1] * 0.125, x * mask, module(x, mask)]
+    installation = router.install([spec])
+    try:
+        with torch.no_grad():
+            got = [x * 0.5, x[:1] * 0.125, x * mask, module(x, mask)]
+        mul = installation.counts["aten::mul.Tensor"]
+        assert "aten::mul.Tensor" in installation.native_ops
+        # three muls and the stand-in kernel's own (its float64 replay); _fallback: the Python router's count
+        assert mul.fallback == 4 and mul._fallback == 0
+        assert installation.counts[spec.op].kernel == 1 and len(calls) == 1
+    finally:
+        installation.remove()
+    for a, b in zip(got[:3], expected[:3]):
+        assert type(a) is torch.Tensor and torch.equal(a, b)
+    torch.testing.assert_close(got[3], expected[3])
+
+
+class GeluMul(nn.Module):
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return (nn.functional.gelu(x, approximate="tanh") * y) @ y.transpose(-1, -2)
+
+
+def test_a_head_op_with_a_text_argument_is_checked_in_cpp_too():
+    from kernforge.runtime import dispatch
+
+    if dispatch.native_module() is None:
+        pytest.skip(f"native dispatch does not build here: {dispatch.why_not_native()}")
+    module, x, y = GeluMul(), torch.randn(8, 16), torch.randn(8, 16)
+    calls: list[int] = []
+    spec = _spec(_chain_of(module, x, y), "chain_gelu_mul_test", calls)
+    with torch.no_grad():
+        expected = module(x, y)
+    installation = router.install([spec])
+    try:
+        with torch.no_grad():
+            exact = nn.functional.gelu(x)  # approximate="none": not the chain's step
+            got = module(x, y)
+        gelu = installation.counts["aten::gelu.default"]
+        assert "aten::gelu.default" in installation.native_ops and gelu._fallback == 0 and gelu.fallback >= 1
+        assert installation.counts[spec.op].kernel == 1
+    finally:
+        installation.remove()
+    assert torch.equal(exact, nn.functional.gelu(x))
+    torch.testing.assert_close(got, expected)

@@ -198,7 +198,7 @@ class Entry {
 // ---------------------------------------------------------------------------- guards
 
 struct Check {  // one schema argument as proved
-  int kind;  // 0 tensor, 1 None, 2 bool, 3 int, 4 float, 5 int list, 6 dtype
+  int kind;  // 0 tensor, 1 None, 2 bool, 3 int, 4 float, 5 int list, 6 dtype, 7 str
   c10::ScalarType dtype = c10::ScalarType::Undefined;
   std::vector<int64_t> sizes, strides;
   c10::DeviceType device_type = c10::DeviceType::CPU;
@@ -207,6 +207,7 @@ struct Check {  // one schema argument as proved
   int64_t int_value = 0;
   double float_value = 0.0;
   std::vector<int64_t> ints;
+  std::string text;
 };
 
 bool plain_tensor_as_proved(const Check& c, const at::Tensor& t, bool grad_wanted) {
@@ -225,6 +226,19 @@ bool plain_tensor_as_proved(const Check& c, const at::Tensor& t, bool grad_wante
   return true;
 }
 
+// A Python number where the schema takes a Tensor (`x * 0.125` reaching mul.Tensor) is on the
+// stack as a 0-dim wrapped-number tensor; the Python router is handed the number itself.
+bool wrapped_number_is(const c10::IValue& v, double value) {
+  if (!v.isTensor()) return false;
+  const at::Tensor& t = v.toTensor();
+  if (!t.defined() || !t.unsafeGetTensorImpl()->is_wrapped_number() || !t.device().is_cpu()) return false;
+  switch (t.scalar_type()) {  // read in place: item() would be a dispatcher call of its own
+    case at::kDouble: return *static_cast<const double*>(t.const_data_ptr()) == value;
+    case at::kLong: return static_cast<double>(*static_cast<const int64_t*>(t.const_data_ptr())) == value;
+    default: return false;
+  }
+}
+
 bool matches(const Check& c, const c10::IValue& v, bool grad_wanted, std::vector<at::Tensor>& tensors) {
   switch (c.kind) {
     case 0:
@@ -233,8 +247,8 @@ bool matches(const Check& c, const c10::IValue& v, bool grad_wanted, std::vector
       return true;
     case 1: return v.isNone();
     case 2: return v.isBool() && v.toBool() == (c.int_value != 0);
-    case 3: return v.isInt() && v.toInt() == c.int_value;
-    case 4: return v.isDouble() && v.toDouble() == c.float_value;
+    case 3: return v.isInt() ? v.toInt() == c.int_value : wrapped_number_is(v, static_cast<double>(c.int_value));
+    case 4: return v.isDouble() ? v.toDouble() == c.float_value : wrapped_number_is(v, c.float_value);
     case 5: {
       if (!v.isIntList()) return false;
       auto list = v.toIntList();
@@ -244,12 +258,16 @@ bool matches(const Check& c, const c10::IValue& v, bool grad_wanted, std::vector
       return true;
     }
     case 6: return v.isInt() && static_cast<c10::ScalarType>(v.toInt()) == c.dtype;
+    case 7: return v.isString() && v.toStringRef() == c.text;
     default: return false;
   }
 }
 
 struct Route {
   std::vector<Check> checks;  // one per schema argument
+  // null for a chain's step: a call that may start (or continue) the chain goes on to the Python
+  // router, which binds it to the chain's run and returns placeholders (fused.py); only calls
+  // that cannot are kept from Python
   std::shared_ptr<Entry> entry;
 };
 
@@ -282,6 +300,7 @@ class RouterKernel final : public c10::OperatorKernel {
       bool ok = route.checks.size() == n;
       for (size_t i = 0; ok && i < n; ++i) ok = matches(route.checks[i], args[i], grad_wanted, tensors);
       if (!ok) continue;
+      if (!route.entry) return python_router_.callBoxed(op, keys, stack);  // it counts these calls itself
       auto out = route.entry->run(tensors);
       counts_->kernel[r].fetch_add(1, std::memory_order_relaxed);
       torch::jit::drop(*stack, n);
@@ -370,6 +389,8 @@ Check check_of(const py::dict& d) {
     c.float_value = d["value"].cast<double>();
   } else if (c.kind == 5) {
     c.ints = ints_of(d["value"]);
+  } else if (c.kind == 7) {
+    c.text = d["value"].cast<std::string>();
   }
   return c;
 }
@@ -539,7 +560,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       auto t = r.cast<py::tuple>();
       Route route;
       for (auto c : t[0]) route.checks.push_back(check_of(c.cast<py::dict>()));
-      route.entry = t[1].cast<std::shared_ptr<Entry>>();
+      if (!t[1].is_none()) route.entry = t[1].cast<std::shared_ptr<Entry>>();
       built.push_back(std::move(route));
     }
     return std::make_unique<Registration>(ns, name, overload, key, original, std::move(built));

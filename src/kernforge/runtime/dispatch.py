@@ -447,6 +447,8 @@ def _check(desc: Any, kind: str, devices: frozenset[torch.device], alignment: in
         return {"kind": 3, "value": desc}
     if isinstance(desc, list) and all(type(v) is int for v in desc) and "int" in kind.lower():
         return {"kind": 5, "value": list(desc)}
+    if isinstance(desc, str) and kind == "str":  # gelu's approximate="tanh"
+        return {"kind": 7, "value": desc}
     raise NotNative(f"an argument the native guard does not check ({kind}: {desc!r})")
 
 

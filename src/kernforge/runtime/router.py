@@ -189,7 +189,7 @@ def _route(op: str, specs: list[KernelSpec], installation: Installation) -> Any:
     # number into a tensor constant, and the graph would no longer read as the chain's pattern)
     only_chains = all(spec.chain for spec in specs)
     keys = (backend_key,) if only_chains else (f"Autograd{backend_key}", backend_key)
-    native_routes = _native_routes(op, specs)
+    native_routes = _native_routes(op, specs, installation._plans)
     originals = {key: dispatch.snapshot(op, key) for key in keys} if native_routes else {}
     for key in keys:
         original = torch._C._dispatch_get_computed_kernel_for_dispatch_key(
@@ -198,29 +198,62 @@ def _route(op: str, specs: list[KernelSpec], installation: Installation) -> Any:
             warnings.filterwarnings("ignore", message=".*[Oo]verrid.*")
             lib.impl(name, _router(op, specs, original, installation), key, with_keyset=True)
     for key in keys if native_routes else ():
-        registration = dispatch.register_router(op, key, originals[key], native_routes)
+        registration = dispatch.register_router(op, key, originals[key], [route for _, route in native_routes])
         installation._native.append(registration)
-        installation.counts[op].counters.append((registration, [spec.name for spec in specs]))
+        installation.counts[op].counters.append((registration, [name for name, _ in native_routes]))
     if native_routes:
         installation.native_ops.append(op)
     _forget_resolution(op)
     return lib
 
 
-def _native_routes(op: str, specs: list[KernelSpec]) -> list[tuple[list[dict], Any]] | None:
-    """The native router's routes for these specs (each one's guard and C++ entry), or None
-    where one of them has no native entry or no guard the C++ router can check: then the
-    Python router serves the op alone. Chains start in Python (placeholders)."""
-    if any(spec.chain or spec.native is None or not spec.in_eager for spec in specs):
+def _native_routes(op: str, specs: list[KernelSpec], plans: dict[str, Any]) -> list[tuple[str, tuple]] | None:
+    """The native router's routes for these specs, each (the spec's name, (its guard, its C++
+    entry)), or None where one has no native entry or no guard the C++ router can check: then
+    the Python router serves the op alone. A chain runs in Python (placeholders), so each of its
+    steps on this op that reads only the chain's inputs is a route without an entry: a call that
+    step's guard holds goes on to the Python router, and only those; every other call of the op
+    (a cast or a mul that no chain starts with) costs the C++ guard, not the Python router
+    (tests/test_native_dispatch.py)."""
+    chains = [spec for spec in specs if spec.chain is not None and spec.in_eager]
+    if chains and (not dispatch.enabled() or dispatch.native_module() is None):
         return None
-    routes = []
+    routes: list[tuple[str, tuple]] = []
+    for spec in chains:
+        for step in plans[spec.name].steps:
+            if not (step.source and step.op is resolve(op)):
+                continue
+            try:
+                routes.append((spec.name, (dispatch.router_checks(step.op, _step_call(step, spec.args), spec.devices,
+                                                                  ALIGNMENT), None)))
+            except dispatch.NotNative:
+                return None
     for spec in specs:
+        if spec.chain is not None:
+            continue
+        if spec.native is None or not spec.in_eager:
+            return None
         try:
-            routes.append((dispatch.router_checks(resolve(op), spec.args, spec.devices, ALIGNMENT), spec.native))
+            routes.append((spec.name, (dispatch.router_checks(resolve(op), spec.args, spec.devices, ALIGNMENT),
+                                       spec.native)))
         except dispatch.NotNative as e:
             spec.native_why = f"no native guard: {e}"
             return None
-    return routes
+    return routes or None
+
+
+def _step_call(step: Any, inputs: list[dict[str, Any]]) -> list[Any]:
+    """A chain step's call described as a captured call is (router_checks): its refs to the
+    chain's inputs as their proved layouts, its constants as they are."""
+    def described(value: Any) -> Any:
+        if isinstance(value, dict) and set(value) == {"input"}:
+            return inputs[value["input"]]
+        if isinstance(value, list):
+            return [described(v) for v in value]
+        return value
+
+    call = [described(a) for a in step.args]
+    return call + [{"kwargs": {k: described(v) for k, v in step.kwargs.items()}}] if step.kwargs else call
 
 
 def prepare_native(spec: KernelSpec) -> None:
