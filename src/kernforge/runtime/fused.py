@@ -55,6 +55,15 @@ def _is_ref(value: Any) -> bool:
 
 
 
+# How a step's argument is matched at a call (Step.matchers, made once per plan): the chain's
+# input k (its check), another step's output (the ref), a constant (its check), the inputs'
+# device, or a list of these. Matched this way, rather than by walking the templates, and with
+# placeholders made from prebuilt layouts, a 3-step chain's call went from 49 to 39-40 us on a
+# 2-core CPU (its ATen calls: 14 us; bench/results/cpu/issue32/routing_placeholders.txt).
+INPUT, OUTPUT, CONSTANT, DEVICE, LIST = range(5)
+Matcher = tuple[int, Any]
+
+
 @dataclass
 class Step:
     op: Any  # the ATen OpOverload
@@ -66,6 +75,9 @@ class Step:
     # (argument position, shape, dtype) of its first input: a router's cheap first test, since
     # every call of a common op (mul, _to_copy) reaches the router
     quick: tuple[int, tuple[int, ...], Any] | None = None
+    matchers: list[Matcher] = field(default_factory=list)  # one per positional argument
+    keyword_matchers: list[tuple[str, Matcher]] = field(default_factory=list)
+    layouts: list[Layout | None] = field(default_factory=list)  # each output's placeholder (None: not a tensor)
 
     def may_be(self, args: tuple) -> bool:
         if self.quick is None:
@@ -85,15 +97,28 @@ class ChainPlan:
         self.outputs: list[Ref] = [(int(j), int(k)) for j, k in chain["outputs"]]
         self.input_checks = [kernels.tensor_check(m) for m in spec.args]
         self.current: ChainRun | None = None  # the run waiting for a source step, in eager
-        self.constant_checks: dict[int, Callable[[Any, list], bool]] = {}  # by id of the constant
         for step in self.steps:
             step.returns = len(step.op._schema.returns)
             step.source = not kernels.reads_a_step((step.args, step.kwargs))
+            step.matchers = [self._matcher(a) for a in step.args]
+            step.keyword_matchers = [(k, self._matcher(v)) for k, v in step.kwargs.items()]
             first = next((k for k, a in enumerate(step.args) if _is_ref(a) and "input" in a), None)
             if first is not None:
                 meta = spec.args[step.args[first]["input"]]
                 step.quick = (first, tuple(meta["shape"]), kernels.dtype_named(meta["dtype"]))
         self._layouts()
+
+    def _matcher(self, template: Any) -> Matcher:
+        if _is_ref(template) and "input" in template:
+            k = template["input"]
+            return INPUT, (k, self.input_checks[k])
+        if _is_ref(template):
+            return OUTPUT, (template["step"], template["output"])
+        if isinstance(template, list):
+            return LIST, [self._matcher(t) for t in template]
+        if isinstance(template, str) and template.startswith("device("):
+            return DEVICE, None  # the inputs' device is checked with them
+        return CONSTANT, kernels.check_for(template)
 
     def _layouts(self) -> None:
         """Each step's outputs on the meta device: the placeholders' shapes, strides and dtypes."""
@@ -103,6 +128,7 @@ class ChainPlan:
         for step, outs in zip(self.steps, values):
             step.metas = [{"shape": tuple(t.shape), "stride": t.stride(), "dtype": t.dtype}
                           if isinstance(t, torch.Tensor) else {} for t in outs]
+            step.layouts = [_layout(m) if m else None for m in step.metas]
 
 
 def _decode(value: Any, inputs: list[Any], values: list[list[Any]]) -> Any:
@@ -166,46 +192,65 @@ class ChainRun:
         self.values: list[list[Any]] | None = None  # every step's real outputs, once replayed
         self.results: dict[Ref, torch.Tensor] = {}  # the kernel's outputs, once it ran
         self.abandoned = False
+        self.device: torch.device | None = None  # the first bound input's: its placeholders
 
     def bind(self, step: Step, args: tuple, kwargs: dict) -> list[tuple[int, torch.Tensor]] | None:
         """The inputs this call of `step` would bind, where it is the step as proved (wiring,
         constants, input layouts); else None."""
-        if len(args) != len(step.args) or kwargs.keys() != step.kwargs.keys():
+        if len(args) != len(step.matchers) or len(kwargs) != len(step.keyword_matchers):
             return None
         bound: dict[int, torch.Tensor] = {}
-        pairs = list(zip(step.args, args)) + [(step.kwargs[k], kwargs[k]) for k in step.kwargs]
-        for template, value in pairs:
-            if not self._matches(template, value, bound):
+        inputs = self.inputs
+        for matcher, value in zip(step.matchers, args):
+            kind, what = matcher
+            if kind == OUTPUT:  # the common cases inline: every call of a chain's step is matched
+                if type(value) is not _Pending or value._run is not self or value._ref != what:
+                    return None
+            elif kind == INPUT:
+                k, check = what
+                known = inputs[k]
+                if known is None:
+                    known = bound.get(k)
+                if known is None:
+                    if not (isinstance(value, torch.Tensor) and kernels.plain(value) and check(value, [])):
+                        return None
+                    bound[k] = value
+                elif value is not known:
+                    return None
+            elif not self._matches(matcher, value, bound):
+                return None
+        for name, matcher in step.keyword_matchers:
+            if name not in kwargs or not self._matches(matcher, kwargs[name], bound):
                 return None
         return list(bound.items())
 
-    def _matches(self, template: Any, value: Any, bound: dict[int, torch.Tensor]) -> bool:
-        if _is_ref(template) and "input" in template:
-            i = template["input"]
-            known = self.inputs[i] if self.inputs[i] is not None else bound.get(i)
+    def _matches(self, matcher: Matcher, value: Any, bound: dict[int, torch.Tensor]) -> bool:
+        kind, what = matcher
+        if kind == OUTPUT:
+            return type(value) is _Pending and value._run is self and value._ref == what
+        if kind == INPUT:
+            k, check = what
+            known = self.inputs[k]
+            if known is None:
+                known = bound.get(k)
             if known is not None:
                 return value is known
-            if not (isinstance(value, torch.Tensor) and kernels.plain(value)
-                    and self.plan.input_checks[i](value, [])):
+            if not (isinstance(value, torch.Tensor) and kernels.plain(value) and check(value, [])):
                 return False
-            bound[i] = value
+            bound[k] = value
             return True
-        if _is_ref(template):
-            return isinstance(value, _Pending) and value._run is self and value._ref == (
-                template["step"], template["output"])
-        if isinstance(template, list):
-            return isinstance(value, (list, tuple)) and len(value) == len(template) and all(
-                self._matches(t, v, bound) for t, v in zip(template, value))
-        if isinstance(template, str) and template.startswith("device("):
-            return isinstance(value, torch.device)  # the inputs' device is checked with them
-        check = self.plan.constant_checks.get(id(template))
-        if check is None:  # built once per constant: every call of a routed step is matched
-            check = self.plan.constant_checks[id(template)] = kernels.check_for(template)
-        return check(value, [])
+        if kind == CONSTANT:
+            return what(value, [])
+        if kind == DEVICE:
+            return isinstance(value, torch.device)
+        return isinstance(value, (list, tuple)) and len(value) == len(what) and all(
+            self._matches(m, v, bound) for m, v in zip(what, value))
 
     def take(self, bound: list[tuple[int, torch.Tensor]]) -> None:
         for i, t in bound:
             self.inputs[i], self.versions[i] = t, _version(t)
+            if self.device is None:
+                self.device = t.device
 
     def advance(self) -> Any:
         """The step just matched is done: placeholders for its outputs, or, at the last step
@@ -233,9 +278,9 @@ class ChainRun:
         self.counts.took(spec.name)
 
     def _outputs_of(self, j: int) -> Any:
-        step = self.plan.steps[j]
-        outs = [self.results.get((j, k)) if (j, k) in self.results else _Pending(self, (j, k), meta)
-                for k, meta in enumerate(step.metas)]
+        step, results = self.plan.steps[j], self.results
+        outs = [results[(j, k)] if (j, k) in results else _pending(self, (j, k), layout)
+                for k, layout in enumerate(step.layouts)]
         return outs[0] if step.returns == 1 else tuple(outs)
 
     def value(self, ref: Ref) -> torch.Tensor:
@@ -264,14 +309,6 @@ class _Pending(torch.Tensor):
     _run: ChainRun
     _ref: Ref
 
-    @staticmethod
-    def __new__(cls, run: ChainRun, ref: Ref, meta: dict[str, Any]) -> _Pending:
-        device = next(t.device for t in run.inputs if t is not None)
-        self = torch.Tensor._make_wrapper_subclass(cls, meta["shape"], strides=meta["stride"], dtype=meta["dtype"],
-                                                   device=device, requires_grad=False)
-        self._run, self._ref = run, ref
-        return self
-
     def __repr__(self) -> str:  # noqa: D105 - printing one shows its value, as printing a tensor does
         return repr(self._run.value(self._ref))
 
@@ -280,17 +317,44 @@ class _Pending(torch.Tensor):
     @classmethod
     def __torch_dispatch__(cls, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
-        runs = {id(v._run): v._run for v in kernels.flat((args, kwargs)) if isinstance(v, _Pending)}
-        if len(runs) == 1:
-            run = next(iter(runs.values()))
-            if not run.abandoned and run.next < len(run.plan.steps):
-                step = run.plan.steps[run.next]
-                bound = run.bind(step, args, kwargs) if func is step.op else None
-                if bound is not None:
-                    run.take(bound)
-                    return run.advance()
+        run = _one_run(args, kwargs)
+        if run is not None and not run.abandoned and run.next < len(run.plan.steps):
+            step = run.plan.steps[run.next]
+            bound = run.bind(step, args, kwargs) if func is step.op else None
+            if bound is not None:
+                run.take(bound)
+                return run.advance()
         real_args, real_kwargs = _realised(args), {k: _realised(v) for k, v in kwargs.items()}
         return func(*real_args, **real_kwargs)
+
+
+def _pending(run: ChainRun, ref: Ref, layout: Layout | None) -> _Pending | None:
+    """A placeholder for a step's output (made here, not in a __new__: one Python call less a step)."""
+    if layout is None:
+        return None
+    size, stride, dtype = layout
+    made = (torch.Tensor._make_wrapper_subclass(_Pending, size, dtype=dtype, device=run.device) if stride is None
+            else torch.Tensor._make_wrapper_subclass(_Pending, size, strides=stride, dtype=dtype, device=run.device))
+    made._run, made._ref = run, ref
+    return made
+
+
+def _one_run(args: tuple, kwargs: dict) -> ChainRun | None:
+    """The run whose placeholders the call holds, where they are all one run's; else None."""
+    found = None
+    for value in (*args, *kwargs.values()):
+        if type(value) is _Pending:
+            runs = (value._run,)
+        elif isinstance(value, (list, tuple)):
+            runs = tuple(v._run for v in kernels.flat(value) if type(v) is _Pending)
+        else:
+            continue
+        for run in runs:
+            if found is None:
+                found = run
+            elif run is not found:
+                return None
+    return found
 
 
 def _realised(value: Any) -> Any:

@@ -121,10 +121,12 @@ def tensor_check(desc: dict[str, Any]) -> Callable[[Any, list], bool]:
     dtype, device_type = dtype_named(desc["dtype"]), desc.get("device", "cpu")
     element = torch.empty((), dtype=dtype).element_size()
     alignment = ALIGNMENT // element if ALIGNMENT % element == 0 else 1
+    on_cuda, on_cpu = device_type == "cuda", device_type == "cpu"
 
     def check(v: Any, tensors: list) -> bool:
-        if not (isinstance(v, torch.Tensor) and v.dtype == dtype and v.shape == shape
-                and v.stride() == stride and v.device.type == device_type):
+        # is_cuda and is_cpu are flags, device.type makes a device first (0.07 against 0.32 us)
+        if not (isinstance(v, torch.Tensor) and v.dtype == dtype and v.shape == shape and v.stride() == stride
+                and (v.is_cuda if on_cuda else v.is_cpu if on_cpu else v.device.type == device_type)):
             return False
         # storage_offset, not data_ptr: it works on fake tensors, and torch's allocator
         # aligns every storage at 512 bytes (CUDA) or 64 (CPU)
