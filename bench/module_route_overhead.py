@@ -48,7 +48,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from kernforge.backends import cpu
+from kernforge.backends import cpu, get_backend
 from kernforge.capture.chains import find_chains
 from kernforge.capture.recorder import ModuleTracker, Recorder
 from kernforge.integrate import overhead
@@ -163,9 +163,10 @@ def c_spec(chain: Any, eps: float, build_dir: Path, text: str = KERNEL, groups: 
     source = build_dir / "kernel.c"
     source.write_text(text.replace("EPS", f"{eps!r}f").replace("GROUPS", str(groups)))
     library = cpu.build(source, build_dir, chain.output_metas).library
+    loading = get_backend("cpu").loading
     return router.KernelSpec(name=router.kernel_name(chain.op, source.read_bytes()), op=chain.op,
-                             args=chain.input_metas, outputs=chain.output_metas, backend="cpu",
-                             entry=router.load_entry("cpu", library, chain.output_metas), devices=CPU,
+                             args=chain.input_metas, outputs=chain.output_metas, backend="cpu", loading=loading,
+                             entry=router.load_entry(loading, library, chain.output_metas), devices=CPU,
                              chain=chain.to_json(), library=library)
 
 
@@ -213,7 +214,8 @@ def main() -> None:
         weight = norm.weight
         calls = {"eager": lambda: norm(x), "native": lambda: spec.native(x, weight),
                  "guarded": lambda: guarded(x, weight)}
-        samples: dict[str, list[float]] = {name: [] for name in [*calls, "routed", "hooked"]}
+        samples: dict[str, list[float]] = {name: [] for name in [*calls, "routed", "hooked", "op native",
+                                                                 "op python"]}
         with torch.no_grad():
             expected = norm(x)
             for _ in range(opts.rounds):
@@ -228,6 +230,12 @@ def main() -> None:
                     hook.remove()
                     counts = installation.counts[spec.op]
                     assert counts.kernel >= 2 * opts.burst and counts.fallback == 0, counts
+                    # the custom op compiled code calls: its C++ router and entry, then its Python
+                    # implementation alone (the native registration taken out)
+                    custom = router.custom_op(spec, lambda s: None)
+                    samples["op native"].append(burst_us(lambda: custom(x, weight), opts.burst))
+                    installation.native_custom_ops[spec.name].remove()
+                    samples["op python"].append(burst_us(lambda: custom(x, weight), opts.burst))
                 finally:
                     installation.remove()
             apply_measure = overhead.measure(spec, [spec], torch.device("cpu"), model)
@@ -240,7 +248,7 @@ def main() -> None:
           f"torch {torch.__version__}, Python {platform.python_version()}; "
           f"bursts of {opts.burst}, median (min-max) of {opts.rounds} rounds")
     print(f"# max |routed - eager| = {(got.float() - expected.float()).abs().max().item():.3g} (bf16 outputs)")
-    for name in ["eager", "native", "guarded", "routed", "hooked"]:
+    for name in ["eager", "native", "guarded", "routed", "hooked", "op native", "op python"]:
         lo, hi = spread[name]
         print(f"{name:<8} {m[name]:7.2f} us  ({lo:.2f}-{hi:.2f})")
     print(f"routed / native   {m['routed'] / m['native']:.2f}x  (+{m['routed'] - m['native']:.2f} us)")

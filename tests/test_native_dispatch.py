@@ -219,3 +219,24 @@ def test_a_chain_at_its_module_takes_the_native_module_entry(tmp_path):
         torch.testing.assert_close(renewed, norm(h))
         assert torch.equal(refused, norm(other))
         torch.testing.assert_close(hooked, norm(h))
+
+
+def test_compiled_code_calls_the_kernels_cpp_entry(run_dir):
+    """Under torch.compile the graph holds kernforge::<name>; while installed, that op's calls
+    take the kernel's C++ entry behind its guard, not the Python implementation."""
+    x = torch.randn(2, 40, 40)
+
+    def f(t: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(t, -1) * 2
+
+    router.reset_compiled_code()
+    try:
+        with torch.no_grad(), kernforge.patch(None, run_dir) as handle:
+            (spec,) = handle.specs
+            got = torch.compile(f)(x)
+            taken, python = handle.installation.native_custom_ops[spec.name].counts()
+            assert handle.counts[SOFTMAX].traced_by_kernel.get(spec.name)  # the graph holds the custom op
+    finally:
+        router.reset_compiled_code()
+    assert taken == [1] and python == 0
+    torch.testing.assert_close(got, f(x), rtol=1e-5, atol=1e-6)

@@ -269,6 +269,7 @@ struct Route {
   // router, which binds it to the chain's run and returns placeholders (fused.py); only calls
   // that cannot are kept from Python
   std::shared_ptr<Entry> entry;
+  bool default_stream_only = false;  // a CUDA library's kf_forward: on another stream, the next route
 };
 
 struct Counts {
@@ -301,6 +302,9 @@ class RouterKernel final : public c10::OperatorKernel {
       for (size_t i = 0; ok && i < n; ++i) ok = matches(route.checks[i], args[i], grad_wanted, tensors);
       if (!ok) continue;
       if (!route.entry) return python_router_.callBoxed(op, keys, stack);  // it counts these calls itself
+      if (route.default_stream_only && !tensors.empty() && tensors[0].is_cuda() &&
+          current_stream(tensors[0].device()) != nullptr)
+        continue;  // it would race the stream the caller is on (a CUDA graph's capture, a side stream)
       auto out = route.entry->run(tensors);
       counts_->kernel[r].fetch_add(1, std::memory_order_relaxed);
       torch::jit::drop(*stack, n);
@@ -561,6 +565,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       Route route;
       for (auto c : t[0]) route.checks.push_back(check_of(c.cast<py::dict>()));
       if (!t[1].is_none()) route.entry = t[1].cast<std::shared_ptr<Entry>>();
+      route.default_stream_only = t.size() > 2 && t[2].cast<bool>();
       built.push_back(std::move(route));
     }
     return std::make_unique<Registration>(ns, name, overload, key, original, std::move(built));

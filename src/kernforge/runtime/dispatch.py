@@ -479,8 +479,11 @@ def snapshot(op_name: str, key: str) -> Any:
     return native_module().snapshot(qualified, "" if overload == "default" else overload, key)
 
 
-def register_router(op_name: str, key: str, original: Any, routes: list[tuple[list[dict], Any]]) -> Any:
-    """The native router on the op's key, over whatever serves it now (the Python router)."""
+def register_router(op_name: str, key: str, original: Any, routes: list[tuple]) -> Any:
+    """The native router on the op's key, over whatever serves it now (the Python router). Each
+    route is (its checks, its entry or None, whether the entry runs on the default stream only):
+    None hands the calls the checks hold to the Python router; an entry of the default stream
+    only is passed over on any other stream."""
     namespace, rest = op_name.split("::", 1)
     name, _, overload = rest.partition(".")
     return native_module().register_router(namespace, name, "" if overload == "default" else overload, key,

@@ -38,8 +38,8 @@ from torch._subclasses.fake_tensor import is_fake
 
 from . import dispatch
 from .importing import import_path
-from .kernels import (ALIGNMENT, CURRENT, RUNNING, STATE, KernelSpec, RouteCounts, custom_op, dtype_named, flat,
-                      grad_needed, make_guard, make_rebuild, plain, resolve, run_kernel, runnable_here, tensor_metas)
+from .kernels import (ALIGNMENT, CURRENT, NAMESPACE, RUNNING, STATE, KernelSpec, RouteCounts, custom_op, dtype_named,
+                      flat, grad_needed, make_guard, make_rebuild, plain, resolve, run_kernel, runnable_here, tensor_metas)
 from .loading import Loading
 from .native_abi import bind_entry, call_entry, empty_like_meta
 
@@ -111,12 +111,16 @@ class Installation:
     module_routes: dict[str, list[Any]] = field(default_factory=dict)  # chain name -> its fused.ModuleRoutes
     _native: list[Any] = field(default_factory=list, repr=False)  # native routers, over the Python ones
     native_ops: list[str] = field(default_factory=list)  # the ATen ops whose calls a native router takes
+    # kernel name -> the native router of its custom op (compiled code's calls): counts() gives
+    # ([calls that took the C++ entry], calls that went to the Python implementation)
+    native_custom_ops: dict[str, Any] = field(default_factory=dict)
 
     def remove(self) -> None:
         """Take every registration out: the dispatcher and the modules are as before install()."""
         for registration in self._native:
             registration.remove()
         self._native.clear()
+        self.native_custom_ops = {}
         # last in, first out: a module two chains were installed at (one module called at two
         # shapes) holds the second's forward over the first's forward and class
         for routes in reversed(list(self.module_routes.values())):
@@ -176,7 +180,29 @@ def install(specs: list[KernelSpec], model: torch.nn.Module | None = None) -> In
         installation.routed.append(op)
     if installation._plans:
         _fused().hold_compile_pass(list(installation._plans.values()), installation.counts)
+    for spec in specs:
+        _native_custom_op(spec, installation)
     return installation
+
+
+def _native_custom_op(spec: KernelSpec, installation: Installation) -> None:
+    """Compiled code calls kernforge::<name>; while the kernel is installed and has a C++ entry,
+    that op's kernel on its backend key is a native router too: the tensors' guard, then the
+    entry, and anything else the Python implementation (which runs the original where nothing is
+    installed). The Python implementation's rebuild, lookup and checks cost more host time a call
+    than the kernel's launch."""
+    if spec.native is None or not spec.under_compile:
+        return
+    op = f"{NAMESPACE}::{custom_op(spec, _original_of).__name__}"  # "kernforge::<name>.default"
+    key = spec.loading.dispatch_key
+    try:
+        checks = dispatch.router_checks(resolve(op), tensor_metas(spec.args), spec.devices, ALIGNMENT)
+    except dispatch.NotNative:
+        return
+    registration = dispatch.register_router(op, key, dispatch.snapshot(op, key),
+                                           [(checks, spec.native, spec.loading.default_stream_only)])
+    installation._native.append(registration)
+    installation.native_custom_ops[spec.name] = registration
 
 
 def _route(op: str, specs: list[KernelSpec], installation: Installation) -> Any:
@@ -235,7 +261,7 @@ def _native_routes(op: str, specs: list[KernelSpec], plans: dict[str, Any]) -> l
             return None
         try:
             routes.append((spec.name, (dispatch.router_checks(resolve(op), spec.args, spec.devices, ALIGNMENT),
-                                       spec.native)))
+                                       spec.native, spec.loading.default_stream_only)))
         except dispatch.NotNative as e:
             spec.native_why = f"no native guard: {e}"
             return None
