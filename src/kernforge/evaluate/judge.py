@@ -200,11 +200,14 @@ def _never_written(call: dict[str, Any], oracle: Oracle) -> str:
 
 
 def _stale(call: dict[str, Any], calls: list[dict[str, Any]], oracle: Oracle) -> str | None:
-    """Another set's label whose judged outputs are bit-identical to these, with a different reference."""
+    """Another set's label whose judged outputs are bit-identical to these, with a different reference.
+    The outputs first: torch.equal stops at the first difference (0.03 ms for 8.4M float32 elements
+    on 2 cores), where comparing two sets' float64 references took 170 ms, 3.4 of a candidate's
+    4.4 s of judging (bench/results/cpu/issue34/README.md)."""
     for other in calls:
         if other["position"] < call["position"] and other["set"] != call["set"] \
-                and oracle.references_differ(other["set"], call["set"]) \
-                and _bit_identical(call["outputs"], other["outputs"]):
+                and _bit_identical(call["outputs"], other["outputs"]) \
+                and oracle.references_differ(other["set"], call["set"]):
             return oracle.labels[other["set"]]
     return None
 
