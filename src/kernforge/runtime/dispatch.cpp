@@ -235,6 +235,7 @@ bool wrapped_number_is(const c10::IValue& v, double value) {
   switch (t.scalar_type()) {  // read in place: item() would be a dispatcher call of its own
     case at::kDouble: return *static_cast<const double*>(t.const_data_ptr()) == value;
     case at::kLong: return static_cast<double>(*static_cast<const int64_t*>(t.const_data_ptr())) == value;
+    case at::kBool: return static_cast<double>(*static_cast<const bool*>(t.const_data_ptr())) == value;
     default: return false;
   }
 }
@@ -246,7 +247,7 @@ bool matches(const Check& c, const c10::IValue& v, bool grad_wanted, std::vector
       tensors.push_back(v.toTensor());
       return true;
     case 1: return v.isNone();
-    case 2: return v.isBool() && v.toBool() == (c.int_value != 0);
+    case 2: return v.isBool() ? v.toBool() == (c.int_value != 0) : wrapped_number_is(v, static_cast<double>(c.int_value));
     case 3: return v.isInt() ? v.toInt() == c.int_value : wrapped_number_is(v, static_cast<double>(c.int_value));
     case 4: return v.isDouble() ? v.toDouble() == c.float_value : wrapped_number_is(v, c.float_value);
     case 5: {
