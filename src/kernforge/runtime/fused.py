@@ -58,7 +58,7 @@ def _is_ref(value: Any) -> bool:
 # How a step's argument is matched at a call (Step.matchers, made once per plan): the chain's
 # input k (its check), another step's output (the ref), a constant (its check), the inputs'
 # device, or a list of these. Matched this way, rather than by walking the templates, and with
-# placeholders made from prebuilt layouts, a 3-step chain's call went from 49 to 39-40 us on a
+# placeholders made from prebuilt layouts, a 3-step chain's call went from 49-50 to 38-40 us on a
 # 2-core CPU (its ATen calls: 14 us; bench/results/cpu/issue32/routing_placeholders.txt).
 INPUT, OUTPUT, CONSTANT, DEVICE, LIST = range(5)
 Matcher = tuple[int, Any]
@@ -200,24 +200,8 @@ class ChainRun:
         if len(args) != len(step.matchers) or len(kwargs) != len(step.keyword_matchers):
             return None
         bound: dict[int, torch.Tensor] = {}
-        inputs = self.inputs
         for matcher, value in zip(step.matchers, args):
-            kind, what = matcher
-            if kind == OUTPUT:  # the common cases inline: every call of a chain's step is matched
-                if type(value) is not _Pending or value._run is not self or value._ref != what:
-                    return None
-            elif kind == INPUT:
-                k, check = what
-                known = inputs[k]
-                if known is None:
-                    known = bound.get(k)
-                if known is None:
-                    if not (isinstance(value, torch.Tensor) and kernels.plain(value) and check(value, [])):
-                        return None
-                    bound[k] = value
-                elif value is not known:
-                    return None
-            elif not self._matches(matcher, value, bound):
+            if not self._matches(matcher, value, bound):
                 return None
         for name, matcher in step.keyword_matchers:
             if name not in kwargs or not self._matches(matcher, kwargs[name], bound):
