@@ -454,3 +454,37 @@ def test_a_head_op_with_a_text_argument_is_checked_in_cpp_too():
         installation.remove()
     assert torch.equal(exact, nn.functional.gelu(x))
     torch.testing.assert_close(got, expected)
+
+
+class CastThenScale(nn.Module):
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return (x.to(device=x.device, dtype=torch.float32) * y) @ y.transpose(-1, -2)
+
+
+def test_a_cast_naming_its_device_heads_a_chain_routed_in_cpp():
+    """The chain's first step is _to_copy(x, dtype=float32, device=cpu): the C++ guard does not
+    read a device, lets it through, and the Python router checks it; the model's other casts run
+    the original from C++."""
+    from kernforge.runtime import dispatch
+
+    if dispatch.native_module() is None:
+        pytest.skip(f"native dispatch does not build here: {dispatch.why_not_native()}")
+    module, x, y = CastThenScale(), torch.randn(8, 16, dtype=torch.bfloat16), torch.randn(8, 16)
+    chain = _chain_of(module, x, y)
+    assert chain.to_json()["steps"][0]["kwargs"].get("device", "").startswith("device(")
+    calls: list[int] = []
+    spec = _spec(chain, "chain_cast_mul_test", calls)
+    with torch.no_grad():
+        expected = module(x, y)
+    installation = router.install([spec])
+    try:
+        with torch.no_grad():
+            other = x[:4].float()  # another shape: not the chain's step
+            got = module(x, y)
+        cast = installation.counts["aten::_to_copy.default"]
+        assert "aten::_to_copy.default" in installation.native_ops and cast._fallback == 0 and cast.fallback >= 1
+        assert installation.counts[spec.op].kernel == 1 and len(calls) == 1
+    finally:
+        installation.remove()
+    assert torch.equal(other, x[:4].float())
+    torch.testing.assert_close(got, expected)

@@ -198,7 +198,7 @@ class Entry {
 // ---------------------------------------------------------------------------- guards
 
 struct Check {  // one schema argument as proved
-  int kind;  // 0 tensor, 1 None, 2 bool, 3 int, 4 float, 5 int list, 6 dtype, 7 str
+  int kind;  // 0 tensor, 1 None, 2 bool, 3 int, 4 float, 5 int list, 6 dtype, 7 str, 8 anything (a filter's)
   c10::ScalarType dtype = c10::ScalarType::Undefined;
   std::vector<int64_t> sizes, strides;
   c10::DeviceType device_type = c10::DeviceType::CPU;
@@ -260,6 +260,7 @@ bool matches(const Check& c, const c10::IValue& v, bool grad_wanted, std::vector
     }
     case 6: return v.isInt() && static_cast<c10::ScalarType>(v.toInt()) == c.dtype;
     case 7: return v.isString() && v.toStringRef() == c.text;
+    case 8: return true;  // only in a route without an entry: the Python router checks it
     default: return false;
   }
 }

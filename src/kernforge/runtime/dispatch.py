@@ -391,9 +391,12 @@ def _param(kind: str, value: Any, sources: list[tuple[int, int, torch.Tensor]]) 
 # ---------------------------------------------------------------------------- routers
 
 
-def router_checks(op: Any, args_desc: list[Any], devices: frozenset[torch.device], alignment: int) -> list[dict]:
+def router_checks(op: Any, args_desc: list[Any], devices: frozenset[torch.device], alignment: int,
+                  loose: bool = False) -> list[dict]:
     """One check per schema argument of the proved call (defaults filled in, as the dispatcher's
-    stack holds them); raises NotNative for an argument the C++ guard does not know."""
+    stack holds them); raises NotNative for an argument the C++ guard does not know, or, `loose`,
+    lets any value of it pass: for a route that only hands calls on to the Python router, which
+    checks them all (a chain's cast names its device and layout, which the guard does not read)."""
     positional, keywords = split_kwargs(args_desc)
     checks = []
     for i, argument in enumerate(op._schema.arguments):
@@ -405,7 +408,12 @@ def router_checks(op: Any, args_desc: list[Any], devices: frozenset[torch.device
             desc = _described(argument.default_value)
         else:
             raise NotNative(f"argument {argument.name} is neither given nor defaulted")
-        checks.append(_check(desc, str(argument.real_type), devices, alignment))
+        try:
+            checks.append(_check(desc, str(argument.real_type), devices, alignment))
+        except NotNative:
+            if not loose:
+                raise
+            checks.append({"kind": 8})
     return checks
 
 

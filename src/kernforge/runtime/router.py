@@ -239,8 +239,9 @@ def _native_routes(op: str, specs: list[KernelSpec], plans: dict[str, Any]) -> l
     the Python router serves the op alone. A chain runs in Python (placeholders), so each of its
     steps on this op that reads only the chain's inputs is a route without an entry: a call that
     step's guard holds goes on to the Python router, and only those; every other call of the op
-    (a cast or a mul that no chain starts with) costs the C++ guard, not the Python router
-    (tests/test_native_dispatch.py)."""
+    (a cast or a mul that no chain starts with) costs the C++ guard, not the Python router. Its
+    guard lets through any value of an argument the C++ guard does not read (a cast's device and
+    layout): the Python router checks those (tests/test_fused_install.py)."""
     chains = [spec for spec in specs if spec.chain is not None and spec.in_eager]
     if chains and (not dispatch.enabled() or dispatch.native_module() is None):
         return None
@@ -250,10 +251,11 @@ def _native_routes(op: str, specs: list[KernelSpec], plans: dict[str, Any]) -> l
             if not (step.source and step.op is resolve(op)):
                 continue
             try:
-                routes.append((spec.name, (dispatch.router_checks(step.op, _step_call(step, spec.args), spec.devices,
-                                                                  ALIGNMENT), None)))
-            except dispatch.NotNative:
+                checks = dispatch.router_checks(step.op, _step_call(step, spec.args), spec.devices, ALIGNMENT,
+                                                loose=True)
+            except dispatch.NotNative:  # an argument not given nor defaulted: no call of the schema
                 return None
+            routes.append((spec.name, (checks, None)))
     for spec in specs:
         if spec.chain is not None:
             continue
