@@ -292,11 +292,14 @@ def run_candidate(job: dict[str, Any]) -> dict[str, Any]:
     # oracle (prefill.options_for_sets); a job without it (run by hand) gets the defaults.
     options = job.get("prefill")
     vary = bool(ref.get("vary", True))  # the baseline's finding: whether the reference takes scaled sets
+    # A library's kernel writes into outputs the harness made: nothing it allocates is an output,
+    # so no block is poisoned for it, nor for eager timed beside it (Plan.poison)
+    poison = backend.loading.artefact != "library"
     eager_timing = None
     if backend.timeable():
         with lock.for_timing():
             eager_timing = time_op(harness, eager_fn, sets, ref["timing"], task.outputs, device, seed,
-                                   judged_like_a_candidate=True, prefill_options=options, vary=vary)
+                                   judged_like_a_candidate=True, prefill_options=options, vary=vary, poison=poison)
     phases.mark("eager_timing_s")
     threads_before = _thread_ids()
     try:
@@ -311,12 +314,13 @@ def run_candidate(job: dict[str, Any]) -> dict[str, Any]:
 
     guard = Guard(device)
     fn, prepare = _candidate_call(kernel, guard)
+    poison = poison or prepare is None  # whatever the backend said, a kernel that allocates is poisoned
     prefill = Prefill(output_metas(task.outputs), options)
     timed = eager_timing is not None
     plan = Plan(sets=sets, timing=ref["timing"], checks=list(range(len(sets))),
                 calls=reps_for(eager_timing.p50_ms, device) if timed else 0,
                 judged_timed=judged_timed_for(sum(m["nbytes"] for m in prefill.metas)) if timed else 0,
-                labels=ref["labels"], vary=vary)
+                labels=ref["labels"], vary=vary, poison=poison)
     failure = _first_call(fn, prepare, sets[0], ref["labels"][0], device)
     phases.mark("first_call_s")  # Triton compiles here, outside the device lock
     if failure is not None:
@@ -333,7 +337,8 @@ def run_candidate(job: dict[str, Any]) -> dict[str, Any]:
             # so a machine that was busier (or a cache colder) when eager was first timed does
             # not pass for a faster kernel (seen on a CPU: eager 5.0 ms first, 0.9-1.0 ms after).
             eager_after = time_op(harness, eager_fn, sets, ref["timing"], task.outputs, device, seed + 3,
-                                  name="eager-after", calls=eager_timing.runs, prefill_options=options, vary=vary)
+                                  name="eager-after", calls=eager_timing.runs, prefill_options=options, vary=vary,
+                                  poison=poison)
         result.update(timed=True, eager_timing=min(eager_timing, eager_after, key=lambda t: t.p50_ms).__dict__,
                       timing=session.timing.__dict__,
                       eager_p50_ms_before_after=[eager_timing.p50_ms, eager_after.p50_ms])

@@ -110,6 +110,11 @@ class Plan:
     judged_timed: int = 0
     labels: list[str] = field(default_factory=list)
     vary: bool = True  # calls that are not judged see their sets scaled (False: an op that refuses that)
+    # Blocks of the outputs' sizes filled and freed before each call, where the candidate allocates
+    # its outputs (Prefill.poison). A native kernel writes into outputs the harness made and
+    # prefilled, so for it, and for eager timed beside it, they only cost: 7.2 of a CPU worker's
+    # 22 s for a 33.5 MB group norm (bench/results/cpu/issue34/README.md).
+    poison: bool = True
 
 
 def reps_for(reference_ms: float, device: torch.device) -> int:
@@ -193,7 +198,8 @@ def make_harness(device: torch.device, mark_fd: int | None = None) -> Callable[.
             prepared = prepare() if prepare is not None else None
             if prepared is not None:
                 fill(prefill, prepared, values)
-            poison(prefill, values, device, POISON_COPIES)
+            if plan.poison:
+                poison(prefill, values, device, POISON_COPIES)
             if guard is not None:
                 guard.before()
             if cuda:
@@ -400,7 +406,7 @@ def make_harness(device: torch.device, mark_fd: int | None = None) -> Callable[.
 def time_op(harness: Any, fn: Any, dev_sets: list[Any], timing_sets: list[int], outputs: list[dict[str, Any]],
             device: torch.device, seed: int = 0, name: str = "eager", calls: int | None = None,
             judged_like_a_candidate: bool = False, prefill_options: list[list[Any]] | None = None,
-            vary: bool = True) -> Any:
+            vary: bool = True, poison: bool = True) -> Any:
     """A reference's timing (eager, torch.compile): unless `calls` is given, a short session for
     its speed first, then one of reps_for that speed. judged_like_a_candidate: that session judges
     as many calls as a candidate's does (each set once, judged_timed_for its outputs), its results
@@ -410,13 +416,14 @@ def time_op(harness: Any, fn: Any, dev_sets: list[Any], timing_sets: list[int], 
     taken for patched timers, bench/results/h200/issue20/README.md), and with a guards.Guard
     around each call as a candidate's. prefill_options: the candidate's (the job's), so that
     eager's calls are prefilled as its calls are; vary: whether calls not judged see their sets
-    scaled, as the candidate's do (varies_safely)."""
+    scaled, as the candidate's do (varies_safely); poison: whether the outputs' blocks are poisoned
+    before each call, as the candidate's are (Plan.poison)."""
     prefill = Prefill(output_metas(outputs), prefill_options)
     if calls is None:
-        probe = harness(fn, Plan(sets=dev_sets, timing=timing_sets, calls=CALLS[0], vary=vary), None, prefill,
-                        seed, name=f"{name}-probe")
+        probe = harness(fn, Plan(sets=dev_sets, timing=timing_sets, calls=CALLS[0], vary=vary, poison=poison), None,
+                        prefill, seed, name=f"{name}-probe")
         calls = reps_for(probe.timing.p50_ms, device)
-    plan = Plan(sets=dev_sets, timing=timing_sets, calls=calls, vary=vary)
+    plan = Plan(sets=dev_sets, timing=timing_sets, calls=calls, vary=vary, poison=poison)
     guard = None
     if judged_like_a_candidate:
         plan.checks = list(range(len(dev_sets)))
