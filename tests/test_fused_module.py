@@ -230,3 +230,29 @@ def test_two_chains_at_one_module_come_off_in_reverse_and_leave_it_as_it_was(cas
         for installation in reversed(installations):
             installation.remove()
     assert _same_state(norm, before)
+
+
+def test_a_copy_of_the_patched_model_computes_with_its_own_weights(case):
+    """copy.deepcopy of a patched model (an EMA's, an evaluation's copy) copies the routed forward
+    too: the copy must compute with its own weights, while patched and after removal, and the
+    patched model keep taking the kernel."""
+    import copy
+
+    net, x, spec, calls = case
+    installation = router.install([spec], net)
+    try:
+        twin = copy.deepcopy(net)
+        with torch.no_grad():
+            twin[1].weight.mul_(3.0)
+            twin[3].weight.mul_(3.0)
+            during = twin(x)
+            net(x)
+    finally:
+        installation.remove()
+    assert len(calls) == 2  # the patched model's two norms; none for the copy's
+    reference = model()
+    reference.load_state_dict(twin.state_dict())
+    with torch.no_grad():
+        expected = reference(x)
+        after = twin(x)
+    assert torch.equal(during, expected) and torch.equal(after, expected)

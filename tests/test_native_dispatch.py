@@ -9,6 +9,7 @@ routing measure, reported, not asserted (bench/results/.../issue32).
 
 from __future__ import annotations
 
+import copy
 import os
 import subprocess
 import sys
@@ -209,6 +210,9 @@ def test_a_chain_at_its_module_takes_the_native_module_entry(tmp_path):
             handle = norm.register_forward_pre_hook(lambda *_: None)
             hooked = norm(h)
             handle.remove()
+            twin = copy.deepcopy(norm)  # a copy of the module: its own weights, not the kernel
+            twin.weight.mul_(2.0)
+            copied = twin(h)
         counts = installation.counts[spec.op]
         assert counts.by_kernel == {spec.name: 4} and counts.fallback == 1
     finally:
@@ -219,6 +223,9 @@ def test_a_chain_at_its_module_takes_the_native_module_entry(tmp_path):
         torch.testing.assert_close(renewed, norm(h))
         assert torch.equal(refused, norm(other))
         torch.testing.assert_close(hooked, norm(h))
+        twin.__dict__.pop("forward")
+        twin.__class__ = type(norm)
+        assert torch.equal(copied, twin(h))
 
 
 def test_compiled_code_calls_the_kernels_cpp_entry(run_dir):

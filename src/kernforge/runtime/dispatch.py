@@ -481,6 +481,19 @@ def module_entry(spec: Any, alignment: int, sources: list[tuple[int, Any, str]])
     return native_module().make_module_entry(guarded_entry(spec, alignment), sources)
 
 
+def module_call(route: Any, module: Any, forward: Any, n_args: int, own_hooks: list[str], global_hooks: list[Any],
+                is_compiling: Any, skip: Any) -> Any | None:
+    """A routed module's call with its checks in C++ (fused.calling_class), where its route is a
+    module_entry; None where it is not (a Python route). Called with (the module, its positional
+    arguments, its keywords), it answers `skip` where nn.Module's call must run, else the entry's
+    answer."""
+    module_entry_type = getattr(native_module(), "ModuleEntry", None) if enabled() else None
+    if module_entry_type is None or not isinstance(route, module_entry_type):
+        return None
+    return native_module().make_module_call(route, module, forward, n_args, own_hooks, global_hooks,
+                                            is_compiling, skip)
+
+
 def snapshot(op_name: str, key: str) -> Any:
     """The kernel serving the op's key now (taken before kernforge's routers go on)."""
     qualified, _, overload = op_name.partition(".")

@@ -38,6 +38,8 @@ installed at those modules: the first returns a value not made yet, the next run
 from __future__ import annotations
 
 import inspect
+import types
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Self
@@ -662,7 +664,7 @@ def _put_route(route: ModuleRoute, run: Callable[[tuple], Any], original: Callab
     """run(args) made the module's forward (guarded_forward) and, where it can be, its call
     (calling_class)."""
     module = route.module
-    module.forward = forward = guarded_forward(run, original, n_args)
+    module.forward = forward = guarded_forward(run, original, n_args, module)
     own_class = type(module)
     try:
         route_class = calling_class(module, run, original, n_args, forward)
@@ -742,18 +744,25 @@ def _proved_inputs(plan: ChainPlan, sources: list[tuple[int, Any, str]],
     return inputs
 
 
-def guarded_forward(route: Callable[[tuple], Any], original: Callable[..., Any], n_args: int) -> Callable[..., Any]:
+def guarded_forward(route: Callable[[tuple], Any], original: Callable[..., Any], n_args: int,
+                    module: torch.nn.Module) -> Callable[..., Any]:
     """The module's forward: route(args) for a call of the proved arity with no keywords, outside
     torch.compile (whose tracing takes the own forward), else (or where the route refuses) the
-    own forward."""
+    own forward. Bound to the module: copy.deepcopy binds a bound method to the copy of its
+    object, so a copy of the model (an EMA's, an evaluation's) calls its class's forward on its
+    own weights, during the patch and after, where the route would read the installed module's."""
     is_compiling = torch.compiler.is_compiling
+    installed = weakref.ref(module)
+    own_forward = type(module).forward
 
-    def forward(*args: Any, **kwargs: Any) -> Any:
+    def forward(self: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+        if self is not installed():
+            return own_forward(self, *args, **kwargs)
         if kwargs or len(args) != n_args or is_compiling():
             return original(*args, **kwargs)
         out = route(args)
         return original(*args) if out is None else out
-    return forward
+    return types.MethodType(forward, module)
 
 
 def calling_class(module: torch.nn.Module, route: Callable[[tuple], Any], original: Callable[..., Any],
@@ -778,6 +787,15 @@ def calling_class(module: torch.nn.Module, route: Callable[[tuple], Any], origin
     own = module.__dict__
     forward_pre, forward_post = nn_module._global_forward_pre_hooks, nn_module._global_forward_hooks
     backward_pre, backward_post = nn_module._global_backward_pre_hooks, nn_module._global_backward_hooks
+    hooks = ("_forward_pre_hooks", "_forward_hooks", "_backward_pre_hooks", "_backward_hooks")
+    native = dispatch.module_call(route, module, forward, n_args, list(hooks),
+                                  [forward_pre, forward_post, backward_pre, backward_post], is_compiling, _SKIP)
+
+    def native_call(self: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+        out = native(self, args, kwargs)  # the same checks as __call__'s below, and the route, in C++
+        if out is _SKIP:
+            return module_call(self, *args, **kwargs)
+        return original(*args) if out is None else out
 
     def __call__(self: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:  # noqa: N807
         try:
@@ -790,8 +808,11 @@ def calling_class(module: torch.nn.Module, route: Callable[[tuple], Any], origin
             return module_call(self, *args, **kwargs)
         out = route(args)
         return original(*args) if out is None else out
-    return type(cls.__name__, (cls,), {"__call__": __call__, "__module__": cls.__module__,
-                                       "__qualname__": cls.__qualname__})
+    return type(cls.__name__, (cls,), {"__call__": __call__ if native is None else native_call,
+                                       "__module__": cls.__module__, "__qualname__": cls.__qualname__})
+
+
+_SKIP = object()  # a native module call's answer where nn.Module's call must run
 
 
 def _proved_tensors(plan: ChainPlan) -> Callable[[list[Any], bool], bool]:
