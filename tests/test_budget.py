@@ -200,13 +200,13 @@ def test_a_share_too_small_for_one_confirmed_candidate_is_raised_where_the_time_
     fixed.add_candidate(47.0, nbytes)
     least = fixed.least_task_s(nbytes)  # 139.8 s
     budget = TimeBudget.starting(400.0, started=time.perf_counter(), apply=False)
-    share = task_share(budget, [1.0] * 8, fixed, task)  # 50 s by weight: raised
+    share = task_share(budget, [1.0] * 8, fixed, nbytes)  # 50 s by weight: raised
     assert share == pytest.approx(least)
-    assert no_time(budget, share, fixed, task, 7) == ""
+    assert no_time(budget, share, fixed, nbytes, 7) == ""
     late = TimeBudget.starting(100.0, started=time.perf_counter(), apply=False)
-    share = task_share(late, [1.0] * 2, fixed, task)  # 100 s left cannot hold 139.8 s: not raised
+    share = task_share(late, [1.0] * 2, fixed, nbytes)  # 100 s left cannot hold 139.8 s: not raised
     assert share == pytest.approx(50.0, abs=0.5)
-    assert no_time(late, share, fixed, task, 1).startswith(
+    assert no_time(late, share, fixed, nbytes, 1).startswith(
         "not started: its baseline, one candidate and its confirmation would take about 140 s")
 
 

@@ -379,6 +379,18 @@ def test_digests_tell_a_changed_input_from_an_unchanged_one():
     assert digest(odd).tolist() == digest(odd.clone()).tolist()
 
 
+def test_a_digest_is_its_words_sum_and_position_weighted_sum(monkeypatch):
+    """Summed as rows of the weights' period, a few rows at a time, with a tail: the same as the
+    definition, word i weighing i % WEIGHTS + 1, in wrapping int64 arithmetic."""
+    from kernforge.harness import inputs
+
+    monkeypatch.setattr(inputs, "DIGEST_ROWS", 2)  # several row blocks at a small size
+    x = torch.randint(-2**31, 2**31 - 1, (5 * inputs.WEIGHTS + 17,), dtype=torch.int32)
+    words = x.to(torch.int64)
+    weights = torch.arange(words.numel(), dtype=torch.int64) % inputs.WEIGHTS + 1
+    assert inputs.digest(x).tolist() == [int(words.sum()), int((words * weights).sum())]
+
+
 def bounds_for(oracle: torch.Tensor, eager: torch.Tensor | None = None, dtype=torch.float32):
     return [element_bound(oracle, oracle if eager is None else eager, dtype)]
 

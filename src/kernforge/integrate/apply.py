@@ -357,8 +357,8 @@ def drop_if_slower(comparison: Comparison | None, kept: list[KernelEffect]) -> N
         return
     for effect in kept:
         effect.installed_eager = False
-        effect.note = (effect.note + "; " if effect.note else "") + \
-            f"the model with every kept kernel was slower ({comparison.speedup:.2f}x, repeated): dropped in eager"
+        effect.add_note(f"the model with every kept kernel was slower ({comparison.speedup:.2f}x, repeated): "
+                        "dropped in eager")
     comparison.kernels = "all dropped"
 
 
@@ -413,9 +413,8 @@ def _compile_choice(model: torch.nn.Module, inputs: Any, device: torch.device, s
         # a phase alone costs what the phase together did, its compile mostly (the VAE's: 30-40 s
         # on an H100, where a 200 s limit ran out compiling them: bench/results/h100/issue32/vae-20261207b)
         if pace is not None and pace.left_s() < phase_s:
-            effects[spec.name].note = (effects[spec.name].note + "; " if effects[spec.name].note else "") + \
-                (f"not tried alone under compile: the time limit had {max(0.0, pace.left_s()):.0f} s left, "
-                 f"a compile phase took {phase_s:.0f} s")
+            effects[spec.name].add_note(f"not tried alone under compile: the time limit had "
+                                        f"{max(0.0, pace.left_s()):.0f} s left, a compile phase took {phase_s:.0f} s")
             continue
         on_progress(f"compiling the model with {spec.name} alone in its graph")
         alone = _compile_phase(model, inputs, device, [spec], [spec], f"only_{spec.name}", pace)
@@ -430,9 +429,8 @@ def _compile_choice(model: torch.nn.Module, inputs: Any, device: torch.device, s
     for spec in kept:
         if spec is not best:
             effects[spec.name].installed_compile = False
-            effects[spec.name].note = (effects[spec.name].note + "; " if effects[spec.name].note else "") + \
-                f"pays alone under compile, not beside the others ({together_speedup(together, first):.2f}x " \
-                f"together): only {best.name} stays"
+            effects[spec.name].add_note(f"pays alone under compile, not beside the others "
+                                        f"({together_speedup(together, first):.2f}x together): only {best.name} stays")
     return [best], phases[best.name]
 
 
@@ -456,7 +454,7 @@ def _judge_under_compile(phase: CompilePhase, specs: list[router.KernelSpec], ef
         effect.compile_speedup = speed
         effect.installed_compile = effect.in_compiled_graph and paid
         if how == "alone" and effect.in_compiled_graph and not paid:
-            effect.note = (effect.note + "; " if effect.note else "") + (
+            effect.add_note(
                 "makes the compiled model slower (it can cost the fusion around it): not under compile"
                 if verdict_now == "slower" else
                 "no gain in the compiled model (its median is slower, within the noise): not under compile")
@@ -528,8 +526,7 @@ def _check_compiled(model: torch.nn.Module, patched: Callable[..., Any], compile
     for spec in compile_kept:
         effect = effects[spec.name]
         effect.installed_compile = False
-        effect.note = (effect.note + "; " if effect.note else "") + (
-            "the compiled model's outputs with it are out of tolerance: not under compile")
+        effect.add_note("the compiled model's outputs with it are out of tolerance: not under compile")
     report.notes.append("patched compile: its outputs failed the check (above), so no kernel is installed under "
                         "compile; its timings are of the kernels it measured")
 

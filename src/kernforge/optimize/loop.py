@@ -37,8 +37,9 @@ def search_all(opts: OptimizeOptions, result: OptimizeResult, store: RunStore, b
     fixed = FixedCosts()
     try:
         for i, task in enumerate(tasks):
-            share = task_share(budget, weights[i:], fixed, task) if budget else None
-            spent = proposer.budget_exhausted() or (no_time(budget, share, fixed, task, len(tasks) - i - 1)
+            nbytes = task_bytes(task.args, task.outputs)  # what the run's fixed costs are scaled by
+            share = task_share(budget, weights[i:], fixed, nbytes) if budget else None
+            spent = proposer.budget_exhausted() or (no_time(budget, share, fixed, nbytes, len(tasks) - i - 1)
                                                    if budget else "")
             if spent:  # the run ends cleanly: what was found stands, the rest is said
                 result.outcomes.append(TaskOutcome(task=task, baseline=None, error=spent, stopped=spent))
@@ -52,7 +53,6 @@ def search_all(opts: OptimizeOptions, result: OptimizeResult, store: RunStore, b
                                   previous=previous.get(task.task_id), executor=executor,
                                   finalists=opts.finalists, time_share_s=share,
                                   confirm_factor=fixed.confirm_factor())
-            nbytes = task_bytes(task.args, task.outputs)
             if outcome.baseline is not None:
                 fixed.add(sum(outcome.baseline.phases.values()), nbytes)
             for node in outcome.nodes:
@@ -86,22 +86,21 @@ def time_budget(opts: OptimizeOptions, started: float, spent_s: float = 0.0) -> 
     return TimeBudget.starting(parse_duration(opts.time_budget), started, opts.apply, spent_s)
 
 
-def task_share(budget: TimeBudget, weights: list[float], fixed: FixedCosts, task: Any) -> float:
+def task_share(budget: TimeBudget, weights: list[float], fixed: FixedCosts, nbytes: int) -> float:
     """The task's share of the time left by its weight, raised to what its baseline, one candidate
     and a confirmation are expected to take where the time left holds that: a share that cannot
     buy one confirmed candidate buys nothing, and the tasks come in rank order. (A 5-minute VAE
     run gave a group norm + SiLU chain 36 s, whose first candidate alone took 58 s:
     bench/results/h100/issue32/vae-20261207b.)"""
     share = budget.share_s(weights)
-    least = fixed.least_task_s(task_bytes(task.args, task.outputs))
+    least = fixed.least_task_s(nbytes)
     return least if share < least <= budget.left_s() else share
 
 
-def no_time(budget: TimeBudget, share: float | None, fixed: FixedCosts, task: Any, more: int) -> str:
+def no_time(budget: TimeBudget, share: float | None, fixed: FixedCosts, nbytes: int, more: int) -> str:
     """Why a task of a budgeted run is not started, or "": its share under MIN_TASK_S, or under
     what its baseline, one candidate and its confirmation are expected to take."""
     left = f"{max(0.0, budget.left_s()):.0f} s left for it{f' and {more} more' if more else ''}"
-    nbytes = task_bytes(task.args, task.outputs)
     baseline, least = fixed.expected_s(nbytes), fixed.least_task_s(nbytes)
     if share is None or share < MIN_TASK_S:
         return f"not started: the time budget had {left}, too little to search"

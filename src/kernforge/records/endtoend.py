@@ -196,6 +196,10 @@ class KernelEffect:
     installed_compile: bool = False
     note: str = ""
 
+    def add_note(self, text: str) -> None:
+        """Another reason, after those already said."""
+        self.note = f"{self.note}; {text}" if self.note else text
+
     @property
     def compile_text(self) -> str:
         """compile's verdict as the file and the tables say it ("" where compile was not timed)."""

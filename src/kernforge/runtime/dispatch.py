@@ -487,10 +487,10 @@ def module_call(route: Any, module: Any, forward: Any, n_args: int, own_hooks: l
     module_entry; None where it is not (a Python route). Called with (the module, its positional
     arguments, its keywords), it answers `skip` where nn.Module's call must run, else the entry's
     answer."""
-    module_entry_type = getattr(native_module(), "ModuleEntry", None) if enabled() else None
-    if module_entry_type is None or not isinstance(route, module_entry_type):
+    native = native_module() if enabled() else None  # a ModuleEntry exists only where it was built
+    if native is None or not isinstance(route, native.ModuleEntry):
         return None
-    return native_module().make_module_call(route, module, forward, n_args, own_hooks, global_hooks,
+    return native.make_module_call(route, module, forward, n_args, own_hooks, global_hooks,
                                             is_compiling, skip)
 
 
