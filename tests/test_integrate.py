@@ -509,3 +509,43 @@ def test_kernels_whose_compiled_outputs_fail_are_not_installed_under_compile(mon
                                      {"captured": oracle}, [], [spec], {"k": effect}, report)
         assert effect.installed_compile is installed
         assert ("not under compile" in effect.note) is wrong and bool(report.notes) is wrong
+
+
+_F32_ONLY = torch.library.Library("kftest_f32", "DEF")
+_F32_ONLY.define("mix(Tensor x, Tensor w) -> Tensor")
+
+
+@torch.library.impl(_F32_ONLY, "mix", "CPU")
+def _mix(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    if x.dtype == torch.float64:  # as grouped gemm: no float64 kernel
+        raise RuntimeError("Expected mat_a to be Float32, BFloat16 or Float16 matrix, got Double")
+    return x @ w
+
+
+class _Float32Op(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(64, 64)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.ops.kftest_f32.mix(self.lin(x).relu(), self.lin.weight)
+        return torch.nn.functional.rms_norm(h, (64,)) @ self.lin.weight
+
+
+def test_a_model_with_an_op_that_has_no_float64_kernel_is_judged_in_float64_around_it():
+    """A float32 MoE's grouped gemm has no float64 kernel: that op runs in float32, the rest in
+    float64, so eager's own error is measured and carried in the bound. Against eager's outputs
+    (the dtype's rtol alone) an honest kernel that rounds once otherwise failed end to end."""
+    from kernforge.integrate.endtoend import forward, oracle_of, wide_copy
+
+    torch.manual_seed(0)
+    net = _Float32Op().eval()
+    x = torch.randn(16, 64)
+    double, _ = wide_copy(net)
+    oracle = oracle_of(net, (x,), double)
+    assert oracle.exact and oracle.note.startswith("in float64 but kftest_f32::mix in float32: float64 run failed")
+    assert oracle.outputs[0].dtype == torch.float64 and oracle.eager_error > 0
+    eager = forward(net, (x,))[0]
+    rounded_otherwise = eager * (1 + 2 ** -22)  # a few float32 roundings away from eager
+    assert judge_outputs([rounded_otherwise], oracle)[0] is None
+    assert judge_outputs([eager * (1 + 2 ** -8)], oracle)[0] is not None  # a bf16-sized error is still caught

@@ -165,8 +165,10 @@ def _oracles(model: torch.nn.Module, input_sets: dict[str, Any]) -> tuple[dict[s
     _free()
     exact = all(o.exact for o in oracles.values())
     notes = sorted({o.note for o in oracles.values() if o.note} | ({why} if why else set()))
-    wide = "float32 (" + "; ".join(notes) + ")" if any(o.note.startswith("in float32") for o in oracles.values()) \
-        else "float64"
+    wide = "float64"
+    if any(o.note.startswith("in float") for o in oracles.values()):  # float32, or float64 with float32 ops
+        wide = ("float32 (" if any(o.note.startswith("in float32") for o in oracles.values()) else "float64 (") \
+            + "; ".join(n.removeprefix("in float64 but ") for n in notes) + ")"
     tolerance = (f"per element, against the model in {wide}: the dtype's rtol and atol plus 8x eager's own "
                  "error there (or its median error, if larger), the rule each kernel met on its op"
                  if exact else "per element, against eager's outputs: the dtype's rtol and atol only ("
