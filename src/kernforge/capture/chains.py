@@ -11,8 +11,12 @@ Fusible steps:
     row         reductions over the last dim with keepdim (sum, mean, amax, amin), and the row
                 ops softmax, log_softmax, layer_norm and rms_norm over the last dim
     norm        native_group_norm: a head that element-wise steps may follow (group norm, SiLU)
+    channel     batch norm in eval mode: per channel (dim 1) an affine map, element-wise
+    inplace     a pointwise op that writes its first argument (relu_, add_), where a step before
+                made that value: the chain computes it as the out-of-place op would
 
-Domain: every tensor a chain reads or keeps broadcasts to one shape, and its row steps reduce
+Domain: every tensor a chain reads or keeps broadcasts to one shape (a batch norm's [C] weight,
+bias and statistics along dim 1), and its row steps reduce
 that shape's last dim. Outputs: a value the chain makes that a call outside it reads (views
 included) or that the forward returns; a chain must remove at least one intermediate, since
 intermediates used elsewhere stay outputs, not removed. Several instances with the same steps
@@ -32,13 +36,17 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from kernforge.capture.recorder import Call, ModuleCall, qualified_name
+from kernforge.capture.recorder import Call, ModuleCall, qualified_name, written_positions
 from kernforge.harness.serialize import Placeholder, layout_copy, saved_bytes, strided_copy
 
 ROW_REDUCTIONS = ("aten::sum.dim_IntList", "aten::mean.dim", "aten::amax.default", "aten::amin.default")
 ROW_OPS = ("aten::_softmax.default", "aten::_log_softmax.default", "aten::native_layer_norm.default",
            "aten::_fused_rms_norm.default")
 NORM_HEADS = ("aten::native_group_norm.default",)
+# Eval-mode batch norms: op -> (the position of its `training` argument, None where the op never
+# trains; the position of its eps)
+BATCH_NORMS = {"aten::native_batch_norm.default": (5, 7), "aten::cudnn_batch_norm.default": (5, 7),
+               "aten::_native_batch_norm_legit_no_training.default": (None, 6)}
 CAST_KWARGS = {"dtype", "layout", "device"}  # a _to_copy that only changes the dtype
 
 
@@ -109,7 +117,11 @@ def step_role(call: Call) -> str | None:
     """pointwise, cast, row, norm, or None: not fusible."""
     func = call.func
     op = qualified_name(func)
-    if func._schema.is_mutable or not call.outputs or any(_nested_tensor(a) for a in call.args):
+    if op in BATCH_NORMS:
+        return "channel" if _eval_batch_norm(call, BATCH_NORMS[op][0]) else None
+    if func._schema.is_mutable:
+        return "inplace" if _inplace_pointwise(call) else None
+    if not call.outputs or any(_nested_tensor(a) for a in call.args):
         return None
     floating = all(_floating(o) for o in call.outputs)
     if op in NORM_HEADS:
@@ -125,6 +137,29 @@ def step_role(call: Call) -> str | None:
     if call.kind == "compute" and torch.Tag.pointwise in func.tags and floating and len(call.outputs) == 1:
         return "pointwise"
     return None
+
+
+def _eval_batch_norm(call: Call, training_at: int | None) -> bool:
+    """A batch norm that normalises by its running statistics (eval mode): per channel, x's dim 1,
+    an affine map; its weight and bias may be absent, its statistics may not."""
+    args = call.args
+    x = args[0] if args else None
+    if not _is_tensor(x) or len(x["shape"]) < 2 or not _floating(x) or not call.outputs or not _floating(call.outputs[0]):
+        return False
+    if training_at is not None and (len(args) <= training_at or args[training_at] is not False):
+        return False
+    channels = x["shape"][1]
+    params = args[1:5]
+    return len(params) == 4 and _is_tensor(params[2]) and _is_tensor(params[3]) and all(
+        p is None or _is_tensor(p) and p["shape"] == [channels] for p in params)
+
+
+def _inplace_pointwise(call: Call) -> bool:
+    """relu_, add_, mul_...: pointwise, floating, writing its first argument alone and returning it."""
+    func = call.func
+    return (torch.Tag.inplace in func.tags and torch.Tag.pointwise in func.tags and written_positions(func) == [0]
+            and len(call.outputs) == 1 and _floating(call.outputs[0])
+            and not any(_nested_tensor(a) for a in call.args))
 
 
 def _is_tensor(value: Any) -> bool:
@@ -237,6 +272,8 @@ def module_boundaries(chains: list[Chain], calls: list[Call], module_calls: list
         spans.setdefault((mc.first, mc.end), mc)
     sequences_of = _starting_at(module_calls)
     for chain in chains:
+        if any(step["op"] in BATCH_NORMS for step in chain.steps):
+            continue  # a batch norm module's forward depends on its training flag, which no guard of its call reads
         found: dict[str, tuple[str, int, list[list[Any]], list[str]]] = {}
         for instance in chain.instances:
             matched = _boundary(instance, calls, spans)
@@ -370,8 +407,12 @@ def _fusible(members: list[int], by_index: dict[int, Call], roles: dict[int, str
         for t in by_index[m].input_ids:
             if t in maker and maker[t][0] not in inside and ancestors[maker[t][0]] & mask:
                 return False
+    for m in members:  # an in-place step writes a value the chain made, never one it was given
+        if roles[m] == "inplace" and any(t not in maker or maker[t][0] not in inside for t in by_index[m].written_ids):
+            return False
     kinds = [roles[m] for m in members]
-    if kinds.count("norm") > 1 or ("norm" in kinds and "row" in kinds):
+    if kinds.count("norm") > 1 or ("norm" in kinds and "row" in kinds) or (
+            "channel" in kinds and ("row" in kinds or "norm" in kinds)):
         return False
     return _domain(members, by_index, roles) is not None
 
@@ -382,7 +423,7 @@ def _domain(members: list[int], by_index: dict[int, Call], roles: dict[int, str 
     shapes: list[list[int]] = []
     for m in members:
         call = by_index[m]
-        if roles[m] == "norm":  # x and y; its weight and bias are per channel, its statistics [N, groups]
+        if roles[m] in ("norm", "channel"):  # x and y; weight, bias (and statistics) per channel, or [N, groups]
             shapes += [call.args[0]["shape"], call.outputs[0]["shape"]]
             continue
         shapes += [a["shape"] for a in call.args if _is_tensor(a)]
@@ -397,7 +438,7 @@ def _domain(members: list[int], by_index: dict[int, Call], roles: dict[int, str 
         call = by_index[m]
         if roles[m] == "row" and call.args[0]["shape"][-1:] != domain[-1:]:
             return None
-        if roles[m] == "norm" and call.args[0]["shape"] != domain:
+        if roles[m] in ("norm", "channel") and call.args[0]["shape"] != domain:
             return None
     return domain
 

@@ -64,9 +64,9 @@ class Call:
     producers: list[int | None]  # per tensor input, in flattened order: the call that made it
     module: str  # the innermost nn.Module running, by its qualified name ("" for the top)
     cpu_us: float = 0.0
-    # Which tensor objects it read, wrote and made (ids numbered per pass as tensors are first
-    # seen): two inputs that are the same parameter, or which output of a call an input is, are
-    # told apart only by these (capture/chains.py wires fused chains by them).
+    # Which tensor values it read, wrote and made (ids numbered per pass as tensors are first seen,
+    # and anew once written in place): two inputs that are the same parameter, or which output of a
+    # call an input is, are told apart only by these (capture/chains.py wires fused chains by them).
     input_ids: list[int] = field(default_factory=list)
     output_ids: list[int] = field(default_factory=list)
     written_ids: list[int] = field(default_factory=list)
@@ -142,8 +142,13 @@ class Recorder(TorchDispatchMode):
         for t in outputs:
             self._producer[t] = index  # an in-place op makes its call the producer of the tensor
         written = written_tensors(func, args, kwargs)
+        written_ids = [self.tensor_id(t) for t in written]  # the values it overwrote
         for t in written:
             self._last_write[_storage_key(t)] = index
+            # A value written in place is a new value under the same tensor: the calls after read
+            # it, not the one before (x = bn(x); relu_(x): bn's output is read by relu_ alone)
+            self._ids[t] = self._next_id
+            self._next_id += 1
         self.calls.append(Call(index=index, func=func, signature=sig, kind=kind,
                                args=describe_args(list(args)), kwargs=describe_args(kwargs),
                                outputs=[tensor_meta(t) for t in outputs],
@@ -151,7 +156,7 @@ class Recorder(TorchDispatchMode):
                                module=self.module_stack[-1] if self.module_stack else "",
                                cpu_us=cpu_us, input_ids=input_ids,
                                output_ids=[self.tensor_id(t) for t in outputs],
-                               written_ids=[self.tensor_id(t) for t in written]))
+                               written_ids=written_ids))
         return out
 
     def tensor_id(self, t: torch.Tensor) -> int:
@@ -221,12 +226,16 @@ def _copy_or_describe(value: Any, real: set[int]) -> Any:
     return tree_unflatten(out, spec)
 
 
+def written_positions(func: Any) -> list[int]:
+    """The positions of the arguments an op writes in place: its schema marks them (Tensor(a!))."""
+    return [i for i, arg in enumerate(func._schema.arguments) if arg.alias_info is not None and arg.alias_info.is_write]
+
+
 def written_tensors(func: Any, args: Any, kwargs: Any) -> list[torch.Tensor]:
     """The tensors an op writes in place: its schema marks them (Tensor(a!))."""
     written = []
-    for i, arg in enumerate(func._schema.arguments):
-        if arg.alias_info is None or not arg.alias_info.is_write:
-            continue
+    for i in written_positions(func):
+        arg = func._schema.arguments[i]
         value = args[i] if i < len(args) else kwargs.get(arg.name)
         values = value if isinstance(value, (list, tuple)) else [value]
         written += [v for v in values if isinstance(v, torch.Tensor)]

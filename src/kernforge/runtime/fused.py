@@ -74,6 +74,7 @@ class Step:
     metas: list[dict[str, Any]] = field(default_factory=list)  # each output's shape/stride/dtype
     returns: int = 1  # how many values the op returns (a tuple where more than one)
     source: bool = False  # reads only the chain's inputs: its call reaches a router, not a placeholder
+    inplace: bool = False  # writes its first argument, a value the chain made (relu_): returns that placeholder
     # (argument position, shape, dtype) of its first input: a router's cheap first test, since
     # every call of a common op (mul, _to_copy) reaches the router
     quick: tuple[int, tuple[int, ...], Any] | None = None
@@ -99,8 +100,13 @@ class ChainPlan:
         self.outputs: list[Ref] = [(int(j), int(k)) for j, k in chain["outputs"]]
         self.input_checks = [kernels.tensor_check(m) for m in spec.args]
         self.current: ChainRun | None = None  # the run waiting for a source step, in eager
+        # Installed chains that start with the same steps (a ResNet's `bn, relu_` and `bn, add_,
+        # relu_`): (plan, how many leading steps the two share, its counts). A run that meets a
+        # call its own next step is not goes on as the first of these whose next step it is.
+        self.alternatives: list[tuple[ChainPlan, int, kernels.RouteCounts]] = []
         for step in self.steps:
             step.returns = len(step.op._schema.returns)
+            step.inplace = torch.Tag.inplace in step.op.tags
             step.source = not kernels.reads_a_step((step.args, step.kwargs))
             step.matchers = [self._matcher(a) for a in step.args]
             step.keyword_matchers = [(k, self._matcher(v)) for k, v in step.kwargs.items()]
@@ -131,6 +137,30 @@ class ChainPlan:
             step.metas = [{"shape": tuple(t.shape), "stride": t.stride(), "dtype": t.dtype}
                           if isinstance(t, torch.Tensor) else {} for t in outs]
             step.layouts = [_layout(m) if m else None for m in step.metas]
+
+
+def link_alternatives(plans: list[tuple[ChainPlan, kernels.RouteCounts]]) -> None:
+    """Each plan's alternatives: the other plans whose first steps are its own (same ops, wiring,
+    constants and input layouts), longest shared start first."""
+    for plan, _ in plans:
+        shared = [(other, _shared_steps(plan, other), counts) for other, counts in plans if other is not plan]
+        plan.alternatives = sorted((a for a in shared if a[1] > 0), key=lambda a: -a[1])
+
+
+def _shared_steps(a: ChainPlan, b: ChainPlan) -> int:
+    """How many leading steps two chains have alike, the inputs those steps read alike too (the
+    inputs are numbered as first read, so alike steps number them alike)."""
+    steps_a, steps_b = (a.spec.chain or {})["steps"], (b.spec.chain or {})["steps"]
+    count = 0
+    for x, y in zip(steps_a, steps_b):
+        if (x["op"], x.get("signature"), x["args"], x["kwargs"]) != (y["op"], y.get("signature"), y["args"], y["kwargs"]):
+            break
+        read = [r["input"] for r in kernels.flat((x["args"], list(x["kwargs"].values())))
+                if isinstance(r, dict) and set(r) == {"input"}]
+        if any(k >= len(a.spec.args) or k >= len(b.spec.args) or a.spec.args[k] != b.spec.args[k] for k in read):
+            break
+        count += 1
+    return count
 
 
 def _decode(value: Any, inputs: list[Any], values: list[list[Any]]) -> Any:
@@ -216,6 +246,10 @@ class ChainRun:
             return type(value) is _Pending and value._run is self and value._ref == what
         if kind == INPUT:
             k, check = what
+            if type(value) is _Pending:  # another run's value: an input where that run is over
+                if value._run.active():
+                    return False
+                value = value._run.value(value._ref)
             known = self.inputs[k]
             if known is None:
                 known = bound.get(k)
@@ -232,6 +266,31 @@ class ChainRun:
         return isinstance(value, (list, tuple)) and len(value) == len(what) and all(
             self._matches(m, v, bound) for m, v in zip(what, value))
 
+    def switch(self, func: Any, args: tuple, kwargs: dict) -> list[tuple[int, torch.Tensor]] | None:
+        """Where an installed chain that starts as this run's plan did so far has this call as its
+        next step: the run goes on as that chain's (inputs bound so far kept, at the same numbers),
+        and the inputs the call binds; else None, the run as it was."""
+        for plan, shared, counts in self.plan.alternatives:
+            if shared < self.next or self.next >= len(plan.steps) or plan.steps[self.next].op is not func:
+                continue
+            own = (self.plan, self.counts, self.inputs, self.versions)
+            n = len(plan.spec.args)
+            self.plan, self.counts = plan, counts
+            self.inputs = (self.inputs + [None] * n)[:n]
+            self.versions = (self.versions + [0] * n)[:n]
+            bound = self.bind(plan.steps[self.next], args, kwargs)
+            if bound is not None:
+                if own[0].current is self:
+                    own[0].current = None
+                plan.current = self
+                return bound
+            self.plan, self.counts, self.inputs, self.versions = own
+        return None
+
+    def active(self) -> bool:
+        """Still waiting for a step: its placeholders are not values yet."""
+        return not self.abandoned and self.next < len(self.plan.steps)
+
     def take(self, bound: list[tuple[int, torch.Tensor]]) -> None:
         for i, t in bound:
             self.inputs[i], self.versions[i] = t, _version(t)
@@ -241,13 +300,24 @@ class ChainRun:
     def advance(self) -> Any:
         """The step just matched is done: placeholders for its outputs, or, at the last step
         (or once the kernel ran), the kernel's outputs."""
+        return self._outputs_of(self._stepped())
+
+    def advance_in_place(self, target: _Pending) -> _Pending:
+        """The step just matched wrote its first argument, a placeholder of this run, in place:
+        that placeholder now stands for the step's output (an in-place op returns its argument,
+        whatever its kernel returns), as does every reference to it the model holds."""
+        target._ref = (self._stepped(), 0)
+        return target
+
+    def _stepped(self) -> int:
+        """The step the run waited for, now done; at the last step the kernel runs."""
         j = self.next
         self.next += 1
         if self.next == len(self.plan.steps) and not self.results:
             self._finish()
         if self.next == len(self.plan.steps) and self.plan.current is self:
             self.plan.current = None
-        return self._outputs_of(j)
+        return j
 
     def _ready(self) -> bool:
         return not self.results and not self.abandoned and all(t is not None for t in self.inputs)
@@ -307,9 +377,12 @@ class _Pending(torch.Tensor):
         if run is not None and not run.abandoned and run.next < len(run.plan.steps):
             step = run.plan.steps[run.next]
             bound = run.bind(step, args, kwargs) if func is step.op else None
+            if bound is None and run.plan.alternatives:
+                bound = run.switch(func, args, kwargs)
+                step = run.plan.steps[run.next]
             if bound is not None:
                 run.take(bound)
-                return run.advance()
+                return run.advance_in_place(args[0]) if step.inplace else run.advance()
         real_args, real_kwargs = _realised(args), {k: _realised(v) for k, v in kwargs.items()}
         return func(*real_args, **real_kwargs)
 
@@ -326,7 +399,8 @@ def _pending(run: ChainRun, ref: Ref, layout: Layout | None) -> _Pending | None:
 
 
 def _one_run(args: tuple, kwargs: dict) -> ChainRun | None:
-    """The run whose placeholders the call holds, where they are all one run's; else None."""
+    """The run whose placeholders the call holds, where they are all one active run's (a finished
+    run's placeholder is a value: an in-place last step returns it to the model); else None."""
     found = None
     for value in (*args, *kwargs.values()):
         if type(value) is _Pending:
@@ -336,6 +410,8 @@ def _one_run(args: tuple, kwargs: dict) -> ChainRun | None:
         else:
             continue
         for run in runs:
+            if not run.active():
+                continue
             if found is None:
                 found = run
             elif run is not found:
@@ -432,9 +508,13 @@ class CompilePatterns:
         # signatures) trace to the same pattern, which one pass refuses to hold twice; each
         # pass's check takes only its own chain's layouts and leaves the rest to the next.
         self.passes: list[Any] = []
+        self.refused: dict[str, str] = {}  # kernel name -> why its chain has no pattern (left to inductor)
         with unset_fake_temporarily():  # the pass runs inside compile; the patterns trace real tensors
             for plan, counts in chosen:
-                self._register(pm, plan, counts)
+                try:
+                    self._register(pm, plan, counts)
+                except Exception as e:  # noqa: BLE001 - a chain the matcher cannot hold stays inductor's
+                    self.refused[plan.spec.name] = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
 
     def _register(self, pm: Any, plan: ChainPlan, counts: kernels.RouteCounts) -> None:
         spec = plan.spec

@@ -154,6 +154,7 @@ def install(specs: list[KernelSpec], model: torch.nn.Module | None = None) -> In
         installation.counts.setdefault(spec.op, RouteCounts())
         prepare_native(spec)
     installation._plans = {s.name: _fused().ChainPlan(s) for s in specs if s.chain}
+    _fused().link_alternatives([(plan, installation.counts[plan.spec.op]) for plan in installation._plans.values()])
     at_modules: set[str] = set()
     for spec in specs:
         if spec.chain and spec.in_eager and model is not None:

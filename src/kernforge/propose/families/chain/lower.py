@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from kernforge.capture.chains import BATCH_NORMS
 from kernforge.propose.families.elementwise import INT32_LIMIT, OUTPUT_DTYPES, formula
 
 INPUT_DTYPES = (*OUTPUT_DTYPES, "torch.bool")  # a mask is read as 0.0 / 1.0
@@ -115,13 +116,18 @@ def lower(chain: dict[str, Any], inputs: list[dict[str, Any]], outputs: list[dic
     """The chain as a Program, or why the built-in kernels cannot do it."""
     if any(step["op"] == "aten::native_group_norm.default" for step in chain["steps"]):
         return "a chain led by group norm is the group norm family's (its kernels take the steps as an epilogue)"
-    domain = _domain([t["shape"] for t in inputs + outputs])
-    if domain is None:
+    per_channel = _channel_inputs(chain)
+    domain = _domain([t["shape"] for k, t in enumerate(inputs) if k not in per_channel]
+                     + [t["shape"] for t in outputs])
+    if domain is None or per_channel and len(domain) < 2:
         return "the chain's tensors do not broadcast to one shape"
-    for t in inputs:
+    for k, t in enumerate(inputs):
         if t["dtype"] not in INPUT_DTYPES:
             return f"a chain input of dtype {t['dtype']} has no built-in template"
-    program = Program(domain=domain, inputs=[_placed(t, domain) for t in inputs])
+        if k in per_channel and (len(t["shape"]) != 1 or t["shape"][0] not in (1, domain[1])):
+            return f"a batch norm's statistics or affine of shape {t['shape']} is not one value a channel"
+    program = Program(domain=domain, inputs=[_on_channels(t, domain) if k in per_channel else _placed(t, domain)
+                                             for k, t in enumerate(inputs)])
     values: list[list[Any]] = []
     for step in chain["steps"]:
         made = _lower_step(program, step, values)
@@ -138,7 +144,48 @@ def lower(chain: dict[str, Any], inputs: list[dict[str, Any]], outputs: list[dic
         if placed["kind"] not in ("full", "row") or placed["kind"] == "full" and program.nodes[node]["row"]:
             return f"a chain output of shape {meta['shape']} is neither the domain {domain} nor one value a row"
         program.outputs.append({**placed, "node": node, "row": placed["kind"] == "row"})
+    if not program.reductions:
+        _merge_dims(program)
     return program
+
+
+def _channel_inputs(chain: dict[str, Any]) -> set[int]:
+    """The chain inputs an eval-mode batch norm reads per channel, along dim 1 (its weight, bias,
+    mean and variance, each [C])."""
+    found = set()
+    for step in chain["steps"]:
+        if step["op"] in BATCH_NORMS:
+            found |= {a["input"] for a in step["args"][1:5] if isinstance(a, dict) and set(a) == {"input"}}
+    return found
+
+
+def _on_channels(t: dict[str, Any], domain: list[int]) -> dict[str, Any]:
+    """A [C] tensor placed along the domain's dim 1 (NCHW's channels), broadcast along the rest."""
+    strides = [0] * len(domain)
+    strides[1] = t["stride"][0] if t["shape"][0] != 1 else 0
+    return _kind_of({**t, "strides": strides}, domain)
+
+
+MERGED_ROW = 512  # a row this long fills a program's lanes; merging further would only cost rows
+
+
+def _merge_dims(program: Program) -> None:
+    """The domain's last dim merged with the one before, while every tensor steps through both
+    evenly and a row is short: an element-wise chain over [N, C, 56, 56] runs over rows of 3136
+    rather than of 56, and over [N, C, 7, 7] rows of 49 rather than 7, which fill a program's lanes.
+    Rows stay many: they are what a CPU kernel's threads share."""
+    tensors = program.inputs + program.outputs
+    while len(program.domain) > 1 and program.domain[-1] < MERGED_ROW:
+        outer, inner = program.domain[-2], program.domain[-1]
+        if not (outer == 1 or inner == 1 or all(t["strides"][-2] == t["strides"][-1] * inner for t in tensors)):
+            break
+        program.domain[-2:] = [outer * inner]
+        for t in tensors:  # a dim of size 1 steps nowhere: the other one's stride
+            t["strides"][-2:] = [t["strides"][-2] if inner == 1 else t["strides"][-1]]
+    for k, t in enumerate(program.inputs):
+        program.inputs[k] = _kind_of(t, program.domain)
+    for j, o in enumerate(program.outputs):
+        program.outputs[j] = {**_kind_of(o, program.domain), "node": o["node"], "row": o["row"]}
 
 
 def _domain(shapes: list[list[int]]) -> list[int] | None:
@@ -157,11 +204,16 @@ def _placed(t: dict[str, Any], domain: list[int]) -> dict[str, Any]:
     row (constant along N), vec (the same for every row), scalar."""
     pad = len(domain) - len(t["shape"])
     strides = [0] * pad + [st if size != 1 else 0 for size, st in zip(t["shape"], t["stride"])]
+    return _kind_of({**t, "strides": strides}, domain)
+
+
+def _kind_of(t: dict[str, Any], domain: list[int]) -> dict[str, Any]:
+    strides = t["strides"]
     outer, inner = strides[:-1], strides[-1]
     one_row = math.prod(domain[:-1]) == 1  # a 1-D chain: a tensor along N is all of the domain, not a row's share
     kind = "scalar" if not any(strides) else "row" if inner == 0 else "vec" if not any(outer) and not one_row \
         else "full"
-    return {**t, "strides": strides, "kind": kind}
+    return {**t, "kind": kind}
 
 
 def _lower_step(program: Program, step: dict[str, Any], values: list[list[Any]]) -> list[Any] | str:
@@ -176,6 +228,10 @@ def _lower_step(program: Program, step: dict[str, Any], values: list[list[Any]])
 
     if op == "aten::_to_copy.default":
         return [value(args[0])]
+    if op in BATCH_NORMS:
+        return _batch_norm(program, [value(a) for a in args[:5]], float(args[BATCH_NORMS[op][1]]),
+                           outputs=4 if op == "aten::cudnn_batch_norm.default" else 3)
+    op = functional(op)  # an in-place step (relu_) writes a value the chain made: the value is what counts
     name = op.split("::", 1)[1].split(".")[0]
     if op in ("aten::sum.dim_IntList", "aten::mean.dim", "aten::amax.default", "aten::amin.default"):
         how = {"sum": "sum", "mean": "sum", "amax": "max", "amin": "min"}[name]
@@ -238,6 +294,31 @@ def _layer_norm(program: Program, x: int, w: Any, b: Any, eps: float) -> list[An
     if isinstance(b, int):
         y = _call(program, "a + b", "a + b", [y, b])
     return [y, mean, rstd]
+
+
+def functional(op: str) -> str:
+    """'aten::relu_.default' -> 'aten::relu.default': an in-place op's out-of-place form."""
+    namespace, _, rest = op.partition("::")
+    name, dot, overload = rest.partition(".")
+    if name.endswith("_") and not name.endswith("__") and not name.startswith("_"):
+        name = name[:-1]
+    return f"{namespace}::{name}{dot}{overload}"
+
+
+def _batch_norm(program: Program, args: list[Any], eps: float, outputs: int) -> list[Any]:
+    """x * alpha + beta, with alpha = weight * rsqrt(var + eps) and beta = bias - mean * alpha per
+    channel (row values, once a row), as ATen's CPU kernel computes eval mode: (x - mean) first
+    overflows float32 where x and mean are near its range and the result is not. The op's other
+    outputs (the saved statistics, empty in eval) are never a chain's."""
+    x, w, b, mean, var = args
+    alpha = _call(program, "tl.rsqrt(a + b)", "1.0f / sqrtf(a + b)", [var, eps])
+    if isinstance(w, int):
+        alpha = _call(program, "a * b", "a * b", [alpha, w])
+    beta = _call(program, "-(a * b)", "-(a * b)", [mean, alpha])
+    if isinstance(b, int):
+        beta = _call(program, "a + b", "a + b", [b, beta])
+    y = _call(program, "a * b + c", "a * b + c", [x, alpha, beta])
+    return [y] + [None] * (outputs - 1)
 
 
 def _rms_norm(program: Program, x: int, w: Any, eps: float) -> list[Any]:

@@ -1,0 +1,188 @@
+"""A convolutional net's batch norms fused with what follows them (capture/chains.py's channel and
+inplace steps): ResNet's `bn -> relu_` and `bn -> += identity -> relu_`, found by capture, lowered
+per channel, evaluated as C kernels, and installed in the model through placeholders."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+from torchvision.models.resnet import Bottleneck
+
+from kernforge.capture.chains import find_chains
+from kernforge.capture.recorder import ModuleTracker, Recorder
+from kernforge.models.loader import LoadedModel
+from kernforge.propose.families.chain.lower import lower
+from kernforge.runtime import fused, router
+from kernforge.tasks import ChainReference, make_tasks, save_task
+
+pytestmark = pytest.mark.integration
+
+
+def _block() -> nn.Module:
+    """A stem (conv, bn, relu) and a bottleneck without downsampling: both chain forms."""
+    torch.manual_seed(0)
+    block = nn.Sequential(nn.Conv2d(8, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(inplace=True),
+                          Bottleneck(16, 4)).eval()
+    for m in block.modules():
+        if isinstance(m, nn.BatchNorm2d):  # statistics a trained net has, not the identity's
+            m.running_mean.uniform_(-1, 1)
+            m.running_var.uniform_(0.5, 2)
+            m.weight.data.uniform_(0.5, 1.5)
+            m.bias.data.uniform_(-0.5, 0.5)
+    return block
+
+
+def _chains(module: nn.Module, x: torch.Tensor) -> list:
+    recorder = Recorder()
+    with ModuleTracker(module, recorder), recorder, torch.no_grad():
+        recorder.mark_returned(module(x))
+    return find_chains(recorder.calls, recorder.returned_ids, recorder.module_calls)
+
+
+def test_a_bottlenecks_batch_norms_and_inplace_activations_are_chains():
+    chains = _chains(_block(), torch.randn(2, 8, 9, 11))
+    ops = sorted((c.op, len(c.instances)) for c in chains)
+    assert ops == [("chain:native_batch_norm+add_+relu_", 1), ("chain:native_batch_norm+relu_", 1),
+                   ("chain:native_batch_norm+relu_", 2)], ops
+    # the batch norm module's forward reads its training flag, which no module route checks
+    assert all(c.module is None and c.modules is None for c in chains)
+    residual = next(c for c in chains if "add_" in c.op)
+    assert [m["shape"] for m in residual.input_metas] == [[2, 16, 9, 11], [16], [16], [16], [16], [2, 16, 9, 11]]
+    program = lower(residual.to_json(), residual.input_metas, residual.output_metas)
+    # per channel along dim 1, H and W merged into one row of 99
+    assert program.domain == [2, 16, 99]
+    assert [t["kind"] for t in program.inputs] == ["full", "row", "row", "row", "row", "full"]
+
+
+def test_a_batch_norm_in_training_and_an_inplace_op_on_an_input_are_no_chain_steps():
+    block = _block().train()
+    assert not any("batch_norm" in c.op for c in _chains(block, torch.randn(2, 8, 9, 11)))
+
+    class ReluOfInput(nn.Module):  # relu_ would write the caller's tensor: never fused
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.relu_(x) * 2.0 + 1.0
+
+    assert not any("relu_" in c.op for c in _chains(ReluOfInput(), torch.randn(4, 8)))
+
+
+def test_the_replay_of_an_inplace_chain_leaves_its_inputs_alone():
+    chain = next(c for c in _chains(_block(), torch.randn(2, 8, 9, 11)) if "add_" in c.op)
+    inputs = [torch.randn(m["shape"]) for m in chain.input_metas]
+    inputs[4] = inputs[4].abs() + 0.1  # a variance
+    before = [t.clone() for t in inputs]
+    (out,) = ChainReference(chain.to_json())(*inputs)
+    x, w, b, mean, var, identity = before
+    expected = torch.relu((x - mean[:, None, None]) / torch.sqrt(var[:, None, None] + 1e-5) * w[:, None, None]
+                          + b[:, None, None] + identity)
+    torch.testing.assert_close(out, expected)
+    assert all(torch.equal(a, b) for a, b in zip(inputs, before))
+
+
+def _kernel_spec(chain, calls: list[int]) -> router.KernelSpec:
+    from tests.test_fused_install import _spec
+
+    return _spec(chain, f"chain_bn_test_{chain.signature.replace('-', '_')}", calls)
+
+
+def test_installed_the_block_takes_the_kernels_and_keeps_its_result():
+    block, x = _block(), torch.randn(2, 8, 9, 11)
+    chains = _chains(block, x)
+    with torch.no_grad():
+        expected = block(x)
+    calls: list[int] = []
+    specs = [_kernel_spec(c, calls) for c in chains]
+    installation = router.install(specs)
+    try:
+        with torch.no_grad():
+            got = block(x)
+            taken = sum(installation.counts[op].kernel for op in {s.op for s in specs})
+            block.train()  # batch statistics now: every chain's guard refuses, the model's own ops run
+            trained = block(x)
+    finally:
+        installation.remove()
+        block.eval()
+    assert taken == 4 and len(calls) == 4
+    torch.testing.assert_close(got.clone(), expected)
+    block.train()
+    with torch.no_grad():
+        torch.testing.assert_close(trained.clone(), block(x), rtol=0, atol=0)
+
+
+def test_a_reference_to_the_value_an_inplace_step_wrote_sees_the_written_value():
+    """relu_ returns its argument: the batch norm's placeholder stands for the relu'd value after."""
+
+    class KeepsBoth(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.bn = _block()[1]
+
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            y = self.bn(x)
+            z = torch.relu_(y)
+            return z.sum(dim=(2, 3)), y.amin(dim=(2, 3))  # y is z: both read the written value
+
+    module, x = KeepsBoth().eval(), torch.randn(2, 16, 5, 5)
+    (chain,) = [c for c in _chains(module, x) if c.op == "chain:native_batch_norm+relu_"]
+    with torch.no_grad():
+        expected_z, expected_y = module(x)
+    calls: list[int] = []
+    installation = router.install([_kernel_spec(chain, calls)])
+    try:
+        with torch.no_grad():
+            y = module.bn(x)
+            assert isinstance(y, fused._Pending)
+            z = torch.relu_(y)
+            assert z is y and len(calls) == 1
+            got_z, got_y = z.sum(dim=(2, 3)), y.amin(dim=(2, 3))
+    finally:
+        installation.remove()
+    torch.testing.assert_close(got_z, expected_z)
+    torch.testing.assert_close(got_y, expected_y)
+    assert bool((got_y >= 0).all())
+
+
+_TRITON = __import__("importlib").util.find_spec("triton") is not None
+
+
+@pytest.mark.parametrize("backend", ["cpu", pytest.param("triton", marks=pytest.mark.skipif(
+    not _TRITON, reason="triton is not installed"))])
+@pytest.mark.parametrize("form", ["relu", "residual"])
+def test_generated_kernels_of_batch_norm_chains_pass_the_evaluator(tmp_path: Path, form: str, backend: str):
+    """The C kernel at its start and the other end of its space; the Triton kernel at its start,
+    under the interpreter."""
+    from kernforge.capture import capture_model
+    from kernforge.evaluate import evaluate_baseline, evaluate_candidate
+    from kernforge.evaluate.runner import discard_reference
+    from kernforge.propose.builtin import Hardware
+    from kernforge.propose.families import chain as family
+
+    block = _block()
+    module = block[:3] if form == "relu" else block[3]
+    x = torch.randn(2, 8 if form == "relu" else 16, 9, 11)
+    loaded = LoadedModel(module=module, inputs=(x,), device=torch.device("cpu"), name=form, spec="test")
+    capture = capture_model(loaded, tmp_path / "capture", repeats=1)
+    tasks, _ = make_tasks(capture, tmp_path / "capture", 10, lambda t: None if t.chain else "single op")
+    task = next(t for t in tasks if ("add_" in t.op) == (form == "residual"))
+    facts = family.match(task)
+    assert not isinstance(facts, str), facts
+    space = family.space(facts, backend, Hardware())
+    task_dir = tmp_path / "task"
+    task_dir.mkdir()
+    save_task(task, task_dir / "task.json")
+    reference = task_dir / "reference.pt"
+    evaluate_baseline(task_dir / "task.json", reference, "cpu", task_dir / "baseline", 600.0, ())
+    try:
+        points = [space.fit(family.start(facts, backend, Hardware()))]
+        if backend == "cpu":
+            points.append({"schedule": "dynamic", "simd": False})
+        for i, point in enumerate(points):
+            source = task_dir / f"c{i}.{'c' if backend == 'cpu' else 'py'}"
+            source.write_text(family.render(facts, backend, point))
+            result = evaluate_candidate(task_dir / "task.json", reference, source, backend, "cpu", task_dir / f"n{i}",
+                                        300.0)
+            assert result.status == "ok", (task.op, point, result.reason)
+    finally:
+        discard_reference(reference)
