@@ -186,3 +186,24 @@ def test_generated_kernels_of_batch_norm_chains_pass_the_evaluator(tmp_path: Pat
             assert result.status == "ok", (task.op, point, result.reason)
     finally:
         discard_reference(reference)
+
+
+def test_a_downsampled_residual_takes_the_kernel_with_the_other_batch_norms_value_made():
+    """`out += self.downsample(x)`: the downsample's batch norm starts a run of the same chain (same
+    head), whose value is then the residual chain's input: made by its own ops, that run given up."""
+    torch.manual_seed(0)
+    downsample = nn.Sequential(nn.Conv2d(8, 16, 1, bias=False), nn.BatchNorm2d(16))
+    block, x = Bottleneck(8, 4, downsample=downsample).eval(), torch.randn(2, 8, 9, 11)
+    residual = next(c for c in _chains(block, x) if "add_" in c.op)
+    with torch.no_grad():
+        expected = block(x)
+    calls: list[int] = []
+    installation = router.install([_kernel_spec(residual, calls)])
+    try:
+        with torch.no_grad():
+            got = block(x)
+        counts = installation.counts[residual.op]
+        assert (counts.kernel, counts.fallback, len(calls)) == (1, 1, 1)
+    finally:
+        installation.remove()
+    torch.testing.assert_close(got.clone(), expected)

@@ -61,8 +61,8 @@ def winners(run: RunRecord) -> list[Winner]:
 
 def installable(winner: Winner) -> str | None:
     """None, or why this winner cannot be installed: an op that writes its inputs or returns a
-    view of one is not a pure function, and a custom op must be one. (A chain is pure: capture
-    leaves in-place ops out of chains.)"""
+    view of one is not a pure function, and a custom op must be one. (A chain is pure: its in-place
+    steps write only values the chain made, capture/chains.py.)"""
     schema = None if winner.chain else kernels.resolve(winner.op)._schema
     if schema is not None and (any(a.alias_info is not None for a in schema.arguments) or any(
             r.alias_info is not None for r in schema.returns)):

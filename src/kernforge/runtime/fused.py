@@ -246,8 +246,8 @@ class ChainRun:
             return type(value) is _Pending and value._run is self and value._ref == what
         if kind == INPUT:
             k, check = what
-            if type(value) is _Pending:  # another run's value: an input where that run is over
-                if value._run.active():
+            if type(value) is _Pending:  # another run's value: made (that run given up where it was on)
+                if value._run is self:
                     return False
                 value = value._run.value(value._ref)
             known = self.inputs[k]
@@ -373,8 +373,7 @@ class _Pending(torch.Tensor):
     @classmethod
     def __torch_dispatch__(cls, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
-        run = _one_run(args, kwargs)
-        if run is not None and not run.abandoned and run.next < len(run.plan.steps):
+        for run in _active_runs(args, kwargs):
             step = run.plan.steps[run.next]
             bound = run.bind(step, args, kwargs) if func is step.op else None
             if bound is None and run.plan.alternatives:
@@ -398,10 +397,12 @@ def _pending(run: ChainRun, ref: Ref, layout: Layout | None) -> _Pending | None:
     return made
 
 
-def _one_run(args: tuple, kwargs: dict) -> ChainRun | None:
-    """The run whose placeholders the call holds, where they are all one active run's (a finished
-    run's placeholder is a value: an in-place last step returns it to the model); else None."""
-    found = None
+def _active_runs(args: tuple, kwargs: dict) -> list[ChainRun]:
+    """The active runs whose placeholders the call holds, in argument order (a finished run's
+    placeholder is a value: an in-place last step returns it to the model). Where there are two
+    (a residual `bn3(...) += bn(downsample)`), the call may be one run's next step with the other's
+    value an input of it: that value is then made (ChainRun._matches), its run given up."""
+    found: list[ChainRun] = []
     for value in (*args, *kwargs.values()):
         if type(value) is _Pending:
             runs = (value._run,)
@@ -410,12 +411,8 @@ def _one_run(args: tuple, kwargs: dict) -> ChainRun | None:
         else:
             continue
         for run in runs:
-            if not run.active():
-                continue
-            if found is None:
-                found = run
-            elif run is not found:
-                return None
+            if run.active() and run not in found:
+                found.append(run)
     return found
 
 
