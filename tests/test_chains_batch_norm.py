@@ -207,3 +207,20 @@ def test_a_downsampled_residual_takes_the_kernel_with_the_other_batch_norms_valu
     finally:
         installation.remove()
     torch.testing.assert_close(got.clone(), expected)
+
+
+def test_a_cudnn_batch_norm_chains_float64_oracle_runs_where_cudnn_does_not():
+    """A GPU's fp32 batch norm is cuDNN's, which no CPU has (the oracle's fallback device): the
+    float64 oracle computes it with ATen's batch norm, the same arguments and math."""
+    chain = {"steps": [{"op": "aten::cudnn_batch_norm.default", "kwargs": {},
+                        "args": [{"input": 0}, {"input": 1}, {"input": 2}, {"input": 3}, {"input": 4}, False, 0.1, 1e-5]},
+                       {"op": "aten::relu_.default", "args": [{"step": 0, "output": 0}], "kwargs": {}}],
+             "outputs": [[1, 0]]}
+    torch.manual_seed(0)
+    x = torch.randn(2, 4, 3, 3)
+    w, b, mean, var = torch.randn(4), torch.randn(4), torch.randn(4), torch.rand(4) + 0.5
+    (out,) = ChainReference(chain).in_float64()(*[t.double() for t in (x, w, b, mean, var)])
+    expected = torch.relu(nn.functional.batch_norm(x.double(), mean.double(), var.double(), w.double(), b.double(),
+                                                   False, 0.1, 1e-5))
+    assert out.dtype == torch.float64
+    torch.testing.assert_close(out, expected)

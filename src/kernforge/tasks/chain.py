@@ -21,6 +21,16 @@ def _is_ref(value: Any) -> bool:
     return isinstance(value, dict) and (set(value) == {"input"} or set(value) == {"step", "output"})
 
 
+CUDNN_BATCH_NORM = torch.ops.aten.cudnn_batch_norm.default
+
+
+def _batch_norm_as_cudnn(args: list[Any], kwargs: dict[str, Any]) -> list[Any]:
+    """cuDNN's batch norm for the float64 oracle: ATen's own (the same arguments and math), which
+    every device has in float64; cuDNN's fourth output, its reserve space, is empty."""
+    out = list(torch.ops.aten.native_batch_norm.default(*args, **kwargs))
+    return out + [torch.empty(0, dtype=torch.uint8, device=out[0].device)]
+
+
 class ChainReference:
     """Callable as the chain: `ref(*inputs)` gives the tuple of its outputs."""
 
@@ -29,7 +39,7 @@ class ChainReference:
         self.steps = [(resolve_op(s["op"]), s["args"], s["kwargs"]) for s in chain["steps"]]
         self.outputs = [tuple(o) for o in chain["outputs"]]
         self.float64 = float64
-        self.mutated: list[int] = []  # a chain never writes its inputs (capture leaves in-place ops out)
+        self.mutated: list[int] = []  # a chain never writes its inputs (its in-place steps write its own values)
 
     def in_float64(self) -> ChainReference:
         """The same chain for the oracle: the steps' floating dtypes become float64."""
@@ -43,7 +53,10 @@ class ChainReference:
             call_kwargs = {k: self._decode(v, inputs, values, device) for k, v in kwargs.items()}
             if self.float64 and op._schema.name in ("aten::_softmax", "aten::_log_softmax"):
                 call_args[2] = False  # half_to_float: the oracle's input is float64 already
-            out = op(*call_args, **call_kwargs)
+            if self.float64 and op is CUDNN_BATCH_NORM:
+                out = _batch_norm_as_cudnn(call_args, call_kwargs)
+            else:
+                out = op(*call_args, **call_kwargs)
             values.append(list(out) if isinstance(out, (tuple, list)) else [out])
         return tuple(values[step][k] for step, k in self.outputs)
 
