@@ -188,13 +188,15 @@ def test_generated_kernels_of_batch_norm_chains_pass_the_evaluator(tmp_path: Pat
         discard_reference(reference)
 
 
-def test_a_downsampled_residual_takes_the_kernel_with_the_other_batch_norms_value_made():
-    """`out += self.downsample(x)`: the downsample's batch norm starts a run of the same chain (same
-    head), whose value is then the residual chain's input: made by its own ops, that run given up."""
+def test_a_call_holding_two_runs_values_goes_on_as_the_run_whose_step_it_is():
+    """The residual chain `bn3, add_, relu_` found in a block without downsampling, installed in one
+    with it: the downsample's batch norm starts a second run of the same chain (same head), whose
+    value is then the first run's residual input: made by its own ops, that run given up."""
     torch.manual_seed(0)
+    plain = Bottleneck(16, 4).eval()
+    residual = next(c for c in _chains(plain, torch.randn(2, 16, 9, 11)) if "add_" in c.op)
     downsample = nn.Sequential(nn.Conv2d(8, 16, 1, bias=False), nn.BatchNorm2d(16))
     block, x = Bottleneck(8, 4, downsample=downsample).eval(), torch.randn(2, 8, 9, 11)
-    residual = next(c for c in _chains(block, x) if "add_" in c.op)
     with torch.no_grad():
         expected = block(x)
     calls: list[int] = []
@@ -224,3 +226,28 @@ def test_a_cudnn_batch_norm_chains_float64_oracle_runs_where_cudnn_does_not():
                                                    False, 0.1, 1e-5))
     assert out.dtype == torch.float64
     torch.testing.assert_close(out, expected)
+
+
+def test_a_downsampled_residual_with_both_batch_norms_in_one_kernel():
+    """The downsample's batch norm joins the residual chain (bn3, bn, add_, relu_): its call, after
+    the downsample's conv, is the waiting run's next step, served before any chain could start on it."""
+    torch.manual_seed(0)
+    downsample = nn.Sequential(nn.Conv2d(8, 16, 1, bias=False), nn.BatchNorm2d(16))
+    block, x = Bottleneck(8, 4, downsample=downsample).eval(), torch.randn(2, 8, 9, 11)
+    chains = _chains(block, x)
+    assert sorted(c.op for c in chains) == ["chain:native_batch_norm+native_batch_norm+add_+relu_",
+                                            "chain:native_batch_norm+relu_"]
+    with torch.no_grad():
+        expected = block(x)
+    calls: list[int] = []
+    specs = [_kernel_spec(c, calls) for c in chains]
+    installation = router.install(specs)
+    try:
+        with torch.no_grad():
+            got = block(x)
+        taken = {op: (installation.counts[op].kernel, installation.counts[op].fallback) for op in {s.op for s in specs}}
+    finally:
+        installation.remove()
+    assert taken == {"chain:native_batch_norm+native_batch_norm+add_+relu_": (1, 0),
+                     "chain:native_batch_norm+relu_": (2, 0)}, taken
+    torch.testing.assert_close(got.clone(), expected)

@@ -225,11 +225,17 @@ def find_chains(calls: list[Call], returned_ids: Iterable[int],
         joined = sorted({group_of[maker[t][0]] for t in c.input_ids if t in maker and maker[t][0] in group_of
                          and region.get(maker[t][0]) == region.get(c.index)}, key=lambda g: -groups[g][-1])
         merged = [c.index]
-        for g in joined:
-            trial = sorted(set(merged) | set(groups[g]))
-            if _fusible(trial, by_index, roles, maker, ancestors):
-                merged = trial
-                del groups[g]
+        waiting = joined
+        while waiting:  # a group refused alone may join once another did (an add_ writing one input's value)
+            refused = []
+            for g in waiting:
+                trial = sorted(set(merged) | set(groups[g]))
+                if _fusible(trial, by_index, roles, maker, ancestors):
+                    merged = trial
+                    del groups[g]
+                else:
+                    refused.append(g)
+            waiting = refused if len(refused) < len(waiting) else []
         groups[merged[0]] = merged
         for m in merged:
             group_of[m] = merged[0]

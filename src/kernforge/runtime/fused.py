@@ -424,21 +424,26 @@ def _realised(value: Any) -> Any:
     return value
 
 
-def enter(plan: ChainPlan, op: Any, args: tuple, kwargs: dict, counts: kernels.RouteCounts) -> Any | None:
-    """A router's call of one of the chain's source steps: the step the chain's current run
-    waits for (a weight's cast), or its first step (a new run); placeholders where the call is
-    the proved one, else None (the call goes on as it would)."""
-    run = plan.current
-    if run is not None and run.next < len(plan.steps):
-        step = plan.steps[run.next]
-        if step.source and step.op is op and step.may_be(args):
-            bound = run.bind(step, args, kwargs)
-            if bound is not None:
-                run.take(bound)
-                return run.advance()
-    head = plan.steps[0]
-    if head.op is op and head.may_be(args):
-        return start(plan, args, kwargs, counts)
+def enter(plans: list[tuple[ChainPlan, kernels.RouteCounts]], op: Any, args: tuple, kwargs: dict) -> Any | None:
+    """A router's call of one of its chains' source steps: the step a run in progress waits for
+    (a weight's cast, a downsample's batch norm), else the first step of a new run; placeholders
+    where the call is the proved one, else None (the call goes on as it would). A run in progress
+    is served first: a new run on the same call would leave it waiting."""
+    for plan, _ in plans:
+        run = plan.current
+        if run is not None and run.next < len(plan.steps):
+            step = plan.steps[run.next]
+            if step.source and step.op is op and step.may_be(args):
+                bound = run.bind(step, args, kwargs)
+                if bound is not None:
+                    run.take(bound)
+                    return run.advance()
+    for plan, counts in plans:
+        head = plan.steps[0]
+        if head.op is op and head.may_be(args):
+            entered = start(plan, args, kwargs, counts)
+            if entered is not None:
+                return entered
     return None
 
 

@@ -345,8 +345,8 @@ def _router(op_name: str, specs: list[KernelSpec], original: Any, installation: 
     rewrap = _scalar_rewrapper(op._schema)
 
     def route(keyset: Any, *args: Any, **kwargs: Any) -> Any:
-        for plan, chain_counts in chains if not RUNNING[0] else ():
-            entered = enter(plan, op, args, kwargs, chain_counts)
+        if chains and not RUNNING[0]:
+            entered = enter(chains, op, args, kwargs)
             if entered is not None:
                 return entered
         for spec, guard, kernel_op in routes if not RUNNING[0] else ():
