@@ -47,8 +47,15 @@ def test_a_bottlenecks_batch_norms_and_inplace_activations_are_chains():
     ops = sorted((c.op, len(c.instances)) for c in chains)
     assert ops == [("chain:native_batch_norm+add_+relu_", 1), ("chain:native_batch_norm+relu_", 1),
                    ("chain:native_batch_norm+relu_", 2)], ops
-    # the batch norm module's forward reads its training flag, which no module route checks
-    assert all(c.module is None and c.modules is None for c in chains)
+    # `bn1 -> relu` (the module shared by the block) is a sequence of modules whose route checks
+    # their training flags; the residual, with its add_ in the block's forward, is not
+    for chain in chains:
+        assert chain.module is None
+        if "add_" in chain.op:
+            assert chain.modules is None
+        else:
+            assert chain.modules["eval_only"] and chain.modules["classes"] == [
+                "torch.nn.modules.batchnorm.BatchNorm2d", "torch.nn.modules.activation.ReLU"]
     residual = next(c for c in chains if "add_" in c.op)
     assert [m["shape"] for m in residual.input_metas] == [[2, 16, 9, 11], [16], [16], [16], [16], [2, 16, 9, 11]]
     program = lower(residual.to_json(), residual.input_metas, residual.output_metas)
@@ -251,3 +258,38 @@ def test_a_downsampled_residual_with_both_batch_norms_in_one_kernel():
     assert taken == {"chain:native_batch_norm+native_batch_norm+add_+relu_": (1, 0),
                      "chain:native_batch_norm+relu_": (2, 0)}, taken
     torch.testing.assert_close(got.clone(), expected)
+
+
+def test_at_its_modules_a_batch_norm_chain_runs_in_eval_and_steps_aside_in_training():
+    """Installed with the model, `bn -> relu` goes at the modules (no placeholder): the kernel in
+    eval; in training the batch norm's own forward (batch statistics, running stats updated);
+    and the batch norm's output, written in place by the ReLU, reads as the kernel's output."""
+    block, x = _block(), torch.randn(2, 8, 9, 11)
+    chains = [c for c in _chains(block, x) if c.modules]
+    with torch.no_grad():
+        expected = block(x)
+    calls: list[int] = []
+    specs = [_kernel_spec(c, calls) for c in chains]
+    installation = router.install(specs, block)
+    try:
+        assert all(name in installation.module_routes for name in (s.name for s in specs))
+        with torch.no_grad():
+            got = block(x)
+            eval_calls = len(calls)
+            stem_bn, stem_relu = block[1], block[2]
+            y = stem_bn(block[0](x))
+            z = stem_relu(y)
+            kept = y.amin(dim=(2, 3))  # y was written in place: it is z
+            block.train()
+            stats = stem_bn.running_mean.clone()
+            trained = block(x)
+            moved = not torch.equal(stats, stem_bn.running_mean)
+    finally:
+        installation.remove()
+        block.eval()
+    assert eval_calls == 3  # the stem, bn1 and bn2 (each then the shared relu)
+    torch.testing.assert_close(got.clone(), expected)
+    torch.testing.assert_close(kept, z.amin(dim=(2, 3)))
+    assert bool((kept >= 0).all())
+    assert len(calls) == 4 and moved  # no kernel in training, the running statistics updated
+    assert trained.shape == expected.shape

@@ -279,7 +279,10 @@ def module_boundaries(chains: list[Chain], calls: list[Call], module_calls: list
     sequences_of = _starting_at(module_calls)
     for chain in chains:
         if any(step["op"] in BATCH_NORMS for step in chain.steps):
-            continue  # a batch norm module's forward depends on its training flag, which no guard of its call reads
+            # a batch norm's module computes another op while it trains: only a sequence's route,
+            # which checks its modules' training flags (fused.Sequence.first), may hold it
+            module_sequences(chain, calls, sequences_of, eval_only=True)
+            continue
         found: dict[str, tuple[str, int, list[list[Any]], list[str]]] = {}
         for instance in chain.instances:
             matched = _boundary(instance, calls, spans)
@@ -305,7 +308,8 @@ def _starting_at(module_calls: list[ModuleCall]) -> dict[int, list[ModuleCall]]:
     return starting
 
 
-def module_sequences(chain: Chain, calls: list[Call], starting: dict[int, list[ModuleCall]]) -> None:
+def module_sequences(chain: Chain, calls: list[Call], starting: dict[int, list[ModuleCall]],
+                     eval_only: bool = False) -> None:
     """Mark a chain whose instances are exactly the forwards of consecutive module calls (diffusers'
     ResnetBlock2D: `h = self.norm1(x); h = self.nonlinearity(h)`, the SiLU module shared): each
     stage's output the next one's only argument and read by nothing else, the chain's one output
@@ -326,6 +330,8 @@ def module_sequences(chain: Chain, calls: list[Call], starting: dict[int, list[M
         classes, n_args, inputs, outputs, names = max(found.values(), key=lambda f: len(f[4]))
         chain.modules = {"classes": classes, "args": n_args, "inputs": inputs, "outputs": outputs,
                          "names": names, "instances": len(chain.instances)}
+        if eval_only:  # the route takes it only while none of its modules trains
+            chain.modules["eval_only"] = True
 
 
 def _sequence(instance: ChainInstance, calls: list[Call], starting: dict[int, list[ModuleCall]],
@@ -335,16 +341,32 @@ def _sequence(instance: ChainInstance, calls: list[Call], starting: dict[int, li
     output as [step, output position] (the layout a value not made yet takes). None where the
     instance is no such sequence."""
     members = instance.members
+    inside = set(members)
+
+    def spare(i: int) -> bool:  # an allocation beside the steps (a CPU batch norm's empty reserve)
+        return 0 <= i < len(calls) and calls[i].kind == "alloc" and i not in inside
     first, end = members[0], members[-1] + 1
-    if members != list(range(first, end)) or len(instance.outputs) != 1:
+    if [i for i in range(first, end) if not spare(i)] != members or len(instance.outputs) != 1:
         return None
+    earliest = first
+    while spare(earliest - 1):
+        earliest -= 1
     stages: list[ModuleCall] = []
-    while not stages or stages[-1].end < end:
-        at = stages[-1].end if stages else first
-        fitting = [mc for mc in starting.get(at, []) if mc.end <= end and (mc.first, mc.end) != (first, end)]
-        if not fitting:
+    at = earliest
+    while at < end:
+        # the widest module call starting here within the instance that holds a step; not one
+        # spanning it all (that is a module boundary, not a sequence)
+        fitting = [mc for mc in starting.get(at, []) if mc.end <= end and not (at <= first and mc.end == end)
+                   and any(i in inside for i in range(mc.first, mc.end))]
+        if fitting:
+            stages.append(max(fitting, key=lambda mc: mc.end))
+            at = stages[-1].end
+        elif spare(at):
+            at += 1
+        else:
             return None
-        stages.append(max(fitting, key=lambda mc: mc.end))
+    if len(stages) < 2:
+        return None
     head = stages[0]
     if None in head.arg_ids or len(set(head.arg_ids)) != len(head.arg_ids):
         return None  # a number or a repeated tensor among the arguments: the guard could not tell

@@ -958,11 +958,20 @@ class Sequence:
         self.metas = [_layout(plan.steps[int(j)].metas[int(k)]) for j, k in record["outputs"]]
         self.tally = kernels.Tally()  # kernel: sequences that ran the kernel; fallback: refused or made
 
-    def first(self, module: torch.nn.Module, original: Callable[..., Any]) -> Callable[[tuple], Any]:
-        """route(args) at the first module: a _Lazy where the call is as proved, else None."""
+    def first(self, module: torch.nn.Module, original: Callable[..., Any],
+              stages: list[torch.nn.Module]) -> Callable[[tuple], Any]:
+        """route(args) at the first module: a _Lazy where the call is as proved, else None. A chain
+        with a batch norm (eval mode, as captured) is refused while any of its modules trains: the
+        batch norm's forward would take the batch's statistics."""
         proved_inputs, meta = _proved_inputs(self.plan, _sources(module, self.record), self.tally), self.metas[0]
+        watched = tuple(stages) if self.record.get("eval_only") else ()
+        tally = self.tally
 
         def route(args: tuple) -> Any:
+            for m in watched:
+                if m.training:
+                    tally.fallback += 1
+                    return None
             tensors = proved_inputs(args)
             if tensors is None:
                 return None
@@ -973,6 +982,7 @@ class Sequence:
         """route(args) at a later module: given the stage before's _Lazy, not made yet, the next
         _Lazy or the kernel's output; else None (its own forward)."""
         meta, last = self.metas[stage], stage == self.last
+        in_place = self.plan.steps[-1].inplace
 
         def route(args: tuple) -> Any:
             value = args[0]
@@ -982,7 +992,12 @@ class Sequence:
             if held.sequence is not self or held.stage != stage - 1 or held.value is not None:
                 return None
             held.taken = True
-            return self._run(held) if last else _Lazy(held.then(original), meta)
+            if not last:
+                return _Lazy(held.then(original), meta)
+            out = self._run(held)
+            if in_place:  # relu_ wrote the stage before's value: that value is now the kernel's output
+                held.value = out
+            return out
         return route
 
     def _run(self, held: _Held) -> torch.Tensor:
@@ -1090,7 +1105,7 @@ def sequence_routes(plan: ChainPlan, model: torch.nn.Module, counts: kernels.Rou
             if (id(module), stage) not in placed:
                 route, original = _as_it_is(module)
                 route.instances = 0
-                run = sequence.first(module, original) if stage == 0 else sequence.later(stage, original)
+                run = sequence.first(module, original, modules) if stage == 0 else sequence.later(stage, original)
                 placed[id(module), stage] = _put_route(route, run, original, int(record["args"]) if stage == 0 else 1)
         placed[id(modules[0]), 0].instances += 1
     return list(placed.values())
