@@ -236,6 +236,35 @@ def test_under_compile_the_chain_becomes_the_custom_op_in_the_graph(softmax_case
     torch.testing.assert_close(got, expected)
 
 
+def test_under_compile_a_chain_whose_pattern_cannot_be_registered_leaves_the_others_theirs(softmax_case, monkeypatch):
+    """A chain the pattern matcher refuses (its trace raises) is left to inductor, and said; the
+    other chains of the pass are still matched, and the model still compiles."""
+    module, inputs, spec, calls = softmax_case
+    torch.manual_seed(1)
+    other = ResidualRMSNorm()
+    x, y = torch.randn(8, 32), torch.randn(8, 32)
+    broken = _spec(_chain_of(other, x, y), "chain_refused_test", [])
+    register = fused.CompilePatterns._register
+
+    def refusing(self, pm, plan, counts):
+        if plan.spec.name == broken.name:
+            raise RuntimeError("the matcher cannot hold this pattern")
+        return register(self, pm, plan, counts)
+    monkeypatch.setattr(fused.CompilePatterns, "_register", refusing)
+    with torch.no_grad():
+        expected = module(*inputs)
+    installation = router.install([spec, broken])
+    try:
+        patterns = fused.CompilePatterns([(p, installation.counts[p.spec.op]) for p in installation._plans.values()])
+        assert list(patterns.refused) == [broken.name] and "cannot hold" in patterns.refused[broken.name]
+        assert len(patterns.passes) == 1
+    finally:
+        installation.remove()
+    got, installation = _compiled_run(module, inputs, [spec, broken])
+    assert installation.counts[spec.op].traced_by_kernel == {spec.name: 1} and len(calls) == 1
+    torch.testing.assert_close(got, expected)
+
+
 def test_under_compile_a_chain_at_its_modules_becomes_the_custom_op_not_their_route():
     """The routed modules' own call steps aside while dynamo traces (torch.compiler.is_compiling):
     the graph holds the modules' own ops, and the graph pass puts the chain's op in their place."""
