@@ -293,3 +293,16 @@ def test_at_its_modules_a_batch_norm_chain_runs_in_eval_and_steps_aside_in_train
     assert bool((kept >= 0).all())
     assert len(calls) == 4 and moved  # no kernel in training, the running statistics updated
     assert trained.shape == expected.shape
+
+
+@pytest.mark.parametrize(("activation", "op"), [(nn.ReLU6(inplace=True), "hardtanh_"), (nn.SiLU(inplace=True), "silu_"),
+                                                (nn.Mish(inplace=True), "mish_")])
+def test_other_nets_in_place_activations_after_a_batch_norm_are_chains_at_their_modules(activation, op):
+    """MobileNet's ReLU6 (hardtanh_), EfficientNet's SiLU, Mish, all in place: the same chain, at
+    the modules, lowered by the chain family (mish_ is pointwise as ATen tags mish)."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), activation).eval()
+    (chain,) = _chains(net, torch.randn(2, 3, 9, 9))
+    assert chain.op == f"chain:native_batch_norm+{op}" and chain.modules and chain.modules["eval_only"]
+    program = lower(chain.to_json(), chain.input_metas, chain.output_metas)
+    assert not isinstance(program, str), program

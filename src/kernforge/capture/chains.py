@@ -155,11 +155,19 @@ def _eval_batch_norm(call: Call, training_at: int | None) -> bool:
 
 
 def _inplace_pointwise(call: Call) -> bool:
-    """relu_, add_, mul_...: pointwise, floating, writing its first argument alone and returning it."""
+    """relu_, add_, mul_...: pointwise, floating, writing its first argument alone and returning it.
+    Pointwise as its out-of-place form is tagged (ATen tags gelu and mish, not gelu_ and mish_)."""
     func = call.func
-    return (torch.Tag.inplace in func.tags and torch.Tag.pointwise in func.tags and written_positions(func) == [0]
+    return (torch.Tag.inplace in func.tags and written_positions(func) == [0]
+            and (torch.Tag.pointwise in func.tags or torch.Tag.pointwise in _out_of_place(func).tags)
             and len(call.outputs) == 1 and _floating(call.outputs[0])
             and not any(_nested_tensor(a) for a in call.args))
+
+
+def _out_of_place(func: Any) -> Any:
+    """aten.gelu_.default -> aten.gelu.default (itself where there is none)."""
+    packet = getattr(torch.ops.aten, func._schema.name.split("::")[-1].removesuffix("_"), None)
+    return getattr(packet, func._overloadname, func) if packet is not None else func
 
 
 def _is_tensor(value: Any) -> bool:
