@@ -106,9 +106,27 @@ def test_a_route_cost_writes_the_keys_apply_json_always_had_in_their_order():
     data = cost.to_json()
     assert list(data) == ["op", "kernel", "direct_us", "aten_us", "routed_hit_us", "original_us", "routed_miss_us",
                           "unpatched_op_us", "unpatched_op_patched_us", "via", "native", "python_direct_us",
-                          "fewest_burst_calls", "hit_overhead_us", "miss_overhead_us", "hit_vs_aten"]
+                          "fewest_burst_calls", "hit_spread_us", "miss_spread_us", "hit_overhead_us",
+                          "miss_overhead_us", "hit_vs_aten"]
     assert (data["hit_overhead_us"], data["miss_overhead_us"], data["hit_vs_aten"]) == (2.0, 1.0, 0.6)
     assert RouteCost.from_json(data) == cost
+
+
+def test_a_route_cost_inside_its_rounds_spread_is_said_not_measured():
+    """A 2-4 ms CPU kernel's bursts of 6 calls spread by milliseconds: its +2215 us read from them
+    is no host cost, and the line says so; a cost beyond the spread is reported as it was."""
+    from kernforge.report.tables import _route_line
+
+    noisy = RouteCost(op="chain:x", kernel="k", direct_us=2230.3, aten_us=3847.2, routed_hit_us=4445.7,
+                      original_us=3589.2, routed_miss_us=3210.8, unpatched_op_us=1.4, unpatched_op_patched_us=1.6,
+                      via="placeholders", hit_spread_us=2600.0, miss_spread_us=900.0)
+    line = _route_line(noisy)
+    assert "+2215.4 us per call taking the kernel (within the rounds' spread of 2600.0 us: not measured)" in line
+    assert "-378.4 us per call falling back (within the rounds' spread of 900.0 us: not measured)" in line
+    clear = RouteCost(op="chain:x", kernel="k", direct_us=10.0, aten_us=20.0, routed_hit_us=15.0, original_us=8.0,
+                      routed_miss_us=9.0, unpatched_op_us=1.4, unpatched_op_patched_us=1.6, hit_spread_us=0.8,
+                      miss_spread_us=None)
+    assert "+5.0 us per call taking the kernel (15.0 us" in _route_line(clear) and "not measured" not in _route_line(clear)
 
 
 def test_routed_calls_and_rounds_go_out_and_back_unchanged():

@@ -98,13 +98,16 @@ def measure(spec: router.KernelSpec, all_specs: list[router.KernelSpec], device:
     if taken == 0:
         raise RuntimeError(f"{spec.name}: the proved inputs did not take the kernel")
     m = {name: statistics.median(values) for name, values in samples.items()}
+    spread = {name: max(values) - min(values) for name, values in samples.items()}
     return RouteCost(op=spec.op, kernel=spec.name, direct_us=m["direct"], aten_us=m["aten"], routed_hit_us=m["hit"],
                        original_us=m["original"], routed_miss_us=m["miss"], unpatched_op_us=m["add"],
                        unpatched_op_patched_us=m["add routed"],
                        via=("module" if len(modules) == 1 else "modules") if modules
                        else "placeholders" if spec.chain else "op",
                        native=via_native, python_direct_us=m["python direct"] if native is not None else None,
-                       fewest_burst_calls=min(sizes.values()))
+                       fewest_burst_calls=min(sizes.values()),
+                       hit_spread_us=max(spread["hit"], spread["direct"]),
+                       miss_spread_us=max(spread["miss"], spread["original"]))
 
 
 def modules_of(spec: router.KernelSpec, model: torch.nn.Module | None) -> list[torch.nn.Module] | None:

@@ -35,6 +35,11 @@ class RouteCost:
     python_direct_us: float | None = None  # the kernel's Python entry called directly, where it has a C++ one
     # the shortest burst of any kind (a slow call's is cut short); None: a file from before bursts were sized
     fewest_burst_calls: int | None = None
+    # how far the rounds of a hit and its direct call (of a miss and the original) spread, max - min
+    # of either: an overhead smaller than this was not measured (a 2-4 ms CPU kernel's bursts of 6
+    # calls spread by milliseconds); None: a file from before the spread was kept
+    hit_spread_us: float | None = None
+    miss_spread_us: float | None = None
 
     @property
     def hit_overhead_us(self) -> float:

@@ -289,9 +289,17 @@ def _route_line(r: RouteCost) -> str:
            "placeholders": " through placeholders"}.get(r.via, "")
     aten = f", {r.aten_us:.1f} us for the ATen call it replaces" if r.aten_us is not None else ""
     return (f"routing {r.kernel}{via} ({'native' if r.native else 'Python'}): {r.hit_overhead_us:+.1f} us per call "
-            f"taking the kernel ({r.routed_hit_us:.1f} us against its direct call's {r.direct_us:.1f}{aten}), "
-            f"{r.miss_overhead_us:+.1f} us per call falling back; an unpatched op "
+            f"taking the kernel{_unmeasured(r.hit_overhead_us, r.hit_spread_us)} ({r.routed_hit_us:.1f} us against "
+            f"its direct call's {r.direct_us:.1f}{aten}), {r.miss_overhead_us:+.1f} us per call falling back"
+            f"{_unmeasured(r.miss_overhead_us, r.miss_spread_us)}; an unpatched op "
             f"{r.unpatched_op_us:.1f} -> {r.unpatched_op_patched_us:.1f} us")
+
+
+def _unmeasured(overhead_us: float, spread_us: float | None) -> str:
+    """Said where a route's cost is inside its rounds' spread: no such cost was measured."""
+    if spread_us is None or abs(overhead_us) > spread_us:
+        return ""
+    return f" (within the rounds' spread of {spread_us:.1f} us: not measured)"
 
 
 def _rounds_line(report: EndToEnd) -> str:
