@@ -1,8 +1,9 @@
 """Host cost of a chain's route: at its module's forward against placeholders at every step (issue 32).
 
 For each chain capture finds in a bundled example, a stand-in kernel (one zero-fill launch per
-output, the cheapest entry a kernel can have) is installed twice: as the forward of the modules
-the chain is exactly (fused.module_routes), and through the placeholders at its steps. apply's
+output, the cheapest entry a kernel can have) is installed twice: at the modules the chain is
+exactly (fused.module_routes: one module's forward, or a sequence of modules), and through the
+placeholders at its steps. apply's
 routing measure (integrate/overhead.py: bursts of 200 calls, medians of 7 rounds) gives each
 route's host time per call against the entry called directly. The stand-in makes the ratio the
 worst case: a real kernel's direct call only adds to both sides.
@@ -83,7 +84,7 @@ def main() -> None:
         row = {"chain": chain.op, "steps": len(chain.steps), "instances": len(chain.instances),
                "module_class": (chain.module or {}).get("class"), "module_instances": len((chain.module or {}).get("names", []))}
         for via, model in (("module", loaded.module), ("placeholders", None)):
-            if via == "module" and not chain.module:
+            if via == "module" and not (chain.module or chain.modules):  # one module's forward, or a sequence's
                 continue
             try:
                 row[via] = overhead.measure(spec, [spec], device, model).to_json()
@@ -101,11 +102,12 @@ def main() -> None:
           f"{'miss over us':>12}")
     for r in rows:
         for via in ("module", "placeholders"):
+            shown = r[via]["via"] if via in r and "via" in r[via] else via  # module, or modules (a sequence)
             if via in r and "error" in r[via]:
                 print(f"{r['chain'][:48]:48} {r['steps']:5d} {via:>12} {r[via]['error']}")
             elif via in r:
                 c = r[via]
-                print(f"{r['chain'][:48]:48} {r['steps']:5d} {via:>12} {c['direct_us']:10.1f} {c['routed_hit_us']:10.1f} "
+                print(f"{r['chain'][:48]:48} {r['steps']:5d} {shown:>12} {c['direct_us']:10.1f} {c['routed_hit_us']:10.1f} "
                       f"{c['routed_hit_us'] - c['direct_us']:8.1f} {c['routed_hit_us'] / c['direct_us']:6.2f} "
                       f"{c['routed_miss_us'] - c['original_us']:12.1f} aten {c['aten_us']:.1f} us, native {c['native']}")
 
