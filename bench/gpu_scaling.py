@@ -22,6 +22,11 @@ import tempfile
 from pathlib import Path
 
 
+# The worker's phases that hold its device's lock (evaluate/worker.py run_candidate): eager timed,
+# the candidate's session, eager timed again; the build and first call (Triton's compile) do not.
+LOCKED_PHASES = ("eager_timing_s", "session_s", "timing_s")
+
+
 def read_events(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
 
@@ -108,6 +113,10 @@ def main() -> int:
     for r in rows:
         if r.get("mean_phases"):
             print(f"{r['n_gpus']} GPU(s), {r['executor']}: a candidate's mean seconds by phase {r['mean_phases']}")
+            locked = sum(r["mean_phases"].get(k, 0.0) for k in LOCKED_PHASES)
+            if locked > 0:
+                print(f"  under the device lock {locked:.2f} s a candidate ({' + '.join(LOCKED_PHASES)}): at most "
+                      f"{60 / locked * r['n_gpus']:.1f} candidates a minute however many are in flight")
     for line in agreement:
         print(line)
     return 0
