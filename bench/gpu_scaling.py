@@ -115,8 +115,11 @@ def main() -> int:
             print(f"{r['n_gpus']} GPU(s), {r['executor']}: a candidate's mean seconds by phase {r['mean_phases']}")
             locked = sum(r["mean_phases"].get(k, 0.0) for k in LOCKED_PHASES)
             if locked > 0:
-                print(f"  under the device lock {locked:.2f} s a candidate ({' + '.join(LOCKED_PHASES)}): at most "
-                      f"{60 / locked * r['n_gpus']:.1f} candidates a minute however many are in flight")
+                # with several in flight these phases include the waits for the lock: the bound holds
+                # only for a search of one candidate in flight a GPU
+                waits = "" if r["parallel"] == 1 else ", waits for the lock included"
+                print(f"  under the device lock {locked:.2f} s a candidate ({' + '.join(LOCKED_PHASES)}{waits}): "
+                      f"at most {60 / locked * r['n_gpus']:.1f} candidates a minute however many are in flight")
     for line in agreement:
         print(line)
     return 0
