@@ -27,7 +27,7 @@ case $stage in
     timeout 120 python3 bench/issue32_routing.py --spec example:resnet50 --dtype fp32 --top 8 --out "$work" > "$work/routing_resnet.txt" 2>&1
     timeout 60 python3 bench/module_route_overhead.py > "$work/module_route.txt" 2>&1
     PYTHONPATH=src:. timeout 120 python3 bench/timing_noise.py --runways 0 100000 250000 1000000 > "$work/runway.txt" 2>&1
-    timeout 150 python3 bench/gpu_scaling.py --gpus 0 --executors local --parallel 4 8 --iterations 24 --out "$work" \
+    timeout 200 python3 bench/gpu_scaling.py --gpus 0 --executors local --parallel 1 8 --iterations 16 --out "$work" \
       > "$work/scaling.txt" 2>&1
     summary=("$work/routing_gemma.txt" "$work/routing_resnet.txt" "$work/runway.txt" "$work/scaling.txt")
     ;;
