@@ -197,3 +197,22 @@ def test_a_config_json_that_is_no_record_is_said_not_raised(tmp_path):
     (tmp_path / "config.json").write_text("[1, 2]")
     run = read_run_partial(tmp_path)
     assert run.config == {} and "config.json is not a record; it is left out" in run.problems
+
+
+@pytest.mark.skipif(__import__("shutil").which("git") is None, reason="git is not installed")
+def test_a_history_lock_left_by_a_stopped_run_does_not_stop_the_resumed_one(runs_dir: Path):
+    """Ctrl-C during a kept candidate's commit leaves .git/index.lock; the resumed run's next commit
+    went on failing (git add exit 128) and the search stopped with a traceback. A lock older than
+    this process is cleared; and a history git refuses is no reason to stop a search."""
+    import os
+
+    store = RunStore.create(runs_dir, "m")
+    first = store.commit_kept("t0-x", "int a;", ".c", "n0000")
+    assert first is not None
+    lock = store.task_dir("t0-x") / "history" / ".git" / "index.lock"
+    lock.write_text("")
+    os.utime(lock, (run_module._STARTED - 60, run_module._STARTED - 60))  # left before this process began
+    second = store.commit_kept("t0-x", "int b;", ".c", "n0001")
+    assert second is not None and second != first and not lock.exists()
+    lock.write_text("")  # a lock of this process's own time is not touched: git refuses, the search goes on
+    assert store.commit_kept("t0-x", "int c;", ".c", "n0002") is None and lock.exists()

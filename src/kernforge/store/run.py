@@ -138,18 +138,23 @@ class RunStore:
         return read_events(self.root / "events.jsonl")
 
     def commit_kept(self, task_id: str, source: str, suffix: str, message: str) -> str | None:
-        """Commit a kept candidate to the task's history; its hash, or None where git is missing."""
+        """Commit a kept candidate to the task's history; its hash, or None where git is missing
+        or refuses (the history is a convenience: the candidate's own files are the record)."""
         repo = self.task_dir(task_id) / "history"
         if shutil.which("git") is None:
             return None
-        if not (repo / ".git").is_dir():
-            repo.mkdir(parents=True, exist_ok=True)
-            _git(repo, "init", "-q")
-        (repo / f"kernel{suffix}").write_text(source)
-        _git(repo, "add", f"kernel{suffix}")
-        _git(repo, "-c", "user.name=kernforge", "-c", "user.email=kernforge@localhost",
-             "commit", "-q", "--allow-empty", "-m", message)
-        return _git(repo, "rev-parse", "HEAD").strip()
+        try:
+            if not (repo / ".git" / "HEAD").is_file():
+                repo.mkdir(parents=True, exist_ok=True)
+                _git(repo, "init", "-q")
+            _clear_stale_lock(repo)
+            (repo / f"kernel{suffix}").write_text(source)
+            _git(repo, "add", f"kernel{suffix}")
+            _git(repo, "-c", "user.name=kernforge", "-c", "user.email=kernforge@localhost",
+                 "commit", "-q", "--allow-empty", "-m", message)
+            return _git(repo, "rev-parse", "HEAD").strip()
+        except (OSError, subprocess.CalledProcessError):
+            return None
 
     def results(self) -> list[ResultRow]:
         path = self.root / "results.tsv"
@@ -157,6 +162,21 @@ class RunStore:
             return []
         with open(path, newline="") as f:
             return [ResultRow.from_tsv(cells) for cells in csv.DictReader(f, delimiter="\t")]
+
+
+_STARTED = time.time()
+
+
+def _clear_stale_lock(repo: Path) -> None:
+    """A task's history is written by this process alone, one commit at a time: an index.lock made
+    before this process started was left by one that was stopped mid-commit (Ctrl-C), and would
+    make every later commit of the resumed run fail."""
+    lock = repo / ".git" / "index.lock"
+    try:
+        if lock.stat().st_mtime < _STARTED:
+            lock.unlink()
+    except FileNotFoundError:
+        pass
 
 
 def _git(repo: Path, *args: str) -> str:
