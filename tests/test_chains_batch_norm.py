@@ -296,10 +296,11 @@ def test_at_its_modules_a_batch_norm_chain_runs_in_eval_and_steps_aside_in_train
 
 
 @pytest.mark.parametrize(("activation", "op"), [(nn.ReLU6(inplace=True), "hardtanh_"), (nn.SiLU(inplace=True), "silu_"),
-                                                (nn.Mish(inplace=True), "mish_")])
+                                                (nn.Mish(inplace=True), "mish_"), (nn.Hardswish(inplace=True), "hardswish_")])
 def test_other_nets_in_place_activations_after_a_batch_norm_are_chains_at_their_modules(activation, op):
-    """MobileNet's ReLU6 (hardtanh_), EfficientNet's SiLU, Mish, all in place: the same chain, at
-    the modules, lowered by the chain family (mish_ is pointwise as ATen tags mish)."""
+    """MobileNet's ReLU6 (hardtanh_), EfficientNet's SiLU, Mish, MobileNetV3's Hardswish, all in
+    place: the same chain, at the modules, lowered by the chain family (mish_ is pointwise as ATen
+    tags mish; hardswish, which ATen does not tag, as the element-wise family computes it)."""
     torch.manual_seed(0)
     net = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), activation).eval()
     (chain,) = _chains(net, torch.randn(2, 3, 9, 9))

@@ -48,6 +48,9 @@ NORM_HEADS = ("aten::native_group_norm.default",)
 BATCH_NORMS = {"aten::native_batch_norm.default": (5, 7), "aten::cudnn_batch_norm.default": (5, 7),
                "aten::_native_batch_norm_legit_no_training.default": (None, 6)}
 CAST_KWARGS = {"dtype", "layout", "device"}  # a _to_copy that only changes the dtype
+# Element-wise ops ATen leaves without its `pointwise` tag (torch 2.14: hardswish, MobileNetV3's
+# activation), which the element-wise family computes
+UNTAGGED_POINTWISE = {"aten::hardswish.default", "aten::hardswish_.default"}
 
 
 @dataclass
@@ -134,7 +137,7 @@ def step_role(call: Call) -> str | None:
         x = call.args[0] if call.args else None
         return "cast" if floating and _is_tensor(x) and _floating(x) and set(call.kwargs) <= CAST_KWARGS \
             and call.outputs[0]["stride"] == x["stride"] else None
-    if call.kind == "compute" and torch.Tag.pointwise in func.tags and floating and len(call.outputs) == 1:
+    if call.kind == "compute" and _pointwise(func) and floating and len(call.outputs) == 1:
         return "pointwise"
     return None
 
@@ -159,9 +162,13 @@ def _inplace_pointwise(call: Call) -> bool:
     Pointwise as its out-of-place form is tagged (ATen tags gelu and mish, not gelu_ and mish_)."""
     func = call.func
     return (torch.Tag.inplace in func.tags and written_positions(func) == [0]
-            and (torch.Tag.pointwise in func.tags or torch.Tag.pointwise in _out_of_place(func).tags)
+            and (_pointwise(func) or _pointwise(_out_of_place(func)))
             and len(call.outputs) == 1 and _floating(call.outputs[0])
             and not any(_nested_tensor(a) for a in call.args))
+
+
+def _pointwise(func: Any) -> bool:
+    return torch.Tag.pointwise in func.tags or qualified_name(func) in UNTAGGED_POINTWISE
 
 
 def _out_of_place(func: Any) -> Any:
