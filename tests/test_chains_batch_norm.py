@@ -307,3 +307,44 @@ def test_other_nets_in_place_activations_after_a_batch_norm_are_chains_at_their_
     assert chain.op == f"chain:native_batch_norm+{op}" and chain.modules and chain.modules["eval_only"]
     program = lower(chain.to_json(), chain.input_metas, chain.output_metas)
     assert not isinstance(program, str), program
+
+
+class BatchNormAct(nn.BatchNorm2d):
+    """timm's BatchNormAct2d, in short: the norm and its activation in one forward."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__(channels)
+        self.act = nn.SiLU(inplace=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = nn.functional.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias,
+                                     self.training, self.momentum, self.eps)
+        return self.act(x)
+
+
+def test_a_batch_norm_with_its_activation_in_one_forward_is_routed_there_in_eval_only():
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(3, 8, 3), BatchNormAct(8)).eval()
+    net[1].running_var.uniform_(0.5, 2)
+    x = torch.randn(2, 3, 9, 9)
+    (chain,) = _chains(net, x)
+    assert chain.op == "chain:native_batch_norm+silu_" and chain.module["eval_only"] and chain.modules is None
+    with torch.no_grad():
+        expected = net(x)
+    calls: list[int] = []
+    spec = _kernel_spec(chain, calls)
+    installation = router.install([spec], net)
+    try:
+        assert spec.name in installation.module_routes
+        with torch.no_grad():
+            got = net(x)
+            net.train()
+            stats = net[1].running_mean.clone()
+            net(x)
+            moved = not torch.equal(stats, net[1].running_mean)
+        counts = installation.counts[spec.op]
+        assert (counts.kernel, counts.fallback, len(calls)) == (1, 1, 1) and moved
+    finally:
+        installation.remove()
+        net.eval()
+    torch.testing.assert_close(got, expected)

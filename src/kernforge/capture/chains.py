@@ -293,11 +293,9 @@ def module_boundaries(chains: list[Chain], calls: list[Call], module_calls: list
         spans.setdefault((mc.first, mc.end), mc)
     sequences_of = _starting_at(module_calls)
     for chain in chains:
-        if any(step["op"] in BATCH_NORMS for step in chain.steps):
-            # a batch norm's module computes another op while it trains: only a sequence's route,
-            # which checks its modules' training flags (fused.Sequence.first), may hold it
-            module_sequences(chain, calls, sequences_of, eval_only=True)
-            continue
+        # a batch norm's module computes another op while it trains: its routes check the modules'
+        # training flags (fused._in_eval, fused.Sequence.first)
+        eval_only = any(step["op"] in BATCH_NORMS for step in chain.steps)
         found: dict[str, tuple[str, int, list[list[Any]], list[str]]] = {}
         for instance in chain.instances:
             matched = _boundary(instance, calls, spans)
@@ -310,8 +308,10 @@ def module_boundaries(chains: list[Chain], calls: list[Call], module_calls: list
             cls, n_args, inputs, names = max(found.values(), key=lambda f: len(f[3]))
             chain.module = {"class": cls, "args": n_args, "inputs": inputs, "names": names,
                             "instances": len(chain.instances)}
+            if eval_only:
+                chain.module["eval_only"] = True
         else:
-            module_sequences(chain, calls, sequences_of)
+            module_sequences(chain, calls, sequences_of, eval_only=eval_only)
 
 
 def _starting_at(module_calls: list[ModuleCall]) -> dict[int, list[ModuleCall]]:
@@ -358,8 +358,8 @@ def _sequence(instance: ChainInstance, calls: list[Call], starting: dict[int, li
     members = instance.members
     inside = set(members)
 
-    def spare(i: int) -> bool:  # an allocation beside the steps (a CPU batch norm's empty reserve)
-        return 0 <= i < len(calls) and calls[i].kind == "alloc" and i not in inside
+    def spare(i: int) -> bool:
+        return _spare(calls, i, members)
     first, end = members[0], members[-1] + 1
     if [i for i in range(first, end) if not spare(i)] != members or len(instance.outputs) != 1:
         return None
@@ -405,11 +405,21 @@ def _sequence(instance: ChainInstance, calls: list[Call], starting: dict[int, li
     return stages, inputs, [made[mc.output_id] for mc in stages]
 
 
+def _spare(calls: list[Call], i: int, members: list[int]) -> bool:
+    """Call i is an allocation beside the chain's steps inside a module's span (a batch norm's empty
+    reserve on the CPU): no step, and nothing the chain reads."""
+    return 0 <= i < len(calls) and calls[i].kind == "alloc" and i not in members
+
+
 def _boundary(instance: ChainInstance, calls: list[Call],
               spans: dict[tuple[int, int], ModuleCall]) -> tuple[ModuleCall, list[list[Any]]] | None:
     members = instance.members
-    mc = spans.get((members[0], members[-1] + 1))
-    if mc is None or members != list(range(mc.first, mc.end)) or len(instance.outputs) != 1:
+    first = members[0]
+    while first > 0 and _spare(calls, first - 1, members):  # the module allocated before its first step
+        first -= 1
+    mc = spans.get((first, members[-1] + 1)) or spans.get((members[0], members[-1] + 1))
+    if mc is None or [i for i in range(mc.first, mc.end) if not _spare(calls, i, members)] != members \
+            or len(instance.outputs) != 1:
         return None
     if None in mc.arg_ids or len(set(mc.arg_ids)) != len(mc.arg_ids):
         return None  # a number or a repeated tensor among the arguments: the guard could not tell

@@ -791,7 +791,7 @@ def module_route(plan: ChainPlan, module: torch.nn.Module,
     spec, sources = plan.spec, _sources(module, boundary)
     try:
         native = dispatch.module_entry(spec, kernels.ALIGNMENT, sources)
-        return native, native
+        return _in_eval(native, native, module) if boundary.get("eval_only") else (native, native)
     except dispatch.NotNative:
         pass
     tally = kernels.Tally()
@@ -804,7 +804,36 @@ def module_route(plan: ChainPlan, module: torch.nn.Module,
         tally.kernel += 1
         out = kernels.run_kernel(spec, tuple(tensors), {}, tensors)
         return out[0] if isinstance(out, (tuple, list)) else out
-    return route, tally
+    return _in_eval(route, tally, module) if boundary.get("eval_only") else (route, tally)
+
+
+class _EvalCounter:
+    """A route's counts, with the calls it refused while a module trained as fallbacks."""
+
+    __slots__ = ("inner", "refused")
+
+    def __init__(self, inner: Any):
+        self.inner, self.refused = inner, 0
+
+    def counts(self) -> tuple[list[int], int]:
+        kernel, fallback = self.inner.counts()
+        return kernel, fallback + self.refused
+
+
+def _in_eval(route: Callable[[tuple], Any], counter: Any,
+             module: torch.nn.Module) -> tuple[Callable[[tuple], Any], _EvalCounter]:
+    """The route of a chain with a batch norm (timm's BatchNormAct2d: the norm and its activation
+    in one forward), refused while the module or one inside it trains: the batch norm then takes
+    the batch's statistics, which the kernel, proved in eval mode, does not."""
+    watched, eval_counter = tuple(module.modules()), _EvalCounter(counter)
+
+    def in_eval(args: tuple) -> Any:
+        for m in watched:
+            if m.training:
+                eval_counter.refused += 1
+                return None
+        return route(args)
+    return in_eval, eval_counter
 
 
 def _proved_inputs(plan: ChainPlan, sources: list[tuple[int, Any, str]],
