@@ -1,7 +1,7 @@
 """Which fused chains capture finds in torchvision's nets, how each is installed (at its modules,
 or through placeholders) and whether the built-in chain family can write its kernel.
 
-    PYTHONPATH=src python bench/chains_in_nets.py [--side 64] [NET ...]
+    PYTHONPATH=src python bench/chains_in_nets.py [--side 64] [NET ...]     (timm:NAME for a timm net)
 
 One recorded forward per net (eval mode, batch 1, random weights) on the CPU; nothing is timed.
 """
@@ -19,7 +19,15 @@ from kernforge.capture.recorder import ModuleTracker, Recorder
 from kernforge.propose.families.chain.lower import lower
 
 NETS = ["resnet50", "resnet18", "mobilenet_v2", "mobilenet_v3_small", "efficientnet_b0", "regnet_x_400mf",
-        "convnext_tiny", "densenet121"]
+        "convnext_tiny", "densenet121", "timm:resnet50d", "timm:efficientnet_b0", "timm:mobilenetv3_small_100"]
+
+
+def net_named(name: str) -> torch.nn.Module:
+    if name.startswith("timm:"):
+        import timm
+
+        return timm.create_model(name.removeprefix("timm:"), pretrained=False).eval()
+    return getattr(torchvision.models, name)().eval()
 
 
 def chains_of(net: torch.nn.Module, side: int) -> list:
@@ -36,7 +44,7 @@ def main() -> None:
     args = parser.parse_args()
     print("| net | chain | signatures | instances | installed | built-in kernel |\n|---|---|---|---|---|---|")
     for name in args.nets:
-        net = getattr(torchvision.models, name)().eval()
+        net = net_named(name)
         rows: dict[tuple[str, str, str], list[int]] = collections.defaultdict(lambda: [0, 0])
         for chain in chains_of(net, args.side):
             where = "modules" if chain.modules else "module" if chain.module else "placeholders"
