@@ -348,3 +348,20 @@ def test_a_batch_norm_with_its_activation_in_one_forward_is_routed_there_in_eval
         installation.remove()
         net.eval()
     torch.testing.assert_close(got, expected)
+
+
+def test_the_chain_as_python_indexes_a_batch_norms_tuple_and_runs():
+    """What the LLM generator is shown: batch norm returns (out, mean, invstd), so its value is s0[0];
+    the program runs and gives the chain's reference output."""
+    from kernforge.tasks import chain_program
+
+    chain = next(c for c in _chains(_block(), torch.randn(2, 8, 9, 11)) if "add_" in c.op)
+    program = chain_program(chain.to_json())
+    assert "torch.ops.aten.add_.Tensor(s0[0], in5)" in program and "relu_.default(s1)" in program
+    namespace: dict = {"torch": torch}
+    exec(program, namespace)  # noqa: S102 - the program under test
+    inputs = [torch.randn(m["shape"]) for m in chain.input_metas]
+    inputs[4] = inputs[4].abs() + 0.1
+    (got,) = namespace["chain"](*[t.clone() for t in inputs])
+    (expected,) = ChainReference(chain.to_json())(*inputs)
+    torch.testing.assert_close(got, expected)

@@ -83,8 +83,8 @@ def reference_of(task: Any) -> Any:
 def chain_program(chain: dict[str, Any]) -> str:
     """The chain as Python a reader (or an LLM) can run: one line per ATen call."""
     inputs = sorted({v["input"] for s in chain["steps"] for v in _refs((s["args"], s["kwargs"])) if "input" in v})
-    multi = {v["step"] for s in chain["steps"] for v in _refs((s["args"], s["kwargs"])) if "step" in v
-             and v["output"] > 0} | {step for step, k in chain["outputs"] if k > 0}
+    # a step whose op returns a tuple (group and batch norm: the output and their statistics) is indexed
+    multi = {j for j, s in enumerate(chain["steps"]) if len(resolve_op(s["op"])._schema.returns) > 1}
 
     def spell(value: Any) -> str:
         if _is_ref(value):
