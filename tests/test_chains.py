@@ -361,3 +361,44 @@ def test_generated_c_kernels_pass_the_evaluator(tmp_path: Path, name: str):
             assert result.status == "ok", (task.op, point, result.reason)
     finally:
         discard_reference(reference)
+
+
+class Rotary(nn.Module):
+    """A language model's rotary tables: cos and sin of the angles, each scaled (Gemma's, Qwen's)."""
+
+    def forward(self, angles: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        eye = torch.eye(angles.shape[-1])  # a matmul after each ends its chain
+        return (torch.cos(angles) * 1.0) @ eye, (torch.sin(angles) * 1.0) @ eye
+
+
+@pytest.mark.parametrize("backend", ["cpu", pytest.param("triton", marks=pytest.mark.skipif(
+    __import__("importlib").util.find_spec("triton") is None, reason="triton is not installed"))])
+@pytest.mark.parametrize("op", ["cos", "sin"])
+def test_a_rotary_cos_or_sin_chains_kernel_passes_the_evaluator(tmp_path: Path, op: str, backend: str):
+    """The element-wise family's cos and sin (new), in a chain: C, and Triton under the interpreter."""
+    from kernforge.capture import capture_model
+    from kernforge.evaluate import evaluate_baseline, evaluate_candidate
+    from kernforge.evaluate.runner import discard_reference
+    from kernforge.propose.builtin import Hardware
+    from kernforge.propose.families import chain as family
+
+    angles = torch.arange(64 * 32, dtype=torch.float32).reshape(64, 32) * 0.37  # up to ~760 radians
+    loaded = LoadedModel(module=Rotary(), inputs=(angles,), device=torch.device("cpu"), name="rotary", spec="test")
+    capture = capture_model(loaded, tmp_path / "capture", repeats=1)
+    tasks, _ = make_tasks(capture, tmp_path / "capture", 10, lambda t: None if t.chain else "single op")
+    task = next(t for t in tasks if t.op == f"chain:{op}+mul")
+    facts = family.match(task)
+    assert not isinstance(facts, str), facts
+    task_dir = tmp_path / "task"
+    task_dir.mkdir()
+    save_task(task, task_dir / "task.json")
+    reference = task_dir / "reference.pt"
+    evaluate_baseline(task_dir / "task.json", reference, "cpu", task_dir / "baseline", 600.0, ())
+    try:
+        source = task_dir / ("c0.c" if backend == "cpu" else "c0.py")
+        source.write_text(family.render(facts, backend, family.space(facts, backend, Hardware()).fit(
+            family.start(facts, backend, Hardware()))))
+        result = evaluate_candidate(task_dir / "task.json", reference, source, backend, "cpu", task_dir / "n0", 300.0)
+        assert result.status == "ok", result.reason
+    finally:
+        discard_reference(reference)

@@ -1,7 +1,7 @@
 """Element-wise ops: y = f(a) or y = f(a, b), each output element from the elements at its index.
 
     unary:  relu silu gelu (approximate none|tanh) sigmoid tanh exp log neg abs sqrt rsqrt
-            reciprocal erf hardswish hardsigmoid leaky_relu elu selu celu softplus mish
+            reciprocal erf cos sin hardswish hardsigmoid leaky_relu elu selu celu softplus mish
             hardtanh clamp clamp_min clamp_max (number bounds) threshold hardshrink softshrink
             pow.Tensor_Scalar (y = a ** c)
     binary: add sub (y = a +- alpha b) mul div maximum minimum, .Tensor and .Scalar overloads,
@@ -81,6 +81,8 @@ UNARY = {
     "rsqrt": Expr("tl.rsqrt(a)", "1.0f / sqrtf(a)"),
     "reciprocal": Expr("1.0 / a", "1.0f / a"),
     "erf": Expr("tl.erf(a)", "erff(a)"),
+    "cos": Expr("tl.cos(a)", "cosf(a)"),  # rotary embeddings' cos and sin, a chain's first steps
+    "sin": Expr("tl.sin(a)", "sinf(a)"),
     "hardswish": Expr("a * tl.minimum(tl.maximum(a + 3.0, 0.0), 6.0) / 6.0",
                       "a * KF_CLAMP(a + 3.0f, 0.0f, 6.0f) / 6.0f"),
     # NaN kept, as eager's clamp keeps it (tl.maximum's default lets the GPU drop it: NaN -> 0.5)
