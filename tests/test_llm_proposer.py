@@ -31,7 +31,7 @@ pytestmark = pytest.mark.unit
 X = {"shape": [64, 300], "dtype": "torch.float32", "stride": [300, 1]}
 SOFTMAX = KernelTask(task_id="t0", op="aten::_softmax.default", signature="s", args=[X, -1, False],
                      outputs=[dict(X)], samples=[], share=0.42, gain_if_2x=0.2, time_us=10.0, device="cuda")
-SIN = KernelTask(task_id="t1", op="aten::sin.default", signature="p", args=[X],
+ATAN = KernelTask(task_id="t1", op="aten::atan.default", signature="p", args=[X],
                       outputs=[dict(X)], samples=[], share=0.1, gain_if_2x=0.05, time_us=3.0, device="cuda")
 H200 = {"kind": "cuda", "name": "NVIDIA H200", "capability": "9.0", "multiprocessors": 132,
         "l2_bytes": 60 << 20, "max_shared_memory_per_block_bytes": 227 << 10, "bandwidth_gb_s": 4142.0,
@@ -275,7 +275,7 @@ def test_run_spent_usage_is_read_back_from_the_events(tmp_path: Path):
 def test_mixed_routes_each_expansion():
     llm = proposer([KERNEL_REPLY])
     mixed = MixedProposer(llm)
-    assert mixed.propose(context(SIN, backend="cpu")).origin == "llm"  # no family knows sin
+    assert mixed.propose(context(ATAN, backend="cpu")).origin == "llm"  # no family knows atan
     first = mixed.propose(context(backend="cpu"))
     assert first.origin == "builtin"  # a family knows softmax: its starting point first
     parent = Attempt("n0000", None, first, timed(0.0090))

@@ -265,14 +265,14 @@ def test_a_bad_endpoint_is_one_line_before_anything_runs(tmp_path: Path, case: s
 
 # ---------------------------------------------------------------- mixed
 
-SIN_MODEL = """
+ATAN_MODEL = """
 import torch
 from torch import nn
 
 
 class Model(nn.Module):
     def forward(self, x):
-        return torch.sin(x)  # no built-in family knows sin
+        return torch.atan(x)  # no built-in family knows atan
 
 
 def get_inputs():
@@ -283,7 +283,7 @@ def get_init_inputs():
     return []
 """
 
-C_SIN = textwrap.dedent("""\
+C_ATAN = textwrap.dedent("""\
     #include <math.h>
     {prelude}
     int kf_forward(const kf_tensor *in, int n_in, kf_tensor *out, int n_out) {{
@@ -293,7 +293,7 @@ C_SIN = textwrap.dedent("""\
         const float *x = (const float *)in[0].data;
         float *y = (float *)out[0].data;
         #pragma omp parallel for
-        for (int64_t i = 0; i < n; ++i) y[i] = sinf(x[i]);
+        for (int64_t i = 0; i < n; ++i) y[i] = atanf(x[i]);
         return 0;
     }}
     """)
@@ -302,9 +302,9 @@ C_SIN = textwrap.dedent("""\
 def test_mixed_searches_an_op_no_template_knows(tmp_path: Path):
     from kernforge.backends.cpu import C_PRELUDE
 
-    model = tmp_path / "sin_model.py"
-    model.write_text(SIN_MODEL)
-    with FakeLLM("openai", scripted([Scripted(text=fenced(C_SIN.format(prelude=C_PRELUDE), "sin"))]),
+    model = tmp_path / "atan_model.py"
+    model.write_text(ATAN_MODEL)
+    with FakeLLM("openai", scripted([Scripted(text=fenced(C_ATAN.format(prelude=C_PRELUDE), "atan"))]),
                  key=KEY) as llm:
         builtin = run_cli("optimize", str(model), "--backend", "cpu", "--runs-dir", str(tmp_path / "builtin"),
                           "--top-k", "1", "--no-apply", "--json", "--iterations", "1")
@@ -312,10 +312,10 @@ def test_mixed_searches_an_op_no_template_knows(tmp_path: Path):
                         "--iterations", "2", model=model)
     assert builtin.returncode == 0, builtin.stderr[-2000:]
     skipped = json.loads(builtin.stdout)["skipped"]
-    assert any(s["op"] == "aten::sin.default" and "no built-in template" in s["reason"] for s in skipped)
+    assert any(s["op"] == "aten::atan.default" and "no built-in template" in s["reason"] for s in skipped)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (row,) = json.loads(proc.stdout)["tasks"]
-    assert row["op"] == "aten::sin.default" and row["correct"] >= 1
+    assert row["op"] == "aten::atan.default" and row["correct"] >= 1
     assert all(origin == "llm" for *_, origin in tree(run_folder(tmp_path / "runs")))
 
 
