@@ -320,20 +320,51 @@ def test_a_one_dimensional_chain_is_one_row_of_full_tensors():
     assert program.rows == 1 and [t["kind"] for t in program.inputs + program.outputs] == ["full", "full"]
 
 
+def chain_tasks(module: nn.Module, inputs: tuple, tmp_path: Path, name: str) -> list:
+    """The chain tasks optimize makes from one capture of the module on the CPU."""
+    from kernforge.capture import capture_model
+
+    loaded = LoadedModel(module=module, inputs=inputs, device=torch.device("cpu"), name=name, spec="test")
+    capture = capture_model(loaded, tmp_path / "capture", repeats=1)
+    tasks, _ = make_tasks(capture, tmp_path / "capture", 10, lambda t: None if t.chain else "single op")
+    return tasks
+
+
+def evaluated_points(task, backend: str, points: list[dict], tmp_path: Path) -> list:
+    """The chain family's kernel at each point, through the real evaluator (baseline, then each
+    candidate): each candidate's result."""
+    from kernforge.evaluate import evaluate_baseline, evaluate_candidate
+    from kernforge.evaluate.runner import discard_reference
+    from kernforge.propose.families import chain as family
+
+    facts = family.match(task)
+    assert not isinstance(facts, str), facts
+    task_dir = tmp_path / "task"
+    task_dir.mkdir()
+    save_task(task, task_dir / "task.json")
+    reference = task_dir / "reference.pt"
+    evaluate_baseline(task_dir / "task.json", reference, "cpu", task_dir / "baseline", 600.0, ())
+    results = []
+    try:
+        for i, point in enumerate(points):
+            source = task_dir / f"c{i}.{'c' if backend == 'cpu' else 'py'}"
+            source.write_text(family.render(facts, backend, point))
+            results.append(evaluate_candidate(task_dir / "task.json", reference, source, backend, "cpu",
+                                              task_dir / f"n{i}", 300.0))
+    finally:
+        discard_reference(reference)
+    return results
+
+
 @pytest.mark.parametrize("name", ["softmax", "softmax_bf16", "rms_norm", "tanh_gelu", "residual_rms_norm"])
 def test_generated_c_kernels_pass_the_evaluator(tmp_path: Path, name: str):
     """The chain's C kernel, at its start and at the other end of its space (buffered or not where
     the space has the choice), through the real evaluator."""
-    from kernforge.capture import capture_model
-    from kernforge.evaluate import evaluate_baseline, evaluate_candidate
-    from kernforge.evaluate.runner import discard_reference
     from kernforge.propose.builtin import Hardware
     from kernforge.propose.families import chain as family
 
     module, inputs = _c_chain_case(name)
-    loaded = LoadedModel(module=module, inputs=inputs, device=torch.device("cpu"), name=name, spec="test")
-    capture = capture_model(loaded, tmp_path / "capture", repeats=1)
-    tasks, _ = make_tasks(capture, tmp_path / "capture", 10, lambda t: None if t.chain else "single op")
+    tasks = chain_tasks(module, inputs, tmp_path, name)
     assert len(tasks) == 1, [t.op for t in tasks]
     task = tasks[0]
     assert len(task.outputs) == (2 if name == "residual_rms_norm" else 1), task.op
@@ -346,21 +377,10 @@ def test_generated_c_kernels_pass_the_evaluator(tmp_path: Path, name: str):
         other["reuse"] = "recompute" if start["reuse"] == "buffer" else "buffer"
     assert ("exp" in start) == (name != "rms_norm" and name != "residual_rms_norm")  # only where a step calls exp
     assert ("reuse" in start) == (name != "rms_norm" and name != "tanh_gelu")  # only where a loop would recompute
-    task_dir = tmp_path / "task"
-    task_dir.mkdir()
-    save_task(task, task_dir / "task.json")
-    reference = task_dir / "reference.pt"
-    evaluate_baseline(task_dir / "task.json", reference, "cpu", task_dir / "baseline", 600.0, ())
-    try:
-        for i, point in enumerate([start, other]):
-            assert space.contains(point), point
-            source = task_dir / f"c{i}.c"
-            source.write_text(family.render(facts, "cpu", point))
-            result = evaluate_candidate(task_dir / "task.json", reference, source, "cpu", "cpu", task_dir / f"n{i}",
-                                        300.0)
-            assert result.status == "ok", (task.op, point, result.reason)
-    finally:
-        discard_reference(reference)
+    for point in (start, other):
+        assert space.contains(point), point
+    for point, result in zip([start, other], evaluated_points(task, "cpu", [start, other], tmp_path)):
+        assert result.status == "ok", (task.op, point, result.reason)
 
 
 class Rotary(nn.Module):
@@ -376,29 +396,13 @@ class Rotary(nn.Module):
 @pytest.mark.parametrize("op", ["cos", "sin"])
 def test_a_rotary_cos_or_sin_chains_kernel_passes_the_evaluator(tmp_path: Path, op: str, backend: str):
     """The element-wise family's cos and sin (new), in a chain: C, and Triton under the interpreter."""
-    from kernforge.capture import capture_model
-    from kernforge.evaluate import evaluate_baseline, evaluate_candidate
-    from kernforge.evaluate.runner import discard_reference
     from kernforge.propose.builtin import Hardware
     from kernforge.propose.families import chain as family
 
     angles = torch.arange(64 * 32, dtype=torch.float32).reshape(64, 32) * 0.37  # up to ~760 radians
-    loaded = LoadedModel(module=Rotary(), inputs=(angles,), device=torch.device("cpu"), name="rotary", spec="test")
-    capture = capture_model(loaded, tmp_path / "capture", repeats=1)
-    tasks, _ = make_tasks(capture, tmp_path / "capture", 10, lambda t: None if t.chain else "single op")
-    task = next(t for t in tasks if t.op == f"chain:{op}+mul")
+    task = next(t for t in chain_tasks(Rotary(), (angles,), tmp_path, "rotary") if t.op == f"chain:{op}+mul")
     facts = family.match(task)
     assert not isinstance(facts, str), facts
-    task_dir = tmp_path / "task"
-    task_dir.mkdir()
-    save_task(task, task_dir / "task.json")
-    reference = task_dir / "reference.pt"
-    evaluate_baseline(task_dir / "task.json", reference, "cpu", task_dir / "baseline", 600.0, ())
-    try:
-        source = task_dir / ("c0.c" if backend == "cpu" else "c0.py")
-        source.write_text(family.render(facts, backend, family.space(facts, backend, Hardware()).fit(
-            family.start(facts, backend, Hardware()))))
-        result = evaluate_candidate(task_dir / "task.json", reference, source, backend, "cpu", task_dir / "n0", 300.0)
-        assert result.status == "ok", result.reason
-    finally:
-        discard_reference(reference)
+    (result,) = evaluated_points(task, backend, [family.space(facts, backend, Hardware()).fit(
+        family.start(facts, backend, Hardware()))], tmp_path)
+    assert result.status == "ok", result.reason

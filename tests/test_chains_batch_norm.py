@@ -13,10 +13,9 @@ from torchvision.models.resnet import Bottleneck
 
 from kernforge.capture.chains import find_chains
 from kernforge.capture.recorder import ModuleTracker, Recorder
-from kernforge.models.loader import LoadedModel
 from kernforge.propose.families.chain.lower import lower
 from kernforge.runtime import fused, router
-from kernforge.tasks import ChainReference, make_tasks, save_task
+from kernforge.tasks import ChainReference
 
 pytestmark = pytest.mark.integration
 
@@ -160,39 +159,21 @@ _TRITON = __import__("importlib").util.find_spec("triton") is not None
 def test_generated_kernels_of_batch_norm_chains_pass_the_evaluator(tmp_path: Path, form: str, backend: str):
     """The C kernel at its start and the other end of its space; the Triton kernel at its start,
     under the interpreter."""
-    from kernforge.capture import capture_model
-    from kernforge.evaluate import evaluate_baseline, evaluate_candidate
-    from kernforge.evaluate.runner import discard_reference
     from kernforge.propose.builtin import Hardware
     from kernforge.propose.families import chain as family
+    from tests.test_chains import chain_tasks, evaluated_points
 
     block = _block()
     module = block[:3] if form == "relu" else block[3]
     x = torch.randn(2, 8 if form == "relu" else 16, 9, 11)
-    loaded = LoadedModel(module=module, inputs=(x,), device=torch.device("cpu"), name=form, spec="test")
-    capture = capture_model(loaded, tmp_path / "capture", repeats=1)
-    tasks, _ = make_tasks(capture, tmp_path / "capture", 10, lambda t: None if t.chain else "single op")
-    task = next(t for t in tasks if ("add_" in t.op) == (form == "residual"))
+    task = next(t for t in chain_tasks(module, (x,), tmp_path, form) if ("add_" in t.op) == (form == "residual"))
     facts = family.match(task)
     assert not isinstance(facts, str), facts
-    space = family.space(facts, backend, Hardware())
-    task_dir = tmp_path / "task"
-    task_dir.mkdir()
-    save_task(task, task_dir / "task.json")
-    reference = task_dir / "reference.pt"
-    evaluate_baseline(task_dir / "task.json", reference, "cpu", task_dir / "baseline", 600.0, ())
-    try:
-        points = [space.fit(family.start(facts, backend, Hardware()))]
-        if backend == "cpu":
-            points.append({"schedule": "dynamic", "simd": False})
-        for i, point in enumerate(points):
-            source = task_dir / f"c{i}.{'c' if backend == 'cpu' else 'py'}"
-            source.write_text(family.render(facts, backend, point))
-            result = evaluate_candidate(task_dir / "task.json", reference, source, backend, "cpu", task_dir / f"n{i}",
-                                        300.0)
-            assert result.status == "ok", (task.op, point, result.reason)
-    finally:
-        discard_reference(reference)
+    points = [family.space(facts, backend, Hardware()).fit(family.start(facts, backend, Hardware()))]
+    if backend == "cpu":
+        points.append({"schedule": "dynamic", "simd": False})
+    for point, result in zip(points, evaluated_points(task, backend, points, tmp_path)):
+        assert result.status == "ok", (task.op, point, result.reason)
 
 
 def test_a_call_holding_two_runs_values_goes_on_as_the_run_whose_step_it_is():

@@ -171,10 +171,20 @@ def _pointwise(func: Any) -> bool:
     return torch.Tag.pointwise in func.tags or qualified_name(func) in UNTAGGED_POINTWISE
 
 
+def out_of_place(op: str) -> str:
+    """'aten::relu_.default' -> 'aten::relu.default': an in-place op's out-of-place form (the name
+    itself where it is none: `_softmax`, `__and__`)."""
+    namespace, _, rest = op.partition("::")
+    name, dot, overload = rest.partition(".")
+    if name.endswith("_") and not name.endswith("__") and not name.startswith("_"):
+        name = name[:-1]
+    return f"{namespace}::{name}{dot}{overload}"
+
+
 def _out_of_place(func: Any) -> Any:
     """aten.gelu_.default -> aten.gelu.default (itself where there is none)."""
-    packet = getattr(torch.ops.aten, func._schema.name.split("::")[-1].removesuffix("_"), None)
-    return getattr(packet, func._overloadname, func) if packet is not None else func
+    name, _, overload = out_of_place(qualified_name(func)).removeprefix("aten::").partition(".")
+    return getattr(getattr(torch.ops.aten, name, None), overload, func)
 
 
 def _is_tensor(value: Any) -> bool:
@@ -294,7 +304,7 @@ def module_boundaries(chains: list[Chain], calls: list[Call], module_calls: list
     sequences_of = _starting_at(module_calls)
     for chain in chains:
         # a batch norm's module computes another op while it trains: its routes check the modules'
-        # training flags (fused._in_eval, fused.Sequence.first)
+        # training flags (fused.eval_only)
         eval_only = any(step["op"] in BATCH_NORMS for step in chain.steps)
         found: dict[str, tuple[str, int, list[list[Any]], list[str]]] = {}
         for instance in chain.instances:
@@ -359,7 +369,7 @@ def _sequence(instance: ChainInstance, calls: list[Call], starting: dict[int, li
     inside = set(members)
 
     def spare(i: int) -> bool:
-        return _spare(calls, i, members)
+        return _spare(calls, i, inside)
     first, end = members[0], members[-1] + 1
     if [i for i in range(first, end) if not spare(i)] != members or len(instance.outputs) != 1:
         return None
@@ -405,7 +415,7 @@ def _sequence(instance: ChainInstance, calls: list[Call], starting: dict[int, li
     return stages, inputs, [made[mc.output_id] for mc in stages]
 
 
-def _spare(calls: list[Call], i: int, members: list[int]) -> bool:
+def _spare(calls: list[Call], i: int, members: set[int]) -> bool:
     """Call i is an allocation beside the chain's steps inside a module's span (a batch norm's empty
     reserve on the CPU): no step, and nothing the chain reads."""
     return 0 <= i < len(calls) and calls[i].kind == "alloc" and i not in members
@@ -413,12 +423,14 @@ def _spare(calls: list[Call], i: int, members: list[int]) -> bool:
 
 def _boundary(instance: ChainInstance, calls: list[Call],
               spans: dict[tuple[int, int], ModuleCall]) -> tuple[ModuleCall, list[list[Any]]] | None:
-    members = instance.members
+    members, inside = instance.members, set(instance.members)
     first = members[0]
-    while first > 0 and _spare(calls, first - 1, members):  # the module allocated before its first step
+    while _spare(calls, first - 1, inside):  # the module allocated before its first step
         first -= 1
-    mc = spans.get((first, members[-1] + 1)) or spans.get((members[0], members[-1] + 1))
-    if mc is None or [i for i in range(mc.first, mc.end) if not _spare(calls, i, members)] != members \
+    # the widest span that starts at a spare allocation or the first step and ends at the last step
+    end = members[-1] + 1
+    mc = next((spans[at, end] for at in range(first, members[0] + 1) if (at, end) in spans), None)
+    if mc is None or [i for i in range(mc.first, mc.end) if not _spare(calls, i, inside)] != members \
             or len(instance.outputs) != 1:
         return None
     if None in mc.arg_ids or len(set(mc.arg_ids)) != len(mc.arg_ids):

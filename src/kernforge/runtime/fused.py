@@ -266,10 +266,10 @@ class ChainRun:
         return isinstance(value, (list, tuple)) and len(value) == len(what) and all(
             self._matches(m, v, bound) for m, v in zip(what, value))
 
-    def switch(self, func: Any, args: tuple, kwargs: dict) -> list[tuple[int, torch.Tensor]] | None:
+    def switch(self, func: Any, args: tuple, kwargs: dict) -> bool:
         """Where an installed chain that starts as this run's plan did so far has this call as its
-        next step: the run goes on as that chain's (inputs bound so far kept, at the same numbers),
-        and the inputs the call binds; else None, the run as it was."""
+        next step and the call binds there: the run goes on as that chain's (inputs bound so far
+        kept, at the same numbers), True; else False, the run as it was."""
         for plan, shared, counts in self.plan.alternatives:
             if shared < self.next or self.next >= len(plan.steps) or plan.steps[self.next].op is not func:
                 continue
@@ -278,14 +278,13 @@ class ChainRun:
             self.plan, self.counts = plan, counts
             self.inputs = (self.inputs + [None] * n)[:n]
             self.versions = (self.versions + [0] * n)[:n]
-            bound = self.bind(plan.steps[self.next], args, kwargs)
-            if bound is not None:
+            if self.bind(plan.steps[self.next], args, kwargs) is not None:
                 if own[0].current is self:
                     own[0].current = None
                 plan.current = self
-                return bound
+                return True
             self.plan, self.counts, self.inputs, self.versions = own
-        return None
+        return False
 
     def active(self) -> bool:
         """Still waiting for a step: its placeholders are not values yet."""
@@ -296,6 +295,15 @@ class ChainRun:
             self.inputs[i], self.versions[i] = t, _version(t)
             if self.device is None:
                 self.device = t.device
+
+    def proceed(self, step: Step, args: tuple, kwargs: dict) -> Any | None:
+        """The call as the run's next step where it binds as proved: what the step returns (its
+        placeholders, the kernel's outputs, or for an in-place step its argument); else None."""
+        bound = self.bind(step, args, kwargs)
+        if bound is None:
+            return None
+        self.take(bound)
+        return self.advance_in_place(args[0]) if step.inplace else self.advance()
 
     def advance(self) -> Any:
         """The step just matched is done: placeholders for its outputs, or, at the last step
@@ -375,13 +383,11 @@ class _Pending(torch.Tensor):
         kwargs = kwargs or {}
         for run in _active_runs(args, kwargs):
             step = run.plan.steps[run.next]
-            bound = run.bind(step, args, kwargs) if func is step.op else None
-            if bound is None and run.plan.alternatives:
-                bound = run.switch(func, args, kwargs)
-                step = run.plan.steps[run.next]
-            if bound is not None:
-                run.take(bound)
-                return run.advance_in_place(args[0]) if step.inplace else run.advance()
+            out = run.proceed(step, args, kwargs) if func is step.op else None
+            if out is None and run.plan.alternatives and run.switch(func, args, kwargs):
+                out = run.proceed(run.plan.steps[run.next], args, kwargs)
+            if out is not None:
+                return out
         real_args, real_kwargs = _realised(args), {k: _realised(v) for k, v in kwargs.items()}
         return func(*real_args, **real_kwargs)
 
@@ -434,10 +440,9 @@ def enter(plans: list[tuple[ChainPlan, kernels.RouteCounts]], op: Any, args: tup
         if run is not None and run.next < len(plan.steps):
             step = plan.steps[run.next]
             if step.source and step.op is op and step.may_be(args):
-                bound = run.bind(step, args, kwargs)
-                if bound is not None:
-                    run.take(bound)
-                    return run.advance()
+                out = run.proceed(step, args, kwargs)
+                if out is not None:
+                    return out
     for plan, counts in plans:
         head = plan.steps[0]
         if head.op is op and head.may_be(args):
@@ -822,18 +827,28 @@ class _EvalCounter:
 
 def _in_eval(route: Callable[[tuple], Any], counter: Any,
              module: torch.nn.Module) -> tuple[Callable[[tuple], Any], _EvalCounter]:
-    """The route of a chain with a batch norm (timm's BatchNormAct2d: the norm and its activation
-    in one forward), refused while the module or one inside it trains: the batch norm then takes
-    the batch's statistics, which the kernel, proved in eval mode, does not."""
-    watched, eval_counter = tuple(module.modules()), _EvalCounter(counter)
+    """A module route of a chain with a batch norm (timm's BatchNormAct2d: the norm and its
+    activation in one forward), refused while a module trains (eval_only)."""
+    eval_counter = _EvalCounter(counter)
+
+    def refused() -> None:
+        eval_counter.refused += 1
+    return eval_only(route, [module], refused), eval_counter
+
+
+def eval_only(route: Callable[[tuple], Any], modules: list[torch.nn.Module],
+              refused: Callable[[], None]) -> Callable[[tuple], Any]:
+    """route, refused (None, counted) while any of these modules or one inside them trains: a
+    batch norm then takes the batch's statistics, which the kernel, proved in eval mode, does not."""
+    watched = tuple(m for module in modules for m in module.modules())
 
     def in_eval(args: tuple) -> Any:
         for m in watched:
             if m.training:
-                eval_counter.refused += 1
+                refused()
                 return None
         return route(args)
-    return in_eval, eval_counter
+    return in_eval
 
 
 def _proved_inputs(plan: ChainPlan, sources: list[tuple[int, Any, str]],
@@ -993,19 +1008,19 @@ class Sequence:
         with a batch norm (eval mode, as captured) is refused while any of its modules trains: the
         batch norm's forward would take the batch's statistics."""
         proved_inputs, meta = _proved_inputs(self.plan, _sources(module, self.record), self.tally), self.metas[0]
-        watched = tuple(stages) if self.record.get("eval_only") else ()
-        tally = self.tally
 
         def route(args: tuple) -> Any:
-            for m in watched:
-                if m.training:
-                    tally.fallback += 1
-                    return None
             tensors = proved_inputs(args)
             if tensors is None:
                 return None
             return _Lazy(_Held(self, 0, args, tensors, (original,)), meta)
-        return route
+        if not self.record.get("eval_only"):
+            return route
+        tally = self.tally
+
+        def refused() -> None:
+            tally.fallback += 1
+        return eval_only(route, stages, refused)
 
     def later(self, stage: int, original: Callable[..., Any]) -> Callable[[tuple], Any]:
         """route(args) at a later module: given the stage before's _Lazy, not made yet, the next

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from kernforge.capture.chains import BATCH_NORMS
+from kernforge.capture.chains import BATCH_NORMS, out_of_place
 from kernforge.propose.families.elementwise import INT32_LIMIT, OUTPUT_DTYPES, formula
 
 INPUT_DTYPES = (*OUTPUT_DTYPES, "torch.bool")  # a mask is read as 0.0 / 1.0
@@ -229,9 +229,8 @@ def _lower_step(program: Program, step: dict[str, Any], values: list[list[Any]])
     if op == "aten::_to_copy.default":
         return [value(args[0])]
     if op in BATCH_NORMS:
-        return _batch_norm(program, [value(a) for a in args[:5]], float(args[BATCH_NORMS[op][1]]),
-                           outputs=4 if op == "aten::cudnn_batch_norm.default" else 3)
-    op = functional(op)  # an in-place step (relu_) writes a value the chain made: the value is what counts
+        return _batch_norm(program, [value(a) for a in args[:5]], float(args[BATCH_NORMS[op][1]]))
+    op = out_of_place(op)  # an in-place step (relu_) writes a value the chain made: the value is what counts
     name = op.split("::", 1)[1].split(".")[0]
     if op in ("aten::sum.dim_IntList", "aten::mean.dim", "aten::amax.default", "aten::amin.default"):
         how = {"sum": "sum", "mean": "sum", "amax": "max", "amin": "min"}[name]
@@ -296,16 +295,7 @@ def _layer_norm(program: Program, x: int, w: Any, b: Any, eps: float) -> list[An
     return [y, mean, rstd]
 
 
-def functional(op: str) -> str:
-    """'aten::relu_.default' -> 'aten::relu.default': an in-place op's out-of-place form."""
-    namespace, _, rest = op.partition("::")
-    name, dot, overload = rest.partition(".")
-    if name.endswith("_") and not name.endswith("__") and not name.startswith("_"):
-        name = name[:-1]
-    return f"{namespace}::{name}{dot}{overload}"
-
-
-def _batch_norm(program: Program, args: list[Any], eps: float, outputs: int) -> list[Any]:
+def _batch_norm(program: Program, args: list[Any], eps: float) -> list[Any]:
     """x * alpha + beta, with alpha = weight * rsqrt(var + eps) and beta = bias - mean * alpha per
     channel (row values, once a row), as ATen's CPU kernel computes eval mode: (x - mean) first
     overflows float32 where x and mean are near its range and the result is not. The op's other
@@ -318,7 +308,7 @@ def _batch_norm(program: Program, args: list[Any], eps: float, outputs: int) -> 
     if isinstance(b, int):
         beta = _call(program, "a + b", "a + b", [b, beta])
     y = _call(program, "a * b + c", "a * b + c", [x, alpha, beta])
-    return [y] + [None] * (outputs - 1)
+    return [y, None, None, None]  # cuDNN's returns four values, ATen's three
 
 
 def _rms_norm(program: Program, x: int, w: Any, eps: float) -> list[Any]:
