@@ -38,6 +38,7 @@ from torch.utils._pytree import tree_flatten
 
 from kernforge.capture.recorder import Call, ModuleCall, qualified_name, written_positions
 from kernforge.harness.serialize import Placeholder, layout_copy, saved_bytes, strided_copy
+from kernforge.runtime.kernels import in_place
 
 ROW_REDUCTIONS = ("aten::sum.dim_IntList", "aten::mean.dim", "aten::amax.default", "aten::amin.default")
 ROW_OPS = ("aten::_softmax.default", "aten::_log_softmax.default", "aten::native_layer_norm.default",
@@ -161,7 +162,7 @@ def _inplace_pointwise(call: Call) -> bool:
     """relu_, add_, mul_...: pointwise, floating, writing its first argument alone and returning it.
     Pointwise as its out-of-place form is tagged (ATen tags gelu and mish, not gelu_ and mish_)."""
     func = call.func
-    return (torch.Tag.inplace in func.tags and written_positions(func) == [0]
+    return (in_place(func) and written_positions(func) == [0]
             and (_pointwise(func) or _pointwise(_out_of_place(func)))
             and len(call.outputs) == 1 and _floating(call.outputs[0])
             and not any(_nested_tensor(a) for a in call.args))

@@ -106,7 +106,7 @@ class ChainPlan:
         self.alternatives: list[tuple[ChainPlan, int, kernels.RouteCounts]] = []
         for step in self.steps:
             step.returns = len(step.op._schema.returns)
-            step.inplace = torch.Tag.inplace in step.op.tags
+            step.inplace = kernels.in_place(step.op)
             step.source = not kernels.reads_a_step((step.args, step.kwargs))
             step.matchers = [self._matcher(a) for a in step.args]
             step.keyword_matchers = [(k, self._matcher(v)) for k, v in step.kwargs.items()]

@@ -343,6 +343,16 @@ RUNNING = [0]
 # ---------------------------------------------------------------------------- helpers
 
 
+def in_place(func: Any) -> bool:
+    """An ATen in-place op (relu_, add_): its name ends in one underscore and its schema writes its
+    first argument. Read from the schema, not torch.Tag.inplace, which torch 2.11 does not have."""
+    schema = func._schema
+    name = schema.name.split("::")[-1]
+    first = schema.arguments[0] if schema.arguments else None
+    return (name.endswith("_") and not name.endswith("__") and first is not None
+            and first.alias_info is not None and first.alias_info.is_write)
+
+
 def run_kernel(spec: KernelSpec, args: Any, kwargs: Any, tensors: list[torch.Tensor] | None = None) -> Any:
     """The kernel on a call: its C++ entry on the call's tensors where it has one, else its
     Python entry on the call's arguments."""
