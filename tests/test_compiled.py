@@ -1,5 +1,5 @@
 """kernforge.capture.compiled: inductor's kernels mapped back to the captured ATen ops, the floor
-arithmetic, and the ranking that puts what compile already runs at its floor last."""
+arithmetic, and the ranking that weighs what compile already runs at its floor by its eager gain alone."""
 
 from __future__ import annotations
 
@@ -139,13 +139,16 @@ def _compiled_capture(total_us: float = 100.0) -> Capture:
                    measured_total_us=1100.0, repeats=1, profiles=[softmax, gn, add], compiled=to_json(result))
 
 
-def test_a_candidate_at_its_floor_under_compile_ranks_last_and_says_so():
+def test_a_candidate_at_its_floor_under_compile_ranks_by_its_eager_gain_and_says_so():
     cap = _compiled_capture()
     gn, softmax, add = (next(p for p in cap.profiles if p.signature == s) for s in ("gn", "sm", "add"))
     assert gn.headroom_us == pytest.approx(60.0 - gn.floor_us) and gn.gain_compiled > gn.gain_if_2x
     assert softmax.at_floor and not gn.at_floor
     assert not add.at_floor  # no kernel named it: unknown, not at the floor
-    assert [p.signature for p in cap.ranked()] == ["gn", "add", "sm"]  # eager alone: sm, gn, add
+    # gn's compiled gain (1.43x) over sm's eager gain (1.38x, its compiled gain none) over add's: by
+    # eager time alone sm, gn, add
+    assert gn.rank_gain > softmax.rank_gain == softmax.gain_if_2x > add.rank_gain
+    assert [p.signature for p in cap.ranked()] == ["gn", "sm", "add"]
     table = _rendered(profile_table(cap))
     assert "compiled ms" in table and "headroom ms" in table and AT_FLOOR_NOTE in table
     assert "no compiled kernel names it" in table

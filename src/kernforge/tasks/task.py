@@ -77,7 +77,8 @@ def make_tasks(
 def _passed_over_at_floor(ranked: list[OpProfile], chosen: list[OpProfile], skipped: list[tuple[OpProfile, str]],
                           only: set[str] | None) -> list[tuple[OpProfile, str]]:
     """The candidates compile runs at their floor that eager time would have chosen (as hot as a
-    chosen one, or any when none was), each with why it was not: ranked last, they lost their place."""
+    chosen one, or any when none was), each with why it was not: ranked by their eager gain alone,
+    they lost their place to one compile leaves room in."""
     from kernforge.capture.compiled import floor_note
 
     seen = {p.signature for p in chosen} | {p.signature for p, _ in skipped}
