@@ -346,3 +346,14 @@ def test_the_chain_as_python_indexes_a_batch_norms_tuple_and_runs():
     (got,) = namespace["chain"](*[t.clone() for t in inputs])
     (expected,) = ChainReference(chain.to_json())(*inputs)
     torch.testing.assert_close(got, expected)
+
+
+def test_an_in_place_op_is_read_from_its_schema_as_torch_2_11_has_no_inplace_tag():
+    """capture and the router tell relu_ from relu by the schema (torch 2.11, on the GPU machine,
+    has no torch.Tag.inplace: capture crashed there)."""
+    from kernforge.runtime.kernels import in_place
+
+    aten = torch.ops.aten
+    assert all(in_place(op) for op in (aten.relu_.default, aten.add_.Tensor, aten.hardtanh_.default, aten.silu_.default))
+    assert not any(in_place(op) for op in (aten.relu.default, aten.add.Tensor, aten.native_batch_norm.default,
+                                           aten.add.out))
