@@ -34,10 +34,10 @@ def _block() -> nn.Module:
     return block
 
 
-def _chains(module: nn.Module, x: torch.Tensor) -> list:
+def _chains(module: nn.Module, *inputs: torch.Tensor) -> list:
     recorder = Recorder()
     with ModuleTracker(module, recorder), recorder, torch.no_grad():
-        recorder.mark_returned(module(x))
+        recorder.mark_returned(module(*inputs))
     return find_chains(recorder.calls, recorder.returned_ids, recorder.module_calls)
 
 
@@ -47,14 +47,17 @@ def test_a_bottlenecks_batch_norms_and_inplace_activations_are_chains():
     assert ops == [("chain:native_batch_norm+add_+relu_", 1), ("chain:native_batch_norm+relu_", 1),
                    ("chain:native_batch_norm+relu_", 2)], ops
     # `bn1 -> relu` (the module shared by the block) is a sequence of modules whose route checks
-    # their training flags; the residual, with its add_ in the block's forward, is not
+    # their training flags; the residual too, its add_ in the block's forward a glue stage whose
+    # other argument (the identity) the chain takes there
+    bn, relu = "torch.nn.modules.batchnorm.BatchNorm2d", "torch.nn.modules.activation.ReLU"
     for chain in chains:
-        assert chain.module is None
+        assert chain.module is None and chain.modules["eval_only"]
         if "add_" in chain.op:
-            assert chain.modules is None
+            assert chain.modules["classes"] == [bn, None, relu] and chain.modules["ops"] == {"1": "aten::add_.Tensor"}
+            assert chain.modules["names"] == [["3.bn3", None, "3.relu"]]
+            assert chain.modules["inputs"][-1] == ["stage", 1, 1]
         else:
-            assert chain.modules["eval_only"] and chain.modules["classes"] == [
-                "torch.nn.modules.batchnorm.BatchNorm2d", "torch.nn.modules.activation.ReLU"]
+            assert chain.modules["classes"] == [bn, relu]
     residual = next(c for c in chains if "add_" in c.op)
     assert [m["shape"] for m in residual.input_metas] == [[2, 16, 9, 11], [16], [16], [16], [16], [2, 16, 9, 11]]
     program = lower(residual.to_json(), residual.input_metas, residual.output_metas)
@@ -268,11 +271,11 @@ def test_at_its_modules_a_batch_norm_chain_runs_in_eval_and_steps_aside_in_train
     finally:
         installation.remove()
         block.eval()
-    assert eval_calls == 3  # the stem, bn1 and bn2 (each then the shared relu)
+    assert eval_calls == 4  # the stem, bn1 and bn2 (each then the shared relu), bn3 += identity then relu
     torch.testing.assert_close(got.clone(), expected)
     torch.testing.assert_close(kept, z.amin(dim=(2, 3)))
     assert bool((kept >= 0).all())
-    assert len(calls) == 4 and moved  # no kernel in training, the running statistics updated
+    assert len(calls) == 5 and moved  # no kernel in training, the running statistics updated
     assert trained.shape == expected.shape
 
 
@@ -357,3 +360,50 @@ def test_an_in_place_op_is_read_from_its_schema_as_torch_2_11_has_no_inplace_tag
     assert all(in_place(op) for op in (aten.relu_.default, aten.add_.Tensor, aten.hardtanh_.default, aten.silu_.default))
     assert not any(in_place(op) for op in (aten.relu.default, aten.add.Tensor, aten.native_batch_norm.default,
                                            aten.add.out))
+
+
+class Residual(nn.Module):
+    """A residual's tail as ResNet's bottleneck writes it: `out = bn(conv(x)); out += identity;
+    relu(out)` (the conv keeps the chain from being the whole forward)."""
+
+    def __init__(self, channels: int):
+        super().__init__()
+        self.conv = nn.Conv2d(channels, channels, 1)
+        self.bn, self.relu = nn.BatchNorm2d(channels), nn.ReLU(inplace=True)
+
+    def forward(self, x: torch.Tensor, identity: torch.Tensor) -> torch.Tensor:
+        out = self.bn(self.conv(x))
+        out += identity
+        return self.relu(out)
+
+
+def test_a_residuals_glue_op_between_its_modules_binds_the_identity_there_or_steps_aside():
+    """At its modules the residual's kernel takes the identity at `out += identity`; an identity
+    of other strides or a hook that reads bn's output leaves the modules'
+    own forwards to run, bit-exactly."""
+    torch.manual_seed(0)
+    net = Residual(6).eval()
+    net.bn.running_var.uniform_(0.5, 2)
+    x, identity = torch.randn(2, 6, 5, 7), torch.randn(2, 6, 5, 7)
+    ((chain),) = _chains(net, x, identity)
+    assert chain.op == "chain:native_batch_norm+add_+relu_" and chain.modules["ops"] == {"1": "aten::add_.Tensor"}
+    calls: list[int] = []
+    spec = _kernel_spec(chain, calls)
+    other = identity.permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2)  # the same values, channels last
+    with torch.no_grad():
+        expected = net(x, identity)
+        installation = router.install([spec], net)
+        try:
+            assert spec.name in installation.module_routes
+            got = net(x, identity)
+            took = len(calls)
+            strided = net(x, other)
+            seen: list[torch.Tensor] = []  # a hook that reads bn's output (and returns None: keeps it)
+            handle = net.bn.register_forward_hook(lambda m, args, out: seen.append(out.sum()))
+            hooked = net(x, identity)
+            handle.remove()
+        finally:
+            installation.remove()
+    assert took == 1 and len(calls) == 1  # the kernel once; the others ran the modules' own forwards
+    torch.testing.assert_close(got, expected)
+    assert torch.equal(strided, expected) and torch.equal(hooked, expected) and len(seen) == 1

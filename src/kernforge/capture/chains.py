@@ -339,33 +339,40 @@ def module_sequences(chain: Chain, calls: list[Call], starting: dict[int, list[M
     """Mark a chain whose instances are exactly the forwards of consecutive module calls (diffusers'
     ResnetBlock2D: `h = self.norm1(x); h = self.nonlinearity(h)`, the SiLU module shared): each
     stage's output the next one's only argument and read by nothing else, the chain's one output
-    the last stage's. Integrate installs it at those modules: the first returns a value not made
-    yet, the last runs the kernel on it (fused.py, at a sequence of modules), with no placeholder
-    at every step."""
+    the last stage's. Between two modules a stage may be one pointwise op the forward calls itself
+    (a glue stage: ResNet's `out += identity` between bn3 and relu), whose first argument is the
+    stage before's output and whose other tensors are the chain's inputs ("ops": stage -> its op;
+    its name in "names" is None). Integrate installs it at those modules: the first returns a value
+    not made yet, a glue op on it another, the last module runs the kernel on it (fused.py, at a
+    sequence of modules), with no placeholder at every step."""
     found: dict[str, tuple[list[str], int, list[list[Any]], list[list[str]]]] = {}
     for instance in chain.instances:
         matched = _sequence(instance, calls, starting)
         if matched is None:
             continue
         stages, inputs, outputs = matched
-        classes = [mc.cls for mc in stages]
-        key = json.dumps([classes, len(stages[0].arg_ids), inputs, outputs])
-        found.setdefault(key, (classes, len(stages[0].arg_ids), inputs, outputs, []))[4].append(
-            [mc.name for mc in stages])
+        classes = [mc.cls if isinstance(mc, ModuleCall) else None for mc in stages]
+        ops = {str(k): qualified_name(calls[mc].func) for k, mc in enumerate(stages) if not isinstance(mc, ModuleCall)}
+        key = json.dumps([classes, ops, len(stages[0].arg_ids), inputs, outputs])
+        found.setdefault(key, (classes, ops, len(stages[0].arg_ids), inputs, outputs, []))[5].append(
+            [mc.name if isinstance(mc, ModuleCall) else None for mc in stages])
     if found:
-        classes, n_args, inputs, outputs, names = max(found.values(), key=lambda f: len(f[4]))
+        classes, ops, n_args, inputs, outputs, names = max(found.values(), key=lambda f: len(f[5]))
         chain.modules = {"classes": classes, "args": n_args, "inputs": inputs, "outputs": outputs,
                          "names": names, "instances": len(chain.instances)}
+        if ops:
+            chain.modules["ops"] = ops
         if eval_only:  # the route takes it only while none of its modules trains
             chain.modules["eval_only"] = True
 
 
 def _sequence(instance: ChainInstance, calls: list[Call], starting: dict[int, list[ModuleCall]],
-              ) -> tuple[list[ModuleCall], list[list[Any]], list[list[int]]] | None:
+              ) -> tuple[list[ModuleCall | int], list[list[Any]], list[list[int]]] | None:
     """The module calls (two or more) whose spans tile the instance's calls, each the widest that
-    fits (of equal spans the innermost); each chain input as the record names it; and each stage's
-    output as [step, output position] (the layout a value not made yet takes). None where the
-    instance is no such sequence."""
+    fits (of equal spans the innermost), with glue stages between them (a step's call index:
+    _glue_stage); each chain input as the record names it; and each stage's output as [step,
+    output position] (the layout a value not made yet takes). None where the instance is no such
+    sequence."""
     members = instance.members
     inside = set(members)
 
@@ -389,21 +396,33 @@ def _sequence(instance: ChainInstance, calls: list[Call], starting: dict[int, li
             at = stages[-1].end
         elif spare(at):
             at += 1
+        elif stages and at in inside:  # a step the forward calls between two modules
+            stages.append(at)
+            at += 1
         else:
             return None
-    if len(stages) < 2:
-        return None
+    if len(stages) < 2 or not isinstance(stages[0], ModuleCall) or not isinstance(stages[-1], ModuleCall):
+        return None  # a glue op first or last: no module call to hold the inputs or run the kernel
     head = stages[0]
     if None in head.arg_ids or len(set(head.arg_ids)) != len(head.arg_ids):
         return None  # a number or a repeated tensor among the arguments: the guard could not tell
-    for before, after in itertools.pairwise(stages):
-        if before.output_id is None or after.arg_ids != [before.output_id]:
-            return None  # the next module takes more, or not what the one before returned
+    glue_inputs: dict[int, list[Any]] = {}  # tensor id -> ["stage", stage, argument position]
+    for stage, (before, after) in enumerate(itertools.pairwise(stages), start=1):
+        if _output_id(before, calls) is None:
+            return None
+        if isinstance(after, ModuleCall):
+            if after.arg_ids != [_output_id(before, calls)]:
+                return None  # the next module takes more, or not what the one before returned
+            continue
+        taken = _glue_stage(calls[after], _output_id(before, calls), stage)
+        if taken is None:
+            return None
+        glue_inputs.update(taken)
     pos, k = instance.outputs[0]
     if stages[-1].output_id is None or calls[members[pos]].output_ids[k] != stages[-1].output_id:
         return None
     made = {tid: [step, out] for step, m in enumerate(members) for out, tid in enumerate(calls[m].output_ids)}
-    if any(mc.output_id not in made for mc in stages):
+    if any(_output_id(mc, calls) not in made for mc in stages):
         return None  # a stage returned no value a step made
     inputs: list[list[Any]] = []
     for tid in instance.inputs:
@@ -411,9 +430,33 @@ def _sequence(instance: ChainInstance, calls: list[Call], starting: dict[int, li
             inputs.append(["arg", head.arg_ids.index(tid)])
         elif tid in head.param_ids:
             inputs.append(["param", head.param_ids[tid]])
+        elif tid in glue_inputs:
+            inputs.append(glue_inputs[tid])
         else:
-            return None  # a later module's parameter, a global: the first module's call cannot hold it
-    return stages, inputs, [made[mc.output_id] for mc in stages]
+            return None  # a later module's parameter, a global: no stage's call holds it
+    return stages, inputs, [made[_output_id(mc, calls)] for mc in stages]
+
+
+def _output_id(stage: ModuleCall | int, calls: list[Call]) -> int | None:
+    if isinstance(stage, ModuleCall):
+        return stage.output_id
+    return calls[stage].output_ids[0] if len(calls[stage].output_ids) == 1 else None
+
+
+def _glue_stage(call: Call, value_id: int | None, stage: int) -> dict[int, list[Any]] | None:
+    """A glue stage's other tensors as chain inputs (tensor id -> ["stage", stage, position]),
+    where the call is a pointwise step (in place or not) whose first argument is the stage before's
+    value and whose other arguments are tensors read once, or plain numbers; else None."""
+    if step_role(call) not in ("pointwise", "inplace") or call.kwargs or len(call.output_ids) != 1:
+        return None
+    if not call.args or not _is_tensor(call.args[0]) or not call.input_ids or call.input_ids[0] != value_id:
+        return None
+    positions = [p for p, a in enumerate(call.args) if _is_tensor(a)]
+    if any(isinstance(a, (list, tuple, dict)) and not _is_tensor(a) for a in call.args) \
+            or len(positions) != len(call.input_ids):
+        return None  # a list of tensors: its positions are not the argument's
+    taken = {tid: ["stage", stage, p] for tid, p in zip(call.input_ids[1:], positions[1:])}
+    return taken if len(taken) == len(positions) - 1 and value_id not in taken else None
 
 
 def _spare(calls: list[Call], i: int, members: set[int]) -> bool:

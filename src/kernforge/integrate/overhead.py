@@ -119,8 +119,8 @@ def modules_of(spec: router.KernelSpec, model: torch.nn.Module | None) -> list[t
     names = [[name] for name in chain["module"]["names"]] if chain.get("module") else (
         chain["modules"]["names"] if chain.get("modules") else [])
     for sequence in names:
-        try:
-            return [model.get_submodule(name) for name in sequence]
+        try:  # a glue stage (an op the forward calls between two modules) has no module: None
+            return [model.get_submodule(name) if name is not None else None for name in sequence]
         except AttributeError:
             continue
     return None
@@ -132,12 +132,13 @@ def call_of(spec: router.KernelSpec, modules: list[torch.nn.Module] | None = Non
     if modules is not None and len(modules) == 1:
         return modules[0]
     if modules is not None:
-        first, later = modules[0], modules[1:]
+        first, later = modules[0], _later_stages(spec, modules)
+        n_head = len(argument_inputs(spec)[0])
 
         def in_turn(*args: Any) -> Any:
-            value = first(*args)
-            for module in later:
-                value = module(value)
+            value, extras = first(*args[:n_head]), args[n_head:]
+            for stage in later:
+                value = stage(value, extras)
             return value
         return in_turn
     if spec.chain is None:
@@ -146,13 +147,43 @@ def call_of(spec: router.KernelSpec, modules: list[torch.nn.Module] | None = Non
     return lambda *inputs: fused.replay(steps, list(inputs))
 
 
-def module_arguments(spec: router.KernelSpec, inputs: list[Any]) -> list[Any]:
-    """The (first) module's positional arguments among the chain's inputs, in order (its parameters
-    are its own). Picked once, not at each call: a lambda and a list made per call cost 0.4 us of the
-    routed call on a 2-core x86 CPU, where the direct call pays neither."""
+def _later_stages(spec: router.KernelSpec, modules: list[torch.nn.Module | None]) -> list[Callable[[Any, tuple], Any]]:
+    """Each stage after the first as stage(value, glue inputs): its module on the value, or a glue
+    stage's op on the value and its chain inputs (module_arguments' tail) as the model calls it."""
+    record, steps = (spec.chain or {})["modules"], fused.ChainPlan(spec).steps
+    later_inputs = argument_inputs(spec)[1]
+    stages: list[Callable[[Any, tuple], Any]] = []
+    for stage, module in enumerate(modules[1:], start=1):
+        if module is not None:
+            stages.append(lambda value, _extras, module=module: module(value))
+            continue
+        step = steps[int(record["outputs"][stage][0])]
+
+        def glue(value: Any, extras: tuple, step: fused.Step = step) -> Any:
+            inputs = [None] * len(spec.args)
+            for k, t in zip(later_inputs, extras):
+                inputs[k] = t
+            return step.op(value, *[fused._decode(a, inputs, []) for a in step.args[1:]])
+        stages.append(glue)
+    return stages
+
+
+def argument_inputs(spec: router.KernelSpec) -> tuple[list[int], list[int]]:
+    """The chain inputs the first module's call takes as its positional arguments, in their order,
+    and those glue stages take, in the chain's order."""
     chain = spec.chain or {}
     boundary = (chain.get("module") or chain["modules"])["inputs"]
-    return [inputs[k] for _, k in sorted((int(where), k) for k, (kind, where) in enumerate(boundary) if kind == "arg")]
+    head = [k for _, k in sorted((int(where[0]), k) for k, (kind, *where) in enumerate(boundary) if kind == "arg")]
+    return head, [k for k, (kind, *_) in enumerate(boundary) if kind == "stage"]
+
+
+def module_arguments(spec: router.KernelSpec, inputs: list[Any]) -> list[Any]:
+    """The (first) module's positional arguments among the chain's inputs, in order (its parameters
+    are its own), then the glue stages' inputs. Picked once, not at each call: a lambda and a list
+    made per call cost 0.4 us of the routed call on a 2-core x86 CPU, where the direct call pays
+    neither."""
+    head, later = argument_inputs(spec)
+    return [inputs[k] for k in head] + [inputs[k] for k in later]
 
 
 def burst_size(call_s: float) -> int:

@@ -770,16 +770,22 @@ def covers_every_instance(plan: ChainPlan, routes: list[ModuleRoute]) -> bool:
     return bool(routes) and sum(r.instances for r in routes) == boundary.get("instances", -1)
 
 
+LATER = -2  # a chain input a later stage's call binds (_sources)
+
+
 def _sources(module: torch.nn.Module, boundary: dict[str, Any]) -> list[tuple[int, Any, str]]:
-    """Each chain input: (an argument's position, None, ""), or (-1, the dict holding a parameter
-    or buffer, its name). The dict is its owner's _parameters or _buffers, read at each call, so a
+    """Each chain input: (an argument's position, None, ""), (-1, the dict holding a parameter
+    or buffer, its name), or (LATER, None, "") for a glue stage's argument. The dict is its owner's _parameters or _buffers, read at each call, so a
     parameter set anew is seen; nn.Module's __getattr__, which finds it there, costs ~450 ns a
     lookup on a 2-core x86 CPU against ~12 for the dict. A tensor gone from the dict since
     (torch's parametrize moves a weight out) leaves the call to the module's own forward."""
     sources: list[tuple[int, Any, str]] = []
-    for kind, where in boundary["inputs"]:
+    for kind, where, *_ in boundary["inputs"]:
         if kind == "arg":
             sources.append((int(where), None, ""))
+            continue
+        if kind == "stage":  # a glue stage's argument (at a sequence): bound there, not here
+            sources.append((LATER, None, ""))
             continue
         path, _, attr = str(where).rpartition(".")
         owner = module.get_submodule(path) if path else module
@@ -856,7 +862,22 @@ def _proved_inputs(plan: ChainPlan, sources: list[tuple[int, Any, str]],
     """inputs(args): the chain's inputs gathered from a module call's arguments and its
     parameters' dicts (_sources), where each is as proved and no kernel is running; else None,
     counted as a fallback."""
-    proved, grad_enabled = _proved_tensors(plan), torch.is_grad_enabled
+    grad_enabled = torch.is_grad_enabled
+    here = [k for k, (at, _, _) in enumerate(sources) if at != LATER]
+    if len(here) < len(sources):  # a sequence with glue stages: theirs are bound there (None until then)
+        proved_here = _proved_tensors(plan, here)
+
+        def some_inputs(args: tuple) -> list[torch.Tensor | None] | None:
+            try:
+                tensors = [None if at == LATER else args[at] if at >= 0 else held[attr] for at, held, attr in sources]
+            except KeyError:
+                tensors = None
+            if tensors is None or kernels.RUNNING[0] or not proved_here([tensors[k] for k in here], grad_enabled()):
+                tally.fallback += 1
+                return None
+            return tensors
+        return some_inputs
+    proved = _proved_tensors(plan)
 
     def inputs(args: tuple) -> list[torch.Tensor] | None:
         try:
@@ -941,7 +962,7 @@ def calling_class(module: torch.nn.Module, route: Callable[[tuple], Any], origin
 _SKIP = object()  # a native module call's answer where nn.Module's call must run
 
 
-def _proved_tensors(plan: ChainPlan) -> Callable[[list[Any], bool], bool]:
+def _proved_tensors(plan: ChainPlan, positions: list[int] | None = None) -> Callable[[list[Any], bool], bool]:
     """The guard of a module route, in one loop: each tensor plain, of the proved dtype, shape,
     strides, alignment and device, none wanting a gradient, on the default stream for a CUDA
     library (kernels.runnable_here's rule). On the H200 a module's guarded forward cost 5.1-5.4 us
@@ -955,6 +976,8 @@ def _proved_tensors(plan: ChainPlan) -> Callable[[list[Any], bool], bool]:
         element = torch.empty((), dtype=dtype).element_size()
         align = kernels.ALIGNMENT // element if kernels.ALIGNMENT % element == 0 else 1
         expected.append((dtype, torch.Size(meta["shape"]), tuple(meta["stride"]), align))
+    if positions is not None:  # these inputs alone, in this order
+        expected = [expected[k] for k in positions]
     plain = kernels.plain
     on_default_stream = spec.loading.default_stream_only
 
@@ -1001,6 +1024,9 @@ class Sequence:
         # a value on a loaded 2-core x86 CPU)
         self.metas = [_layout(plan.steps[int(j)].metas[int(k)]) for j, k in record["outputs"]]
         self.tally = kernels.Tally()  # kernel: sequences that ran the kernel; fallback: refused or made
+        # stage -> its glue op (a step the forward calls between two modules: `out += identity`)
+        self.glue = {int(stage): Glue(plan, int(record["outputs"][int(stage)][0]), int(stage), record["inputs"])
+                     for stage in record.get("ops", {})}
 
     def first(self, module: torch.nn.Module, original: Callable[..., Any],
               stages: list[torch.nn.Module]) -> Callable[[tuple], Any]:
@@ -1044,6 +1070,23 @@ class Sequence:
             return out
         return route
 
+    def glued(self, lazy: _Lazy, func: Any, args: tuple, kwargs: dict) -> _Lazy | None:
+        """A glue stage's call on the stage before's value, not made yet: that stage's _Lazy (for an
+        op in place, the same one, which now stands for the op's output); else None (made)."""
+        held = lazy._held
+        glue = self.glue.get(held.stage + 1)
+        if glue is None or held.sequence is not self or held.value is not None or held.taken:
+            return None
+        bound = glue.bind(func, args, kwargs)
+        if bound is None:
+            return None
+        held.taken = True
+        after = held.then(glue.forward(args), bound)
+        if glue.in_place:
+            lazy._held = after
+            return lazy
+        return _Lazy(after, self.metas[glue.stage])
+
     def _run(self, held: _Held) -> torch.Tensor:
         held.check_inputs()
         out = kernels.run_kernel(self.spec, tuple(held.tensors), {}, held.tensors)
@@ -1051,27 +1094,66 @@ class Sequence:
         return out[0] if isinstance(out, (tuple, list)) else out
 
 
+class Glue:
+    """A glue stage: the chain's step `j`, an op the forward calls between two modules, with the
+    stage before's value first and the chain's inputs (bound here) or the captured numbers after."""
+
+    def __init__(self, plan: ChainPlan, j: int, stage: int, inputs: list[list[Any]]):
+        step = plan.steps[j]
+        self.op, self.stage, self.in_place = step.op, stage, step.inplace
+        self.n_args = len(step.matchers)
+        taken = {int(where[1]): k for k, (kind, *where) in enumerate(inputs) if kind == "stage" and int(where[0]) == stage}
+        self.bound_at = sorted(taken.items())  # (argument position, chain input)
+        self.constants = [(p, what) for p, (kind, what) in enumerate(step.matchers) if kind == CONSTANT and p > 0]
+        if step.keyword_matchers or sorted(p for p, _ in self.bound_at + self.constants) != list(range(1, self.n_args)):
+            raise ValueError(f"{plan.spec.name}: step {j} is no glue stage (an argument neither an input nor a number)")
+        self.proved = _proved_tensors(plan, [k for _, k in self.bound_at])
+
+    def bind(self, func: Any, args: tuple, kwargs: dict) -> list[tuple[int, torch.Tensor]] | None:
+        """The chain inputs this call binds ((input, tensor) pairs), where it is the step as proved."""
+        if func is not self.op or kwargs or len(args) != self.n_args:
+            return None
+        if not all(what(args[p], []) for p, what in self.constants):
+            return None
+        tensors = [args[p] for p, _ in self.bound_at]
+        if any(type(t) is _Lazy for t in tensors) or not self.proved(tensors, torch.is_grad_enabled()):
+            return None
+        return [(k, t) for (_, k), t in zip(self.bound_at, tensors)]
+
+    def forward(self, args: tuple) -> Callable[[torch.Tensor], torch.Tensor]:
+        """The stage's own computation on the made value before it: the op as the model called it."""
+        op, rest = self.op, args[1:]
+        return lambda value: op(value, *rest)
+
+
 class _Held:
-    """What a _Lazy stands for: a sequence's inputs as its first module was called, the stage it
-    reached and the own forwards that make that stage's value."""
+    """What a _Lazy stands for: a sequence's inputs as its first module was called (a glue
+    stage's bound since), the stage it reached and the own forwards that make that stage's value."""
 
     __slots__ = ("args", "forwards", "sequence", "stage", "taken", "tensors", "value", "versions")
 
     def __init__(self, sequence: Sequence, stage: int, args: tuple, tensors: list[torch.Tensor],
                  forwards: tuple[Callable[..., Any], ...], versions: list[int] | None = None):
         self.sequence, self.stage, self.args, self.tensors, self.forwards = sequence, stage, args, tensors, forwards
-        self.versions = versions if versions is not None else [_version(t) for t in tensors]
+        self.versions = versions if versions is not None else [0 if t is None else _version(t) for t in tensors]
         self.value: torch.Tensor | None = None  # made by the own forwards, once another use needed it
         self.taken = False  # the next module took it (the fused path goes on)
 
-    def then(self, forward: Callable[..., Any]) -> _Held:
-        """The next stage's: the same inputs, one more own forward to make its value."""
-        return _Held(self.sequence, self.stage + 1, self.args, self.tensors, (*self.forwards, forward), self.versions)
+    def then(self, forward: Callable[..., Any], bound: list[tuple[int, torch.Tensor]] = ()) -> _Held:
+        """The next stage's: the same inputs (and those a glue stage bound), one more own forward
+        to make its value."""
+        if not bound:
+            return _Held(self.sequence, self.stage + 1, self.args, self.tensors, (*self.forwards, forward),
+                         self.versions)
+        tensors, versions = list(self.tensors), list(self.versions)
+        for k, t in bound:
+            tensors[k], versions[k] = t, _version(t)
+        return _Held(self.sequence, self.stage + 1, self.args, tensors, (*self.forwards, forward), versions)
 
     def check_inputs(self) -> None:
-        """An input written in place since the first module's call would give another value than
+        """An input written in place since the stage that bound it would give another value than
         the model's: stop, as a chain's run does."""
-        if any(_version(t) != v for t, v in zip(self.tensors, self.versions)):
+        if any(t is not None and _version(t) != v for t, v in zip(self.tensors, self.versions)):
             spec = self.sequence.spec
             raise RuntimeError(f"an input of the fused chain kernforge::{spec.name} ({spec.op}) was written in "
                                "place between its modules' calls; the fused kernel would read the new value. "
@@ -1121,6 +1203,11 @@ class _Lazy(torch.Tensor):
 
     @classmethod
     def __torch_dispatch__(cls, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        first = args[0] if args else None
+        if type(first) is _Lazy and first._held.sequence.glue and not kernels.RUNNING[0]:
+            out = first._held.sequence.glued(first, func, args, kwargs or {})
+            if out is not None:
+                return out
         return func(*_made(args), **{k: _made(v) for k, v in (kwargs or {}).items()})
 
 
@@ -1130,6 +1217,9 @@ def _made(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return type(value)(_made(v) for v in value)
     return value
+
+
+GLUE = object()  # a glue stage's place among a sequence's modules
 
 
 def sequence_routes(plan: ChainPlan, model: torch.nn.Module, counts: kernels.RouteCounts) -> list[ModuleRoute]:
@@ -1142,14 +1232,18 @@ def sequence_routes(plan: ChainPlan, model: torch.nn.Module, counts: kernels.Rou
     counts.counters.append((sequence.tally, [plan.spec.name]))
     placed: dict[tuple[int, int], ModuleRoute] = {}
     for names in record["names"]:
-        modules = [_module_at(model, name, cls) for name, cls in zip(names, record["classes"])]
+        modules = [_module_at(model, name, cls) if cls is not None else GLUE
+                   for name, cls in zip(names, record["classes"])]
         if any(m is None for m in modules) or len(modules) != len(record["classes"]):
             continue
         for stage, module in enumerate(modules):
+            if module is GLUE:  # the op on the stage before's _Lazy goes on (_Lazy.__torch_dispatch__)
+                continue
             if (id(module), stage) not in placed:
                 route, original = _as_it_is(module)
                 route.instances = 0
-                run = sequence.first(module, original, modules) if stage == 0 else sequence.later(stage, original)
+                run = (sequence.first(module, original, [m for m in modules if m is not GLUE]) if stage == 0
+                       else sequence.later(stage, original))
                 placed[id(module), stage] = _put_route(route, run, original, int(record["args"]) if stage == 0 else 1)
         placed[id(modules[0]), 0].instances += 1
     return list(placed.values())
