@@ -180,8 +180,9 @@ class Capture:
         compiled model was profiled, by the larger of the eager and the compiled gain. One that
         compile runs at its floor is ranked by its eager gain alone (its compiled gain is none),
         not put last: on an H100 the Gemma-style decoder's RMSNorm chains, at their floor under
-        compile and 31% of eager's op time, were left unsearched behind a 1.5% rotary chain, and
-        they are its eager speedup (1.43x on 2026-12-05; bench/results/h100/issue32/models-20261207)."""
+        compile and 31% of eager's op time, were left unsearched behind a 1.5% rotary chain
+        (bench/results/h100/issue32/models-20261207), and they are its eager speedup (1.43x,
+        bench/results/h100/issue32/README.md)."""
         kept = [p for p in self.profiles if p.kind in include_kinds]
         if not self.ranked_by_compile:
             return kept

@@ -863,16 +863,16 @@ def _proved_inputs(plan: ChainPlan, sources: list[tuple[int, Any, str]],
     parameters' dicts (_sources), where each is as proved and no kernel is running; else None,
     counted as a fallback."""
     grad_enabled = torch.is_grad_enabled
-    here = [k for k, (at, _, _) in enumerate(sources) if at != LATER]
-    if len(here) < len(sources):  # a sequence with glue stages: theirs are bound there (None until then)
-        proved_here = _proved_tensors(plan, here)
+    at_head = [k for k, (at, _, _) in enumerate(sources) if at != LATER]
+    if len(at_head) < len(sources):  # a sequence with glue stages: theirs are bound there (None until then)
+        proved_at_head = _proved_tensors(plan, at_head)
 
         def some_inputs(args: tuple) -> list[torch.Tensor | None] | None:
             try:
                 tensors = [None if at == LATER else args[at] if at >= 0 else held[attr] for at, held, attr in sources]
             except KeyError:
                 tensors = None
-            if tensors is None or kernels.RUNNING[0] or not proved_here([tensors[k] for k in here], grad_enabled()):
+            if tensors is None or kernels.RUNNING[0] or not proved_at_head([tensors[k] for k in at_head], grad_enabled()):
                 tally.fallback += 1
                 return None
             return tensors
