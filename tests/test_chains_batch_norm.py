@@ -407,3 +407,47 @@ def test_a_residuals_glue_op_between_its_modules_binds_the_identity_there_or_ste
     assert took == 1 and len(calls) == 1  # the kernel once; the others ran the modules' own forwards
     torch.testing.assert_close(got, expected)
     assert torch.equal(strided, expected) and torch.equal(hooked, expected) and len(seen) == 1
+
+
+def _downsampled_block() -> tuple[nn.Module, torch.Tensor]:
+    torch.manual_seed(0)
+    block = Bottleneck(8, 4, downsample=nn.Sequential(nn.Conv2d(8, 16, 1), nn.BatchNorm2d(16))).eval()
+    for m in block.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            m.running_var.uniform_(0.5, 2)
+    return block, torch.randn(2, 8, 5, 7)
+
+
+def test_a_downsampled_residual_goes_at_its_modules_with_the_downsamples_batch_norm_a_side_stage():
+    """`bn3, downsample's bn, +=, relu`: the downsample's conv a call beside the chain, its batch
+    norm a side stage whose value the `+=` takes. Installed with the block: the kernel once; a hook
+    that reads the downsample's output, or the block in training, leave the modules' own forwards
+    (bit-exact)."""
+    block, x = _downsampled_block()
+    (chain,) = [c for c in _chains(block, x) if c.op.count("batch_norm") == 2]
+    assert chain.modules["names"] == [["bn3", "downsample.1", None, "relu"]] and chain.modules["sides"] == [1]
+    assert chain.modules["inputs"][5:] == [["stage", 1, 0], ["stage_param", 1, "weight"], ["stage_param", 1, "bias"],
+                                           ["stage_param", 1, "running_mean"], ["stage_param", 1, "running_var"]]
+    calls: list[int] = []
+    spec = _kernel_spec(chain, calls)
+    with torch.no_grad():
+        expected = block(x)
+        installation = router.install([spec], block)
+        try:
+            assert spec.name in installation.module_routes
+            got = block(x)
+            took = len(calls)
+            seen: list[torch.Tensor] = []
+            handle = block.downsample.register_forward_hook(lambda m, args, out: seen.append(out.sum()))
+            hooked = block(x)
+            handle.remove()
+            block.train()
+            trained = block(x)
+        finally:
+            installation.remove()
+            block.eval()
+        block.train()
+        trained_own = block(x)
+    assert took == 1 and len(calls) == 1 and len(seen) == 1
+    torch.testing.assert_close(got, expected)
+    assert torch.equal(hooked, expected) and torch.equal(trained, trained_own)

@@ -342,7 +342,9 @@ def module_sequences(chain: Chain, calls: list[Call], starting: dict[int, list[M
     the last stage's. Between two modules a stage may be one pointwise op the forward calls itself
     (a glue stage: ResNet's `out += identity` between bn3 and relu), whose first argument is the
     stage before's output and whose other tensors are the chain's inputs ("ops": stage -> its op;
-    its name in "names" is None). Integrate installs it at those modules: the first returns a value
+    its name in "names" is None). A module between them given only tensors the chain does not make
+    is a side stage ("sides": a downsample's batch norm, its conv a call beside the chain), whose
+    value a later glue op takes. Integrate installs it at those modules: the first returns a value
     not made yet, a glue op on it another, the last module runs the kernel on it (fused.py, at a
     sequence of modules), with no placeholder at every step."""
     found: dict[str, tuple[list[str], int, list[list[Any]], list[list[str]]]] = {}
@@ -350,24 +352,26 @@ def module_sequences(chain: Chain, calls: list[Call], starting: dict[int, list[M
         matched = _sequence(instance, calls, starting)
         if matched is None:
             continue
-        stages, inputs, outputs = matched
+        stages, inputs, outputs, sides = matched
         classes = [mc.cls if isinstance(mc, ModuleCall) else None for mc in stages]
         ops = {str(k): qualified_name(calls[mc].func) for k, mc in enumerate(stages) if not isinstance(mc, ModuleCall)}
-        key = json.dumps([classes, ops, len(stages[0].arg_ids), inputs, outputs])
-        found.setdefault(key, (classes, ops, len(stages[0].arg_ids), inputs, outputs, []))[5].append(
+        key = json.dumps([classes, ops, sides, len(stages[0].arg_ids), inputs, outputs])
+        found.setdefault(key, (classes, ops, sides, len(stages[0].arg_ids), inputs, outputs, []))[6].append(
             [mc.name if isinstance(mc, ModuleCall) else None for mc in stages])
     if found:
-        classes, ops, n_args, inputs, outputs, names = max(found.values(), key=lambda f: len(f[5]))
+        classes, ops, sides, n_args, inputs, outputs, names = max(found.values(), key=lambda f: len(f[6]))
         chain.modules = {"classes": classes, "args": n_args, "inputs": inputs, "outputs": outputs,
                          "names": names, "instances": len(chain.instances)}
         if ops:
             chain.modules["ops"] = ops
+        if sides:
+            chain.modules["sides"] = sides
         if eval_only:  # the route takes it only while none of its modules trains
             chain.modules["eval_only"] = True
 
 
 def _sequence(instance: ChainInstance, calls: list[Call], starting: dict[int, list[ModuleCall]],
-              ) -> tuple[list[ModuleCall | int], list[list[Any]], list[list[int]]] | None:
+              ) -> tuple[list[ModuleCall | int], list[list[Any]], list[list[int]], list[int]] | None:
     """The module calls (two or more) whose spans tile the instance's calls, each the widest that
     fits (of equal spans the innermost), with glue stages between them (a step's call index:
     _glue_stage); each chain input as the record names it; and each stage's output as [step,
@@ -379,22 +383,25 @@ def _sequence(instance: ChainInstance, calls: list[Call], starting: dict[int, li
     def spare(i: int) -> bool:
         return _spare(calls, i, inside)
     first, end = members[0], members[-1] + 1
-    if [i for i in range(first, end) if not spare(i)] != members or len(instance.outputs) != 1:
+    made = {tid: [step, out] for step, m in enumerate(members) for out, tid in enumerate(calls[m].output_ids)}
+    if len(instance.outputs) != 1 or any(not spare(i) and not _gap(calls[i], made, instance) for i in range(first, end)
+                                         if i not in inside):
         return None
     earliest = first
     while spare(earliest - 1):
         earliest -= 1
-    stages: list[ModuleCall] = []
+    stages: list[ModuleCall | int] = []
     at = earliest
     while at < end:
-        # the widest module call starting here within the instance that holds a step; not one
+        # the widest module call starting here within the instance that holds steps alone; not one
         # spanning it all (that is a module boundary, not a sequence)
         fitting = [mc for mc in starting.get(at, []) if mc.end <= end and not (at <= first and mc.end == end)
-                   and any(i in inside for i in range(mc.first, mc.end))]
+                   and any(i in inside for i in range(mc.first, mc.end))
+                   and all(i in inside or spare(i) for i in range(mc.first, mc.end))]
         if fitting:
             stages.append(max(fitting, key=lambda mc: mc.end))
             at = stages[-1].end
-        elif spare(at):
+        elif spare(at) or (stages and at not in inside):  # a call beside the chain (a downsample's conv)
             at += 1
         elif stages and at in inside:  # a step the forward calls between two modules
             stages.append(at)
@@ -406,22 +413,13 @@ def _sequence(instance: ChainInstance, calls: list[Call], starting: dict[int, li
     head = stages[0]
     if None in head.arg_ids or len(set(head.arg_ids)) != len(head.arg_ids):
         return None  # a number or a repeated tensor among the arguments: the guard could not tell
-    glue_inputs: dict[int, list[Any]] = {}  # tensor id -> ["stage", stage, argument position]
-    for stage, (before, after) in enumerate(itertools.pairwise(stages), start=1):
-        if _output_id(before, calls) is None:
-            return None
-        if isinstance(after, ModuleCall):
-            if after.arg_ids != [_output_id(before, calls)]:
-                return None  # the next module takes more, or not what the one before returned
-            continue
-        taken = _glue_stage(calls[after], _output_id(before, calls), stage)
-        if taken is None:
-            return None
-        glue_inputs.update(taken)
+    linked = _linked(stages, calls, made)
+    if linked is None:
+        return None
+    later_inputs, sides = linked
     pos, k = instance.outputs[0]
     if stages[-1].output_id is None or calls[members[pos]].output_ids[k] != stages[-1].output_id:
         return None
-    made = {tid: [step, out] for step, m in enumerate(members) for out, tid in enumerate(calls[m].output_ids)}
     if any(_output_id(mc, calls) not in made for mc in stages):
         return None  # a stage returned no value a step made
     inputs: list[list[Any]] = []
@@ -430,11 +428,51 @@ def _sequence(instance: ChainInstance, calls: list[Call], starting: dict[int, li
             inputs.append(["arg", head.arg_ids.index(tid)])
         elif tid in head.param_ids:
             inputs.append(["param", head.param_ids[tid]])
-        elif tid in glue_inputs:
-            inputs.append(glue_inputs[tid])
+        elif tid in later_inputs:
+            inputs.append(later_inputs[tid])
         else:
-            return None  # a later module's parameter, a global: no stage's call holds it
-    return stages, inputs, [made[_output_id(mc, calls)] for mc in stages]
+            return None  # a global, an attribute that is no parameter: no stage's call holds it
+    return stages, inputs, [made[_output_id(mc, calls)] for mc in stages], sides
+
+
+def _gap(call: Call, made: dict[int, list[int]], instance: ChainInstance) -> bool:
+    """A call between a sequence's stages that is no step (a downsample's conv): it reads no value
+    the chain makes and writes none the chain reads, so the kernel may run without it."""
+    return not any(t in made for t in call.input_ids) and not any(
+        t in made or t in instance.inputs for t in call.written_ids)
+
+
+def _linked(stages: list[ModuleCall | int], calls: list[Call],
+            made: dict[int, list[int]]) -> tuple[dict[int, list[Any]], list[int]] | None:
+    """Whether each stage after the first takes the chain's value on (the main line): a module
+    given exactly the value before, or a glue op with it first. A module given only tensors the
+    chain does not make is a side stage (a downsample's batch norm), whose value a later glue op
+    takes. Returns the chain inputs the later stages bind (tensor id -> ["stage", stage, position]
+    for an argument, ["stage_param", stage, name] for a side module's parameter) and the side
+    stages, else None."""
+    current, sides, bound = _output_id(stages[0], calls), {}, {}
+    side_stages = []
+    for stage, after in enumerate(stages[1:], start=1):
+        if current is None:
+            return None
+        if isinstance(after, ModuleCall) and after.arg_ids == [current]:
+            current = after.output_id
+            continue
+        if isinstance(after, ModuleCall):  # a side stage: its own arguments and parameters, none made
+            if stage == len(stages) - 1 or not after.arg_ids or any(t is None or t in made for t in after.arg_ids) \
+                    or len(set(after.arg_ids)) != len(after.arg_ids) or after.output_id is None:
+                return None
+            bound.update({t: ["stage", stage, p] for p, t in enumerate(after.arg_ids)})
+            bound.update({t: ["stage_param", stage, name] for t, name in after.param_ids.items() if t not in bound})
+            sides[after.output_id] = stage
+            side_stages.append(stage)
+            continue
+        taken = _glue_stage(calls[after], current, stage, sides)
+        if taken is None:
+            return None
+        bound.update(taken)
+        current = _output_id(after, calls)
+    return (bound, side_stages) if not sides else None  # every side value taken by a glue op
 
 
 def _output_id(stage: ModuleCall | int, calls: list[Call]) -> int | None:
@@ -443,10 +481,11 @@ def _output_id(stage: ModuleCall | int, calls: list[Call]) -> int | None:
     return calls[stage].output_ids[0] if len(calls[stage].output_ids) == 1 else None
 
 
-def _glue_stage(call: Call, value_id: int | None, stage: int) -> dict[int, list[Any]] | None:
+def _glue_stage(call: Call, value_id: int | None, stage: int, sides: dict[int, int]) -> dict[int, list[Any]] | None:
     """A glue stage's other tensors as chain inputs (tensor id -> ["stage", stage, position]),
     where the call is a pointwise step (in place or not) whose first argument is the stage before's
-    value and whose other arguments are tensors read once, or plain numbers; else None."""
+    value and whose other arguments are tensors read once, a side stage's value (taken from
+    `sides` here), or plain numbers; else None."""
     if step_role(call) not in ("pointwise", "inplace") or call.kwargs or len(call.output_ids) != 1:
         return None
     if not call.args or not _is_tensor(call.args[0]) or not call.input_ids or call.input_ids[0] != value_id:
@@ -455,8 +494,11 @@ def _glue_stage(call: Call, value_id: int | None, stage: int) -> dict[int, list[
     if any(isinstance(a, (list, tuple, dict)) and not _is_tensor(a) for a in call.args) \
             or len(positions) != len(call.input_ids):
         return None  # a list of tensors: its positions are not the argument's
-    taken = {tid: ["stage", stage, p] for tid, p in zip(call.input_ids[1:], positions[1:])}
-    return taken if len(taken) == len(positions) - 1 and value_id not in taken else None
+    others = list(zip(call.input_ids[1:], positions[1:]))
+    taken = {tid: ["stage", stage, p] for tid, p in others if tid not in sides}
+    for tid, _ in others:
+        sides.pop(tid, None)  # its value is taken here
+    return taken if len({tid for tid, _ in others}) == len(others) and value_id not in taken else None
 
 
 def _spare(calls: list[Call], i: int, members: set[int]) -> bool:

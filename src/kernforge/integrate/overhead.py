@@ -136,9 +136,9 @@ def call_of(spec: router.KernelSpec, modules: list[torch.nn.Module] | None = Non
         n_head = len(argument_inputs(spec)[0])
 
         def in_turn(*args: Any) -> Any:
-            value, extras = first(*args[:n_head]), args[n_head:]
+            value, extras, sides = first(*args[:n_head]), args[n_head:], {}
             for stage in later:
-                value = stage(value, extras)
+                value = stage(value, extras, sides)
             return value
         return in_turn
     if spec.chain is None:
@@ -147,24 +147,42 @@ def call_of(spec: router.KernelSpec, modules: list[torch.nn.Module] | None = Non
     return lambda *inputs: fused.replay(steps, list(inputs))
 
 
-def _later_stages(spec: router.KernelSpec, modules: list[torch.nn.Module | None]) -> list[Callable[[Any, tuple], Any]]:
-    """Each stage after the first as stage(value, glue inputs): its module on the value, or a glue
-    stage's op on the value and its chain inputs (module_arguments' tail) as the model calls it."""
+def _later_stages(spec: router.KernelSpec, modules: list[torch.nn.Module | None]) -> list[Callable[..., Any]]:
+    """Each stage after the first as stage(value, later inputs, side values): its module on the
+    value; a side stage's module on its own arguments (module_arguments' tail), its value kept; or a
+    glue stage's op on the value, its chain inputs and the side values, as the model calls it."""
     record, steps = (spec.chain or {})["modules"], fused.ChainPlan(spec).steps
     later_inputs = argument_inputs(spec)[1]
-    stages: list[Callable[[Any, tuple], Any]] = []
-    for stage, module in enumerate(modules[1:], start=1):
-        if module is not None:
-            stages.append(lambda value, _extras, module=module: module(value))
-            continue
-        step = steps[int(record["outputs"][stage][0])]
+    side_stages = {int(k) for k in record.get("sides", [])}
+    side_of = {(int(record["outputs"][k][0]), int(record["outputs"][k][1])): k for k in side_stages}
 
-        def glue(value: Any, extras: tuple, step: fused.Step = step) -> Any:
-            inputs = [None] * len(spec.args)
-            for k, t in zip(later_inputs, extras):
-                inputs[k] = t
-            return step.op(value, *[fused._decode(a, inputs, []) for a in step.args[1:]])
-        stages.append(glue)
+    def chain_inputs(extras: tuple) -> list[Any]:
+        inputs = [None] * len(spec.args)
+        for k, t in zip(later_inputs, extras):
+            inputs[k] = t
+        return inputs
+    stages: list[Callable[..., Any]] = []
+    for stage, module in enumerate(modules[1:], start=1):
+        if module is not None and stage in side_stages:
+            own = [k for _, k in sorted((int(where[1]), k) for k, (kind, *where) in enumerate(record["inputs"])
+                                        if kind == "stage" and int(where[0]) == stage)]
+
+            def side(value: Any, extras: tuple, sides: dict, module: Any = module, own: list[int] = own,
+                     stage: int = stage) -> Any:
+                inputs = chain_inputs(extras)
+                sides[stage] = module(*[inputs[k] for k in own])
+                return value
+            stages.append(side)
+        elif module is not None:
+            stages.append(lambda value, _extras, _sides, module=module: module(value))
+        else:
+            step = steps[int(record["outputs"][stage][0])]
+
+            def glue(value: Any, extras: tuple, sides: dict, step: fused.Step = step) -> Any:
+                inputs = chain_inputs(extras)
+                return step.op(value, *[sides[side_of[(a["step"], a["output"])]] if fused._is_ref(a) and "step" in a
+                                        else fused._decode(a, inputs, []) for a in step.args[1:]])
+            stages.append(glue)
     return stages
 
 

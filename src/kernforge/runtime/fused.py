@@ -775,7 +775,7 @@ LATER = -2  # a chain input a later stage's call binds (_sources)
 
 def _sources(module: torch.nn.Module, boundary: dict[str, Any]) -> list[tuple[int, Any, str]]:
     """Each chain input: (an argument's position, None, ""), (-1, the dict holding a parameter
-    or buffer, its name), or (LATER, None, "") for a glue stage's argument. The dict is its owner's _parameters or _buffers, read at each call, so a
+    or buffer, its name), or (LATER, None, "") for a later stage's argument or parameter. The dict is its owner's _parameters or _buffers, read at each call, so a
     parameter set anew is seen; nn.Module's __getattr__, which finds it there, costs ~450 ns a
     lookup on a 2-core x86 CPU against ~12 for the dict. A tensor gone from the dict since
     (torch's parametrize moves a weight out) leaves the call to the module's own forward."""
@@ -784,7 +784,7 @@ def _sources(module: torch.nn.Module, boundary: dict[str, Any]) -> list[tuple[in
         if kind == "arg":
             sources.append((int(where), None, ""))
             continue
-        if kind == "stage":  # a glue stage's argument (at a sequence): bound there, not here
+        if kind in ("stage", "stage_param"):  # a later stage's argument or parameter (at a sequence): bound there
             sources.append((LATER, None, ""))
             continue
         path, _, attr = str(where).rpartition(".")
@@ -1025,8 +1025,11 @@ class Sequence:
         self.metas = [_layout(plan.steps[int(j)].metas[int(k)]) for j, k in record["outputs"]]
         self.tally = kernels.Tally()  # kernel: sequences that ran the kernel; fallback: refused or made
         # stage -> its glue op (a step the forward calls between two modules: `out += identity`)
-        self.glue = {int(stage): Glue(plan, int(record["outputs"][int(stage)][0]), int(stage), record["inputs"])
+        self.sides = {int(stage) for stage in record.get("sides", [])}
+        side_of = {(int(record["outputs"][k][0]), int(record["outputs"][k][1])): k for k in self.sides}
+        self.glue = {int(stage): Glue(plan, int(record["outputs"][int(stage)][0]), int(stage), record["inputs"], side_of)
                      for stage in record.get("ops", {})}
+        self.current: _Lazy | None = None  # the main line's value in progress, for a side stage's route
 
     def first(self, module: torch.nn.Module, original: Callable[..., Any],
               stages: list[torch.nn.Module]) -> Callable[[tuple], Any]:
@@ -1035,11 +1038,16 @@ class Sequence:
         batch norm's forward would take the batch's statistics."""
         proved_inputs, meta = _proved_inputs(self.plan, _sources(module, self.record), self.tally), self.metas[0]
 
+        sequence = self
+
         def route(args: tuple) -> Any:
             tensors = proved_inputs(args)
             if tensors is None:
                 return None
-            return _Lazy(_Held(self, 0, args, tensors, (original,)), meta)
+            lazy = _Lazy(_Held(self, 0, args, tensors, (original,)), meta)
+            if self.sides:
+                sequence.current = lazy
+            return lazy
         if not self.record.get("eval_only"):
             return route
         tally = self.tally
@@ -1059,7 +1067,7 @@ class Sequence:
             if type(value) is not _Lazy or kernels.RUNNING[0]:
                 return None
             held = value._held
-            if held.sequence is not self or held.stage != stage - 1 or held.value is not None:
+            if type(held) is not _Held or held.sequence is not self or held.stage != stage - 1 or held.value is not None:
                 return None
             held.taken = True
             if not last:
@@ -1070,6 +1078,39 @@ class Sequence:
             return out
         return route
 
+    def side(self, stage: int, module: torch.nn.Module, original: Callable[..., Any]) -> Callable[[tuple], Any]:
+        """route(args) at a side stage's module (a downsample's batch norm): where the main line's
+        value waits at the stage before and this call's arguments and parameters are as proved,
+        they are bound to it and the module's value is a _Lazy a later glue op takes; else None."""
+        positions = [(k, kind, where) for k, (kind, *where) in enumerate(self.record["inputs"])
+                     if kind in ("stage", "stage_param") and int(where[0]) == stage]
+        sources = [(int(where[1]), None, "") if kind == "stage" else
+                   (-1, module._buffers if where[1] in module._buffers else module._parameters, str(where[1]))
+                   for _, kind, where in positions]
+        ks, meta = [k for k, _, _ in positions], self.metas[stage]
+        proved, grad_enabled = _proved_tensors(self.plan, ks), torch.is_grad_enabled
+
+        def route(args: tuple) -> Any:
+            lazy = self.current
+            if lazy is None or kernels.RUNNING[0]:
+                return None
+            held = lazy._held
+            if held.stage != stage - 1 or held.value is not None or held.taken:
+                return None
+            try:
+                tensors = [args[at] if at >= 0 else dicts[attr] for at, dicts, attr in sources]
+            except (KeyError, IndexError):
+                return None
+            if any(type(t) is _Lazy for t in tensors) or not proved(tensors, grad_enabled()):
+                return None
+            held.taken = True
+            after = held.then(_unchanged, list(zip(ks, tensors)))
+            value = _Lazy(_Side(self, stage, original, args), meta, lazy.device)
+            after.sides[stage] = value
+            lazy._held = after
+            return value
+        return route
+
     def glued(self, lazy: _Lazy, func: Any, args: tuple, kwargs: dict) -> _Lazy | None:
         """A glue stage's call on the stage before's value, not made yet: that stage's _Lazy (for an
         op in place, the same one, which now stands for the op's output); else None (made)."""
@@ -1077,7 +1118,7 @@ class Sequence:
         glue = self.glue.get(held.stage + 1)
         if glue is None or held.sequence is not self or held.value is not None or held.taken:
             return None
-        bound = glue.bind(func, args, kwargs)
+        bound = glue.bind(func, args, kwargs, held)
         if bound is None:
             return None
         held.taken = True
@@ -1088,6 +1129,7 @@ class Sequence:
         return _Lazy(after, self.metas[glue.stage])
 
     def _run(self, held: _Held) -> torch.Tensor:
+        self.current = None
         held.check_inputs()
         out = kernels.run_kernel(self.spec, tuple(held.tensors), {}, held.tensors)
         self.tally.kernel += 1
@@ -1098,23 +1140,34 @@ class Glue:
     """A glue stage: the chain's step `j`, an op the forward calls between two modules, with the
     stage before's value first and the chain's inputs (bound here) or the captured numbers after."""
 
-    def __init__(self, plan: ChainPlan, j: int, stage: int, inputs: list[list[Any]]):
+    def __init__(self, plan: ChainPlan, j: int, stage: int, inputs: list[list[Any]], side_of: dict[Ref, int]):
         step = plan.steps[j]
         self.op, self.stage, self.in_place = step.op, stage, step.inplace
         self.n_args = len(step.matchers)
         taken = {int(where[1]): k for k, (kind, *where) in enumerate(inputs) if kind == "stage" and int(where[0]) == stage}
         self.bound_at = sorted(taken.items())  # (argument position, chain input)
         self.constants = [(p, what) for p, (kind, what) in enumerate(step.matchers) if kind == CONSTANT and p > 0]
-        if step.keyword_matchers or sorted(p for p, _ in self.bound_at + self.constants) != list(range(1, self.n_args)):
+        # (argument position, side stage): a side stage's value, not made yet, taken here
+        self.sides = [(p, side_of[what]) for p, (kind, what) in enumerate(step.matchers)
+                      if kind == OUTPUT and p > 0 and what in side_of]
+        given = sorted(p for p, _ in self.bound_at + self.constants + self.sides)
+        if step.keyword_matchers or given != list(range(1, self.n_args)):
             raise ValueError(f"{plan.spec.name}: step {j} is no glue stage (an argument neither an input nor a number)")
         self.proved = _proved_tensors(plan, [k for _, k in self.bound_at])
 
-    def bind(self, func: Any, args: tuple, kwargs: dict) -> list[tuple[int, torch.Tensor]] | None:
-        """The chain inputs this call binds ((input, tensor) pairs), where it is the step as proved."""
+    def bind(self, func: Any, args: tuple, kwargs: dict, held: _Held) -> list[tuple[int, torch.Tensor]] | None:
+        """The chain inputs this call binds ((input, tensor) pairs), where it is the step as proved:
+        its numbers as captured, its tensors as proved, a side stage's value that stage's, not made."""
         if func is not self.op or kwargs or len(args) != self.n_args:
             return None
         if not all(what(args[p], []) for p, what in self.constants):
             return None
+        for p, stage in self.sides:
+            value = args[p]
+            if type(value) is not _Lazy or held.sides.get(stage) is not value or value._held.value is not None:
+                return None
+        for p, _ in self.sides:
+            args[p]._held.taken = True
         tensors = [args[p] for p, _ in self.bound_at]
         if any(type(t) is _Lazy for t in tensors) or not self.proved(tensors, torch.is_grad_enabled()):
             return None
@@ -1130,11 +1183,13 @@ class _Held:
     """What a _Lazy stands for: a sequence's inputs as its first module was called (a glue
     stage's bound since), the stage it reached and the own forwards that make that stage's value."""
 
-    __slots__ = ("args", "forwards", "sequence", "stage", "taken", "tensors", "value", "versions")
+    __slots__ = ("args", "forwards", "sequence", "sides", "stage", "taken", "tensors", "value", "versions")
 
     def __init__(self, sequence: Sequence, stage: int, args: tuple, tensors: list[torch.Tensor],
-                 forwards: tuple[Callable[..., Any], ...], versions: list[int] | None = None):
+                 forwards: tuple[Callable[..., Any], ...], versions: list[int] | None = None,
+                 sides: dict[int, _Lazy] | None = None):
         self.sequence, self.stage, self.args, self.tensors, self.forwards = sequence, stage, args, tensors, forwards
+        self.sides = sides if sides is not None else {}  # side stage -> its value (one run's, shared on)
         self.versions = versions if versions is not None else [0 if t is None else _version(t) for t in tensors]
         self.value: torch.Tensor | None = None  # made by the own forwards, once another use needed it
         self.taken = False  # the next module took it (the fused path goes on)
@@ -1144,11 +1199,11 @@ class _Held:
         to make its value."""
         if not bound:
             return _Held(self.sequence, self.stage + 1, self.args, self.tensors, (*self.forwards, forward),
-                         self.versions)
+                         self.versions, self.sides)
         tensors, versions = list(self.tensors), list(self.versions)
         for k, t in bound:
             tensors[k], versions[k] = t, _version(t)
-        return _Held(self.sequence, self.stage + 1, self.args, tensors, (*self.forwards, forward), versions)
+        return _Held(self.sequence, self.stage + 1, self.args, tensors, (*self.forwards, forward), versions, self.sides)
 
     def check_inputs(self) -> None:
         """An input written in place since the stage that bound it would give another value than
@@ -1170,6 +1225,33 @@ class _Held:
                 for forward in self.forwards[1:]:
                     value = forward(value)
             self.value = value
+            if self.sequence.current is not None and self.sequence.current._held is self:
+                self.sequence.current = None  # the run is given up: no side stage joins it now
+        return self.value
+
+
+def _unchanged(value: torch.Tensor) -> torch.Tensor:
+    """A side stage's own forward on the main line: it leaves the main line's value as it was."""
+    return value
+
+
+class _Side:
+    """What a side stage's _Lazy stands for: its module's value, made by its own forward on the
+    call's arguments where anything but the glue op that takes it reads it."""
+
+    __slots__ = ("args", "forward", "sequence", "stage", "taken", "value")
+
+    def __init__(self, sequence: Sequence, stage: int, forward: Callable[..., Any], args: tuple):
+        self.sequence, self.stage, self.forward, self.args = sequence, stage, forward, args
+        self.value: torch.Tensor | None = None
+        self.taken = False
+
+    def made(self) -> torch.Tensor:
+        if self.value is None:
+            if not self.taken:
+                self.sequence.tally.fallback += 1
+            with _original_ops():
+                self.value = self.forward(*self.args)
         return self.value
 
 
@@ -1188,9 +1270,9 @@ class _Lazy(torch.Tensor):
     _held: _Held
 
     @staticmethod
-    def __new__(cls, held: _Held, layout: Layout) -> Self:
+    def __new__(cls, held: _Held | _Side, layout: Layout, device: torch.device | None = None) -> Self:
         size, stride, dtype = layout
-        device = held.tensors[0].device
+        device = device if device is not None else held.tensors[0].device
         self = (torch.Tensor._make_wrapper_subclass(cls, size, dtype=dtype, device=device) if stride is None else
                 torch.Tensor._make_wrapper_subclass(cls, size, strides=stride, dtype=dtype, device=device))
         self._held = held
@@ -1204,7 +1286,7 @@ class _Lazy(torch.Tensor):
     @classmethod
     def __torch_dispatch__(cls, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         first = args[0] if args else None
-        if type(first) is _Lazy and first._held.sequence.glue and not kernels.RUNNING[0]:
+        if type(first) is _Lazy and type(first._held) is _Held and first._held.sequence.glue and not kernels.RUNNING[0]:
             out = first._held.sequence.glued(first, func, args, kwargs or {})
             if out is not None:
                 return out
@@ -1220,6 +1302,11 @@ def _made(value: Any) -> Any:
 
 
 GLUE = object()  # a glue stage's place among a sequence's modules
+
+
+def _side_arguments(record: dict[str, Any], stage: int) -> int:
+    """How many positional arguments a side stage's module was called with (its inputs name them)."""
+    return 1 + max(int(where[1]) for kind, *where in record["inputs"] if kind == "stage" and int(where[0]) == stage)
 
 
 def sequence_routes(plan: ChainPlan, model: torch.nn.Module, counts: kernels.RouteCounts) -> list[ModuleRoute]:
@@ -1242,8 +1329,12 @@ def sequence_routes(plan: ChainPlan, model: torch.nn.Module, counts: kernels.Rou
             if (id(module), stage) not in placed:
                 route, original = _as_it_is(module)
                 route.instances = 0
-                run = (sequence.first(module, original, [m for m in modules if m is not GLUE]) if stage == 0
-                       else sequence.later(stage, original))
-                placed[id(module), stage] = _put_route(route, run, original, int(record["args"]) if stage == 0 else 1)
+                if stage == 0:
+                    run, n_args = sequence.first(module, original, [m for m in modules if m is not GLUE]), int(record["args"])
+                elif stage in sequence.sides:
+                    run, n_args = sequence.side(stage, module, original), _side_arguments(record, stage)
+                else:
+                    run, n_args = sequence.later(stage, original), 1
+                placed[id(module), stage] = _put_route(route, run, original, n_args)
         placed[id(modules[0]), 0].instances += 1
     return list(placed.values())
