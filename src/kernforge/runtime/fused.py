@@ -1166,11 +1166,11 @@ class Glue:
             value = args[p]
             if type(value) is not _Lazy or held.sides.get(stage) is not value or value._held.value is not None:
                 return None
-        for p, _ in self.sides:
-            args[p]._held.taken = True
         tensors = [args[p] for p, _ in self.bound_at]
         if any(type(t) is _Lazy for t in tensors) or not self.proved(tensors, torch.is_grad_enabled()):
             return None
+        for p, _ in self.sides:
+            args[p]._held.taken = True
         return [(k, t) for (_, k), t in zip(self.bound_at, tensors)]
 
     def forward(self, args: tuple) -> Callable[[torch.Tensor], torch.Tensor]:
