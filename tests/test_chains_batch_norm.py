@@ -451,3 +451,45 @@ def test_a_downsampled_residual_goes_at_its_modules_with_the_downsamples_batch_n
     assert took == 1 and len(calls) == 1 and len(seen) == 1
     torch.testing.assert_close(got, expected)
     assert torch.equal(hooked, expected) and torch.equal(trained, trained_own)
+
+
+class ValueSecond(nn.Module):
+    """RegNet's `relu(x + f(x))` and MobileNetV2's `x + conv(x)`: the chain's value is the add's
+    second argument; with `last_module=False` the add ends the chain."""
+
+    def __init__(self, channels: int, last_module: bool):
+        super().__init__()
+        self.conv, self.bn = nn.Conv2d(channels, channels, 1), nn.BatchNorm2d(channels)
+        self.relu = nn.ReLU(inplace=True) if last_module else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = x + self.bn(self.conv(x))
+        return self.relu(out) if self.relu is not None else out
+
+
+@pytest.mark.parametrize("last_module", [True, False])
+def test_a_glue_add_may_take_the_chains_value_second_and_end_the_chain(last_module: bool):
+    torch.manual_seed(0)
+    net = ValueSecond(6, last_module).eval()
+    net.bn.running_var.uniform_(0.5, 2)
+    x = torch.randn(2, 6, 5, 7)
+    (chain,) = _chains(net, x)
+    assert chain.modules["ops"] == {"1": "aten::add.Tensor"}
+    assert chain.modules["names"] == [["bn", None, "relu"] if last_module else ["bn", None]]
+    calls: list[int] = []
+    spec = _kernel_spec(chain, calls)
+    with torch.no_grad():
+        expected = net(x)
+        installation = router.install([spec], net)
+        try:
+            assert spec.name in installation.module_routes
+            got = net(x)
+            took = len(calls)
+            strided = net(x.permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2))  # the identity not as proved
+        finally:
+            installation.remove()
+        own = net(x.permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2))
+    assert took == 1 and len(calls) == 1
+    assert type(got) is torch.Tensor  # the kernel's output, not a value waiting
+    torch.testing.assert_close(got, expected)
+    assert torch.equal(strided, own)

@@ -408,8 +408,9 @@ def _sequence(instance: ChainInstance, calls: list[Call], starting: dict[int, li
             at += 1
         else:
             return None
-    if len(stages) < 2 or not isinstance(stages[0], ModuleCall) or not isinstance(stages[-1], ModuleCall):
-        return None  # a glue op first or last: no module call to hold the inputs or run the kernel
+    if len(stages) < 2 or not isinstance(stages[0], ModuleCall) or (
+            not isinstance(stages[-1], ModuleCall) and step_role(calls[stages[-1]]) != "pointwise"):
+        return None  # a glue op first, or in place last: no module call holds the inputs, or none gets the output
     head = stages[0]
     if None in head.arg_ids or len(set(head.arg_ids)) != len(head.arg_ids):
         return None  # a number or a repeated tensor among the arguments: the guard could not tell
@@ -418,7 +419,7 @@ def _sequence(instance: ChainInstance, calls: list[Call], starting: dict[int, li
         return None
     later_inputs, sides = linked
     pos, k = instance.outputs[0]
-    if stages[-1].output_id is None or calls[members[pos]].output_ids[k] != stages[-1].output_id:
+    if _output_id(stages[-1], calls) is None or calls[members[pos]].output_ids[k] != _output_id(stages[-1], calls):
         return None
     if any(_output_id(mc, calls) not in made for mc in stages):
         return None  # a stage returned no value a step made
@@ -481,20 +482,27 @@ def _output_id(stage: ModuleCall | int, calls: list[Call]) -> int | None:
     return calls[stage].output_ids[0] if len(calls[stage].output_ids) == 1 else None
 
 
+# Ops whose first two arguments may trade places: a glue stage may take the chain's value second
+# (RegNet's `x + f(x)`, MobileNetV2's `x + conv(x)`); add only without an alpha (no keywords).
+COMMUTATIVE = frozenset({"aten::add.Tensor", "aten::mul.Tensor"})
+
+
 def _glue_stage(call: Call, value_id: int | None, stage: int, sides: dict[int, int]) -> dict[int, list[Any]] | None:
     """A glue stage's other tensors as chain inputs (tensor id -> ["stage", stage, position]),
     where the call is a pointwise step (in place or not) whose first argument is the stage before's
-    value and whose other arguments are tensors read once, a side stage's value (taken from
-    `sides` here), or plain numbers; else None."""
+    value (or its second, for an op in COMMUTATIVE) and whose other arguments are tensors read
+    once, a side stage's value (taken from `sides` here), or plain numbers; else None."""
     if step_role(call) not in ("pointwise", "inplace") or call.kwargs or len(call.output_ids) != 1:
-        return None
-    if not call.args or not _is_tensor(call.args[0]) or not call.input_ids or call.input_ids[0] != value_id:
         return None
     positions = [p for p, a in enumerate(call.args) if _is_tensor(a)]
     if any(isinstance(a, (list, tuple, dict)) and not _is_tensor(a) for a in call.args) \
-            or len(positions) != len(call.input_ids):
+            or len(positions) != len(call.input_ids) or not positions or positions[0] != 0:
         return None  # a list of tensors: its positions are not the argument's
-    others = list(zip(call.input_ids[1:], positions[1:]))
+    at = 0 if call.input_ids[0] == value_id else (
+        1 if qualified_name(call.func) in COMMUTATIVE and positions[1:2] == [1] and call.input_ids[1] == value_id else None)
+    if at is None:
+        return None
+    others = [(tid, p) for tid, p in zip(call.input_ids, positions) if p != at]
     taken = {tid: ["stage", stage, p] for tid, p in others if tid not in sides}
     for tid, _ in others:
         sides.pop(tid, None)  # its value is taken here

@@ -180,8 +180,13 @@ def _later_stages(spec: router.KernelSpec, modules: list[torch.nn.Module | None]
 
             def glue(value: Any, extras: tuple, sides: dict, step: fused.Step = step) -> Any:
                 inputs = chain_inputs(extras)
-                return step.op(value, *[sides[side_of[(a["step"], a["output"])]] if fused._is_ref(a) and "step" in a
-                                        else fused._decode(a, inputs, []) for a in step.args[1:]])
+
+                def argument(a: Any) -> Any:
+                    if not (fused._is_ref(a) and "step" in a):
+                        return fused._decode(a, inputs, [])
+                    side = side_of.get((a["step"], a["output"]))
+                    return value if side is None else sides[side]
+                return step.op(*[argument(a) for a in step.args])
             stages.append(glue)
     return stages
 

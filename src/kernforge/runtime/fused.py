@@ -1118,11 +1118,15 @@ class Sequence:
         glue = self.glue.get(held.stage + 1)
         if glue is None or held.sequence is not self or held.value is not None or held.taken:
             return None
+        if len(args) != glue.n_args or args[glue.value_at] is not lazy:
+            return None
         bound = glue.bind(func, args, kwargs, held)
         if bound is None:
             return None
         held.taken = True
         after = held.then(glue.forward(args), bound)
+        if glue.stage == self.last:  # the chain ends in this op (out of place): its output is the kernel's
+            return self._run(after)
         if glue.in_place:
             lazy._held = after
             return lazy
@@ -1144,14 +1148,16 @@ class Glue:
         step = plan.steps[j]
         self.op, self.stage, self.in_place = step.op, stage, step.inplace
         self.n_args = len(step.matchers)
+        # where the stage before's value goes: its first argument, or its second for add and mul
+        self.value_at = next(p for p, (kind, what) in enumerate(step.matchers) if kind == OUTPUT and what not in side_of)
         taken = {int(where[1]): k for k, (kind, *where) in enumerate(inputs) if kind == "stage" and int(where[0]) == stage}
         self.bound_at = sorted(taken.items())  # (argument position, chain input)
-        self.constants = [(p, what) for p, (kind, what) in enumerate(step.matchers) if kind == CONSTANT and p > 0]
+        self.constants = [(p, what) for p, (kind, what) in enumerate(step.matchers) if kind == CONSTANT]
         # (argument position, side stage): a side stage's value, not made yet, taken here
         self.sides = [(p, side_of[what]) for p, (kind, what) in enumerate(step.matchers)
-                      if kind == OUTPUT and p > 0 and what in side_of]
-        given = sorted(p for p, _ in self.bound_at + self.constants + self.sides)
-        if step.keyword_matchers or given != list(range(1, self.n_args)):
+                      if kind == OUTPUT and what in side_of]
+        given = sorted([self.value_at] + [p for p, _ in self.bound_at + self.constants + self.sides])
+        if step.keyword_matchers or given != list(range(self.n_args)):
             raise ValueError(f"{plan.spec.name}: step {j} is no glue stage (an argument neither an input nor a number)")
         self.proved = _proved_tensors(plan, [k for _, k in self.bound_at])
 
@@ -1175,8 +1181,8 @@ class Glue:
 
     def forward(self, args: tuple) -> Callable[[torch.Tensor], torch.Tensor]:
         """The stage's own computation on the made value before it: the op as the model called it."""
-        op, rest = self.op, args[1:]
-        return lambda value: op(value, *rest)
+        op, before, after = self.op, args[:self.value_at], args[self.value_at + 1:]
+        return lambda value: op(*before, value, *after)
 
 
 class _Held:
@@ -1285,11 +1291,12 @@ class _Lazy(torch.Tensor):
 
     @classmethod
     def __torch_dispatch__(cls, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
-        first = args[0] if args else None
-        if type(first) is _Lazy and type(first._held) is _Held and first._held.sequence.glue and not kernels.RUNNING[0]:
-            out = first._held.sequence.glued(first, func, args, kwargs or {})
-            if out is not None:
-                return out
+        for lazy in args[:2]:  # the value a glue op takes: its first argument, or its second (add, mul)
+            if type(lazy) is _Lazy and type(lazy._held) is _Held and lazy._held.sequence.glue and not kernels.RUNNING[0]:
+                out = lazy._held.sequence.glued(lazy, func, args, kwargs or {})
+                if out is not None:
+                    return out
+                break
         return func(*_made(args), **{k: _made(v) for k, v in (kwargs or {}).items()})
 
 
