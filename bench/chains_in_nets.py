@@ -1,9 +1,13 @@
 """Which fused chains capture finds in torchvision's nets, how each is installed (at its modules,
 or through placeholders) and whether the built-in chain family can write its kernel.
 
-    PYTHONPATH=src python bench/chains_in_nets.py [--side 64] [NET ...]     (timm:NAME for a timm net)
+    PYTHONPATH=src python bench/chains_in_nets.py [--side 64] [--install] [NET ...]     (timm:NAME for a timm net)
 
 One recorded forward per net (eval mode, batch 1, random weights) on the CPU; nothing is timed.
+--install: then every chain a module or a sequence of modules holds is installed with the model,
+its kernel a stand-in that computes the chain's own steps in float64, and one forward says how
+many calls took a kernel against the instances capture found, and the output's largest distance
+from eager's.
 """
 
 from __future__ import annotations
@@ -14,9 +18,12 @@ import collections
 import torch
 import torchvision
 
+from kernforge.backends import get_backend
 from kernforge.capture.chains import find_chains
 from kernforge.capture.recorder import ModuleTracker, Recorder
 from kernforge.propose.families.chain.lower import lower
+from kernforge.runtime import kernels, router
+from kernforge.tasks import ChainReference
 
 NETS = ["resnet50", "resnet18", "mobilenet_v2", "mobilenet_v3_small", "efficientnet_b0", "regnet_x_400mf",
         "convnext_tiny", "densenet121", "timm:resnet50d", "timm:efficientnet_b0", "timm:mobilenetv3_small_100"]
@@ -37,16 +44,55 @@ def chains_of(net: torch.nn.Module, side: int) -> list:
     return find_chains(recorder.calls, recorder.returned_ids, recorder.module_calls)
 
 
+def stand_in(chain, k: int, calls: list[int]) -> router.KernelSpec:
+    """The chain as a kernel: its steps in float64, cast to its outputs' dtypes; each call counted."""
+    reference = ChainReference(chain.to_json()).in_float64()
+    dtypes = [kernels.dtype_named(m["dtype"]) for m in chain.output_metas]
+
+    def entry(*inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        calls.append(1)
+        outs = reference(*[t.double() if t.is_floating_point() else t for t in inputs])
+        return tuple(o.to(d) for o, d in zip(outs, dtypes))
+    cpu = torch.device("cpu")
+    return router.KernelSpec(name=f"nets{k}", op=chain.op, args=chain.input_metas, outputs=chain.output_metas,
+                             backend="cpu", loading=get_backend("cpu").loading, entry=entry,
+                             devices=frozenset({cpu}), chain=chain.to_json())
+
+
+def installed(name: str, net: torch.nn.Module, chains: list, side: int) -> str:
+    """One forward with every chain at its modules installed: kernel calls against instances, and
+    the output's largest distance from eager's."""
+    at_modules = [c for c in chains if c.modules or c.module]
+    calls: list[int] = []
+    specs = [stand_in(c, k, calls) for k, c in enumerate(at_modules)]
+    x = torch.randn(1, 3, side, side, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        expected = net(x)
+        installation = router.install(specs, net)
+        try:
+            got = net(x)
+        finally:
+            installation.remove()
+    instances = sum(len(c.instances) for c in at_modules)
+    return (f"{name}: {len(specs)} chain signatures at modules, {len(calls)} kernel calls of {instances} instances, "
+            f"largest |patched - eager| {(got - expected).abs().max().item():.2e}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("nets", nargs="*", default=NETS)
     parser.add_argument("--side", type=int, default=64)
+    parser.add_argument("--install", action="store_true")
     args = parser.parse_args()
+    lines = []
     print("| net | chain | signatures | instances | installed | built-in kernel |\n|---|---|---|---|---|---|")
     for name in args.nets:
         net = net_named(name)
         rows: dict[tuple[str, str, str], list[int]] = collections.defaultdict(lambda: [0, 0])
-        for chain in chains_of(net, args.side):
+        chains = chains_of(net, args.side)
+        if args.install:
+            lines.append(installed(name, net, chains, args.side))
+        for chain in chains:
             where = "modules" if chain.modules else "module" if chain.module else "placeholders"
             program = lower(chain.to_json(), chain.input_metas, chain.output_metas)
             kernel = "yes" if not isinstance(program, str) else f"no: {program[:60]}"
@@ -54,6 +100,7 @@ def main() -> None:
             rows[chain.op, where, kernel][1] += len(chain.instances)
         for (op, where, kernel), (signatures, instances) in sorted(rows.items(), key=lambda r: -r[1][1]):
             print(f"| {name} | {op.removeprefix('chain:')} | {signatures} | {instances} | {where} | {kernel} |")
+    print("\n".join(["", *lines]) if lines else "")
 
 
 if __name__ == "__main__":
