@@ -26,7 +26,6 @@ and signatures (each layer's norm) are one chain signature.
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
