@@ -9,7 +9,8 @@
 #   stage models: ResNet-50 (batch 32) and the Gemma-style decoder (with sdpa too), each searched
 #     and applied (~9 min); Qwen-MoE goes in a fourth call where time is left: `STAGE=qwen`
 #     bash bench/gpu_visit.sh qwen
-#   stage resnet, gemma: one model of `models` a call, with a longer search (~6 min each)
+#   stage resnet, gemma: one model of `models` a call, with a longer search (~6 min each; resnet
+#     first times its chains' routes, ~1 min)
 #   stage ray: the same search with --executor ray and local on one GPU, verdicts compared (carry .ray)
 set -uo pipefail
 export PYTHONPATH=src PYTHONUNBUFFERED=1
@@ -54,7 +55,9 @@ case $stage in
     OUT=$work TOP_K=8 SDPA=0 bash bench/gpu_e2e.sh resnet:80s:100 > "$work/e2e_resnet.txt" 2>&1
     OUT=$work TOP_K=6 SDPA=1 bash bench/gpu_e2e.sh gemma:75s:90 > "$work/e2e_gemma.txt" 2>&1
     ;;
-  resnet)  # one model a call, with more search time than `models` gives it
+  resnet)  # one model a call, with more search time than `models` gives it; its chains' routes first
+    timeout 120 python3 bench/issue32_routing.py --spec example:resnet50 --dtype fp32 --top 16 --out "$work" \
+      > "$work/routing_resnet.txt" 2>&1
     OUT=$work TOP_K=8 SDPA=0 bash bench/gpu_e2e.sh resnet:150s:150 > "$work/e2e_resnet.txt" 2>&1
     ;;
   gemma)
