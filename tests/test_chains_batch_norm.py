@@ -1,9 +1,11 @@
 """A convolutional net's batch norms fused with what follows them (capture/chains.py's channel and
 inplace steps): ResNet's `bn -> relu_` and `bn -> += identity -> relu_`, found by capture, lowered
-per channel, evaluated as C kernels, and installed in the model through placeholders."""
+per channel, evaluated as C kernels, and installed in the model at its modules (a residual's `+=`
+a glue stage, a downsample's batch norm a side stage) or through placeholders."""
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import pytest
@@ -362,6 +364,28 @@ def test_an_in_place_op_is_read_from_its_schema_as_torch_2_11_has_no_inplace_tag
                                            aten.add.out))
 
 
+@contextlib.contextmanager
+def _installed_at_modules(spec: router.KernelSpec, net: nn.Module):
+    """The chain's kernel installed with the net, at its modules (no placeholders), then removed."""
+    installation = router.install([spec], net)
+    try:
+        assert spec.name in installation.module_routes
+        yield installation
+    finally:
+        installation.remove()
+
+
+def _read_by_a_hook(module: nn.Module, run) -> tuple[torch.Tensor, int]:
+    """run()'s output while a forward hook reads the module's output (returning None, so it keeps
+    it), and how many times the hook ran."""
+    seen: list[torch.Tensor] = []
+    handle = module.register_forward_hook(lambda m, args, out: seen.append(out.sum()))
+    try:
+        return run(), len(seen)
+    finally:
+        handle.remove()
+
+
 class Residual(nn.Module):
     """A residual's tail as ResNet's bottleneck writes it: `out = bn(conv(x)); out += identity;
     relu(out)` (the conv keeps the chain from being the whole forward)."""
@@ -392,21 +416,14 @@ def test_a_residuals_glue_op_between_its_modules_binds_the_identity_there_or_ste
     other = identity.permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2)  # the same values, channels last
     with torch.no_grad():
         expected = net(x, identity)
-        installation = router.install([spec], net)
-        try:
-            assert spec.name in installation.module_routes
+        with _installed_at_modules(spec, net):
             got = net(x, identity)
             took = len(calls)
             strided = net(x, other)
-            seen: list[torch.Tensor] = []  # a hook that reads bn's output (and returns None: keeps it)
-            handle = net.bn.register_forward_hook(lambda m, args, out: seen.append(out.sum()))
-            hooked = net(x, identity)
-            handle.remove()
-        finally:
-            installation.remove()
+            hooked, seen = _read_by_a_hook(net.bn, lambda: net(x, identity))
     assert took == 1 and len(calls) == 1  # the kernel once; the others ran the modules' own forwards
     torch.testing.assert_close(got, expected)
-    assert torch.equal(strided, expected) and torch.equal(hooked, expected) and len(seen) == 1
+    assert torch.equal(strided, expected) and torch.equal(hooked, expected) and seen == 1
 
 
 def _downsampled_block() -> tuple[nn.Module, torch.Tensor]:
@@ -432,23 +449,15 @@ def test_a_downsampled_residual_goes_at_its_modules_with_the_downsamples_batch_n
     spec = _kernel_spec(chain, calls)
     with torch.no_grad():
         expected = block(x)
-        installation = router.install([spec], block)
-        try:
-            assert spec.name in installation.module_routes
+        with _installed_at_modules(spec, block):
             got = block(x)
             took = len(calls)
-            seen: list[torch.Tensor] = []
-            handle = block.downsample.register_forward_hook(lambda m, args, out: seen.append(out.sum()))
-            hooked = block(x)
-            handle.remove()
+            hooked, seen = _read_by_a_hook(block.downsample, lambda: block(x))
             block.train()
             trained = block(x)
-        finally:
-            installation.remove()
-            block.eval()
         block.train()
         trained_own = block(x)
-    assert took == 1 and len(calls) == 1 and len(seen) == 1
+    assert took == 1 and len(calls) == 1 and seen == 1
     torch.testing.assert_close(got, expected)
     assert torch.equal(hooked, expected) and torch.equal(trained, trained_own)
 
@@ -462,8 +471,8 @@ class ValueSecond(nn.Module):
         self.conv, self.bn = nn.Conv2d(channels, channels, 1), nn.BatchNorm2d(channels)
         self.relu = nn.ReLU(inplace=True) if last_module else None
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = x + self.bn(self.conv(x))
+    def forward(self, x: torch.Tensor, identity: torch.Tensor | None = None) -> torch.Tensor:
+        out = (x if identity is None else identity) + self.bn(self.conv(x))
         return self.relu(out) if self.relu is not None else out
 
 
@@ -478,17 +487,15 @@ def test_a_glue_add_may_take_the_chains_value_second_and_end_the_chain(last_modu
     assert chain.modules["names"] == [["bn", None, "relu"] if last_module else ["bn", None]]
     calls: list[int] = []
     spec = _kernel_spec(chain, calls)
+    other = x.permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2)  # x's values, channels last
     with torch.no_grad():
         expected = net(x)
-        installation = router.install([spec], net)
-        try:
-            assert spec.name in installation.module_routes
+        with _installed_at_modules(spec, net):
             got = net(x)
             took = len(calls)
-            strided = net(x.permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2))  # the identity not as proved
-        finally:
-            installation.remove()
-        own = net(x.permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2))
+            # bn's input as proved, the add's identity not: the glue op refuses, the modules' own run
+            strided = net(x, other)
+        own = net(x, other)
     assert took == 1 and len(calls) == 1
     assert type(got) is torch.Tensor  # the kernel's output, not a value waiting
     torch.testing.assert_close(got, expected)

@@ -164,8 +164,7 @@ def _later_stages(spec: router.KernelSpec, modules: list[torch.nn.Module | None]
     stages: list[Callable[..., Any]] = []
     for stage, module in enumerate(modules[1:], start=1):
         if module is not None and stage in side_stages:
-            own = [k for _, k in sorted((int(where[1]), k) for k, (kind, *where) in enumerate(record["inputs"])
-                                        if kind == "stage" and int(where[0]) == stage)]
+            own = fused.side_arguments(record, stage)
 
             def side(value: Any, extras: tuple, sides: dict, module: Any = module, own: list[int] = own,
                      stage: int = stage) -> Any:

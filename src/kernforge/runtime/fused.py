@@ -788,9 +788,13 @@ def _sources(module: torch.nn.Module, boundary: dict[str, Any]) -> list[tuple[in
             sources.append((LATER, None, ""))
             continue
         path, _, attr = str(where).rpartition(".")
-        owner = module.get_submodule(path) if path else module
-        sources.append((-1, owner._buffers if attr in owner._buffers else owner._parameters, attr))
+        sources.append((-1, _dict_holding(module.get_submodule(path) if path else module, attr), attr))
     return sources
+
+
+def _dict_holding(owner: torch.nn.Module, attr: str) -> dict[str, Any]:
+    """The dict that holds the module's parameter or buffer `attr`: its _buffers or _parameters."""
+    return owner._buffers if attr in owner._buffers else owner._parameters
 
 
 def module_route(plan: ChainPlan, module: torch.nn.Module,
@@ -863,28 +867,17 @@ def _proved_inputs(plan: ChainPlan, sources: list[tuple[int, Any, str]],
     parameters' dicts (_sources), where each is as proved and no kernel is running; else None,
     counted as a fallback."""
     grad_enabled = torch.is_grad_enabled
+    # at a sequence with later stages their inputs stay None until those stages bind them
     at_head = [k for k, (at, _, _) in enumerate(sources) if at != LATER]
-    if len(at_head) < len(sources):  # a sequence with glue stages: theirs are bound there (None until then)
-        proved_at_head = _proved_tensors(plan, at_head)
+    proved, whole = _proved_tensors(plan, at_head), len(at_head) == len(sources)
 
-        def some_inputs(args: tuple) -> list[torch.Tensor | None] | None:
-            try:
-                tensors = [None if at == LATER else args[at] if at >= 0 else held[attr] for at, held, attr in sources]
-            except KeyError:
-                tensors = None
-            if tensors is None or kernels.RUNNING[0] or not proved_at_head([tensors[k] for k in at_head], grad_enabled()):
-                tally.fallback += 1
-                return None
-            return tensors
-        return some_inputs
-    proved = _proved_tensors(plan)
-
-    def inputs(args: tuple) -> list[torch.Tensor] | None:
+    def inputs(args: tuple) -> list[torch.Tensor | None] | None:
         try:
-            tensors = [args[at] if at >= 0 else held[attr] for at, held, attr in sources]
+            tensors = [None if at == LATER else args[at] if at >= 0 else held[attr] for at, held, attr in sources]
         except KeyError:
             tensors = None
-        if tensors is None or kernels.RUNNING[0] or not proved(tensors, grad_enabled()):
+        if tensors is None or kernels.RUNNING[0] or not proved(
+                tensors if whole else [tensors[k] for k in at_head], grad_enabled()):
             tally.fallback += 1
             return None
         return tensors
@@ -1084,8 +1077,7 @@ class Sequence:
         they are bound to it and the module's value is a _Lazy a later glue op takes; else None."""
         positions = [(k, kind, where) for k, (kind, *where) in enumerate(self.record["inputs"])
                      if kind in ("stage", "stage_param") and int(where[0]) == stage]
-        sources = [(int(where[1]), None, "") if kind == "stage" else
-                   (-1, module._buffers if where[1] in module._buffers else module._parameters, str(where[1]))
+        sources = [(int(where[1]), None, "") if kind == "stage" else (-1, _dict_holding(module, str(where[1])), str(where[1]))
                    for _, kind, where in positions]
         ks, meta = [k for k, _, _ in positions], self.metas[stage]
         proved, grad_enabled = _proved_tensors(self.plan, ks), torch.is_grad_enabled
@@ -1105,7 +1097,7 @@ class Sequence:
                 return None
             held.taken = True
             after = held.then(_unchanged, list(zip(ks, tensors)))
-            value = _Lazy(_Side(self, stage, original, args), meta, lazy.device)
+            value = _Lazy(_Side(self, original, args), meta, lazy.device)
             after.sides[stage] = value
             lazy._held = after
             return value
@@ -1245,10 +1237,10 @@ class _Side:
     """What a side stage's _Lazy stands for: its module's value, made by its own forward on the
     call's arguments where anything but the glue op that takes it reads it."""
 
-    __slots__ = ("args", "forward", "sequence", "stage", "taken", "value")
+    __slots__ = ("args", "forward", "sequence", "taken", "value")
 
-    def __init__(self, sequence: Sequence, stage: int, forward: Callable[..., Any], args: tuple):
-        self.sequence, self.stage, self.forward, self.args = sequence, stage, forward, args
+    def __init__(self, sequence: Sequence, forward: Callable[..., Any], args: tuple):
+        self.sequence, self.forward, self.args = sequence, forward, args
         self.value: torch.Tensor | None = None
         self.taken = False
 
@@ -1311,9 +1303,10 @@ def _made(value: Any) -> Any:
 GLUE = object()  # a glue stage's place among a sequence's modules
 
 
-def _side_arguments(record: dict[str, Any], stage: int) -> int:
-    """How many positional arguments a side stage's module was called with (its inputs name them)."""
-    return 1 + max(int(where[1]) for kind, *where in record["inputs"] if kind == "stage" and int(where[0]) == stage)
+def side_arguments(record: dict[str, Any], stage: int) -> list[int]:
+    """The chain inputs a side stage's module was called with, in its arguments' order."""
+    return [k for _, k in sorted((int(where[1]), k) for k, (kind, *where) in enumerate(record["inputs"])
+                                 if kind == "stage" and int(where[0]) == stage)]
 
 
 def sequence_routes(plan: ChainPlan, model: torch.nn.Module, counts: kernels.RouteCounts) -> list[ModuleRoute]:
@@ -1342,7 +1335,7 @@ def sequence_routes(plan: ChainPlan, model: torch.nn.Module, counts: kernels.Rou
                 if stage == 0:
                     run, n_args = sequence.first(module, original, [m for m in modules if m is not GLUE]), int(record["args"])
                 elif stage in sequence.sides:
-                    run, n_args = sequence.side(stage, module, original), _side_arguments(record, stage)
+                    run, n_args = sequence.side(stage, module, original), len(side_arguments(record, stage))
                 else:
                     run, n_args = sequence.later(stage, original), 1
                 placed[id(module), stage] = _put_route(route, run, original, n_args)
