@@ -43,6 +43,7 @@ for arg in "$@"; do
   run=$(ls -d "$runs/$mode"/* | tail -1)
   cp "$run/summary.json" "$run/results.tsv" "$run/events.jsonl" "$dir/" 2>/dev/null
   python3 -m kernforge show "$run" 2>/dev/null | grep "time by phase" | tee -a "$out/gpu.txt"
+  python3 bench/node_phases.py "$run" > "$dir/node_phases.txt" 2>&1  # each candidate's seconds, judge included
   start=$(date +%s)
   # apply sizes its rounds to --time-limit; the shell's limit is kept as the safety net
   fit=$(( apply_limit > 60 ? apply_limit - 20 : apply_limit ))
