@@ -58,10 +58,10 @@ case $stage in
   resnet)  # one model a call, with more search time than `models` gives it; its chains' routes first
     timeout 120 python3 bench/issue32_routing.py --spec example:resnet50 --dtype fp32 --top 16 --out "$work" \
       > "$work/routing_resnet.txt" 2>&1
-    OUT=$work TOP_K=8 SDPA=0 bash bench/gpu_e2e.sh resnet:150s:150 > "$work/e2e_resnet.txt" 2>&1
+    OUT=$work TOP_K=8 SDPA=0 bash bench/gpu_e2e.sh resnet:220s:160 > "$work/e2e_resnet.txt" 2>&1
     ;;
   gemma)
-    OUT=$work TOP_K=6 SDPA=1 bash bench/gpu_e2e.sh gemma:120s:100 > "$work/e2e_gemma.txt" 2>&1
+    OUT=$work TOP_K=6 SDPA=1 bash bench/gpu_e2e.sh gemma:180s:100 > "$work/e2e_gemma.txt" 2>&1
     ;;
   ray)
     # Ray is not on the device's index-less Python: .ray/raysite.tar.xz is ray and its deps for
