@@ -157,6 +157,21 @@ def test_an_honest_session_is_judged_ok(tmp_path: Path):
     assert len(verdict["errors"]) == 3 and "failed_check" not in verdict
 
 
+def test_outputs_bit_identical_to_an_earlier_calls_on_the_set_are_not_compared_again(tmp_path: Path, monkeypatch):
+    from kernforge.evaluate import judge as judge_module
+
+    sets = softmax_sets(3)
+    path = produced_by(softmax_fn, sets, tmp_path / "o.pt", calls=20, judged_timed=3)
+    judged = torch.load(path, weights_only=True)["judged"]
+    assert len(judged) == 6  # each set once, and three timed calls on sets judged already
+    compared = []
+    real = judge_module.compare
+    monkeypatch.setattr(judge_module, "compare", lambda outs, *a, **k: compared.append(outs) or real(outs, *a, **k))
+    verdict = judge(path, oracle_for_sets(sets))
+    assert verdict["status"] == "ok", verdict
+    assert len(compared) == 3
+
+
 def test_a_result_that_changes_between_calls_on_the_same_values_is_a_cheat(tmp_path: Path):
     sets = softmax_sets(3)
     rng = random.Random(1)
