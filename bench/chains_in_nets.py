@@ -1,7 +1,9 @@
 """Which fused chains capture finds in torchvision's nets, how each is installed (at its modules,
 or through placeholders) and whether the built-in chain family can write its kernel.
 
-    PYTHONPATH=src python bench/chains_in_nets.py [--side 64] [--install] [NET ...]     (timm:NAME for a timm net)
+    PYTHONPATH=src python bench/chains_in_nets.py [--side 64] [--install] [NET ...]
+    (timm:NAME for a timm net; any other model spec, e.g. example:sd35_vae_decoder, at --scale small
+    with its own inputs, --dtype to cast it)
 
 One recorded forward per net (eval mode, batch 1, random weights) on the CPU; nothing is timed.
 --install: then every chain a module or a sequence of modules holds is installed with the model,
@@ -37,10 +39,22 @@ def net_named(name: str) -> torch.nn.Module:
     return getattr(torchvision.models, name)().eval()
 
 
-def chains_of(net: torch.nn.Module, side: int) -> list:
+def net_and_inputs(name: str, side: int, dtype: str | None) -> tuple[torch.nn.Module, tuple]:
+    """The net and one forward's inputs: an image of side x side for torchvision's and timm's
+    nets, a model spec's own inputs (small scale) for any other."""
+    if name.startswith("timm:") or hasattr(torchvision.models, name):
+        return net_named(name), (torch.randn(1, 3, side, side, generator=torch.Generator().manual_seed(0)),)
+    from kernforge.models.loader import load_model
+    from kernforge.models.options import ModelOptions
+
+    loaded = load_model(name, torch.device("cpu"), ModelOptions(scale="small", dtype=dtype))
+    return loaded.module, loaded.inputs
+
+
+def chains_of(net: torch.nn.Module, inputs: tuple) -> list:
     recorder = Recorder()
     with ModuleTracker(net, recorder), recorder, torch.no_grad():
-        recorder.mark_returned(net(torch.randn(1, 3, side, side)))
+        recorder.mark_returned(net(*inputs))
     return find_chains(recorder.calls, recorder.returned_ids, recorder.module_calls)
 
 
@@ -59,23 +73,30 @@ def stand_in(chain, k: int, calls: list[int]) -> router.KernelSpec:
                              devices=frozenset({cpu}), chain=chain.to_json())
 
 
-def installed(name: str, net: torch.nn.Module, chains: list, side: int) -> str:
+def installed(name: str, net: torch.nn.Module, chains: list, inputs: tuple) -> str:
     """One forward with every chain at its modules installed: kernel calls against instances, and
     the output's largest distance from eager's."""
     at_modules = [c for c in chains if c.modules or c.module]
     calls: list[int] = []
     specs = [stand_in(c, k, calls) for k, c in enumerate(at_modules)]
-    x = torch.randn(1, 3, side, side, generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
-        expected = net(x)
+        expected = first_tensor(net(*inputs))
         installation = router.install(specs, net)
         try:
-            got = net(x)
+            got = first_tensor(net(*inputs))
         finally:
             installation.remove()
     instances = sum(len(c.instances) for c in at_modules)
     return (f"{name}: {len(specs)} chain signatures at modules, {len(calls)} kernel calls of {instances} instances, "
-            f"largest |patched - eager| {(got - expected).abs().max().item():.2e}")
+            f"largest |patched - eager| {(got.double() - expected.double()).abs().max().item():.2e}")
+
+
+def first_tensor(out: object) -> torch.Tensor:
+    """A forward's first output tensor (a language model returns a dataclass or a tuple)."""
+    if isinstance(out, torch.Tensor):
+        return out
+    values = out.values() if isinstance(out, dict) else out.to_tuple() if hasattr(out, "to_tuple") else out
+    return next(first_tensor(v) for v in values if isinstance(v, (torch.Tensor, tuple, list, dict)) or hasattr(v, "to_tuple"))
 
 
 def main() -> None:
@@ -83,15 +104,16 @@ def main() -> None:
     parser.add_argument("nets", nargs="*", default=NETS)
     parser.add_argument("--side", type=int, default=64)
     parser.add_argument("--install", action="store_true")
+    parser.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], help="a model spec's dtype (not torchvision's)")
     args = parser.parse_args()
     lines = []
     print("| net | chain | signatures | instances | installed | built-in kernel |\n|---|---|---|---|---|---|")
     for name in args.nets:
-        net = net_named(name)
+        net, inputs = net_and_inputs(name, args.side, args.dtype)
         rows: dict[tuple[str, str, str], list[int]] = collections.defaultdict(lambda: [0, 0])
-        chains = chains_of(net, args.side)
+        chains = chains_of(net, inputs)
         if args.install:
-            lines.append(installed(name, net, chains, args.side))
+            lines.append(installed(name, net, chains, inputs))
         for chain in chains:
             where = "modules" if chain.modules else "module" if chain.module else "placeholders"
             program = lower(chain.to_json(), chain.input_metas, chain.output_metas)
