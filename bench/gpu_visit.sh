@@ -11,6 +11,8 @@
 #     bash bench/gpu_visit.sh qwen
 #   stage resnet, gemma: one model of `models` a call, with a longer search (~6 min each; resnet
 #     first times its chains' routes, ~1 min)
+#   stage vae-search, then vae-apply: the VAE searched under 7m30s, then applied in a second call on
+#     the same warm machine (carry .whl in both; the run folder stays in /tmp between them)
 #   stage ray: the same search with --executor ray and local on one GPU, verdicts compared (carry .ray)
 set -uo pipefail
 export PYTHONPATH=src PYTHONUNBUFFERED=1
@@ -62,6 +64,22 @@ case $stage in
     ;;
   gemma)
     OUT=$work TOP_K=6 SDPA=1 bash bench/gpu_e2e.sh gemma:180s:100 > "$work/e2e_gemma.txt" 2>&1
+    ;;
+  vae-search)  # the VAE's search alone, under 7m30s (two calls on one warm machine: then vae-apply)
+    OUT=$work TOP_K=8 bash bench/gpu_e2e.sh vae:7m30s:1 > "$work/e2e.txt" 2>&1
+    ;;
+  vae-apply)  # apply on the run vae-search left in /tmp (the machine must still be the warm one)
+    export PYTHONPATH=src:/tmp/site
+    run=$(ls -d /tmp/kf-issue32/vae/* 2>/dev/null | tail -1)
+    if [ -z "$run" ]; then
+      echo "no VAE run in /tmp/kf-issue32/vae: the machine is not the one vae-search ran on" | tee -a "$work/gpu.txt"
+    else
+      timeout 540 python3 -m kernforge apply "$run" --time-limit 500s > "$work/apply.log" 2>&1
+      echo "vae apply: exit $?" | tee -a "$work/gpu.txt"
+      cp "$run/integrate/apply.json" "$work/vae-apply.json" 2>/dev/null
+      python3 bench/e2e_table.py "$work/vae-apply.json" > "$work/table.txt" 2>&1
+      tail -4 "$work/apply.log"
+    fi
     ;;
   ray)
     # Ray is not on the device's index-less Python: .ray/raysite.tar.xz is ray and its deps for
