@@ -109,6 +109,38 @@ def test_capture_finds_each_groupnorm_and_the_shared_silu_to_be_the_chain():
     assert record["outputs"] == [[0, 0], [1, 0]]  # the group norm's y, then the SiLU's
 
 
+class ScaledResidual(Block):
+    """diffusers' ResnetBlock2D's end, `(x + h) / output_scale_factor`: the next block's norm1 reads it."""
+
+    def forward(self, x: torch.Tensor, temb: torch.Tensor) -> torch.Tensor:
+        return (x + super().forward(x, temb)) / 2.0
+
+
+def test_a_group_norm_heads_its_chain_the_residual_before_it_goes_apart():
+    """Two blocks: the first's `(x + h) / 2` feeds the second's norm1. The group norm + SiLU pairs
+    are all at their modules (before, the second block's norm1 and SiLU joined the residual's add
+    and div, a chain no module holds and no built-in family writes)."""
+    torch.manual_seed(0)
+    net = nn.Sequential(ScaledResidual(), ScaledResidual()).eval()
+    x, temb = inputs()
+    chains = chains_of(_TwoBlocks(net), x, temb)
+    with_norm = [c for c in chains if "native_group_norm" in c.op]
+    assert [c.op for c in with_norm] == ["chain:native_group_norm+silu"], [c.op for c in chains]
+    pairs = with_norm[0]
+    assert pairs.modules is not None and pairs.modules["instances"] == len(pairs.instances) == 4
+
+
+class _TwoBlocks(nn.Module):
+    def __init__(self, blocks: nn.Sequential):
+        super().__init__()
+        self.blocks = blocks
+
+    def forward(self, x: torch.Tensor, temb: torch.Tensor) -> torch.Tensor:
+        for b in self.blocks:
+            x = b(x, temb)
+        return x
+
+
 def test_a_chain_that_is_one_modules_forward_keeps_its_module_record():
     """A Sequential holding the pair is the chain's one module: today's path, no sequence."""
     net, x = nn.Sequential(nn.GroupNorm(4, 8), nn.SiLU()).eval(), torch.randn(2, 8, 6, 6)

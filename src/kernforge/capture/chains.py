@@ -246,9 +246,14 @@ def find_chains(calls: list[Call], returned_ids: Iterable[int],
         if roles[c.index] is None:
             continue
         # The producers' groups, the latest first (the data flowing in, before a mask made long
-        # ago): each is joined if the group stays fusible with it.
-        joined = sorted({group_of[maker[t][0]] for t in c.input_ids if t in maker and maker[t][0] in group_of
-                         and region.get(maker[t][0]) == region.get(c.index)}, key=lambda g: -groups[g][-1])
+        # ago): each is joined if the group stays fusible with it. A group norm heads a chain of its
+        # own: its family's kernels take the steps after it, never before it, and the steps after it
+        # are often the modules that follow it (a block's norm1, then its SiLU), where a chain
+        # reaching back into the previous block's residual `(x + h) / scale` went through
+        # placeholders with no kernel for it (7 of the VAE decoder's 21 group norm + SiLU).
+        joined = [] if roles[c.index] == "norm" else sorted(
+            {group_of[maker[t][0]] for t in c.input_ids if t in maker and maker[t][0] in group_of
+             and region.get(maker[t][0]) == region.get(c.index)}, key=lambda g: -groups[g][-1])
         merged = [c.index]
         waiting = joined
         while waiting:  # a group refused alone may join once another did (an add_ writing one input's value)
