@@ -50,10 +50,15 @@ class KernelFileError(ValueError):
 @functools.cache
 def read(family_package: str, filename: str) -> str:
     """The text of kernels/FILENAME in a family's package (kernforge.propose.families.NAME), each
-    `kf-include: shared_PART` line replaced by the text of kernels/shared_PART."""
+    `kf-include: shared_PART` line replaced by the text of kernels/shared_PART: the family's own,
+    else the one every family shares (propose/families/kernels/, the C kernels' math)."""
     folder = resources.files(family_package).joinpath("kernels")
-    text = folder.joinpath(filename).read_text()
-    return _INCLUDE_LINE.sub(lambda m: folder.joinpath(m.group(1)).read_text(), text)
+    every_family = resources.files(__package__.rpartition(".")[0] + ".families").joinpath("kernels")
+
+    def part(name: str) -> str:
+        own = folder.joinpath(name)
+        return (own if own.is_file() else every_family.joinpath(name)).read_text()
+    return _INCLUDE_LINE.sub(lambda m: part(m.group(1)), folder.joinpath(filename).read_text())
 
 
 def style_of(filename: str) -> str:

@@ -8,7 +8,10 @@ A family package holds:
                      FAMILIES, a list of builtin.family.Family;
     kernels/         one real kernel file per backend and variant, named BACKEND_VARIANT.EXT
                      (BACKEND.EXT where a backend has one): triton .py, cpu .c, cuda .cu;
-                     code several of them share in a shared_*.py part, included by a line.
+                     code several of them share in a shared_* part, included by a line.
+
+kernels/ here holds the parts every family's kernels may include (shared_c_math.c: the C
+kernels' exp and tanh); a family's own part of the same name comes first.
 
 Render reads a kernel file and rewrites its `kf-op:` line and its constants block, nothing
 else (builtin/kernel_file.py): a move is an edit of constants, and the files are what the
