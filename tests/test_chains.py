@@ -204,11 +204,22 @@ def test_group_norm_then_activations_become_the_group_norm_kernels_epilogue():
     assert facts["chain"] and facts["op"] == "chain:native_group_norm+gelu+mul"
     assert "a = 0.5 * a * (1.0 + tl.erf(a * 0.7071067811865476))" in facts["epilogue"]
     assert "    b = 0.5\n    a = a * b\n" in facts["epilogue"]
+    assert "a = 0.5f * a * (1.0f + erff(a * 0.70710678118654752f));" in facts["epilogue_c"]
+    assert "{ const float b = 0.5f; a = a * b; }" in facts["epilogue_c"]
 
 
-@pytest.mark.skipif(__import__("importlib").util.find_spec("triton") is None, reason="triton is not installed")
-def test_group_norm_silu_kernels_pass_the_evaluator_under_the_interpreter(tmp_path: Path):
-    """The per-group and split kernels with SiLU as their epilogue, through the real evaluator."""
+GN_SILU_POINTS = {
+    "triton": [None, {"variant": "split", "chunk": 256, "block": 128, "num_warps": 2, "reverse": True, "wave_groups": 0}],
+    "cpu": [None, {"variant": "groups", "stats": "one_pass_double", "simd": False}],
+}
+
+
+@pytest.mark.parametrize("backend", ["triton", "cpu"])
+def test_group_norm_silu_kernels_pass_the_evaluator(tmp_path: Path, backend: str):
+    """The group norm kernels with SiLU as their epilogue, through the real evaluator: Triton's
+    per-group and split kernels under the interpreter, the C kernel's planes and groups."""
+    if backend == "triton" and __import__("importlib").util.find_spec("triton") is None:
+        pytest.skip("triton is not installed")
     from kernforge.capture import capture_model
     from kernforge.evaluate import evaluate_baseline, evaluate_candidate
     from kernforge.evaluate.runner import discard_reference
@@ -219,22 +230,21 @@ def test_group_norm_silu_kernels_pass_the_evaluator_under_the_interpreter(tmp_pa
     loaded = LoadedModel(module=module, inputs=(x,), device=torch.device("cpu"), name="gn", spec="test")
     capture = capture_model(loaded, tmp_path / "capture", repeats=1)
     proposer = BuiltinProposer()
-    tasks, _ = make_tasks(capture, tmp_path / "capture", 4, lambda t: proposer.why_unsupported(t, "triton"))
+    tasks, _ = make_tasks(capture, tmp_path / "capture", 4, lambda t: proposer.why_unsupported(t, backend))
     task = next(t for t in tasks if t.chain)
-    assert "no cpu template" in proposer.why_unsupported(task, "cpu")
     facts = family.match(task)
     task_dir = tmp_path / "task"
     task_dir.mkdir()
     save_task(task, task_dir / "task.json")
     reference = task_dir / "reference.pt"
     evaluate_baseline(task_dir / "task.json", reference, "cpu", task_dir / "baseline", 600.0, ())
-    points = [family.start(facts, "triton", Hardware()),
-              {"variant": "split", "chunk": 256, "block": 128, "num_warps": 2, "reverse": True, "wave_groups": 0}]
+    points = [point or family.start(facts, backend, Hardware()) for point in GN_SILU_POINTS[backend]]
+    suffix = ".py" if backend == "triton" else ".c"
     try:
         for i, point in enumerate(points):
-            source = task_dir / f"c{i}.py"
-            source.write_text(family.render(facts, "triton", point))
-            result = evaluate_candidate(task_dir / "task.json", reference, source, "triton", "cpu", task_dir / f"n{i}",
+            source = task_dir / f"c{i}{suffix}"
+            source.write_text(family.render(facts, backend, point))
+            result = evaluate_candidate(task_dir / "task.json", reference, source, backend, "cpu", task_dir / f"n{i}",
                                         300.0)
             assert result.status == "ok", (point, result.reason)
     finally:

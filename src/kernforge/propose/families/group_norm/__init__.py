@@ -39,7 +39,7 @@ from typing import Any
 from kernforge.propose.builtin import kernel_file
 from kernforge.propose.builtin.family import Family, Hardware, Writer, Writers
 from kernforge.propose.builtin.space import Param, Space, Variant
-from kernforge.propose.families.elementwise import formula, lit_triton
+from kernforge.propose.families.elementwise import formula, lit_c, lit_triton
 from kernforge.propose.families.common import (
     ITEMSIZE,
     aux_dtype_reason,
@@ -97,9 +97,10 @@ def match(task: KernelTask) -> dict[str, Any] | str:
 
 
 def _match_chain(task: KernelTask) -> dict[str, Any] | str:
-    """Group norm then element-wise steps on its y (SiLU, GELU, a scale): the Triton kernels with
-    the steps as their epilogue, y never written before them. The chain's inputs must be group
-    norm's x, weight and bias in that order, and its one output the last step's value."""
+    """Group norm then element-wise steps on its y (SiLU, GELU, a scale): the kernels with the steps
+    as their epilogue (an fp32 function of y, for Triton and for C), y never written before them.
+    The chain's inputs must be group norm's x, weight and bias in that order, and its one output
+    the last step's value."""
     steps = task.chain["steps"]
     if steps[0]["op"] != OP:
         return f"no built-in template for {task.op}"
@@ -108,9 +109,9 @@ def _match_chain(task: KernelTask) -> dict[str, Any] | str:
         return "a group norm chain whose inputs are not (x, weight, bias) in order has no built-in template"
     if task.chain["outputs"] != [[len(steps) - 1, 0]]:
         return "a group norm chain that keeps more than its last value has no built-in template"
-    epilogue, why = _epilogue(steps[1:])
-    if epilogue is None:
-        return why
+    epilogue = _epilogue(steps[1:])
+    if isinstance(epilogue, str):
+        return epilogue
     x, out = task.args[0], task.outputs[0]
     if (out["shape"], out["stride"], out["dtype"]) != (x["shape"], x["stride"], x["dtype"]):
         return "a group norm chain whose output is not laid out as its input has no built-in template"
@@ -119,30 +120,35 @@ def _match_chain(task: KernelTask) -> dict[str, Any] | str:
     facts = match(replace(task, op=OP, args=args, outputs=[out, stats, stats], chain=None))
     if isinstance(facts, str):
         return facts
-    return {**facts, "op": task.op, "epilogue": epilogue, "chain": True}
+    return {**facts, "op": task.op, "epilogue": epilogue[0], "epilogue_c": epilogue[1], "chain": True}
 
 
-def _epilogue(steps: list[dict[str, Any]]) -> tuple[str | None, str]:
-    """(the element-wise steps after group norm as one fp32 Triton function of y, "") or (None, why
-    they cannot be)."""
-    lines = ["@triton.jit", "def epilogue(a):"]
+def _epilogue(steps: list[dict[str, Any]]) -> tuple[str, str] | str:
+    """The element-wise steps after group norm as one fp32 function of y, (Triton, C); or why they
+    cannot be."""
+    triton_lines, c_lines = ["@triton.jit", "def epilogue(a):"], ["static inline float epilogue(float a) {"]
     for j, step in enumerate(steps, start=1):
         tensors = [a for a in step["args"] if isinstance(a, dict)]
         if tensors != [{"step": j - 1, "output": 0}] or any(isinstance(v, dict) for v in step["kwargs"].values()):
-            return None, "a group norm chain whose later steps read other tensors has no built-in template"
+            return "a group norm chain whose later steps read other tensors has no built-in template"
         if step["op"] == "aten::_to_copy.default":
             continue  # computed in fp32 throughout, rounded once at the store
         made = formula(step["op"], step["args"], step["kwargs"])
         if isinstance(made, str):
-            return None, f"after group norm: {made}"
-        triton, _c, number = made
+            return f"after group norm: {made}"
+        triton, c, number = made
         if number is not None:
-            lines.append(f"    b = {lit_triton(number)}")
-        lines.append(f"    a = {triton}")
-    return "\n".join(lines + ["    return a", ""]) + "\n", ""
+            triton_lines.append(f"    b = {lit_triton(number)}")
+            c_lines.append(f"    {{ const float b = {lit_c(number)}; a = {c}; }}")
+        else:
+            c_lines.append(f"    a = {c};")
+        triton_lines.append(f"    a = {triton}")
+    return ("\n".join(triton_lines + ["    return a", ""]) + "\n",
+            "\n".join(c_lines + ["    return a;", "}"]))
 
 
 IDENTITY = "@triton.jit\ndef epilogue(y):\n    return y\n\n"
+IDENTITY_C = "static inline float epilogue(float a) { return a; }"
 
 
 def _fp32_beside(desc: dict[str, Any] | None, dtype: str) -> bool:
@@ -157,8 +163,8 @@ CHUNKS = (256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
 
 
 def _without_epilogue(space: Callable[[dict[str, Any], Hardware], Space]) -> Callable[..., Space | None]:
-    """A writer's space where the task is the group norm alone: only the Triton kernels take an
-    epilogue (a chain's element-wise tail)."""
+    """A writer's space where the task is the group norm alone: the CUDA kernel takes no epilogue
+    (a chain's element-wise tail) yet."""
     return lambda facts, hw: None if facts.get("chain") else space(facts, hw)
 
 
@@ -368,7 +374,10 @@ def _c_aux_constants(facts: dict[str, Any]) -> dict[str, Any]:
 
 
 def _cpu_constants(facts: dict[str, Any], point: dict[str, Any]) -> dict[str, Any]:
-    return {**_shape_constants(facts, "LL"), **c_element(facts["dtype"]), **_c_aux_constants(facts),
+    # the epilogue's exp is the polynomial that vectorises (shared_c_math.c), the element-wise
+    # family's starting point
+    return {"epilogue": kernel_file.Snippet(facts.get("epilogue_c", IDENTITY_C)), "CHAIN": facts.get("chain", False),
+            "POLY_EXP": True, **_shape_constants(facts, "LL"), **c_element(facts["dtype"]), **_c_aux_constants(facts),
             "PLANES": point["variant"] == "planes", "TWO_PASS": point.get("stats") == "two_pass",
             "SIMD_LOOPS": point["simd"]}
 
@@ -484,7 +493,7 @@ def explain(name: str, old: Any, new: Any) -> str:
     return "try a neighbouring value"
 
 
-WRITERS = Writers(cpu=Writer(_without_epilogue(lambda facts, hw: _cpu_space()), _cpu_start,
+WRITERS = Writers(cpu=Writer(lambda facts, hw: _cpu_space(), _cpu_start,
                              _renderer(lambda point: "cpu.c", _cpu_constants)),
                   triton=Writer(_triton_space, _triton_start, _renderer(_triton_file, _triton_constants)),
                   cuda=Writer(_without_epilogue(lambda facts, hw: _cuda_space(facts)), _cuda_start,

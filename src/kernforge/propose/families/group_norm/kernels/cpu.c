@@ -7,6 +7,8 @@
  *           deviations; else sum and sum of squares in one read), then its channels normalised;
  * PLANES 1  a thread per (sample, channel) plane: sums per plane, combined per group, then the
  *           planes normalised. Spreads few groups (32 in SD3.5's VAE) over every core.
+ * CHAIN 1   a chain of group norm then element-wise steps on y: epilogue() applied to each y
+ *           before its one store, inputs (x, weight, bias), one output, no statistics kept.
  * Sums are in double: a group holds up to millions of values, where float sums lose digits,
  * and double keeps sum(x^2) - n mean^2 precise on large-mean data.
  */
@@ -24,7 +26,15 @@ typedef struct {
     int32_t dtype;
 } kf_tensor;
 
+/* What an epilogue may call: defined below, where the constants have chosen how. */
+static inline float kf_exp(float x);
+static inline float kf_tanh(float x);
+#define KF_CLAMP(v, lo, hi) ((v) < (lo) ? (lo) : (v) > (hi) ? (hi) : (v))
+
 /* kf-constants: begin */
+static inline float epilogue(float a) { return a; }
+#define CHAIN 0
+#define POLY_EXP 1
 #define N_GROUPS 6LL
 #define GROUPS 3LL
 #define CG 2LL
@@ -43,6 +53,8 @@ typedef struct {
 #define TWO_PASS 1
 #define SIMD_LOOPS 1
 /* kf-constants: end */
+
+/* kf-include: shared_c_math.c */
 
 /* The element type is named in the constants block only: the scan reads a half type in the
  * text of a float32 op as computing in lower precision. bfloat16 is stored as uint16_t and
@@ -107,15 +119,15 @@ static inline void channel_affine(const w_t *w, const b_t *b, int64_t c, float r
 static inline float rstd_of(double var) { return (float)(1.0 / sqrt((var > 0.0 || var != var ? var : 0.0) + EPS)); }
 
 int kf_forward(const kf_tensor *in, int n_in, kf_tensor *out, int n_out) {
-    if (n_in != 1 + HAS_W + HAS_B || n_out != 3) return 1;
+    if (n_in != 1 + HAS_W + HAS_B || n_out != (CHAIN ? 1 : 3)) return 1;
     if (in[0].dtype != ELEM_CODE || out[0].dtype != ELEM_CODE) return 2;
     const elem_t *x = (const elem_t *)in[0].data;
     /* absent inputs are skipped in `in`: never read past it */
     const w_t *w = HAS_W ? (const w_t *)in[1].data : NULL;
     const b_t *b = HAS_B ? (const b_t *)in[1 + HAS_W].data : NULL;
     elem_t *y = (elem_t *)out[0].data;
-    s_t *mean_out = (s_t *)out[1].data;
-    s_t *rstd_out = (s_t *)out[2].data;
+    s_t *mean_out = CHAIN ? NULL : (s_t *)out[1].data;  /* a chain keeps only its last value */
+    s_t *rstd_out = CHAIN ? NULL : (s_t *)out[2].data;
 #if PLANES
     double *sums = (double *)malloc(sizeof(double) * 2 * N_GROUPS * CG);
     float *stat = (float *)malloc(sizeof(float) * 2 * N_GROUPS);
@@ -135,8 +147,10 @@ int kf_forward(const kf_tensor *in, int n_in, kf_tensor *out, int n_out) {
         double mean = s / GROUP_SIZE;
         stat[2 * g] = (float)mean;
         stat[2 * g + 1] = rstd_of(ss / GROUP_SIZE - mean * mean);
-        ST_S(mean_out, g, stat[2 * g]);
-        ST_S(rstd_out, g, stat[2 * g + 1]);
+        if (!CHAIN) {
+            ST_S(mean_out, g, stat[2 * g]);
+            ST_S(rstd_out, g, stat[2 * g + 1]);
+        }
     }
     #pragma omp parallel for schedule(static)
     for (int64_t pl = 0; pl < N_GROUPS * CG; ++pl) {
@@ -147,7 +161,7 @@ int kf_forward(const kf_tensor *in, int n_in, kf_tensor *out, int n_out) {
         const elem_t *restrict xp = x + pl * HW;
         elem_t *restrict yp = y + pl * HW;
         SIMD()
-        for (int64_t p = 0; p < HW; ++p) st(yp, p, (ld(xp, p) - mean) * sc + sh);
+        for (int64_t p = 0; p < HW; ++p) st(yp, p, epilogue((ld(xp, p) - mean) * sc + sh));
     }
     free(sums);
     free(stat);
@@ -177,10 +191,12 @@ int kf_forward(const kf_tensor *in, int n_in, kf_tensor *out, int n_out) {
             float sc, sh;
             channel_affine(w, b, c0 + cc, rstd, &sc, &sh);
             SIMD()
-            for (int64_t p = cc * HW; p < (cc + 1) * HW; ++p) st(yg, p, (ld(xg, p) - mean) * sc + sh);
+            for (int64_t p = cc * HW; p < (cc + 1) * HW; ++p) st(yg, p, epilogue((ld(xg, p) - mean) * sc + sh));
         }
-        ST_S(mean_out, g, mean);
-        ST_S(rstd_out, g, rstd);
+        if (!CHAIN) {
+            ST_S(mean_out, g, mean);
+            ST_S(rstd_out, g, rstd);
+        }
     }
 #endif
     return 0;
