@@ -208,6 +208,24 @@ def test_group_norm_then_activations_become_the_group_norm_kernels_epilogue():
     assert "{ const float b = 0.5f; a = a * b; }" in facts["epilogue_c"]
 
 
+@pytest.mark.skipif(__import__("shutil").which("nvcc") is None, reason="nvcc is not installed")
+def test_the_cuda_group_norm_kernel_with_an_epilogue_builds(tmp_path: Path):
+    """The CUDA kernel with GELU times a number as its epilogue, from the chain's task: nvcc builds
+    it and the object scan passes it (its numbers are checked on a GPU, not here)."""
+    from kernforge.backends.cuda import DEFAULT_ARCH, NVCC_FLAGS
+    from kernforge.backends.native import compile_library
+    from kernforge.propose.builtin import Hardware
+    from kernforge.propose.families import group_norm as family
+
+    recorder = _recorded(GroupNormGelu(), torch.randn(2, 16, 9, 10))
+    facts = family.match(_task_of(find_chains(recorder.calls, recorder.returned_ids)[0]))
+    source = tmp_path / "candidate.cu"
+    source.write_text(family.render(facts, "cuda", family.start(facts, "cuda", Hardware())))
+    text = source.read_text()
+    assert "#define CHAIN 1" in text and "erff(a * 0.70710678118654752f)" in text
+    assert compile_library(source, tmp_path / "build", ["nvcc", f"-arch={DEFAULT_ARCH}", *NVCC_FLAGS], "test").exists()
+
+
 GN_SILU_POINTS = {
     "triton": [None, {"variant": "split", "chunk": 256, "block": 128, "num_warps": 2, "reverse": True, "wave_groups": 0}],
     "cpu": [None, {"variant": "groups", "stats": "one_pass_double", "simd": False}],

@@ -98,7 +98,7 @@ def match(task: KernelTask) -> dict[str, Any] | str:
 
 def _match_chain(task: KernelTask) -> dict[str, Any] | str:
     """Group norm then element-wise steps on its y (SiLU, GELU, a scale): the kernels with the steps
-    as their epilogue (an fp32 function of y, for Triton and for C), y never written before them.
+    as their epilogue (an fp32 function of y, for Triton and for C and CUDA), y never written before them.
     The chain's inputs must be group norm's x, weight and bias in that order, and its one output
     the last step's value."""
     steps = task.chain["steps"]
@@ -126,7 +126,7 @@ def _match_chain(task: KernelTask) -> dict[str, Any] | str:
 def _epilogue(steps: list[dict[str, Any]]) -> tuple[str, str] | str:
     """The element-wise steps after group norm as one fp32 function of y, (Triton, C); or why they
     cannot be."""
-    triton_lines, c_lines = ["@triton.jit", "def epilogue(a):"], ["static inline float epilogue(float a) {"]
+    triton_lines, c_lines = ["@triton.jit", "def epilogue(a):"], []
     for j, step in enumerate(steps, start=1):
         tensors = [a for a in step["args"] if isinstance(a, dict)]
         if tensors != [{"step": j - 1, "output": 0}] or any(isinstance(v, dict) for v in step["kwargs"].values()):
@@ -143,12 +143,17 @@ def _epilogue(steps: list[dict[str, Any]]) -> tuple[str, str] | str:
         else:
             c_lines.append(f"    a = {c};")
         triton_lines.append(f"    a = {triton}")
-    return ("\n".join(triton_lines + ["    return a", ""]) + "\n",
-            "\n".join(c_lines + ["    return a;", "}"]))
+    return "\n".join(triton_lines + ["    return a", ""]) + "\n", "\n".join(c_lines)
 
 
 IDENTITY = "@triton.jit\ndef epilogue(y):\n    return y\n\n"
-IDENTITY_C = "static inline float epilogue(float a) { return a; }"
+
+
+def _c_epilogue(facts: dict[str, Any], qualifiers: str) -> kernel_file.Snippet:
+    """The chain's epilogue (its C body, or none: y as it is) as a C or CUDA function."""
+    body = facts.get("epilogue_c", "")
+    return kernel_file.Snippet(f"{qualifiers} float epilogue(float a) {{\n{body}\n    return a;\n}}" if body
+                               else f"{qualifiers} float epilogue(float a) {{ return a; }}")
 
 
 def _fp32_beside(desc: dict[str, Any] | None, dtype: str) -> bool:
@@ -160,12 +165,6 @@ def _fp32_beside(desc: dict[str, Any] | None, dtype: str) -> bool:
 WARPS = (1, 2, 4, 8, 16, 32)
 BLOCKS = (128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 CHUNKS = (256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
-
-
-def _without_epilogue(space: Callable[[dict[str, Any], Hardware], Space]) -> Callable[..., Space | None]:
-    """A writer's space where the task is the group norm alone: the CUDA kernel takes no epilogue
-    (a chain's element-wise tail) yet."""
-    return lambda facts, hw: None if facts.get("chain") else space(facts, hw)
 
 
 def _cpu_space() -> Space:
@@ -376,14 +375,15 @@ def _c_aux_constants(facts: dict[str, Any]) -> dict[str, Any]:
 def _cpu_constants(facts: dict[str, Any], point: dict[str, Any]) -> dict[str, Any]:
     # the epilogue's exp is the polynomial that vectorises (shared_c_math.c), the element-wise
     # family's starting point
-    return {"epilogue": kernel_file.Snippet(facts.get("epilogue_c", IDENTITY_C)), "CHAIN": facts.get("chain", False),
+    return {"epilogue": _c_epilogue(facts, "static inline"), "CHAIN": facts.get("chain", False),
             "POLY_EXP": True, **_shape_constants(facts, "LL"), **c_element(facts["dtype"]), **_c_aux_constants(facts),
             "PLANES": point["variant"] == "planes", "TWO_PASS": point.get("stats") == "two_pass",
             "SIMD_LOOPS": point["simd"]}
 
 
 def _cuda_constants(facts: dict[str, Any], point: dict[str, Any]) -> dict[str, Any]:
-    return {**_shape_constants(facts, "LL"), **cuda_element(facts["dtype"]), **_c_aux_constants(facts),
+    return {"epilogue": _c_epilogue(facts, "static __device__ __forceinline__"), "CHAIN": facts.get("chain", False),
+            **_shape_constants(facts, "LL"), **cuda_element(facts["dtype"]), **_c_aux_constants(facts),
             "CHUNK": point["chunk"], "THREADS": point["threads"], "VEC": point["vec"]}
 
 
@@ -496,7 +496,7 @@ def explain(name: str, old: Any, new: Any) -> str:
 WRITERS = Writers(cpu=Writer(lambda facts, hw: _cpu_space(), _cpu_start,
                              _renderer(lambda point: "cpu.c", _cpu_constants)),
                   triton=Writer(_triton_space, _triton_start, _renderer(_triton_file, _triton_constants)),
-                  cuda=Writer(_without_epilogue(lambda facts, hw: _cuda_space(facts)), _cuda_start,
+                  cuda=Writer(lambda facts, hw: _cuda_space(facts), _cuda_start,
                               _renderer(lambda point: "cuda_chunks.cu", _cuda_constants)))
 space, start, render = WRITERS.space, WRITERS.start, WRITERS.render  # by backend name
 FAMILIES = [Family(name="group_norm", match=match, writers=WRITERS, explain=explain)]

@@ -11,6 +11,8 @@
 // value: the shift keeps a large mean from swamping the spread in sum(d^2) - n (mean - shift)^2.
 // A constant group's mean is its value exactly (mean_of, and the partials' mean refined), so
 // its outputs are exactly 0, as eager's Welford gives: rstd = 1/sqrt(eps) magnifies any rounding.
+// CHAIN: a chain of group norm then element-wise steps on y: epilogue() applied to each y before
+// its store, inputs (x, weight, bias), one output, no statistics kept.
 #include <cuda_runtime.h>
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
@@ -26,7 +28,14 @@ typedef struct {
     int32_t dtype;
 } kf_tensor;
 
+// What an epilogue may call.
+static __device__ __forceinline__ float kf_exp(float x) { return expf(x); }
+static __device__ __forceinline__ float kf_tanh(float x) { return tanhf(x); }
+#define KF_CLAMP(v, lo, hi) ((v) < (lo) ? (lo) : (v) > (hi) ? (hi) : (v))
+
 // kf-constants: begin
+static __device__ __forceinline__ float epilogue(float a) { return a; }
+#define CHAIN 0
 #define N_GROUPS 64LL
 #define GROUPS 32LL
 #define CG 2LL
@@ -151,7 +160,7 @@ static __device__ __forceinline__ void normalise(const elem_t *__restrict__ x, c
 #if HAS_B
             shift = to_float(b[c]);
 #endif
-            q.v[k] = elem_t((to_float(p.v[k]) - mean) * scale + shift);
+            q.v[k] = elem_t(epilogue((to_float(p.v[k]) - mean) * scale + shift));
         }
         *reinterpret_cast<pack_t *>(yg + e) = q;
     }
@@ -165,7 +174,7 @@ __global__ void __launch_bounds__(THREADS) gn_group(const elem_t *__restrict__ x
     float mean, m2;
     chunk_moments(x + g * GROUP_SIZE, 0, GROUP_SIZE, mean, m2);
     const float rstd = rsqrtf(m2 / GROUP_SIZE + (float)EPS);
-    if (threadIdx.x == 0) {
+    if (!CHAIN && threadIdx.x == 0) {
         mean_out[g] = s_t(mean);
         rstd_out[g] = s_t(rstd);
     }
@@ -213,7 +222,7 @@ __global__ void __launch_bounds__(THREADS) gn_apply(const elem_t *__restrict__ x
     const float mean = first + shift;
     const float m2 = clamp_rounding(about[0] - GROUP_SIZE * shift * shift);  // about the refined mean
     const float rstd = rsqrtf(m2 / GROUP_SIZE + (float)EPS);
-    if (i == 0 && threadIdx.x == 0) {
+    if (!CHAIN && i == 0 && threadIdx.x == 0) {
         mean_out[g] = s_t(mean);
         rstd_out[g] = s_t(rstd);
     }
@@ -222,15 +231,15 @@ __global__ void __launch_bounds__(THREADS) gn_apply(const elem_t *__restrict__ x
 }
 
 extern "C" int kf_forward(const kf_tensor *in, int n_in, kf_tensor *out, int n_out) {
-    if (n_in != 1 + HAS_W + HAS_B || n_out != 3) return 1;
+    if (n_in != 1 + HAS_W + HAS_B || n_out != (CHAIN ? 1 : 3)) return 1;
     if (in[0].dtype != ELEM_CODE || out[0].dtype != ELEM_CODE) return 2;
     const elem_t *x = (const elem_t *)in[0].data;
     // absent inputs are skipped in `in`: never read past it
     const w_t *w = HAS_W ? (const w_t *)in[1].data : nullptr;
     const b_t *b = HAS_B ? (const b_t *)in[1 + HAS_W].data : nullptr;
     elem_t *y = (elem_t *)out[0].data;
-    s_t *mean_out = (s_t *)out[1].data;
-    s_t *rstd_out = (s_t *)out[2].data;
+    s_t *mean_out = CHAIN ? nullptr : (s_t *)out[1].data;  // a chain keeps only its last value
+    s_t *rstd_out = CHAIN ? nullptr : (s_t *)out[2].data;
 #if CHUNKS == 1
     gn_group<<<(unsigned)N_GROUPS, THREADS>>>(x, w, b, y, mean_out, rstd_out);
 #else
