@@ -43,6 +43,20 @@ def run(fn, plan, seed=0, prepare=None):
 
 # ---------------------------------------------------------------- the session
 
+def test_a_reference_that_fails_in_its_timed_session_says_why():
+    """eager (or a compiled peer) raising in time_op names its failure, where its missing timing
+    used to end the worker with an AttributeError (eager out of memory after a candidate)."""
+    from kernforge.harness.session import ReferenceFailed, time_op
+
+    sets = softmax_sets(2)
+
+    def broken(args, kwargs, _prepared):
+        raise RuntimeError("DefaultCPUAllocator: can't allocate memory")
+    with pytest.raises(ReferenceFailed, match="eager-after failed in its timed session: .*can't allocate memory"):
+        time_op(make_harness(torch.device("cpu")), broken, sets, [0, 1], [{"shape": [3, 8], "dtype": "torch.float32",
+                "stride": [8, 1]}], torch.device("cpu"), name="eager-after", calls=4)
+
+
 def test_every_check_set_is_judged_once_at_positions_that_change_with_the_seed():
     sets = softmax_sets(5)
     plan = Plan(sets=sets, timing=[0, 1, 2], checks=[0, 1, 2, 3, 4], calls=40, judged_timed=3)

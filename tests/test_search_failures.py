@@ -143,3 +143,16 @@ def test_a_resumed_task_keeps_the_finalists_it_had_evaluated_again(softmax_captu
     # the first search's two (fastest first, either order), then the resumed one's only
     assert sorted(confirms[:2]) == ["n0000", "n0001"] and confirms[2:] == ["n0001"]
     assert len(again.nodes) == 2
+
+
+def test_the_workers_memory_cap_counts_from_what_it_holds_at_its_start():
+    import resource
+    import subprocess
+    import sys
+
+    code = ("import resource; from kernforge.evaluate.worker import limit_memory, _data_bytes; held = _data_bytes(); "
+            "limit_memory(1 << 30); print(held, resource.getrlimit(resource.RLIMIT_DATA)[0])")
+    held, cap = map(int, subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+                    .stdout.split())
+    assert held > 0 and cap >= held + (1 << 30) and cap < held + (1 << 30) + (64 << 20)
+    assert resource.getrlimit(resource.RLIMIT_DATA)[0] != cap  # set in the child only

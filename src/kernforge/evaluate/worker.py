@@ -443,12 +443,23 @@ def _thread_state(tid: str) -> str:
 # ---------------------------------------------------------------- helpers
 
 def limit_memory(limit_bytes: int) -> None:
-    """Cap the worker's private memory (RLIMIT_DATA counts anonymous mappings since Linux 4.7):
-    a candidate that allocates without bound gets a MemoryError instead of taking the machine.
-    Not on a GPU worker: the CUDA driver's own mappings would count against it."""
+    """Cap the worker's private memory (RLIMIT_DATA counts anonymous mappings since Linux 4.7) at
+    what it holds now, its imports (a worker forked from the server starts with ~0.8 GB of them),
+    plus limit_bytes: a candidate that allocates without bound gets a MemoryError instead of taking
+    the machine. Not on a GPU worker: the CUDA driver's own mappings would count against it."""
     import resource
 
-    resource.setrlimit(resource.RLIMIT_DATA, (limit_bytes, limit_bytes))
+    cap = limit_bytes + _data_bytes()
+    resource.setrlimit(resource.RLIMIT_DATA, (cap, cap))
+
+
+def _data_bytes() -> int:
+    """This process's private data as RLIMIT_DATA counts it (VmData), 0 where /proc has none."""
+    try:
+        line = next(x for x in Path("/proc/self/status").read_text().splitlines() if x.startswith("VmData:"))
+        return int(line.split()[1]) * 1024
+    except (OSError, StopIteration, ValueError, IndexError):
+        return 0
 
 
 def device_name(device: torch.device) -> str:

@@ -422,14 +422,25 @@ def time_op(harness: Any, fn: Any, dev_sets: list[Any], timing_sets: list[int], 
     if calls is None:
         probe = harness(fn, Plan(sets=dev_sets, timing=timing_sets, calls=CALLS[0], vary=vary, poison=poison), None,
                         prefill, seed, name=f"{name}-probe")
-        calls = reps_for(probe.timing.p50_ms, device)
+        calls = reps_for(_timing_of(probe, f"{name}-probe").p50_ms, device)
     plan = Plan(sets=dev_sets, timing=timing_sets, calls=calls, vary=vary, poison=poison)
     guard = None
     if judged_like_a_candidate:
         plan.checks = list(range(len(dev_sets)))
         plan.judged_timed = judged_timed_for(sum(m["nbytes"] for m in prefill.metas))
         guard = Guard(device)  # the same reads around each call as a candidate's; what it sees is dropped
-    return harness(fn, plan, None, prefill, seed + 1, name=name, guard=guard).timing
+    return _timing_of(harness(fn, plan, None, prefill, seed + 1, name=name, guard=guard), name)
+
+
+class ReferenceFailed(RuntimeError):
+    """A reference (eager, a compiled peer) that raised or returned no tensor in a timed session."""
+
+
+def _timing_of(session: SessionResult, name: str) -> Any:
+    if session.failure is not None or session.timing is None:
+        why = (session.failure or {}).get("reason", "no timing")
+        raise ReferenceFailed(f"{name} failed in its timed session: {why}")
+    return session.timing
 
 
 def varies_safely(fn: Callable[..., Any], values: Any, device: torch.device) -> bool:
