@@ -1,5 +1,5 @@
 """Which fused chains capture finds in torchvision's nets, how each is installed (at its modules,
-or through placeholders) and whether the built-in chain family can write its kernel.
+or through placeholders) and whether a built-in family can write its kernel (on --backend triton).
 
     PYTHONPATH=src python bench/chains_in_nets.py [--side 64] [--install] [NET ...]
     (timm:NAME for a timm net; any other model spec, e.g. example:sd35_vae_decoder, at --scale small
@@ -23,7 +23,8 @@ import torchvision
 from kernforge.backends import get_backend
 from kernforge.capture.chains import find_chains
 from kernforge.capture.recorder import ModuleTracker, Recorder
-from kernforge.propose.families.chain.lower import lower
+from kernforge.propose.builtin import BuiltinProposer
+from kernforge.records.task import KernelTask
 from kernforge.runtime import kernels, router
 from kernforge.tasks import ChainReference
 
@@ -56,6 +57,16 @@ def chains_of(net: torch.nn.Module, inputs: tuple) -> list:
     with ModuleTracker(net, recorder), recorder, torch.no_grad():
         recorder.mark_returned(net(*inputs))
     return find_chains(recorder.calls, recorder.returned_ids, recorder.module_calls)
+
+
+PROPOSER = BuiltinProposer()
+
+
+def task_of(chain) -> KernelTask:
+    """The chain as a search task, for the built-in families' match."""
+    return KernelTask(task_id="t0", op=chain.op, signature=chain.signature, args=chain.input_metas,
+                      outputs=chain.output_metas, samples=[], share=1.0, gain_if_2x=1.0, time_us=1.0,
+                      device="cpu", chain=chain.to_json())
 
 
 def stand_in(chain, k: int, calls: list[int]) -> router.KernelSpec:
@@ -116,8 +127,8 @@ def main() -> None:
             lines.append(installed(name, net, chains, inputs))
         for chain in chains:
             where = "modules" if chain.modules else "module" if chain.module else "placeholders"
-            program = lower(chain.to_json(), chain.input_metas, chain.output_metas)
-            kernel = "yes" if not isinstance(program, str) else f"no: {program[:60]}"
+            why = PROPOSER.why_unsupported(task_of(chain), "triton")
+            kernel = "yes" if why is None else f"no: {why[:60]}"
             rows[chain.op, where, kernel][0] += 1
             rows[chain.op, where, kernel][1] += len(chain.instances)
         for (op, where, kernel), (signatures, instances) in sorted(rows.items(), key=lambda r: -r[1][1]):
