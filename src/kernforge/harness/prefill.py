@@ -78,10 +78,17 @@ class _Stats:
     def of(cls, oracle: torch.Tensor, bound: torch.Tensor | None) -> _Stats:
         stats = cls()
         for o, b in _chunks(oracle, bound):
-            finite = o[torch.isfinite(o)]
-            if finite.numel():
-                stats.lo, stats.hi = min(stats.lo, float(finite.min())), max(stats.hi, float(finite.max()))
-            if finite.numel() < o.numel():
+            if not o.numel():
+                continue
+            # a chunk all finite (most are) is one aminmax pass, with no masked copy: the prefill
+            # options of a 33.5M-element float32 oracle 0.29 -> 0.09 s on 2 cores (issue 34's README)
+            if bool(torch.isfinite(o).all()):
+                lo, hi = torch.aminmax(o)
+                stats.lo, stats.hi = min(stats.lo, float(lo)), max(stats.hi, float(hi))
+            else:
+                finite = o[torch.isfinite(o)]
+                if finite.numel():
+                    stats.lo, stats.hi = min(stats.lo, float(finite.min())), max(stats.hi, float(finite.max()))
                 stats.nan |= bool(torch.isnan(o).any())
                 stats.posinf |= bool(torch.isposinf(o).any())
                 stats.neginf |= bool(torch.isneginf(o).any())
