@@ -250,7 +250,7 @@ def find_chains(calls: list[Call], returned_ids: Iterable[int],
         # own: its family's kernels take the steps after it, never before it, and the steps after it
         # are often the modules that follow it (a block's norm1, then its SiLU), where a chain
         # reaching back into the previous block's residual `(x + h) / scale` went through
-        # placeholders with no kernel for it (7 of the VAE decoder's 21 group norm + SiLU).
+        # placeholders with no kernel for it (7 of the VAE decoder's 21 group norm + SiLU at small scale).
         joined = [] if roles[c.index] == "norm" else sorted(
             {group_of[maker[t][0]] for t in c.input_ids if t in maker and maker[t][0] in group_of
              and region.get(maker[t][0]) == region.get(c.index)}, key=lambda g: -groups[g][-1])
@@ -423,9 +423,10 @@ def _sequence(instance: ChainInstance, calls: list[Call], starting: dict[int, li
         return None
     later_inputs, sides = linked
     pos, k = instance.outputs[0]
-    if _output_id(stages[-1], calls) is None or calls[members[pos]].output_ids[k] != _output_id(stages[-1], calls):
+    outs = [_output_id(mc, calls) for mc in stages]
+    if outs[-1] is None or calls[members[pos]].output_ids[k] != outs[-1]:
         return None
-    if any(_output_id(mc, calls) not in made for mc in stages):
+    if any(out not in made for out in outs):
         return None  # a stage returned no value a step made
     inputs: list[list[Any]] = []
     for tid in instance.inputs:
@@ -437,7 +438,7 @@ def _sequence(instance: ChainInstance, calls: list[Call], starting: dict[int, li
             inputs.append(later_inputs[tid])
         else:
             return None  # a global, an attribute that is no parameter: no stage's call holds it
-    return stages, inputs, [made[_output_id(mc, calls)] for mc in stages], sides
+    return stages, inputs, [made[out] for out in outs], sides
 
 
 def _gap(call: Call, made: dict[int, list[int]], instance: ChainInstance) -> bool:

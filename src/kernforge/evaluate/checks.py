@@ -146,8 +146,8 @@ def compare(outs: list[torch.Tensor], oracles: list[torch.Tensor], bounds: list[
 # temporaries of a slice rather than of the whole output (1 GB each for a 134M-element one, made
 # anew for every judged call). An output that does not pass in slices is judged whole again, for
 # the message. A slice is this many elements per intra-op thread, so that each op still spreads
-# over every thread. The search judges in its evaluation threads, where each op's parallel region
-# costs ~120 us where the main thread's cost ~10 (OpenMP's teams of two threads on the same cores):
+# over every thread. The search judges in its evaluation threads, where a 64K-element op took
+# ~140 us against ~10 from the main thread (each op's OpenMP region costing the difference):
 # a 134M-element bf16 compare took 1.6-2.0 s in slices of 32K a thread there, 0.46-0.51 s at 512K,
 # 0.90-0.94 s whole, on a 2-core x86 CPU (bench/results/cpu/issue34/compare_slices.txt). On a
 # GPU the whole compare is already bandwidth-bound, and slices would only add launches.

@@ -153,8 +153,7 @@ def _later_stages(spec: router.KernelSpec, modules: list[torch.nn.Module | None]
     glue stage's op on the value, its chain inputs and the side values, as the model calls it."""
     record, steps = (spec.chain or {})["modules"], fused.ChainPlan(spec).steps
     later_inputs = argument_inputs(spec)[1]
-    side_stages = {int(k) for k in record.get("sides", [])}
-    side_of = {(int(record["outputs"][k][0]), int(record["outputs"][k][1])): k for k in side_stages}
+    side_of = fused.side_values(record)
 
     def chain_inputs(extras: tuple) -> list[Any]:
         inputs = [None] * len(spec.args)
@@ -163,7 +162,7 @@ def _later_stages(spec: router.KernelSpec, modules: list[torch.nn.Module | None]
         return inputs
     stages: list[Callable[..., Any]] = []
     for stage, module in enumerate(modules[1:], start=1):
-        if module is not None and stage in side_stages:
+        if module is not None and stage in side_of.values():
             own = fused.side_arguments(record, stage)
 
             def side(value: Any, extras: tuple, sides: dict, module: Any = module, own: list[int] = own,

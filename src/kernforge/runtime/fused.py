@@ -1018,8 +1018,8 @@ class Sequence:
         self.metas = [_layout(plan.steps[int(j)].metas[int(k)]) for j, k in record["outputs"]]
         self.tally = kernels.Tally()  # kernel: sequences that ran the kernel; fallback: refused or made
         # stage -> its glue op (a step the forward calls between two modules: `out += identity`)
-        self.sides = {int(stage) for stage in record.get("sides", [])}
-        side_of = {(int(record["outputs"][k][0]), int(record["outputs"][k][1])): k for k in self.sides}
+        side_of = side_values(record)
+        self.sides = set(side_of.values())
         self.glue = {int(stage): Glue(plan, int(record["outputs"][int(stage)][0]), int(stage), record["inputs"], side_of)
                      for stage in record.get("ops", {})}
         self.current: _Lazy | None = None  # the main line's value in progress, for a side stage's route
@@ -1031,15 +1031,13 @@ class Sequence:
         batch norm's forward would take the batch's statistics."""
         proved_inputs, meta = _proved_inputs(self.plan, _sources(module, self.record), self.tally), self.metas[0]
 
-        sequence = self
-
         def route(args: tuple) -> Any:
             tensors = proved_inputs(args)
             if tensors is None:
                 return None
             lazy = _Lazy(_Held(self, 0, args, tensors, (original,)), meta)
             if self.sides:
-                sequence.current = lazy
+                self.current = lazy
             return lazy
         if not self.record.get("eval_only"):
             return route
@@ -1301,6 +1299,12 @@ def _made(value: Any) -> Any:
 
 
 GLUE = object()  # a glue stage's place among a sequence's modules
+
+
+def side_values(record: dict[str, Any]) -> dict[Ref, int]:
+    """A sequence record's side stages by the value each makes: (step, output) -> stage."""
+    return {(int(record["outputs"][int(k)][0]), int(record["outputs"][int(k)][1])): int(k)
+            for k in record.get("sides", [])}
 
 
 def side_arguments(record: dict[str, Any], stage: int) -> list[int]:

@@ -33,6 +33,7 @@ _PY_NAME = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*) = ", re.MULTILINE)
 _C_NAME = re.compile(r"^#define ([A-Za-z_][A-Za-z0-9_]*)\b", re.MULTILINE)
 _SNIPPET_NAME = r"\b{}\s*\("  # a snippet defines a function or a function-like macro
 SHARED = "shared_"  # a kernels/ file named so is included by kernel files, not a kernel itself
+FAMILIES_PACKAGE = "kernforge.propose.families"  # its kernels/ holds the parts every family may include
 _INCLUDE_LINE = re.compile(rf"^.*kf-include: ({SHARED}\S+).*\n", re.MULTILINE)
 
 
@@ -53,7 +54,7 @@ def read(family_package: str, filename: str) -> str:
     `kf-include: shared_PART` line replaced by the text of kernels/shared_PART: the family's own,
     else the one every family shares (propose/families/kernels/, the C kernels' math)."""
     folder = resources.files(family_package).joinpath("kernels")
-    every_family = resources.files(__package__.rpartition(".")[0] + ".families").joinpath("kernels")
+    every_family = resources.files(FAMILIES_PACKAGE).joinpath("kernels")
 
     def part(name: str) -> str:
         own = folder.joinpath(name)
